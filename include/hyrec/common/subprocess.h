@@ -1,0 +1,63 @@
+// Subprocess: a child process with its stdout piped back, for launching hyrec roles (PS shards,
+// loaders, workers) as real processes from the launcher, the demo and the integration tests.
+//
+//   HYREC_ASSIGN_OR_RETURN(auto ps, Subprocess::Spawn({"build/hyrec-ps", "--port=0", ...}));
+//   HYREC_ASSIGN_OR_RETURN(std::string line, ps->ReadLine(absl::Seconds(10)));
+//   ps->Signal(SIGTERM);
+//   HYREC_ASSIGN_OR_RETURN(int exit_code, ps->Wait(absl::Seconds(5)));
+//
+// The child's stderr is inherited. The destructor SIGKILLs and reaps a child still running, so a
+// failing test never leaves processes behind. Not thread-safe.
+#ifndef HYREC_COMMON_SUBPROCESS_H_
+#define HYREC_COMMON_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace hyrec {
+
+class Subprocess {
+ public:
+  // Starts argv[0] (a path) with the given arguments. The child dies with its parent (SIGKILL).
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv);
+
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // The next line the child writes to stdout, without the newline. DEADLINE_EXCEEDED after
+  // `timeout`; OUT_OF_RANGE when the child closed stdout (exited) first.
+  absl::StatusOr<std::string> ReadLine(absl::Duration timeout);
+
+  void Signal(int signal);
+
+  // Waits for the child to exit and returns its exit code (128 + signal when killed).
+  // DEADLINE_EXCEEDED when it is still running after `timeout`.
+  absl::StatusOr<int> Wait(absl::Duration timeout);
+
+  bool running() const { return running_; }
+
+ private:
+  Subprocess(pid_t pid, int stdout_fd) : pid_(pid), stdout_fd_(stdout_fd) {}
+
+  pid_t pid_;
+  int stdout_fd_;
+  bool running_ = true;
+  int exit_code_ = -1;
+  std::string buffer_;
+};
+
+// Reads lines until one contains "listening on HOST:PORT" and returns PORT.
+absl::StatusOr<int> WaitForListeningPort(Subprocess& process, absl::Duration timeout);
+
+}  // namespace hyrec
+
+#endif  // HYREC_COMMON_SUBPROCESS_H_

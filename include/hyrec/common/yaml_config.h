@@ -1,0 +1,69 @@
+// Strict reading of YAML configuration files.
+//
+// Every hyrec config is validated strictly: an unknown key, a value of the wrong type or out of
+// range is an error that names the key path and the line, with a suggestion for misspellings:
+//
+//   YAML::Node root = ...;
+//   HYREC_RETURN_IF_ERROR(hyrec::CheckKeys(root, "tables[0]", {"name", "dim", "optimizer"}));
+//   int dim = 0;
+//   HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(root, "dim", "tables[0]", &dim));
+//
+// yields e.g. `tables[0].dimm (line 4): unknown key; did you mean 'dim'?`.
+#ifndef HYREC_COMMON_YAML_CONFIG_H_
+#define HYREC_COMMON_YAML_CONFIG_H_
+
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "yaml-cpp/yaml.h"
+
+namespace hyrec {
+
+// "line N" (1-based) for a node read from text, "" for a node built in code.
+std::string YamlWhere(const YAML::Node& node);
+
+// Joins a path and a key: JoinKey("tables[0]", "dim") == "tables[0].dim"; JoinKey("", "x") == "x".
+std::string JoinKey(absl::string_view path, absl::string_view key);
+
+// The closest of `candidates` to `word` by edit distance, or "" when none is close.
+std::string ClosestWord(absl::string_view word, const std::vector<std::string>& candidates);
+
+// OK when `node` is a map whose keys are all in `allowed`; otherwise InvalidArgument naming the
+// first offending key, its line and the closest allowed key.
+absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
+                       const std::vector<std::string>& allowed);
+
+// Reads map[key] into *out when present (leaves *out untouched when absent). A value that does
+// not convert to T is InvalidArgument naming the key path and line.
+template <typename T>
+absl::Status ReadScalar(const YAML::Node& map, absl::string_view key, absl::string_view path,
+                        T* out) {
+  const YAML::Node value = map[std::string(key)];
+  if (!value) return absl::OkStatus();
+  if (!value.IsScalar()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JoinKey(path, key), " (", YamlWhere(value), "): expected a scalar value"));
+  }
+  try {
+    *out = value.as<T>();
+  } catch (const YAML::Exception&) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), " (", YamlWhere(value),
+                                                   "): cannot read '", value.Scalar(),
+                                                   "' as the expected type"));
+  }
+  return absl::OkStatus();
+}
+
+// Parses YAML text; a syntax error is InvalidArgument with `source_name:line`.
+absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view source_name);
+
+// Reads and parses a YAML file; an unreadable file is NotFound/InvalidArgument naming it.
+absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
+
+}  // namespace hyrec
+
+#endif  // HYREC_COMMON_YAML_CONFIG_H_

@@ -1,0 +1,103 @@
+// EmbeddingClient: how workers read and update embeddings held by one or many parameter servers.
+//
+// One interface, two implementations:
+//   - ConnectEmbeddingClient(addresses, options): gRPC to PS processes (`hyrec ps`), one address
+//     per shard in shard order;
+//   - NewInProcessEmbeddingClient(stores): the same logic over stores in this process, with no
+//     network (the embedded default and unit tests).
+// Both deduplicate ids within a request, place each id on shard ShardForId(id, num_shards)
+// (jump consistent hash; hyrec/common/hash.h), send the per-shard requests in parallel and
+// reassemble rows in the caller's order, so both give the same rows for the same calls.
+//
+//   HYREC_ASSIGN_OR_RETURN(auto client,
+//                          ConnectEmbeddingClient({"ps-0:7000", "ps-1:7000"}, ClientOptions()));
+//   HYREC_ASSIGN_OR_RETURN(int dim, client->TableDim("user"));
+//   std::vector<float> rows(ids.size() * dim);
+//   HYREC_RETURN_IF_ERROR(client->Lookup("user", ids, absl::MakeSpan(rows)));
+//   HYREC_RETURN_IF_ERROR(client->Update("user", ids, grads, UpdateId{worker, ++seq}));
+//
+// Every remote call has a deadline (ClientOptions::call_timeout, overall, across retries); a
+// dead or frozen PS becomes an UNAVAILABLE or DEADLINE_EXCEEDED Status within it. Transient
+// failures are retried with jittered exponential backoff; Update retries are safe because the PS
+// deduplicates (worker_id, sequence).
+//
+// Thread safety: all methods may be called concurrently from many threads.
+#ifndef HYREC_EMBEDDING_PS_CLIENT_H_
+#define HYREC_EMBEDDING_PS_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+
+namespace hyrec::embedding_ps {
+
+enum class Precision { kFp32, kFp16 };
+
+struct ClientOptions {
+  // Overall deadline of one Lookup/Update/Stats call, retries included.
+  absl::Duration call_timeout = absl::Seconds(10);
+  // Deadline of one attempt (capped by what is left of call_timeout).
+  absl::Duration attempt_timeout = absl::Seconds(5);
+  int max_attempts = 4;
+  absl::Duration initial_backoff = absl::Milliseconds(20);
+  absl::Duration max_backoff = absl::Seconds(1);
+  // Encoding of rows and gradients on the wire (the in-process client ignores it).
+  Precision precision = Precision::kFp32;
+  // Largest gRPC message accepted or sent.
+  int max_message_bytes = 256 << 20;
+};
+
+// What one shard reported (StoreStats plus the shard's identity).
+struct ShardStats {
+  int shard_index = 0;
+  int num_shards = 1;
+  uint64_t rejected_requests = 0;
+  StoreStats store;
+};
+
+class EmbeddingClient {
+ public:
+  virtual ~EmbeddingClient() = default;
+
+  virtual int num_shards() const = 0;
+
+  // Dimension of a table, or NotFound naming it.
+  virtual absl::StatusOr<int> TableDim(absl::string_view table) const = 0;
+
+  // Reads the rows of `ids` (any order, duplicates allowed) into `out`, which must hold
+  // ids.size() * dim floats; rows come back in the order of `ids`. On error `out` is unspecified.
+  virtual absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids,
+                              absl::Span<float> out) = 0;
+
+  // Applies `grads` (ids.size() * dim floats) to the rows of `ids`; the gradients of duplicate
+  // ids are summed first. `update_id` is sent to every shard touched; a retried or repeated
+  // update with the same id is applied once. A NaN/Inf gradient is InvalidArgument and no shard
+  // applies anything.
+  virtual absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
+                              absl::Span<const float> grads, UpdateId update_id) = 0;
+
+  // Statistics of every shard, in shard order.
+  virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
+};
+
+// Connects to PS processes, one address per shard in shard order. Checks each with Health
+// (within options.call_timeout): every shard must be serving, report its position as its shard
+// index and addresses.size() as the shard count, and hold the same tables with the same dims.
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
+    const std::vector<std::string>& addresses, const ClientOptions& options);
+
+// A client over stores in this process; shard k is stores[k]. All stores must hold the same
+// tables with the same dims.
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores);
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_CLIENT_H_

@@ -1,0 +1,145 @@
+// EmbeddingShardStore: the rows one parameter server holds.
+//
+// The store maps (table, uint64 id) to a row of `dim` weights followed by the table's optimizer
+// state, contiguous in memory. The id space is unbounded; memory is bounded by a capacity in rows
+// and/or bytes for the whole store. When an insert would exceed it, the least recently used row
+// of the id's stripe is evicted (a lookup or an update makes a row the most recently used).
+//
+// New rows are initialized from (table seed, id) alone, so an id gets the same initial vector on
+// any PS, in any run, for any number of PS shards.
+//
+//   StoreOptions options;
+//   options.tables = {user_table, item_table};
+//   options.capacity_rows = 100'000'000;
+//   HYREC_ASSIGN_OR_RETURN(auto store, EmbeddingShardStore::Create(options));
+//   HYREC_ASSIGN_OR_RETURN(int user, store->TableIndex("user"));
+//   std::vector<float> rows(ids.size() * store->table(user).dim);
+//   HYREC_RETURN_IF_ERROR(store->Lookup(user, ids, absl::MakeSpan(rows), nullptr));
+//   HYREC_RETURN_IF_ERROR(store->Update(user, ids, grads, UpdateId{worker, seq}, nullptr));
+//
+// Thread safety: all methods are safe for concurrent use. The store is split into
+// `num_stripes` stripes by a hash of (table, id), each with its own lock, LRU list and hash
+// index, so lookups and updates from many RPC threads proceed in parallel.
+//
+// Memory layout (docs/architecture.md has the details): each row is a slot of
+// 16 + 4 * (dim + state) bytes (id, two 32-bit LRU links, floats) in per-(stripe, table) chunk
+// arrays, found through an open-addressing index of 32-bit slot handles. Slots are never moved.
+#ifndef HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
+#define HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "hyrec/embedding_ps/table_config.h"
+
+namespace hyrec::embedding_ps {
+
+struct StoreOptions {
+  std::vector<TableConfig> tables;  // At most 256 tables, unique names.
+  uint64_t capacity_rows = 0;       // 0: no bound on rows.
+  uint64_t capacity_bytes = 0;      // 0: no bound; each row is charged its slot bytes + 8 (index).
+  int num_stripes = 64;             // Lock stripes; each holds at most 2^24 - 1 rows per table.
+  // Count-min sketch counters per table (over all stripes) for tables with admission.min_count.
+  uint32_t admission_sketch_counters = 1 << 20;
+};
+
+// Identifies an update for deduplication: a repeat of a (worker_id, sequence) pair that the store
+// has already applied is acknowledged but not applied again. The store remembers, per worker, the
+// highest sequence and the 1024 sequences below it; older sequences are rejected as duplicates.
+// sequence 0 means "no identity": never deduplicated.
+struct UpdateId {
+  uint32_t worker_id = 0;
+  uint64_t sequence = 0;
+};
+
+struct LookupResult {
+  uint64_t not_admitted = 0;  // Ids read as zeros because admission did not let them in.
+};
+
+struct UpdateResult {
+  bool duplicate = false;  // Already applied; nothing changed.
+  uint64_t applied = 0;
+  uint64_t dropped = 0;    // Ids without a row that admission did not let in.
+};
+
+struct TableStats {
+  std::string name;
+  int dim = 0;
+  std::string optimizer;
+  uint64_t rows = 0;
+  uint64_t bytes = 0;       // Slot bytes held by this table's rows (allocated chunks).
+  uint64_t row_bytes = 0;   // Bytes of one slot: 16 + 4 * (dim + state floats).
+  uint64_t lookups = 0;     // Ids looked up.
+  uint64_t updates = 0;     // Rows updated.
+  uint64_t evictions = 0;
+  uint64_t admission_rejections = 0;
+  uint64_t dropped_updates = 0;
+  uint64_t rejected_nonfinite = 0;  // Update requests refused for a NaN/Inf gradient.
+  uint64_t duplicate_updates = 0;
+};
+
+struct StoreStats {
+  uint64_t capacity_rows = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t rows = 0;
+  uint64_t bytes = 0;          // Everything allocated: chunks, index, sketches, stripe headers.
+  uint64_t payload_bytes = 0;  // rows * 4 * (dim + state floats), summed over tables.
+  std::vector<TableStats> tables;
+
+  // (bytes - payload_bytes) / rows: what the store spends per row beyond its floats.
+  double OverheadBytesPerRow() const;
+};
+
+class EmbeddingShardStore {
+ public:
+  // Validates the options (InvalidArgument naming the bad table or field) and builds the store.
+  static absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> Create(const StoreOptions& options);
+
+  virtual ~EmbeddingShardStore() = default;
+  EmbeddingShardStore(const EmbeddingShardStore&) = delete;
+  EmbeddingShardStore& operator=(const EmbeddingShardStore&) = delete;
+
+  int num_tables() const { return static_cast<int>(tables_.size()); }
+  const TableConfig& table(int index) const { return tables_[index]; }
+  // NotFound naming the table when there is none of that name.
+  absl::StatusOr<int> TableIndex(absl::string_view name) const;
+
+  // Copies the rows of `ids` into `out` (ids.size() * dim floats, row-major, in order). Absent
+  // ids are admitted and initialized, or read as zeros when admission declines them.
+  // InvalidArgument (and nothing read) for a bad table index or a wrong `out` size.
+  virtual absl::Status Lookup(int table, absl::Span<const uint64_t> ids, absl::Span<float> out,
+                              LookupResult* result) = 0;
+
+  // Applies one optimizer step per id with `grads` (ids.size() * dim floats). Ids must be unique
+  // within a call (the client sums duplicates). All-or-nothing validation first: a bad table, a
+  // wrong gradient length or any NaN/Inf gradient is InvalidArgument and nothing is written.
+  virtual absl::Status Update(int table, absl::Span<const uint64_t> ids,
+                              absl::Span<const float> grads, UpdateId update_id,
+                              UpdateResult* result) = 0;
+
+  // Counts one request refused before it reached the store (e.g. malformed RPC).
+  virtual void CountRejectedRequest() = 0;
+  virtual uint64_t rejected_requests() const = 0;
+
+  virtual StoreStats Stats() const = 0;
+
+ protected:
+  explicit EmbeddingShardStore(std::vector<TableConfig> tables) : tables_(std::move(tables)) {}
+
+ private:
+  const std::vector<TableConfig> tables_;
+};
+
+// The initial weights of `id` in a table: a pure function of (config.seed, id, initializer).
+void InitialRow(const TableConfig& config, uint64_t id, float* out);
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_

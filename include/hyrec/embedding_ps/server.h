@@ -1,0 +1,63 @@
+// EmbeddingServer: serves one EmbeddingShardStore over gRPC (proto/embedding.proto).
+//
+//   ServerOptions options;
+//   options.port = 0;  // ephemeral; read it back with port()
+//   HYREC_ASSIGN_OR_RETURN(auto server, EmbeddingServer::Start(store, options));
+//   std::cout << "listening on " << server->port() << "\n";
+//   ...
+//   server->Shutdown(absl::Seconds(5));
+//
+// Every request is validated before it reaches the store: an unknown table is NOT_FOUND; a byte
+// field of the wrong length, an unknown precision or a NaN/Inf gradient is INVALID_ARGUMENT; a
+// request over max_ids_per_request is RESOURCE_EXHAUSTED. A refused request changes nothing and
+// the server goes on serving. Thread safety: Shutdown and Wait may be called from any thread.
+#ifndef HYREC_EMBEDDING_PS_SERVER_H_
+#define HYREC_EMBEDDING_PS_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+
+namespace hyrec::embedding_ps {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 0;                  // 0: an ephemeral port, reported by port().
+  int threads = 0;               // gRPC polling threads; 0: one per core.
+  int shard_index = 0;           // This server's position among num_shards PS shards.
+  int num_shards = 1;
+  uint64_t max_ids_per_request = 1 << 22;
+  int max_message_bytes = 256 << 20;
+};
+
+class EmbeddingServer {
+ public:
+  // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<EmbeddingServer>> Start(
+      std::shared_ptr<EmbeddingShardStore> store, const ServerOptions& options);
+
+  ~EmbeddingServer();
+  EmbeddingServer(const EmbeddingServer&) = delete;
+  EmbeddingServer& operator=(const EmbeddingServer&) = delete;
+
+  int port() const;
+
+  // Stops accepting requests, lets in-flight ones finish for up to `grace`, then cancels them.
+  void Shutdown(absl::Duration grace);
+
+  // Blocks until the server has shut down.
+  void Wait();
+
+ private:
+  struct Impl;
+  explicit EmbeddingServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_SERVER_H_

@@ -1,0 +1,105 @@
+// Configuration of the embedding tables held by a parameter server.
+//
+// A table maps unbounded uint64 feature ids to rows of `dim` floats plus the state of its sparse
+// optimizer. Each table chooses its own dim, initializer, optimizer and admission policy:
+//
+//   hyrec::embedding_ps::TableConfig t;
+//   t.name = "user_id";
+//   t.dim = 16;
+//   t.optimizer.kind = hyrec::embedding_ps::OptimizerKind::kAdagrad;
+//   t.optimizer.learning_rate = 0.05f;
+//   HYREC_RETURN_IF_ERROR(t.Validate());
+//
+// Tables are also read from YAML (ParseTableConfigs) or from the compact flag form
+// "name:dim[:optimizer[:learning_rate]]" (ParseTableSpecs).
+#ifndef HYREC_EMBEDDING_PS_TABLE_CONFIG_H_
+#define HYREC_EMBEDDING_PS_TABLE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace hyrec::embedding_ps {
+
+enum class InitializerKind { kUniform, kNormal, kZeros };
+
+struct InitializerConfig {
+  InitializerKind kind = InitializerKind::kUniform;
+  float low = -0.01f;    // kUniform: values in [low, high).
+  float high = 0.01f;
+  float mean = 0.0f;     // kNormal: N(mean, stddev^2).
+  float stddev = 0.01f;
+};
+
+enum class OptimizerKind { kSgd, kAdagrad, kAdam, kFtrl };
+
+// Sparse optimizer applied on the PS to each updated row. For every step, with gradient g and
+// weights w of one row:
+//   g <- clip(g, -grad_clip, grad_clip)            when grad_clip > 0
+//   g <- g + weight_decay * w                      (L2 weight decay)
+//   w <- optimizer step (see optimizer.h)
+//   w <- clip(w, -value_clip, value_clip)          when value_clip > 0
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kAdagrad;
+  float learning_rate = 0.01f;  // FTRL: alpha.
+  float weight_decay = 0.0f;
+  float grad_clip = 0.0f;
+  float value_clip = 0.0f;
+  float epsilon = 1e-8f;              // Adagrad, Adam.
+  float initial_accumulator = 0.0f;   // Adagrad's initial sum of squares; FTRL's initial n.
+  float beta1 = 0.9f;                 // Adam.
+  float beta2 = 0.999f;               // Adam.
+  float ftrl_beta = 1.0f;             // FTRL-Proximal.
+  float ftrl_l1 = 0.0f;
+  float ftrl_l2 = 0.0f;
+};
+
+// Admission of new ids. A lookup of an id that has no row counts one sighting of it; the row is
+// created once the id has been seen `min_count` times (counted in a bounded, aging count-min
+// sketch) and then a coin with probability `probability` comes up. Until then the id reads as
+// zeros and updates to it are dropped and counted. The defaults admit every id at once.
+struct AdmissionConfig {
+  double probability = 1.0;
+  uint32_t min_count = 0;  // 0 and 1 both mean "on first sight"; at most 255.
+
+  bool AdmitsEverything() const { return probability >= 1.0 && min_count <= 1; }
+};
+
+struct TableConfig {
+  std::string name;
+  int dim = 0;
+  uint64_t seed = 0;  // Row initialization is a pure function of (seed, id).
+  InitializerConfig initializer;
+  OptimizerConfig optimizer;
+  AdmissionConfig admission;
+
+  // OK when every field is in range; otherwise InvalidArgument naming the table and field.
+  absl::Status Validate() const;
+};
+
+absl::string_view OptimizerName(OptimizerKind kind);
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
+absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name);
+
+// Number of optimizer-state floats stored after the `dim` weights of a row.
+int OptimizerStateFloats(OptimizerKind kind, int dim);
+
+// Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
+absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,
+                                                           absl::string_view path);
+
+// Parses "name:dim[:optimizer[:learning_rate]]" entries separated by commas, e.g.
+// "user:16:adagrad:0.05,item:32:sgd". Seeds default to the entry's position.
+absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs);
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_TABLE_CONFIG_H_

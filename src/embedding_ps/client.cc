@@ -1,0 +1,464 @@
+// The two EmbeddingClient implementations share ShardedClient: deduplication, placement by
+// ShardForId, reassembly. They differ only in how a set of per-shard requests is carried out.
+#include "hyrec/embedding_ps/client.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "embedding.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "hyrec/common/grpc_status.h"
+#include "hyrec/common/hash.h"
+#include "src/embedding_ps/wire.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+// The ids one shard must serve in one call, and where its rows go.
+struct ShardPart {
+  int shard = 0;
+  std::vector<uint64_t> ids;
+  std::vector<float> values;  // ids.size() * dim: rows read, or gradients to send.
+};
+
+class ShardedClient : public EmbeddingClient {
+ public:
+  ShardedClient(int num_shards, std::vector<std::pair<std::string, int>> tables)
+      : num_shards_(num_shards), tables_(std::move(tables)) {}
+
+  int num_shards() const override { return num_shards_; }
+
+  absl::StatusOr<int> TableDim(absl::string_view table) const override {
+    for (const auto& [name, dim] : tables_) {
+      if (name == table) return dim;
+    }
+    return absl::NotFoundError(absl::StrCat("unknown table '", table, "'"));
+  }
+
+  absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids,
+                      absl::Span<float> out) override {
+    absl::StatusOr<int> dim_or = TableDim(table);
+    if (!dim_or.ok()) return dim_or.status();
+    const size_t dim = static_cast<size_t>(*dim_or);
+    if (out.size() != ids.size() * dim) {
+      return absl::InvalidArgumentError(absl::StrCat("output holds ", out.size(),
+                                                     " floats, expected ", ids.size(),
+                                                     " ids x dim ", dim));
+    }
+    if (ids.empty()) return absl::OkStatus();
+    // position -> (part, row in part), through the first occurrence of each id.
+    std::vector<ShardPart> parts;
+    std::vector<int> part_of_shard(num_shards_, -1);
+    std::vector<std::pair<uint32_t, uint32_t>> where(ids.size());
+    absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> first;
+    first.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto [it, inserted] = first.try_emplace(ids[i]);
+      if (inserted) {
+        const int shard = ShardForId(ids[i], num_shards_);
+        if (part_of_shard[shard] < 0) {
+          part_of_shard[shard] = static_cast<int>(parts.size());
+          parts.push_back(ShardPart{shard, {}, {}});
+        }
+        ShardPart& part = parts[part_of_shard[shard]];
+        it->second = {static_cast<uint32_t>(part_of_shard[shard]),
+                      static_cast<uint32_t>(part.ids.size())};
+        part.ids.push_back(ids[i]);
+      }
+      where[i] = it->second;
+    }
+    for (ShardPart& part : parts) part.values.resize(part.ids.size() * dim);
+    absl::Status status = LookupParts(table, static_cast<int>(dim), absl::MakeSpan(parts));
+    if (!status.ok()) return status;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const auto [p, row] = where[i];
+      std::memcpy(out.data() + i * dim, parts[p].values.data() + row * dim, dim * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
+                      absl::Span<const float> grads, UpdateId update_id) override {
+    absl::StatusOr<int> dim_or = TableDim(table);
+    if (!dim_or.ok()) return dim_or.status();
+    const size_t dim = static_cast<size_t>(*dim_or);
+    if (grads.size() != ids.size() * dim) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient holds ", grads.size(),
+                                                     " floats, expected ", ids.size(),
+                                                     " ids x dim ", dim));
+    }
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!std::isfinite(grads[k])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", table, "': gradient of id ", ids[k / dim], " (row ", k / dim,
+                         ") is ", grads[k], "; nothing was sent"));
+      }
+    }
+    if (ids.empty()) return absl::OkStatus();
+    std::vector<ShardPart> parts;
+    std::vector<int> part_of_shard(num_shards_, -1);
+    absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> first;
+    first.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const float* g = grads.data() + i * dim;
+      auto [it, inserted] = first.try_emplace(ids[i]);
+      if (!inserted) {  // Duplicate id: sum its gradients.
+        float* sum = parts[it->second.first].values.data() + it->second.second * dim;
+        for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+        continue;
+      }
+      const int shard = ShardForId(ids[i], num_shards_);
+      if (part_of_shard[shard] < 0) {
+        part_of_shard[shard] = static_cast<int>(parts.size());
+        parts.push_back(ShardPart{shard, {}, {}});
+      }
+      ShardPart& part = parts[part_of_shard[shard]];
+      it->second = {static_cast<uint32_t>(part_of_shard[shard]),
+                    static_cast<uint32_t>(part.ids.size())};
+      part.ids.push_back(ids[i]);
+      part.values.insert(part.values.end(), g, g + dim);
+    }
+    return UpdateParts(table, static_cast<int>(dim), absl::MakeSpan(parts), update_id);
+  }
+
+ protected:
+  // Reads part.ids into part.values on every part's shard; all must succeed.
+  virtual absl::Status LookupParts(absl::string_view table, int dim,
+                                   absl::Span<ShardPart> parts) = 0;
+  // Applies part.values as gradients of part.ids on every part's shard.
+  virtual absl::Status UpdateParts(absl::string_view table, int dim, absl::Span<ShardPart> parts,
+                                   UpdateId update_id) = 0;
+
+  const int num_shards_;
+  const std::vector<std::pair<std::string, int>> tables_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// In-process: each part goes straight to its store.
+
+class InProcessClient final : public ShardedClient {
+ public:
+  InProcessClient(std::vector<std::shared_ptr<EmbeddingShardStore>> stores,
+                  std::vector<std::pair<std::string, int>> tables)
+      : ShardedClient(static_cast<int>(stores.size()), std::move(tables)),
+        stores_(std::move(stores)) {}
+
+  absl::StatusOr<std::vector<ShardStats>> Stats() override {
+    std::vector<ShardStats> out;
+    for (size_t s = 0; s < stores_.size(); ++s) {
+      ShardStats stats;
+      stats.shard_index = static_cast<int>(s);
+      stats.num_shards = num_shards_;
+      stats.rejected_requests = stores_[s]->rejected_requests();
+      stats.store = stores_[s]->Stats();
+      out.push_back(std::move(stats));
+    }
+    return out;
+  }
+
+ private:
+  absl::Status LookupParts(absl::string_view table, int, absl::Span<ShardPart> parts) override {
+    for (ShardPart& part : parts) {
+      EmbeddingShardStore& store = *stores_[part.shard];
+      absl::StatusOr<int> t = store.TableIndex(table);
+      if (!t.ok()) return t.status();
+      absl::Status status = store.Lookup(*t, part.ids, absl::MakeSpan(part.values), nullptr);
+      if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status UpdateParts(absl::string_view table, int, absl::Span<ShardPart> parts,
+                           UpdateId update_id) override {
+    for (ShardPart& part : parts) {
+      EmbeddingShardStore& store = *stores_[part.shard];
+      absl::StatusOr<int> t = store.TableIndex(table);
+      if (!t.ok()) return t.status();
+      absl::Status status = store.Update(*t, part.ids, part.values, update_id, nullptr);
+      if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status Annotate(const absl::Status& status, absl::string_view context) {
+    return absl::Status(status.code(), absl::StrCat(context, ": ", status.message()));
+  }
+
+  const std::vector<std::shared_ptr<EmbeddingShardStore>> stores_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// gRPC: all parts of a call are in flight at once (callback API); failed parts are retried
+// together after a jittered backoff, within the call's overall deadline.
+
+bool Retryable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         code == grpc::StatusCode::ABORTED || code == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+
+class GrpcClient final : public ShardedClient {
+ public:
+  GrpcClient(std::vector<std::string> addresses,
+             std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs,
+             std::vector<std::pair<std::string, int>> tables, const ClientOptions& options)
+      : ShardedClient(static_cast<int>(stubs.size()), std::move(tables)),
+        addresses_(std::move(addresses)),
+        stubs_(std::move(stubs)),
+        options_(options),
+        precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16
+                                                         : proto::PRECISION_FP32) {}
+
+  absl::StatusOr<std::vector<ShardStats>> Stats() override {
+    std::vector<ShardStats> out(num_shards_);
+    std::vector<proto::StatsResponse> responses(num_shards_);
+    absl::Status status = RunOnShards(
+        AllShards(), "Stats",
+        [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
+          static const proto::StatsRequest request;
+          responses[k] = proto::StatsResponse();
+          stubs_[k]->async()->Stats(context, &request, &responses[k], std::move(done));
+        });
+    if (!status.ok()) return status;
+    for (int s = 0; s < num_shards_; ++s) {
+      const proto::StatsResponse& r = responses[s];
+      ShardStats& stats = out[s];
+      stats.shard_index = static_cast<int>(r.shard_index());
+      stats.num_shards = static_cast<int>(r.num_shards());
+      stats.rejected_requests = r.rejected_requests();
+      stats.store.capacity_rows = r.capacity_rows();
+      stats.store.capacity_bytes = r.capacity_bytes();
+      stats.store.rows = r.rows();
+      stats.store.bytes = r.bytes();
+      stats.store.payload_bytes = r.payload_bytes();
+      for (const proto::TableStats& p : r.tables()) {
+        TableStats t;
+        t.name = p.name();
+        t.dim = static_cast<int>(p.dim());
+        t.optimizer = p.optimizer();
+        t.rows = p.rows();
+        t.bytes = p.bytes();
+        t.row_bytes = p.row_bytes();
+        t.lookups = p.lookups();
+        t.updates = p.updates();
+        t.evictions = p.evictions();
+        t.admission_rejections = p.admission_rejections();
+        t.dropped_updates = p.dropped_updates();
+        t.rejected_nonfinite = p.rejected_nonfinite();
+        t.duplicate_updates = p.duplicate_updates();
+        stats.store.tables.push_back(std::move(t));
+      }
+    }
+    return out;
+  }
+
+ private:
+  using StartFn =
+      std::function<void(int k, grpc::ClientContext*, std::function<void(grpc::Status)>)>;
+
+  std::vector<int> AllShards() const {
+    std::vector<int> shards(num_shards_);
+    for (int s = 0; s < num_shards_; ++s) shards[s] = s;
+    return shards;
+  }
+
+  // Runs start(k, ...) for every k in `keys`, all in flight at once, retrying the failed ones.
+  // `keys[k]` names the shard of request k (for the stub, the error message and nothing else).
+  absl::Status RunOnShards(const std::vector<int>& shards, absl::string_view method,
+                           const StartFn& start) {
+    const absl::Time deadline = absl::Now() + options_.call_timeout;
+    std::vector<int> pending(shards.size());
+    for (size_t k = 0; k < shards.size(); ++k) pending[k] = static_cast<int>(k);
+    absl::Duration backoff = options_.initial_backoff;
+    thread_local std::minstd_rand jitter(std::random_device{}());
+    for (int attempt = 1;; ++attempt) {
+      const absl::Time attempt_deadline = std::min(deadline, absl::Now() + options_.attempt_timeout);
+      std::vector<grpc::ClientContext> contexts(pending.size());
+      std::vector<grpc::Status> results(pending.size());
+      absl::Mutex mu;
+      size_t remaining = pending.size();
+      for (size_t p = 0; p < pending.size(); ++p) {
+        contexts[p].set_deadline(absl::ToChronoTime(attempt_deadline));
+        start(pending[p], &contexts[p], [&, p](grpc::Status status) {
+          absl::MutexLock lock(&mu);
+          results[p] = std::move(status);
+          --remaining;
+        });
+      }
+      {
+        absl::MutexLock lock(&mu);
+        mu.Await(absl::Condition(
+            +[](size_t* left) { return *left == 0; }, &remaining));
+      }
+      std::vector<int> failed;
+      grpc::Status first_error;
+      int first_error_shard = -1;
+      for (size_t p = 0; p < pending.size(); ++p) {
+        if (results[p].ok()) continue;
+        if (!Retryable(results[p].error_code())) {
+          return Annotated(results[p], shards[pending[p]], method, attempt);
+        }
+        if (first_error_shard < 0) {
+          first_error = results[p];
+          first_error_shard = shards[pending[p]];
+        }
+        failed.push_back(pending[p]);
+      }
+      if (failed.empty()) return absl::OkStatus();
+      const absl::Duration sleep =
+          backoff * (0.5 + std::uniform_real_distribution<double>(0.0, 1.0)(jitter));
+      if (attempt >= options_.max_attempts || absl::Now() + sleep >= deadline) {
+        return Annotated(first_error, first_error_shard, method, attempt);
+      }
+      absl::SleepFor(sleep);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      pending = std::move(failed);
+    }
+  }
+
+  absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method,
+                         int attempts) const {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        absl::StrCat(method, " on PS shard ", shard, " (", addresses_[shard],
+                                     ") failed after ", attempts, " attempt(s): ",
+                                     status.error_message()));
+  }
+
+  absl::Status LookupParts(absl::string_view table, int dim, absl::Span<ShardPart> parts) override {
+    std::vector<proto::LookupRequest> requests(parts.size());
+    std::vector<proto::LookupResponse> responses(parts.size());
+    std::vector<int> shards(parts.size());
+    for (size_t k = 0; k < parts.size(); ++k) {
+      requests[k].set_table(std::string(table));
+      requests[k].set_precision(precision_);
+      wire::EncodeIds(parts[k].ids, requests[k].mutable_ids());
+      shards[k] = parts[k].shard;
+    }
+    absl::Status status = RunOnShards(
+        shards, "Lookup",
+        [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
+          responses[k].Clear();
+          stubs_[shards[k]]->async()->Lookup(context, &requests[k], &responses[k],
+                                             std::move(done));
+        });
+    if (!status.ok()) return status;
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const proto::LookupResponse& r = responses[k];
+      if (static_cast<int>(r.dim()) != dim || !wire::ValidPrecision(r.precision())) {
+        return absl::InternalError(absl::StrCat("PS shard ", shards[k], " answered dim ", r.dim(),
+                                                ", expected ", dim));
+      }
+      absl::Status decoded =
+          wire::DecodeValues(r.values(), r.precision(), "values", absl::MakeSpan(parts[k].values));
+      if (!decoded.ok()) {
+        return absl::InternalError(absl::StrCat("PS shard ", shards[k], ": ", decoded.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status UpdateParts(absl::string_view table, int, absl::Span<ShardPart> parts,
+                           UpdateId update_id) override {
+    std::vector<proto::UpdateRequest> requests(parts.size());
+    std::vector<proto::UpdateResponse> responses(parts.size());
+    std::vector<int> shards(parts.size());
+    for (size_t k = 0; k < parts.size(); ++k) {
+      requests[k].set_table(std::string(table));
+      requests[k].set_precision(precision_);
+      requests[k].set_worker_id(update_id.worker_id);
+      requests[k].set_sequence(update_id.sequence);
+      wire::EncodeIds(parts[k].ids, requests[k].mutable_ids());
+      wire::EncodeValues(parts[k].values, precision_, requests[k].mutable_grads());
+      shards[k] = parts[k].shard;
+    }
+    return RunOnShards(
+        shards, "Update",
+        [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
+          responses[k].Clear();
+          stubs_[shards[k]]->async()->Update(context, &requests[k], &responses[k],
+                                             std::move(done));
+        });
+  }
+
+  const std::vector<std::string> addresses_;
+  const std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs_;
+  const ClientOptions options_;
+  const proto::Precision precision_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores) {
+  if (stores.empty()) return absl::InvalidArgumentError("no stores given");
+  std::vector<std::pair<std::string, int>> tables;
+  for (int t = 0; t < stores[0]->num_tables(); ++t) {
+    tables.emplace_back(stores[0]->table(t).name, stores[0]->table(t).dim);
+  }
+  for (size_t s = 0; s < stores.size(); ++s) {
+    if (stores[s] == nullptr) return absl::InvalidArgumentError(absl::StrCat("store ", s, " is null"));
+    bool same = stores[s]->num_tables() == static_cast<int>(tables.size());
+    for (int t = 0; same && t < stores[s]->num_tables(); ++t) {
+      same = stores[s]->table(t).name == tables[t].first && stores[s]->table(t).dim == tables[t].second;
+    }
+    if (!same) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("store ", s, " holds different tables from store 0"));
+    }
+  }
+  return std::unique_ptr<EmbeddingClient>(new InProcessClient(std::move(stores), std::move(tables)));
+}
+
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
+    const std::vector<std::string>& addresses, const ClientOptions& options) {
+  if (addresses.empty()) return absl::InvalidArgumentError("no PS addresses given");
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
+  for (const std::string& address : addresses) {
+    stubs.push_back(proto::EmbeddingService::NewStub(
+        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+  }
+  std::vector<std::pair<std::string, int>> tables;
+  const absl::Time deadline = absl::Now() + options.call_timeout;
+  for (size_t s = 0; s < stubs.size(); ++s) {
+    proto::HealthResponse health;
+    grpc::Status status;
+    // Waits for the channel to come up (the PS may still be starting), up to the deadline.
+    for (absl::Duration backoff = options.initial_backoff;;) {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options.attempt_timeout)));
+      status = stubs[s]->Health(&context, proto::HealthRequest(), &health);
+      if (status.ok() || !Retryable(status.error_code()) || absl::Now() + backoff >= deadline) break;
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, options.max_backoff);
+    }
+    if (!status.ok()) {
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("PS shard ", s, " (", addresses[s],
+                                       ") did not answer Health: ", status.error_message()));
+    }
+    if (!health.serving() || health.shard_index() != s || health.num_shards() != addresses.size()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "PS at ", addresses[s], " is shard ", health.shard_index(), " of ", health.num_shards(),
+          ", but was given as shard ", s, " of ", addresses.size()));
+    }
+    std::vector<std::pair<std::string, int>> shard_tables;
+    for (const proto::TableInfo& info : health.tables()) {
+      shard_tables.emplace_back(info.name(), static_cast<int>(info.dim()));
+    }
+    if (s == 0) {
+      tables = std::move(shard_tables);
+    } else if (shard_tables != tables) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "PS shard ", s, " (", addresses[s], ") holds different tables from shard 0"));
+    }
+  }
+  return std::unique_ptr<EmbeddingClient>(
+      new GrpcClient(addresses, std::move(stubs), std::move(tables), options));
+}
+
+}  // namespace hyrec::embedding_ps

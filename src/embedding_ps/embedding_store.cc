@@ -1,0 +1,600 @@
+#include "hyrec/embedding_ps/embedding_store.h"
+
+#include <algorithm>
+#include <bitset>
+#include <cmath>
+#include <cstring>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "hyrec/common/hash.h"
+#include "hyrec/embedding_ps/optimizer.h"
+#include "src/embedding_ps/row_index.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+constexpr int kSlotBits = 24;
+constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
+constexpr uint32_t kMaxSlots = kSlotMask;  // Slot kSlotMask is never used.
+constexpr int kMaxTables = 256;
+constexpr uint64_t kIndexChargePerRow = 8;  // Index bytes charged per row against capacity_bytes.
+constexpr size_t kDedupWindow = 1024;
+constexpr size_t kMaxDedupWorkers = 1 << 16;
+
+// Returns InvalidArgument for a table index out of range.
+#define HYREC_CHECK_TABLE(t)                                                         \
+  if ((t) < 0 || (t) >= num_tables()) {                                              \
+    return absl::InvalidArgumentError(                                               \
+        absl::StrCat("table index ", (t), " out of range [0, ", num_tables(), ")")); \
+  }
+
+inline uint32_t MakeHandle(int table, uint32_t slot) {
+  return (static_cast<uint32_t>(table) << kSlotBits) | slot;
+}
+inline int HandleTable(uint32_t handle) { return static_cast<int>(handle >> kSlotBits); }
+inline uint32_t HandleSlot(uint32_t handle) { return handle & kSlotMask; }
+
+// Every slot starts with this header; the row's floats follow.
+struct SlotHeader {
+  uint64_t id;
+  uint32_t prev;  // Toward the most recently used end; kNoHandle at the head.
+  uint32_t next;  // Toward the least recently used end; kNoHandle at the tail. Free-list link.
+};
+static_assert(sizeof(SlotHeader) == 16, "slot header is 16 bytes");
+
+// The slots of one table within one stripe, in fixed-size chunks that never move.
+class Slab {
+ public:
+  Slab(uint32_t slot_bytes, int chunk_shift) : slot_bytes_(slot_bytes), chunk_shift_(chunk_shift) {}
+
+  char* Slot(uint32_t slot) const {
+    return chunks_[slot >> chunk_shift_].get() +
+           static_cast<size_t>(slot & ((1u << chunk_shift_) - 1)) * slot_bytes_;
+  }
+
+  // A free slot, or kNoHandle when the slab holds kMaxSlots already.
+  uint32_t Allocate() {
+    if (free_head_ != kNoHandle) {
+      const uint32_t slot = free_head_;
+      free_head_ = reinterpret_cast<SlotHeader*>(Slot(slot))->next;
+      return slot;
+    }
+    if (used_ >= kMaxSlots) return kNoHandle;
+    if ((used_ >> chunk_shift_) >= chunks_.size()) {
+      chunks_.emplace_back(new char[static_cast<size_t>(slot_bytes_) << chunk_shift_]);
+    }
+    return used_++;
+  }
+
+  void Free(uint32_t slot) {
+    reinterpret_cast<SlotHeader*>(Slot(slot))->next = free_head_;
+    free_head_ = slot;
+  }
+
+  uint64_t bytes() const {
+    return static_cast<uint64_t>(chunks_.size()) * (static_cast<uint64_t>(slot_bytes_) << chunk_shift_);
+  }
+
+ private:
+  const uint32_t slot_bytes_;
+  const int chunk_shift_;
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  uint32_t used_ = 0;
+  uint32_t free_head_ = kNoHandle;
+};
+
+// Count-min sketch with conservative update and periodic halving (aging), 8-bit counters.
+class CountMinSketch {
+ public:
+  static constexpr int kDepth = 4;
+  explicit CountMinSketch(uint32_t width)
+      : width_(width), counters_(static_cast<size_t>(kDepth) * width) {}  // width 0: unused.
+
+  // Counts one sighting of `hash` and returns the estimated count (saturates at 255).
+  uint32_t Increment(uint64_t hash) {
+    size_t pos[kDepth];
+    uint32_t estimate = 255;
+    for (int d = 0; d < kDepth; ++d) {
+      pos[d] = d * static_cast<size_t>(width_) + FastRange64(Mix64(hash + d), width_);
+      estimate = std::min<uint32_t>(estimate, counters_[pos[d]]);
+    }
+    if (estimate < 255) {
+      ++estimate;
+      for (int d = 0; d < kDepth; ++d) {
+        if (counters_[pos[d]] < estimate) counters_[pos[d]] = static_cast<uint8_t>(estimate);
+      }
+    }
+    if (++increments_ >= 10ull * width_) {
+      for (uint8_t& c : counters_) c >>= 1;
+      increments_ = 0;
+    }
+    return estimate;
+  }
+
+  uint64_t bytes() const { return counters_.size(); }
+
+ private:
+  const uint32_t width_;
+  std::vector<uint8_t> counters_;
+  uint64_t increments_ = 0;
+};
+
+// Remembers which update sequences of one worker were applied: the highest, and a bitmap of the
+// kDedupWindow sequences below it.
+class SequenceWindow {
+ public:
+  // True when `sequence` is new (and marks it); false for a repeat or one older than the window.
+  bool Mark(uint64_t sequence) {
+    if (sequence > highest_) {
+      const uint64_t shift = sequence - highest_;
+      if (shift >= kDedupWindow) {
+        seen_.reset();
+      } else {
+        seen_ <<= shift;
+      }
+      seen_.set(0);
+      highest_ = sequence;
+      return true;
+    }
+    const uint64_t distance = highest_ - sequence;
+    if (distance >= kDedupWindow || seen_.test(distance)) return false;
+    seen_.set(distance);
+    return true;
+  }
+
+ private:
+  uint64_t highest_ = 0;
+  std::bitset<kDedupWindow> seen_;
+};
+
+struct TableCounters {
+  uint64_t rows = 0;
+  uint64_t lookups = 0;
+  uint64_t updates = 0;
+  uint64_t evictions = 0;
+  uint64_t admission_rejections = 0;
+  uint64_t dropped_updates = 0;
+};
+
+struct TableLayout {
+  int dim = 0;
+  int state_floats = 0;
+  uint32_t slot_bytes = 0;
+  uint64_t charge = 0;  // Bytes charged against capacity_bytes per row.
+  uint64_t salt = 0;
+};
+
+int ChunkShiftFor(uint64_t expected_rows_per_stripe) {
+  // About 1/64 of a stripe's expected rows per chunk: little waste, few allocations.
+  const uint64_t target = std::clamp<uint64_t>(expected_rows_per_stripe / 64, 16, 4096);
+  int shift = 4;
+  while ((1ull << (shift + 1)) <= target) ++shift;
+  return shift;
+}
+
+struct alignas(64) Stripe {
+  Stripe(const std::vector<TableLayout>& layouts, const std::vector<TableConfig>& configs,
+         uint64_t expected_rows, uint32_t sketch_width, uint64_t seed)
+      : index(expected_rows), counters(layouts.size()), rng_state(seed) {
+    const int chunk_shift = ChunkShiftFor(expected_rows);
+    for (size_t t = 0; t < layouts.size(); ++t) {
+      slabs.emplace_back(layouts[t].slot_bytes, chunk_shift);
+      sketches.emplace_back(configs[t].admission.min_count > 1 ? sketch_width : 0);
+    }
+  }
+
+  mutable absl::Mutex mu;
+  RowIndex index ABSL_GUARDED_BY(mu);
+  std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
+  std::vector<CountMinSketch> sketches ABSL_GUARDED_BY(mu);
+  std::vector<TableCounters> counters ABSL_GUARDED_BY(mu);
+  uint32_t lru_head ABSL_GUARDED_BY(mu) = kNoHandle;  // Most recently used.
+  uint32_t lru_tail ABSL_GUARDED_BY(mu) = kNoHandle;  // Least recently used.
+  uint64_t rows ABSL_GUARDED_BY(mu) = 0;
+  uint64_t rng_state ABSL_GUARDED_BY(mu);
+};
+
+class StripedStore final : public EmbeddingShardStore {
+ public:
+  StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts)
+      : EmbeddingShardStore(options.tables),
+        capacity_rows_(options.capacity_rows),
+        capacity_bytes_(options.capacity_bytes),
+        num_stripes_(options.num_stripes),
+        layouts_(std::move(layouts)),
+        rejected_nonfinite_(layouts_.size()),
+        duplicates_(layouts_.size()) {
+    uint64_t expected = 0;
+    if (capacity_rows_ > 0) {
+      expected = capacity_rows_;
+    } else if (capacity_bytes_ > 0) {
+      uint64_t min_charge = UINT64_MAX;
+      for (const TableLayout& l : layouts_) min_charge = std::min(min_charge, l.charge);
+      expected = capacity_bytes_ / min_charge;
+    }
+    uint64_t per_stripe = expected / num_stripes_;
+    if (per_stripe > 0) {
+      per_stripe += static_cast<uint64_t>(4.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
+    }
+    const uint32_t sketch_width =
+        std::max<uint32_t>(64, options.admission_sketch_counters /
+                                   (CountMinSketch::kDepth * static_cast<uint32_t>(num_stripes_)));
+    stripes_.reserve(num_stripes_);
+    for (int s = 0; s < num_stripes_; ++s) {
+      stripes_.push_back(std::make_unique<Stripe>(layouts_, options.tables, per_stripe,
+                                                  sketch_width, Mix64(s + 1)));
+    }
+  }
+
+  absl::Status Lookup(int t, absl::Span<const uint64_t> ids, absl::Span<float> out,
+                      LookupResult* result) override {
+    HYREC_CHECK_TABLE(t);
+    const TableLayout& layout = layouts_[t];
+    if (out.size() != ids.size() * static_cast<size_t>(layout.dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table(t).name, "': output holds ", out.size(),
+                       " floats, expected ", ids.size(), " ids x dim ", layout.dim));
+    }
+    uint64_t not_admitted = 0;
+    const size_t row_bytes = sizeof(float) * layout.dim;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint64_t hash = Hash(t, ids[i]);
+      Stripe& stripe = StripeFor(hash);
+      float* dst = out.data() + i * layout.dim;
+      absl::MutexLock lock(&stripe.mu);
+      ++stripe.counters[t].lookups;
+      uint32_t handle = FindLocked(stripe, t, ids[i], hash);
+      if (handle != kNoHandle) {
+        MoveToFrontLocked(stripe, handle);
+      } else if (AdmitLocked(stripe, t, hash)) {
+        handle = InsertLocked(stripe, t, ids[i], hash);
+      }
+      if (handle == kNoHandle) {
+        std::memset(dst, 0, row_bytes);
+        ++not_admitted;
+        continue;
+      }
+      std::memcpy(dst, Weights(stripe, handle), row_bytes);
+    }
+    if (result != nullptr) result->not_admitted = not_admitted;
+    return absl::OkStatus();
+  }
+
+  absl::Status Update(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                      UpdateId update_id, UpdateResult* result) override {
+    HYREC_CHECK_TABLE(t);
+    const TableLayout& layout = layouts_[t];
+    const TableConfig& config = table(t);
+    if (grads.size() != ids.size() * static_cast<size_t>(layout.dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
+                       " floats, expected ", ids.size(), " ids x dim ", layout.dim));
+    }
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!std::isfinite(grads[k])) {
+        rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
+        const size_t row = k / layout.dim;
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", config.name, "': gradient of id ", ids[row], " (row ", row, ", element ",
+            k % layout.dim, ") is ", grads[k], "; the update was rejected and nothing written"));
+      }
+    }
+    UpdateResult local;
+    if (update_id.sequence != 0) {
+      absl::MutexLock lock(&dedup_mu_);
+      auto it = dedup_.find(update_id.worker_id);
+      if (it == dedup_.end()) {
+        if (dedup_.size() >= kMaxDedupWorkers) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
+        }
+        it = dedup_.emplace(update_id.worker_id, SequenceWindow()).first;
+      }
+      if (!it->second.Mark(update_id.sequence)) {
+        duplicates_[t].fetch_add(1, std::memory_order_relaxed);
+        local.duplicate = true;
+        if (result != nullptr) *result = local;
+        return absl::OkStatus();
+      }
+    }
+    const bool create_absent = config.admission.AdmitsEverything();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const uint64_t hash = Hash(t, ids[i]);
+      Stripe& stripe = StripeFor(hash);
+      absl::MutexLock lock(&stripe.mu);
+      uint32_t handle = FindLocked(stripe, t, ids[i], hash);
+      if (handle != kNoHandle) {
+        MoveToFrontLocked(stripe, handle);
+      } else if (create_absent) {
+        handle = InsertLocked(stripe, t, ids[i], hash);
+      }
+      if (handle == kNoHandle) {
+        ++stripe.counters[t].dropped_updates;
+        ++local.dropped;
+        continue;
+      }
+      float* weights = Weights(stripe, handle);
+      ApplyOptimizer(config.optimizer, layout.dim, grads.data() + i * layout.dim, weights,
+                     weights + layout.dim);
+      ++stripe.counters[t].updates;
+      ++local.applied;
+    }
+    if (result != nullptr) *result = local;
+    return absl::OkStatus();
+  }
+
+  void CountRejectedRequest() override {
+    rejected_requests_.fetch_add(1, std::memory_order_relaxed);
+  }
+  uint64_t rejected_requests() const override {
+    return rejected_requests_.load(std::memory_order_relaxed);
+  }
+
+  StoreStats Stats() const override {
+    StoreStats stats;
+    stats.capacity_rows = capacity_rows_;
+    stats.capacity_bytes = capacity_bytes_;
+    stats.tables.resize(num_tables());
+    stats.bytes = sizeof(*this) + num_stripes_ * sizeof(Stripe);
+    for (int t = 0; t < num_tables(); ++t) {
+      TableStats& ts = stats.tables[t];
+      ts.name = table(t).name;
+      ts.dim = layouts_[t].dim;
+      ts.optimizer = std::string(OptimizerName(table(t).optimizer.kind));
+      ts.row_bytes = layouts_[t].slot_bytes;
+      ts.rejected_nonfinite = rejected_nonfinite_[t].load(std::memory_order_relaxed);
+      ts.duplicate_updates = duplicates_[t].load(std::memory_order_relaxed);
+    }
+    for (const auto& stripe_ptr : stripes_) {
+      const Stripe& stripe = *stripe_ptr;
+      absl::MutexLock lock(&stripe.mu);
+      stats.bytes += stripe.index.bytes();
+      for (int t = 0; t < num_tables(); ++t) {
+        TableStats& ts = stats.tables[t];
+        const TableCounters& c = stripe.counters[t];
+        ts.rows += c.rows;
+        ts.lookups += c.lookups;
+        ts.updates += c.updates;
+        ts.evictions += c.evictions;
+        ts.admission_rejections += c.admission_rejections;
+        ts.dropped_updates += c.dropped_updates;
+        ts.bytes += stripe.slabs[t].bytes();
+        stats.bytes += stripe.slabs[t].bytes() + stripe.sketches[t].bytes();
+      }
+    }
+    for (int t = 0; t < num_tables(); ++t) {
+      stats.rows += stats.tables[t].rows;
+      stats.payload_bytes += stats.tables[t].rows * sizeof(float) *
+                             (layouts_[t].dim + layouts_[t].state_floats);
+    }
+    return stats;
+  }
+
+ private:
+  uint64_t Hash(int t, uint64_t id) const { return Mix64(id ^ layouts_[t].salt); }
+  Stripe& StripeFor(uint64_t hash) const {
+    return *stripes_[static_cast<uint32_t>(hash) % static_cast<uint32_t>(num_stripes_)];
+  }
+
+  static SlotHeader* Header(const Stripe& stripe, uint32_t handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    return reinterpret_cast<SlotHeader*>(
+        stripe.slabs[HandleTable(handle)].Slot(HandleSlot(handle)));
+  }
+  static float* Weights(const Stripe& stripe, uint32_t handle)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    return reinterpret_cast<float*>(Header(stripe, handle) + 1);
+  }
+
+  uint32_t FindLocked(const Stripe& stripe, int t, uint64_t id, uint64_t hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    return stripe.index.Find(hash, [&](uint32_t handle) {
+      return HandleTable(handle) == t && Header(stripe, handle)->id == id;
+    });
+  }
+
+  bool AdmitLocked(Stripe& stripe, int t, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const AdmissionConfig& admission = table(t).admission;
+    if (admission.AdmitsEverything()) return true;
+    if (admission.min_count > 1 && stripe.sketches[t].Increment(hash) < admission.min_count) {
+      ++stripe.counters[t].admission_rejections;
+      return false;
+    }
+    if (admission.probability < 1.0) {
+      stripe.rng_state += 0x9e3779b97f4a7c15ULL;
+      const double coin = static_cast<double>(Mix64(stripe.rng_state) >> 11) * 0x1.0p-53;
+      if (coin >= admission.probability) {
+        ++stripe.counters[t].admission_rejections;
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void UnlinkLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    SlotHeader* h = Header(stripe, handle);
+    if (h->prev != kNoHandle) {
+      Header(stripe, h->prev)->next = h->next;
+    } else {
+      stripe.lru_head = h->next;
+    }
+    if (h->next != kNoHandle) {
+      Header(stripe, h->next)->prev = h->prev;
+    } else {
+      stripe.lru_tail = h->prev;
+    }
+  }
+
+  void PushFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    SlotHeader* h = Header(stripe, handle);
+    h->prev = kNoHandle;
+    h->next = stripe.lru_head;
+    if (stripe.lru_head != kNoHandle) Header(stripe, stripe.lru_head)->prev = handle;
+    stripe.lru_head = handle;
+    if (stripe.lru_tail == kNoHandle) stripe.lru_tail = handle;
+  }
+
+  void MoveToFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (stripe.lru_head == handle) return;
+    UnlinkLocked(stripe, handle);
+    PushFrontLocked(stripe, handle);
+  }
+
+  bool OverCapacity() const {
+    return (capacity_rows_ > 0 && total_rows_.load(std::memory_order_relaxed) > capacity_rows_) ||
+           (capacity_bytes_ > 0 &&
+            total_charged_.load(std::memory_order_relaxed) > capacity_bytes_);
+  }
+
+  void EvictOneLocked(Stripe& stripe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint32_t victim = stripe.lru_tail;
+    const int vt = HandleTable(victim);
+    SlotHeader* h = Header(stripe, victim);
+    stripe.index.Erase(Hash(vt, h->id), victim);
+    UnlinkLocked(stripe, victim);
+    stripe.slabs[vt].Free(HandleSlot(victim));
+    --stripe.rows;
+    --stripe.counters[vt].rows;
+    ++stripe.counters[vt].evictions;
+    total_rows_.fetch_sub(1, std::memory_order_relaxed);
+    total_charged_.fetch_sub(layouts_[vt].charge, std::memory_order_relaxed);
+  }
+
+  // Creates the row of (t, id), evicting least recently used rows of this stripe to stay within
+  // capacity. Returns kNoHandle when the stripe's slab for t is full.
+  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const TableLayout& layout = layouts_[t];
+    total_rows_.fetch_add(1, std::memory_order_relaxed);
+    total_charged_.fetch_add(layout.charge, std::memory_order_relaxed);
+    while (OverCapacity() && stripe.lru_tail != kNoHandle) EvictOneLocked(stripe);
+    const uint32_t slot = stripe.slabs[t].Allocate();
+    if (slot == kNoHandle) {
+      total_rows_.fetch_sub(1, std::memory_order_relaxed);
+      total_charged_.fetch_sub(layout.charge, std::memory_order_relaxed);
+      ++stripe.counters[t].admission_rejections;
+      return kNoHandle;
+    }
+    const uint32_t handle = MakeHandle(t, slot);
+    SlotHeader* h = Header(stripe, handle);
+    h->id = id;
+    float* weights = reinterpret_cast<float*>(h + 1);
+    InitialRow(table(t), id, weights);
+    InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
+    stripe.index.Insert(hash, handle, [&](uint32_t other) {
+      return Hash(HandleTable(other), Header(stripe, other)->id);
+    });
+    PushFrontLocked(stripe, handle);
+    ++stripe.rows;
+    ++stripe.counters[t].rows;
+    return handle;
+  }
+
+  const uint64_t capacity_rows_;
+  const uint64_t capacity_bytes_;
+  const int num_stripes_;
+  const std::vector<TableLayout> layouts_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+  std::atomic<uint64_t> total_rows_{0};
+  std::atomic<uint64_t> total_charged_{0};
+  std::atomic<uint64_t> rejected_requests_{0};
+  std::vector<std::atomic<uint64_t>> rejected_nonfinite_;
+  std::vector<std::atomic<uint64_t>> duplicates_;
+  absl::Mutex dedup_mu_;
+  absl::flat_hash_map<uint32_t, SequenceWindow> dedup_ ABSL_GUARDED_BY(dedup_mu_);
+};
+
+}  // namespace
+
+double StoreStats::OverheadBytesPerRow() const {
+  if (rows == 0) return 0.0;
+  return static_cast<double>(bytes - payload_bytes) / static_cast<double>(rows);
+}
+
+void InitialRow(const TableConfig& config, uint64_t id, float* out) {
+  const InitializerConfig& init = config.initializer;
+  const uint64_t base = HashCombine(config.seed, id);
+  const int dim = config.dim;
+  switch (init.kind) {
+    case InitializerKind::kZeros:
+      std::fill(out, out + dim, 0.0f);
+      return;
+    case InitializerKind::kUniform: {
+      const double span = static_cast<double>(init.high) - init.low;
+      for (int j = 0; j < dim; ++j) {
+        const double u = static_cast<double>(Mix64(base + j) >> 11) * 0x1.0p-53;  // [0, 1)
+        out[j] = static_cast<float>(init.low + span * u);
+      }
+      return;
+    }
+    case InitializerKind::kNormal: {
+      // Box-Muller on counter-based uniforms: pair k gives elements 2k and 2k+1.
+      for (int j = 0; j < dim; j += 2) {
+        const uint64_t r1 = Mix64(base + j);
+        const uint64_t r2 = Mix64(base + j + 1);
+        const double u1 = (static_cast<double>(r1 >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
+        const double u2 = static_cast<double>(r2 >> 11) * 0x1.0p-53;
+        const double radius = std::sqrt(-2.0 * std::log(u1));
+        const double angle = 2.0 * M_PI * u2;
+        out[j] = static_cast<float>(init.mean + init.stddev * radius * std::cos(angle));
+        if (j + 1 < dim) {
+          out[j + 1] = static_cast<float>(init.mean + init.stddev * radius * std::sin(angle));
+        }
+      }
+      return;
+    }
+  }
+}
+
+absl::StatusOr<int> EmbeddingShardStore::TableIndex(absl::string_view name) const {
+  for (int t = 0; t < num_tables(); ++t) {
+    if (tables_[t].name == name) return t;
+  }
+  return absl::NotFoundError(absl::StrCat("unknown table '", name, "'"));
+}
+
+absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create(
+    const StoreOptions& options) {
+  if (options.tables.empty()) return absl::InvalidArgumentError("the store needs at least one table");
+  if (options.tables.size() > kMaxTables) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.tables.size(), " tables given; a store holds at most ", kMaxTables));
+  }
+  if (options.num_stripes < 1 || options.num_stripes > (1 << 16)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_stripes must be in [1, 65536], got ", options.num_stripes));
+  }
+  std::vector<TableLayout> layouts;
+  for (size_t t = 0; t < options.tables.size(); ++t) {
+    const TableConfig& config = options.tables[t];
+    absl::Status valid = config.Validate();
+    if (!valid.ok()) return valid;
+    for (size_t u = 0; u < t; ++u) {
+      if (options.tables[u].name == config.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", config.name, "' is defined twice"));
+      }
+    }
+    TableLayout layout;
+    layout.dim = config.dim;
+    layout.state_floats = OptimizerStateFloats(config.optimizer.kind, config.dim);
+    layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) +
+                                              sizeof(float) * (layout.dim + layout.state_floats));
+    layout.charge = layout.slot_bytes + kIndexChargePerRow;
+    layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
+    layouts.push_back(layout);
+  }
+  // Each stripe holds at most kMaxSlots rows per table; keep a 2x margin for uneven spreading.
+  const uint64_t rows_per_stripe = options.capacity_rows / options.num_stripes;
+  if (rows_per_stripe * 2 > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "capacity_rows ", options.capacity_rows, " over ", options.num_stripes,
+        " stripes exceeds ", kMaxSlots / 2, " rows per stripe; raise num_stripes"));
+  }
+  return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts)));
+}
+
+}  // namespace hyrec::embedding_ps

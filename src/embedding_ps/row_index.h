@@ -1,0 +1,171 @@
+// RowIndex: the hash index of one store stripe, mapping (table, id) to a 32-bit slot handle.
+//
+// Open addressing over 64-byte buckets, each one cache line: 12 handles, 12 one-byte tags (7
+// hash bits with the high bit set; 0 marks an empty entry) and an overflow count. A key lives in
+// its home bucket or, when that is full, in the next bucket with room; every bucket passed on the
+// way counts the overflow, so a lookup stops at the first bucket whose overflow count is zero and
+// an erase needs no tombstones (the scheme of folly's F14 tables). One lookup costs one cache
+// line of index plus the row it finds; tag collisions cost 1/128 of a row read per occupied entry.
+//
+// Not thread-safe: the owning stripe's lock guards it. The index never reads rows itself: the
+// caller passes a predicate that recognizes a handle's key and a function that rehashes a handle.
+#ifndef HYREC_EMBEDDING_PS_ROW_INDEX_H_
+#define HYREC_EMBEDDING_PS_ROW_INDEX_H_
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "hyrec/common/hash.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace hyrec::embedding_ps {
+
+inline constexpr uint32_t kNoHandle = 0xffffffffu;
+
+class RowIndex {
+ public:
+  static constexpr int kEntriesPerBucket = 12;
+  static constexpr double kMaxLoad = 0.875;
+
+  // Sized so that `expected_entries` fill it to at most ~80%.
+  explicit RowIndex(uint64_t expected_entries) { Allocate(BucketsFor(expected_entries)); }
+  ~RowIndex() { std::free(buckets_); }
+  RowIndex(const RowIndex&) = delete;
+  RowIndex& operator=(const RowIndex&) = delete;
+
+  uint64_t size() const { return size_; }
+  uint64_t bytes() const { return num_buckets_ * sizeof(Bucket); }
+
+  // Prefetches the home bucket of `hash` (a hint; safe to call with a stale index).
+  void Prefetch(uint64_t hash) const { __builtin_prefetch(&buckets_[Home(hash)]); }
+
+  // Returns the handle h with matches(h), or kNoHandle.
+  template <typename Matches>
+  uint32_t Find(uint64_t hash, Matches&& matches) const {
+    const uint8_t tag = Tag(hash);
+    uint64_t b = Home(hash);
+    for (;;) {
+      const Bucket& bucket = buckets_[b];
+      uint32_t mask = MatchTag(bucket, tag);
+      while (mask != 0) {
+        const int e = __builtin_ctz(mask);
+        mask &= mask - 1;
+        if (matches(bucket.handles[e])) return bucket.handles[e];
+      }
+      if (bucket.overflow == 0) return kNoHandle;
+      b = Next(b);
+    }
+  }
+
+  // Adds a handle that is not present. `rehash(handle)` returns the hash of any stored handle; it
+  // is called only when the index grows.
+  template <typename Rehash>
+  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash) {
+    if (static_cast<double>(size_ + 1) >
+        kMaxLoad * static_cast<double>(num_buckets_ * kEntriesPerBucket)) {
+      Grow(num_buckets_ + num_buckets_ / 2 + 1, rehash);
+    }
+    Place(hash, handle);
+    ++size_;
+  }
+
+  // Removes a handle that is present, given its hash.
+  void Erase(uint64_t hash, uint32_t handle) {
+    const uint8_t tag = Tag(hash);
+    uint64_t b = Home(hash);
+    for (;;) {
+      Bucket& bucket = buckets_[b];
+      uint32_t mask = MatchTag(bucket, tag);
+      while (mask != 0) {
+        const int e = __builtin_ctz(mask);
+        mask &= mask - 1;
+        if (bucket.handles[e] == handle) {
+          bucket.tags[e] = 0;
+          --size_;
+          return;
+        }
+      }
+      --bucket.overflow;
+      b = Next(b);
+    }
+  }
+
+ private:
+  struct alignas(64) Bucket {
+    uint32_t handles[kEntriesPerBucket];
+    uint8_t tags[kEntriesPerBucket];
+    uint32_t overflow;
+  };
+  static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
+
+  static uint64_t BucketsFor(uint64_t entries) {
+    const double buckets = static_cast<double>(entries) / (0.8 * kEntriesPerBucket);
+    return buckets < 2 ? 2 : static_cast<uint64_t>(buckets) + 1;
+  }
+  static uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 56) | 0x80); }
+  uint64_t Home(uint64_t hash) const { return FastRange64(hash, num_buckets_); }
+  uint64_t Next(uint64_t b) const { return b + 1 == num_buckets_ ? 0 : b + 1; }
+
+  static uint32_t MatchTag(const Bucket& bucket, uint8_t tag) {
+#if defined(__SSE2__)
+    // Loads tags[0..11] plus the overflow count; the high 4 bits of the mask are dropped.
+    const __m128i tags = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket.tags));
+    const __m128i eq = _mm_cmpeq_epi8(tags, _mm_set1_epi8(static_cast<char>(tag)));
+    return static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0xfffu;
+#else
+    uint32_t mask = 0;
+    for (int e = 0; e < kEntriesPerBucket; ++e) mask |= (bucket.tags[e] == tag ? 1u : 0u) << e;
+    return mask;
+#endif
+  }
+
+  void Allocate(uint64_t buckets) {
+    // calloc: large tables come straight from zeroed pages, touched only when used.
+    void* memory = std::calloc(buckets, sizeof(Bucket));
+    if (memory == nullptr) throw std::bad_alloc();
+    buckets_ = static_cast<Bucket*>(memory);
+    num_buckets_ = buckets;
+  }
+
+  void Place(uint64_t hash, uint32_t handle) {
+    uint64_t b = Home(hash);
+    for (;;) {
+      Bucket& bucket = buckets_[b];
+      for (int e = 0; e < kEntriesPerBucket; ++e) {
+        if (bucket.tags[e] == 0) {
+          bucket.tags[e] = Tag(hash);
+          bucket.handles[e] = handle;
+          return;
+        }
+      }
+      ++bucket.overflow;
+      b = Next(b);
+    }
+  }
+
+  template <typename Rehash>
+  void Grow(uint64_t buckets, Rehash&& rehash) {
+    Bucket* old = buckets_;
+    const uint64_t old_count = num_buckets_;
+    Allocate(buckets);
+    for (uint64_t b = 0; b < old_count; ++b) {
+      for (int e = 0; e < kEntriesPerBucket; ++e) {
+        if (old[b].tags[e] != 0) Place(rehash(old[b].handles[e]), old[b].handles[e]);
+      }
+    }
+    std::free(old);
+  }
+
+  Bucket* buckets_ = nullptr;
+  uint64_t num_buckets_ = 0;
+  uint64_t size_ = 0;
+};
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_ROW_INDEX_H_

@@ -1,0 +1,215 @@
+#include "hyrec/embedding_ps/server.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "embedding.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "hyrec/common/grpc_status.h"
+#include "spdlog/spdlog.h"
+#include "src/embedding_ps/wire.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+void FillStats(const EmbeddingShardStore& store, const ServerOptions& options,
+               proto::StatsResponse* out) {
+  const StoreStats stats = store.Stats();
+  out->set_shard_index(options.shard_index);
+  out->set_num_shards(options.num_shards);
+  out->set_capacity_rows(stats.capacity_rows);
+  out->set_capacity_bytes(stats.capacity_bytes);
+  out->set_rows(stats.rows);
+  out->set_bytes(stats.bytes);
+  out->set_payload_bytes(stats.payload_bytes);
+  out->set_rejected_requests(store.rejected_requests());
+  for (const TableStats& t : stats.tables) {
+    proto::TableStats* p = out->add_tables();
+    p->set_name(t.name);
+    p->set_dim(t.dim);
+    p->set_optimizer(t.optimizer);
+    p->set_rows(t.rows);
+    p->set_bytes(t.bytes);
+    p->set_row_bytes(t.row_bytes);
+    p->set_lookups(t.lookups);
+    p->set_updates(t.updates);
+    p->set_evictions(t.evictions);
+    p->set_admission_rejections(t.admission_rejections);
+    p->set_dropped_updates(t.dropped_updates);
+    p->set_rejected_nonfinite(t.rejected_nonfinite);
+    p->set_duplicate_updates(t.duplicate_updates);
+  }
+}
+
+class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
+ public:
+  EmbeddingServiceImpl(std::shared_ptr<EmbeddingShardStore> store, ServerOptions options)
+      : store_(std::move(store)), options_(std::move(options)) {}
+
+  grpc::Status Lookup(grpc::ServerContext*, const proto::LookupRequest* request,
+                      proto::LookupResponse* response) override {
+    absl::Status status = DoLookup(*request, response);
+    if (!status.ok()) Refuse("Lookup", status);
+    return ToGrpcStatus(status);
+  }
+
+  grpc::Status Update(grpc::ServerContext*, const proto::UpdateRequest* request,
+                      proto::UpdateResponse* response) override {
+    absl::Status status = DoUpdate(*request, response);
+    if (!status.ok()) Refuse("Update", status);
+    return ToGrpcStatus(status);
+  }
+
+  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*,
+                     proto::StatsResponse* response) override {
+    FillStats(*store_, options_, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Health(grpc::ServerContext*, const proto::HealthRequest*,
+                      proto::HealthResponse* response) override {
+    response->set_serving(true);
+    response->set_shard_index(options_.shard_index);
+    response->set_num_shards(options_.num_shards);
+    for (int t = 0; t < store_->num_tables(); ++t) {
+      proto::TableInfo* info = response->add_tables();
+      info->set_name(store_->table(t).name);
+      info->set_dim(store_->table(t).dim);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  void Refuse(absl::string_view method, const absl::Status& status) {
+    store_->CountRejectedRequest();
+    spdlog::warn("{} refused: {}", std::string(method), status.ToString());
+  }
+
+  absl::Status CheckCount(size_t n) const {
+    if (n > options_.max_ids_per_request) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          n, " ids in one request; this PS accepts at most ", options_.max_ids_per_request));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DoLookup(const proto::LookupRequest& request, proto::LookupResponse* response) {
+    absl::StatusOr<int> table = store_->TableIndex(request.table());
+    if (!table.ok()) return table.status();
+    if (!wire::ValidPrecision(request.precision())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown precision ", static_cast<int>(request.precision())));
+    }
+    if (request.ids().size() / sizeof(uint64_t) > options_.max_ids_per_request) {
+      return CheckCount(request.ids().size() / sizeof(uint64_t));
+    }
+    std::vector<uint64_t> ids;
+    absl::Status status = wire::DecodeIds(request.ids(), &ids);
+    if (!status.ok()) return status;
+    const int dim = store_->table(*table).dim;
+    const size_t n = ids.size() * dim;
+    LookupResult result;
+    response->set_dim(dim);
+    response->set_precision(request.precision());
+    std::string* values = response->mutable_values();
+    if (request.precision() == proto::PRECISION_FP32) {
+      values->resize(n * sizeof(float));
+      status = store_->Lookup(*table, ids, absl::MakeSpan(reinterpret_cast<float*>(values->data()), n),
+                              &result);
+    } else {
+      std::vector<float> rows(n);
+      status = store_->Lookup(*table, ids, absl::MakeSpan(rows), &result);
+      if (status.ok()) wire::EncodeValues(rows, request.precision(), values);
+    }
+    if (!status.ok()) return status;
+    response->set_not_admitted(result.not_admitted);
+    return absl::OkStatus();
+  }
+
+  absl::Status DoUpdate(const proto::UpdateRequest& request, proto::UpdateResponse* response) {
+    absl::StatusOr<int> table = store_->TableIndex(request.table());
+    if (!table.ok()) return table.status();
+    if (!wire::ValidPrecision(request.precision())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown precision ", static_cast<int>(request.precision())));
+    }
+    if (request.ids().size() / sizeof(uint64_t) > options_.max_ids_per_request) {
+      return CheckCount(request.ids().size() / sizeof(uint64_t));
+    }
+    std::vector<uint64_t> ids;
+    absl::Status status = wire::DecodeIds(request.ids(), &ids);
+    if (!status.ok()) return status;
+    const int dim = store_->table(*table).dim;
+    std::vector<float> grads(ids.size() * dim);
+    status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
+    if (!status.ok()) return status;
+    UpdateResult result;
+    status = store_->Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()},
+                            &result);
+    if (!status.ok()) return status;
+    response->set_duplicate(result.duplicate);
+    response->set_applied(result.applied);
+    response->set_dropped(result.dropped);
+    return absl::OkStatus();
+  }
+
+  const std::shared_ptr<EmbeddingShardStore> store_;
+  const ServerOptions options_;
+};
+
+}  // namespace
+
+struct EmbeddingServer::Impl {
+  std::unique_ptr<EmbeddingServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+EmbeddingServer::EmbeddingServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+EmbeddingServer::~EmbeddingServer() {
+  Shutdown(absl::ZeroDuration());
+  Wait();
+}
+
+absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
+    std::shared_ptr<EmbeddingShardStore> store, const ServerOptions& options) {
+  if (store == nullptr) return absl::InvalidArgumentError("EmbeddingServer needs a store");
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " out of range"));
+  }
+  if (options.num_shards < 1 || options.shard_index < 0 ||
+      options.shard_index >= options.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("shard index ", options.shard_index,
+                                                   " is not in [0, ", options.num_shards, ")"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<EmbeddingServiceImpl>(std::move(store), options);
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  const int threads =
+      options.threads > 0 ? options.threads
+                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));
+}
+
+int EmbeddingServer::port() const { return impl_->port; }
+
+void EmbeddingServer::Shutdown(absl::Duration grace) {
+  impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+}
+
+void EmbeddingServer::Wait() { impl_->server->Wait(); }
+
+}  // namespace hyrec::embedding_ps

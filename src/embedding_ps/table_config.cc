@@ -1,0 +1,216 @@
+#include "hyrec/embedding_ps/table_config.h"
+
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/yaml_config.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+constexpr int kMaxDim = 1 << 16;
+
+absl::Status FieldError(const TableConfig& t, absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("table '", t.name, "': ", field, " ", what));
+}
+
+bool Finite(float x) { return std::isfinite(x); }
+
+}  // namespace
+
+absl::string_view OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return "sgd";
+    case OptimizerKind::kAdagrad:
+      return "adagrad";
+    case OptimizerKind::kAdam:
+      return "adam";
+    case OptimizerKind::kFtrl:
+      return "ftrl";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
+  if (name == "sgd") return OptimizerKind::kSgd;
+  if (name == "adagrad") return OptimizerKind::kAdagrad;
+  if (name == "adam") return OptimizerKind::kAdam;
+  if (name == "ftrl") return OptimizerKind::kFtrl;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad, adam or ftrl)"));
+}
+
+absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name) {
+  if (name == "uniform") return InitializerKind::kUniform;
+  if (name == "normal") return InitializerKind::kNormal;
+  if (name == "zeros") return InitializerKind::kZeros;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown initializer '", name, "' (expected uniform, normal or zeros)"));
+}
+
+int OptimizerStateFloats(OptimizerKind kind, int dim) {
+  switch (kind) {
+    case OptimizerKind::kSgd:
+      return 0;
+    case OptimizerKind::kAdagrad:
+      return dim;
+    case OptimizerKind::kAdam:
+      return 2 * dim + 1;
+    case OptimizerKind::kFtrl:
+      return 2 * dim;
+  }
+  return 0;
+}
+
+absl::Status TableConfig::Validate() const {
+  if (name.empty()) return absl::InvalidArgumentError("table name must not be empty");
+  if (dim < 1 || dim > kMaxDim) {
+    return FieldError(*this, "dim", absl::StrCat("must be in [1, ", kMaxDim, "], got ", dim));
+  }
+  const InitializerConfig& i = initializer;
+  if (!Finite(i.low) || !Finite(i.high) || !(i.low < i.high || i.kind != InitializerKind::kUniform)) {
+    return FieldError(*this, "initializer", "needs finite low < high");
+  }
+  if (!Finite(i.mean) || !Finite(i.stddev) || i.stddev < 0) {
+    return FieldError(*this, "initializer", "needs a finite mean and stddev >= 0");
+  }
+  const OptimizerConfig& o = optimizer;
+  if (!Finite(o.learning_rate) || o.learning_rate <= 0) {
+    return FieldError(*this, "optimizer.learning_rate", "must be > 0");
+  }
+  for (auto [field, value] : {std::pair<const char*, float>{"weight_decay", o.weight_decay},
+                              {"grad_clip", o.grad_clip},
+                              {"value_clip", o.value_clip},
+                              {"initial_accumulator", o.initial_accumulator},
+                              {"ftrl_beta", o.ftrl_beta},
+                              {"ftrl_l1", o.ftrl_l1},
+                              {"ftrl_l2", o.ftrl_l2}}) {
+    if (!Finite(value) || value < 0) {
+      return FieldError(*this, absl::StrCat("optimizer.", field), "must be finite and >= 0");
+    }
+  }
+  if (!Finite(o.epsilon) || o.epsilon <= 0) {
+    return FieldError(*this, "optimizer.epsilon", "must be > 0");
+  }
+  if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
+    return FieldError(*this, "optimizer.beta1/beta2", "must be in [0, 1)");
+  }
+  if (!(admission.probability > 0 && admission.probability <= 1)) {
+    return FieldError(*this, "admission.probability", "must be in (0, 1]");
+  }
+  if (admission.min_count > 255) {
+    return FieldError(*this, "admission.min_count", "must be at most 255");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,
+                                                           absl::string_view path) {
+  if (!node.IsSequence()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " (", YamlWhere(node), "): expected a list of tables"));
+  }
+  std::vector<TableConfig> tables;
+  for (size_t k = 0; k < node.size(); ++k) {
+    const YAML::Node t = node[k];
+    const std::string where = absl::StrCat(path, "[", k, "]");
+    HYREC_RETURN_IF_ERROR(CheckKeys(
+        t, where, {"name", "dim", "seed", "initializer", "optimizer", "admission"}));
+    TableConfig table;
+    table.seed = k;
+    HYREC_RETURN_IF_ERROR(ReadScalar(t, "name", where, &table.name));
+    HYREC_RETURN_IF_ERROR(ReadScalar(t, "dim", where, &table.dim));
+    HYREC_RETURN_IF_ERROR(ReadScalar(t, "seed", where, &table.seed));
+    if (const YAML::Node init = t["initializer"]) {
+      const std::string p = JoinKey(where, "initializer");
+      HYREC_RETURN_IF_ERROR(CheckKeys(init, p, {"kind", "low", "high", "mean", "stddev"}));
+      std::string kind = "uniform";
+      HYREC_RETURN_IF_ERROR(ReadScalar(init, "kind", p, &kind));
+      auto parsed = ParseInitializerKind(kind);
+      if (!parsed.ok()) return Annotate(parsed.status(), JoinKey(p, "kind"));
+      table.initializer.kind = *parsed;
+      HYREC_RETURN_IF_ERROR(ReadScalar(init, "low", p, &table.initializer.low));
+      HYREC_RETURN_IF_ERROR(ReadScalar(init, "high", p, &table.initializer.high));
+      HYREC_RETURN_IF_ERROR(ReadScalar(init, "mean", p, &table.initializer.mean));
+      HYREC_RETURN_IF_ERROR(ReadScalar(init, "stddev", p, &table.initializer.stddev));
+    }
+    if (const YAML::Node opt = t["optimizer"]) {
+      const std::string p = JoinKey(where, "optimizer");
+      HYREC_RETURN_IF_ERROR(CheckKeys(
+          opt, p,
+          {"kind", "learning_rate", "weight_decay", "grad_clip", "value_clip", "epsilon",
+           "initial_accumulator", "beta1", "beta2", "ftrl_beta", "ftrl_l1", "ftrl_l2"}));
+      std::string kind = "adagrad";
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "kind", p, &kind));
+      auto parsed = ParseOptimizerKind(kind);
+      if (!parsed.ok()) return Annotate(parsed.status(), JoinKey(p, "kind"));
+      OptimizerConfig& o = table.optimizer;
+      o.kind = *parsed;
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "learning_rate", p, &o.learning_rate));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "weight_decay", p, &o.weight_decay));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "grad_clip", p, &o.grad_clip));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "value_clip", p, &o.value_clip));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "epsilon", p, &o.epsilon));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "initial_accumulator", p, &o.initial_accumulator));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "beta1", p, &o.beta1));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "beta2", p, &o.beta2));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_beta", p, &o.ftrl_beta));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_l1", p, &o.ftrl_l1));
+      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_l2", p, &o.ftrl_l2));
+    }
+    if (const YAML::Node adm = t["admission"]) {
+      const std::string p = JoinKey(where, "admission");
+      HYREC_RETURN_IF_ERROR(CheckKeys(adm, p, {"probability", "min_count"}));
+      HYREC_RETURN_IF_ERROR(ReadScalar(adm, "probability", p, &table.admission.probability));
+      HYREC_RETURN_IF_ERROR(ReadScalar(adm, "min_count", p, &table.admission.min_count));
+    }
+    absl::Status valid = table.Validate();
+    if (!valid.ok()) return Annotate(valid, absl::StrCat(where, " (", YamlWhere(t), ")"));
+    tables.push_back(std::move(table));
+  }
+  return tables;
+}
+
+absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs) {
+  std::vector<TableConfig> tables;
+  for (absl::string_view spec : absl::StrSplit(specs, ',', absl::SkipWhitespace())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+    if (parts.size() < 2 || parts.size() > 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table spec '", spec, "': expected name:dim[:optimizer[:learning_rate]]"));
+    }
+    TableConfig table;
+    table.name = std::string(parts[0]);
+    table.seed = tables.size();
+    if (!absl::SimpleAtoi(parts[1], &table.dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table spec '", spec, "': dim '", parts[1], "' is not an integer"));
+    }
+    if (parts.size() >= 3) {
+      auto kind = ParseOptimizerKind(parts[2]);
+      if (!kind.ok()) return Annotate(kind.status(), absl::StrCat("table spec '", spec, "'"));
+      table.optimizer.kind = *kind;
+    }
+    if (parts.size() == 4 && !absl::SimpleAtof(parts[3], &table.optimizer.learning_rate)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table spec '", spec, "': learning rate '", parts[3], "' is not a number"));
+    }
+    HYREC_RETURN_IF_ERROR(table.Validate());
+    for (const TableConfig& other : tables) {
+      if (other.name == table.name) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("table '", table.name, "' is defined twice"));
+      }
+    }
+    tables.push_back(std::move(table));
+  }
+  if (tables.empty()) return absl::InvalidArgumentError("no tables given");
+  return tables;
+}
+
+}  // namespace hyrec::embedding_ps
