@@ -168,8 +168,8 @@ struct TableLayout {
 };
 
 int ChunkShiftFor(uint64_t expected_rows_per_stripe) {
-  // About 1/64 of a stripe's expected rows per chunk: little waste, few allocations.
-  const uint64_t target = std::clamp<uint64_t>(expected_rows_per_stripe / 64, 16, 4096);
+  // About 1/256 of a stripe's expected rows per chunk: little waste, few allocations.
+  const uint64_t target = std::clamp<uint64_t>(expected_rows_per_stripe / 256, 16, 4096);
   int shift = 4;
   while ((1ull << (shift + 1)) <= target) ++shift;
   return shift;
@@ -217,7 +217,7 @@ class StripedStore final : public EmbeddingShardStore {
     }
     uint64_t per_stripe = expected / num_stripes_;
     if (per_stripe > 0) {
-      per_stripe += static_cast<uint64_t>(4.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
+      per_stripe += static_cast<uint64_t>(3.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
     }
     const uint32_t sketch_width =
         std::max<uint32_t>(64, options.admission_sketch_counters /

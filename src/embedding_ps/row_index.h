@@ -30,9 +30,9 @@ inline constexpr uint32_t kNoHandle = 0xffffffffu;
 class RowIndex {
  public:
   static constexpr int kEntriesPerBucket = 12;
-  static constexpr double kMaxLoad = 0.875;
+  static constexpr double kMaxLoad = 0.9;
 
-  // Sized so that `expected_entries` fill it to at most ~80%.
+  // Sized so that `expected_entries` fill it to at most ~85%.
   explicit RowIndex(uint64_t expected_entries) { Allocate(BucketsFor(expected_entries)); }
   ~RowIndex() { std::free(buckets_); }
   RowIndex(const RowIndex&) = delete;
@@ -49,7 +49,8 @@ class RowIndex {
   uint32_t Find(uint64_t hash, Matches&& matches) const {
     const uint8_t tag = Tag(hash);
     uint64_t b = Home(hash);
-    for (;;) {
+    // Every bucket may carry overflow after heavy churn; a full circle means "absent".
+    for (uint64_t visited = 0; visited < num_buckets_; ++visited) {
       const Bucket& bucket = buckets_[b];
       uint32_t mask = MatchTag(bucket, tag);
       while (mask != 0) {
@@ -60,6 +61,7 @@ class RowIndex {
       if (bucket.overflow == 0) return kNoHandle;
       b = Next(b);
     }
+    return kNoHandle;
   }
 
   // Adds a handle that is not present. `rehash(handle)` returns the hash of any stored handle; it
@@ -104,7 +106,7 @@ class RowIndex {
   static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
 
   static uint64_t BucketsFor(uint64_t entries) {
-    const double buckets = static_cast<double>(entries) / (0.8 * kEntriesPerBucket);
+    const double buckets = static_cast<double>(entries) / (0.85 * kEntriesPerBucket);
     return buckets < 2 ? 2 : static_cast<uint64_t>(buckets) + 1;
   }
   static uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>((hash >> 56) | 0x80); }

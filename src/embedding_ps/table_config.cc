@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 
@@ -179,6 +180,7 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& nod
 absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs) {
   std::vector<TableConfig> tables;
   for (absl::string_view spec : absl::StrSplit(specs, ',', absl::SkipWhitespace())) {
+    spec = absl::StripAsciiWhitespace(spec);
     std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
     if (parts.size() < 2 || parts.size() > 4) {
       return absl::InvalidArgumentError(absl::StrCat(

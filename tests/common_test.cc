@@ -1,0 +1,145 @@
+#include <signal.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/fp16.h"
+#include "hyrec/common/hash.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/common/yaml_config.h"
+#include "hyrec/common/zipf.h"
+
+namespace hyrec {
+namespace {
+
+TEST(Fp16, RoundTripsRepresentableValuesExactly) {
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /*2^-14*/,
+                  5.9604645e-08f /*2^-24*/, 1000.5f}) {
+    EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties go to the even mantissa (1).
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
+  // 1 + 3 * 2^-11 is halfway between 1 + 2^-10 (odd) and 1 + 2^-9 (even).
+  EXPECT_EQ(FloatToHalf(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
+  EXPECT_EQ(FloatToHalf(1e6f), 0x7c00);
+  EXPECT_EQ(FloatToHalf(-1e6f), 0xfc00);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_EQ(FloatToHalf(1e-9f), 0x0000);
+}
+
+TEST(Fp16, BulkConversionMatchesScalar) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-70000.0f, 70000.0f);
+  std::vector<float> in(1003);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = i % 3 == 0 ? dist(rng) * 1e-6f : dist(rng);
+  std::vector<uint16_t> halves(in.size());
+  FloatsToHalves(in.data(), halves.data(), in.size());
+  std::vector<float> back(in.size());
+  HalvesToFloats(halves.data(), back.data(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    ASSERT_EQ(halves[i], FloatToHalf(in[i])) << i << " " << in[i];
+    const float expected = HalfToFloat(halves[i]);
+    ASSERT_EQ(std::memcmp(&back[i], &expected, sizeof(float)), 0) << i;
+  }
+}
+
+TEST(JumpConsistentHash, GrowingTheShardCountMovesOnlyToTheNewShard) {
+  for (int n = 1; n < 12; ++n) {
+    int moved = 0;
+    const int ids = 20000;
+    for (uint64_t id = 0; id < ids; ++id) {
+      const int before = ShardForId(id, n);
+      const int after = ShardForId(id, n + 1);
+      ASSERT_GE(before, 0);
+      ASSERT_LT(before, n);
+      if (before != after) {
+        ASSERT_EQ(after, n) << "id " << id << " moved between old shards";
+        ++moved;
+      }
+    }
+    const double expected = static_cast<double>(ids) / (n + 1);
+    EXPECT_NEAR(moved, expected, 5 * std::sqrt(expected)) << "n=" << n;
+  }
+}
+
+TEST(JumpConsistentHash, SpreadsIdsEvenly) {
+  std::vector<int> counts(7);
+  for (uint64_t id = 0; id < 70000; ++id) ++counts[ShardForId(id * 1000003, 7)];
+  for (int c : counts) EXPECT_NEAR(c, 10000, 500);
+}
+
+TEST(Zipf, FollowsThePowerLaw) {
+  const ZipfDistribution zipf(1'000'000, 1.05);
+  std::mt19937_64 rng(3);
+  std::vector<int> counts(4);
+  const int draws = 400000;
+  for (int i = 0; i < draws; ++i) {
+    const uint64_t k = zipf(rng);
+    ASSERT_GE(k, 1u);
+    ASSERT_LE(k, 1'000'000u);
+    if (k <= 3) ++counts[k];
+  }
+  // P(1) / P(2) = 2^1.05.
+  EXPECT_NEAR(static_cast<double>(counts[1]) / counts[2], std::pow(2.0, 1.05), 0.08);
+  EXPECT_NEAR(static_cast<double>(counts[1]) / counts[3], std::pow(3.0, 1.05), 0.12);
+}
+
+TEST(YamlConfig, UnknownKeyNamesLineAndSuggestion) {
+  auto node = ParseYaml("a: 1\ncapacity_rwos: 5\n", "test.yaml");
+  ASSERT_TRUE(node.ok());
+  absl::Status s = CheckKeys(*node, "ps", {"a", "capacity_rows"});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("ps.capacity_rwos (line 2)"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("did you mean 'capacity_rows'"), std::string::npos) << s;
+}
+
+TEST(YamlConfig, WrongTypeNamesKey) {
+  auto node = ParseYaml("dim: sixteen\n", "t.yaml");
+  ASSERT_TRUE(node.ok());
+  int dim = 0;
+  absl::Status s = ReadScalar(*node, "dim", "tables[0]", &dim);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("tables[0].dim (line 1)"), std::string::npos) << s;
+}
+
+TEST(YamlConfig, SyntaxErrorNamesFileAndLine) {
+  auto node = ParseYaml("a: 1\nb: [1, 2\n", "bad.yaml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_NE(node.status().message().find("bad.yaml:"), std::string::npos) << node.status();
+}
+
+TEST(Subprocess, ReadsLinesAndExitCode) {
+  auto p = Subprocess::Spawn({"/bin/sh", "-c", "echo first; echo 'x listening on 127.0.0.1:4321'; exit 3"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  auto port = WaitForListeningPort(**p, absl::Seconds(5));
+  ASSERT_TRUE(port.ok()) << port.status();
+  EXPECT_EQ(*port, 4321);
+  auto code = (*p)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 3);
+}
+
+TEST(Subprocess, ReadLineAndWaitHaveDeadlines) {
+  auto p = Subprocess::Spawn({"/bin/sleep", "30"});
+  ASSERT_TRUE(p.ok());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ((*p)->ReadLine(absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*p)->Wait(absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  (*p)->Signal(SIGKILL);
+  auto code = (*p)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 128 + SIGKILL);
+}
+
+}  // namespace
+}  // namespace hyrec

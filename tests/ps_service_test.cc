@@ -1,0 +1,437 @@
+// Integration tests: real `hyrec-ps` processes on loopback, driven through the gRPC client and
+// through raw stubs for malformed requests.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "embedding.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/hash.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/embedding_ps/ps_cluster.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+constexpr char kTables[] = "emb:8:adagrad:0.1,wide:3:sgd:0.5";
+
+std::unique_ptr<PsCluster> Launch(int shards, std::vector<std::string> extra = {}) {
+  PsClusterOptions options;
+  options.binary = HYREC_PS_BINARY;
+  options.num_shards = shards;
+  options.args = {std::string("--tables=") + kTables, "--capacity_rows=100000", "--threads=4",
+                  "--log_level=error"};
+  options.args.insert(options.args.end(), extra.begin(), extra.end());
+  auto cluster = PsCluster::Launch(options);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? std::move(*cluster) : nullptr;
+}
+
+std::unique_ptr<EmbeddingClient> Connect(const PsCluster& cluster, ClientOptions options = {}) {
+  auto client = ConnectEmbeddingClient(cluster.addresses(), options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? std::move(*client) : nullptr;
+}
+
+std::unique_ptr<EmbeddingClient> InProcess(int shards) {
+  StoreOptions options;
+  options.tables = *ParseTableSpecs(kTables);
+  options.capacity_rows = 100000;
+  std::vector<std::shared_ptr<EmbeddingShardStore>> stores;
+  for (int s = 0; s < shards; ++s) stores.push_back(*EmbeddingShardStore::Create(options));
+  return *NewInProcessEmbeddingClient(stores);
+}
+
+// Runs the same lookups and updates (with duplicate ids) on both clients; rows must agree.
+void ExpectSameBehaviour(EmbeddingClient& a, EmbeddingClient& b, float tolerance) {
+  std::mt19937_64 rng(5);
+  for (int step = 1; step <= 20; ++step) {
+    for (const auto& [table, dim] : {std::pair<std::string, int>{"emb", 8}, {"wide", 3}}) {
+      std::vector<uint64_t> ids(300);
+      for (auto& id : ids) id = rng() % 2000;  // Duplicates within a request are common.
+      std::vector<float> ra(ids.size() * dim), rb(ids.size() * dim);
+      ASSERT_TRUE(a.Lookup(table, ids, absl::MakeSpan(ra)).ok());
+      ASSERT_TRUE(b.Lookup(table, ids, absl::MakeSpan(rb)).ok());
+      for (size_t k = 0; k < ra.size(); ++k) ASSERT_NEAR(ra[k], rb[k], tolerance) << table << " " << k;
+      std::vector<float> grads(ids.size() * dim);
+      // Never near zero: Adagrad's first step is ~lr * sign(g), which fp16 must not flip.
+      for (size_t k = 0; k < grads.size(); ++k) {
+        grads[k] = 0.013f * static_cast<float>((k * 7 + step) % 11) - 0.0651f;
+      }
+      ASSERT_TRUE(a.Update(table, ids, grads, UpdateId{1, static_cast<uint64_t>(step)}).ok());
+      ASSERT_TRUE(b.Update(table, ids, grads, UpdateId{1, static_cast<uint64_t>(step)}).ok());
+    }
+  }
+}
+
+TEST(PsService, GrpcClientMatchesInProcessClient) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  auto remote = Connect(*cluster);
+  ASSERT_NE(remote, nullptr);
+  auto local = InProcess(2);
+  ExpectSameBehaviour(*remote, *local, 0.0f);
+  auto stats = remote->Stats();
+  ASSERT_TRUE(stats.ok());
+  ASSERT_EQ(stats->size(), 2u);
+  uint64_t rows = 0;
+  for (const ShardStats& s : *stats) {
+    rows += s.store.rows;
+    EXPECT_GT(s.store.rows, 0u) << "shard " << s.shard_index << " got no ids";
+  }
+  auto local_stats = local->Stats();
+  uint64_t local_rows = 0;
+  for (const ShardStats& s : *local_stats) local_rows += s.store.rows;
+  EXPECT_EQ(rows, local_rows);
+  EXPECT_TRUE(cluster->Stop().ok());
+}
+
+TEST(PsService, Fp16TransportStaysWithinHalfPrecision) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options;
+  options.precision = Precision::kFp16;
+  auto remote = Connect(*cluster, options);
+  ASSERT_NE(remote, nullptr);
+  auto local = InProcess(2);
+  // Half precision keeps ~3 decimal digits of rows and gradients; rows move by ~0.1 per step.
+  ExpectSameBehaviour(*remote, *local, 2e-3f);
+}
+
+TEST(PsService, ConnectChecksShardOrderAndTables) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  std::vector<std::string> swapped = {cluster->addresses()[1], cluster->addresses()[0]};
+  auto client = ConnectEmbeddingClient(swapped, ClientOptions());
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  auto one = ConnectEmbeddingClient({cluster->addresses()[0]}, ClientOptions());
+  EXPECT_EQ(one.status().code(), absl::StatusCode::kFailedPrecondition) << one.status();
+}
+
+class PsServiceBadInput : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = Launch(1, {"--max_ids_per_request=1000"});
+    ASSERT_NE(cluster_, nullptr);
+    stub_ = proto::EmbeddingService::NewStub(
+        grpc::CreateChannel(cluster_->addresses()[0], grpc::InsecureChannelCredentials()));
+  }
+
+  grpc::Status Lookup(const proto::LookupRequest& request, proto::LookupResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_->Lookup(&context, request, response);
+  }
+  grpc::Status Update(const proto::UpdateRequest& request, proto::UpdateResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_->Update(&context, request, response);
+  }
+  static std::string Ids(std::vector<uint64_t> ids) {
+    return std::string(reinterpret_cast<const char*>(ids.data()), ids.size() * 8);
+  }
+  static std::string Floats(std::vector<float> v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  }
+  std::vector<float> Row(uint64_t id) {
+    proto::LookupRequest request;
+    request.set_table("wide");
+    request.set_ids(Ids({id}));
+    proto::LookupResponse response;
+    EXPECT_TRUE(Lookup(request, &response).ok());
+    std::vector<float> row(3);
+    EXPECT_EQ(response.values().size(), 12u);
+    std::memcpy(row.data(), response.values().data(), 12);
+    return row;
+  }
+  proto::StatsResponse Stats() {
+    grpc::ClientContext context;
+    proto::StatsResponse response;
+    EXPECT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &response).ok());
+    return response;
+  }
+
+  std::unique_ptr<PsCluster> cluster_;
+  std::unique_ptr<proto::EmbeddingService::Stub> stub_;
+};
+
+TEST_F(PsServiceBadInput, EachBadRequestIsRefusedAndChangesNothing) {
+  const std::vector<float> before = Row(11);
+  struct Case {
+    std::string name;
+    grpc::StatusCode code;
+    std::string message_part;
+    proto::UpdateRequest request;
+  };
+  std::vector<Case> cases;
+  auto good = [] {
+    proto::UpdateRequest r;
+    r.set_table("wide");
+    r.set_ids(Ids({11, 12}));
+    r.set_grads(Floats({1, 1, 1, 1, 1, 1}));
+    r.set_worker_id(1);
+    return r;
+  };
+  {
+    Case c{"unknown table", grpc::StatusCode::NOT_FOUND, "unknown table 'nope'", good()};
+    c.request.set_table("nope");
+    cases.push_back(c);
+  }
+  {
+    Case c{"ids not a multiple of 8", grpc::StatusCode::INVALID_ARGUMENT, "not a multiple of 8", good()};
+    c.request.set_ids(Ids({11, 12}) + "abc");
+    cases.push_back(c);
+  }
+  {
+    Case c{"gradient of the wrong length", grpc::StatusCode::INVALID_ARGUMENT, "grads field holds 20 bytes", good()};
+    c.request.set_grads(Floats({1, 1, 1, 1, 1}));
+    cases.push_back(c);
+  }
+  {
+    Case c{"NaN gradient", grpc::StatusCode::INVALID_ARGUMENT, "is nan", good()};
+    c.request.set_grads(Floats({1, 1, 1, 1, std::numeric_limits<float>::quiet_NaN(), 1}));
+    cases.push_back(c);
+  }
+  {
+    Case c{"Inf gradient", grpc::StatusCode::INVALID_ARGUMENT, "is inf", good()};
+    c.request.set_grads(Floats({std::numeric_limits<float>::infinity(), 1, 1, 1, 1, 1}));
+    cases.push_back(c);
+  }
+  {
+    Case c{"unknown precision", grpc::StatusCode::INVALID_ARGUMENT, "unknown precision 7", good()};
+    c.request.set_precision(static_cast<proto::Precision>(7));
+    cases.push_back(c);
+  }
+  {
+    Case c{"too many ids", grpc::StatusCode::RESOURCE_EXHAUSTED, "at most 1000", good()};
+    c.request.set_ids(Ids(std::vector<uint64_t>(1001, 5)));
+    c.request.set_grads(Floats(std::vector<float>(3003, 0.0f)));
+    cases.push_back(c);
+  }
+  for (size_t k = 0; k < cases.size(); ++k) {
+    SCOPED_TRACE(cases[k].name);
+    cases[k].request.set_sequence(100 + k);
+    proto::UpdateResponse response;
+    grpc::Status status = Update(cases[k].request, &response);
+    EXPECT_EQ(status.error_code(), cases[k].code) << status.error_message();
+    EXPECT_NE(status.error_message().find(cases[k].message_part), std::string::npos)
+        << status.error_message();
+    EXPECT_EQ(Row(11), before);  // Nothing written; the server still answers.
+  }
+  proto::LookupRequest lookup;
+  lookup.set_table("wide");
+  lookup.set_ids("1234567");
+  proto::LookupResponse lookup_response;
+  EXPECT_EQ(Lookup(lookup, &lookup_response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  lookup.set_ids(Ids(std::vector<uint64_t>(1001, 1)));
+  EXPECT_EQ(Lookup(lookup, &lookup_response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  // A good request with a sequence number used by a refused one still applies.
+  proto::UpdateRequest ok = good();
+  ok.set_sequence(100);
+  proto::UpdateResponse response;
+  ASSERT_TRUE(Update(ok, &response).ok());
+  EXPECT_FALSE(response.duplicate());
+  EXPECT_EQ(response.applied(), 2u);
+  EXPECT_NE(Row(11), before);
+  // Repeating it is acknowledged as a duplicate and not applied again.
+  const std::vector<float> after = Row(11);
+  ASSERT_TRUE(Update(ok, &response).ok());
+  EXPECT_TRUE(response.duplicate());
+  EXPECT_EQ(Row(11), after);
+
+  proto::StatsResponse stats = Stats();
+  EXPECT_EQ(stats.rejected_requests(), cases.size() + 2);
+  for (const proto::TableStats& t : stats.tables()) {
+    if (t.name() == "wide") {
+      EXPECT_EQ(t.rejected_nonfinite(), 2u);
+      EXPECT_EQ(t.duplicate_updates(), 1u);
+    }
+  }
+}
+
+TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options;
+  options.call_timeout = absl::Seconds(2);
+  options.attempt_timeout = absl::Milliseconds(500);
+  auto client = Connect(*cluster, options);
+  ASSERT_NE(client, nullptr);
+  std::vector<uint64_t> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  std::vector<float> out(ids.size() * 8);
+  ASSERT_TRUE(client->Lookup("emb", ids, absl::MakeSpan(out)).ok());
+  // Kill shard 1 while requests are in flight.
+  std::atomic<bool> stop{false};
+  absl::Status last;
+  absl::Duration slowest;
+  std::thread caller([&] {
+    std::vector<float> rows(ids.size() * 8);
+    while (!stop) {
+      const absl::Time t0 = absl::Now();
+      absl::Status s = client->Lookup("emb", ids, absl::MakeSpan(rows));
+      slowest = std::max(slowest, absl::Now() - t0);
+      if (!s.ok()) {
+        last = s;
+        return;
+      }
+    }
+  });
+  absl::SleepFor(absl::Milliseconds(100));
+  cluster->shard(1).Signal(SIGKILL);
+  caller.join();
+  stop = true;
+  EXPECT_FALSE(last.ok());
+  EXPECT_TRUE(last.code() == absl::StatusCode::kUnavailable ||
+              last.code() == absl::StatusCode::kDeadlineExceeded) << last;
+  EXPECT_NE(last.message().find("PS shard 1"), std::string::npos) << last;
+  EXPECT_LT(slowest, options.call_timeout + absl::Milliseconds(500));
+  // Ids on the surviving shard are still served.
+  std::vector<uint64_t> on_zero;
+  for (uint64_t id = 0; on_zero.size() < 10; ++id) if (ShardForId(id, 2) == 0) on_zero.push_back(id);
+  std::vector<float> rows(on_zero.size() * 8);
+  EXPECT_TRUE(client->Lookup("emb", on_zero, absl::MakeSpan(rows)).ok());
+}
+
+TEST(PsService, FrozenShardGivesDeadlineExceededWithinTheDeadline) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options;
+  options.call_timeout = absl::Seconds(1);
+  options.attempt_timeout = absl::Milliseconds(300);
+  auto client = Connect(*cluster, options);
+  ASSERT_NE(client, nullptr);
+  cluster->shard(0).Signal(SIGSTOP);
+  std::vector<uint64_t> ids(100);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  std::vector<float> grads(ids.size() * 3, 0.1f);
+  const absl::Time t0 = absl::Now();
+  absl::Status s = client->Update("wide", ids, grads, UpdateId{1, 1});
+  const absl::Duration took = absl::Now() - t0;
+  cluster->shard(0).Signal(SIGCONT);
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  EXPECT_LT(took, options.call_timeout * 2);
+  // Once thawed, the PS may still run the queued attempts; whatever it ran, resending the same
+  // update id must leave the rows changed exactly once (SGD, lr 0.5: init - 0.05).
+  ASSERT_TRUE(client->Update("wide", ids, grads, UpdateId{1, 1}).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  std::vector<float> rows(ids.size() * 3);
+  ASSERT_TRUE(client->Lookup("wide", ids, absl::MakeSpan(rows)).ok());
+  TableConfig wide = (*ParseTableSpecs(kTables))[1];
+  std::vector<float> init(3);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    InitialRow(wide, ids[i], init.data());
+    for (int j = 0; j < 3; ++j) ASSERT_FLOAT_EQ(rows[i * 3 + j], init[j] - 0.5f * 0.1f) << "id " << ids[i];
+  }
+}
+
+TEST(PsService, ClientRefusesNonFiniteGradientsBeforeSending) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  auto client = Connect(*cluster);
+  std::vector<uint64_t> ids = {1, 2, 3, 4};
+  std::vector<float> before(12), after(12);
+  ASSERT_TRUE(client->Lookup("wide", ids, absl::MakeSpan(before)).ok());
+  std::vector<float> grads(12, 1.0f);
+  grads[11] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(client->Update("wide", ids, grads, UpdateId{1, 1}).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client->Lookup("wide", ids, absl::MakeSpan(after)).ok());
+  EXPECT_EQ(before, after);  // No shard applied its part.
+}
+
+TEST(PsService, StopsCleanlyOnSigterm) {
+  auto cluster = Launch(1);
+  ASSERT_NE(cluster, nullptr);
+  cluster->shard(0).Signal(SIGTERM);
+  auto code = cluster->shard(0).Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
+// The launcher and the PS binary report bad flags and configs clearly and exit non-zero.
+std::string RunAndCapture(const std::vector<std::string>& argv, int* exit_code) {
+  std::string command;
+  for (const auto& a : argv) command += "'" + a + "' ";
+  command += "2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = pclose(pipe);
+  *exit_code = WEXITSTATUS(status);
+  return output;
+}
+
+TEST(PsBinary, ReportsBadFlagsAndConfigs) {
+  int code = 0;
+  std::string out = RunAndCapture({HYREC_LAUNCHER_BINARY, "nosuchrole"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("unknown role 'nosuchrole'"), std::string::npos) << out;
+
+  out = RunAndCapture({HYREC_LAUNCHER_BINARY, "ps", "--tables=emb:abc"}, &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("dim 'abc' is not an integer"), std::string::npos) << out;
+
+  out = RunAndCapture({HYREC_PS_BINARY, "--tables=emb:8:rmsprop"}, &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("unknown optimizer 'rmsprop'"), std::string::npos) << out;
+
+  const std::string path = ::testing::TempDir() + "/ps_bad.yaml";
+  std::ofstream(path) << "capacity_rows: 1000\ntables:\n  - name: emb\n    dim: 8\n    optimiser:\n      kind: sgd\n";
+  out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("tables[0].optimiser (line 5): unknown key; did you mean 'optimizer'?"),
+            std::string::npos) << out;
+
+  std::ofstream(path) << "tables:\n  - name: emb\n    dim: 8\n    optimizer: {kind: adam, beta1: 1.5}\n";
+  out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(out.find("beta1"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+}
+
+TEST(PsBinary, ServesTablesFromAConfigFile) {
+  const std::string path = ::testing::TempDir() + "/ps_good.yaml";
+  std::ofstream(path) << "capacity_rows: 5000\nnum_stripes: 4\ntables:\n"
+                         "  - name: emb\n    dim: 8\n    seed: 3\n"
+                         "    initializer: {kind: normal, stddev: 0.1}\n"
+                         "    optimizer: {kind: ftrl, learning_rate: 0.05, ftrl_l1: 0.001}\n"
+                         "    admission: {min_count: 2}\n";
+  PsClusterOptions options;
+  options.binary = HYREC_PS_BINARY;
+  options.args = {"--config=" + path, "--log_level=error"};
+  auto cluster = PsCluster::Launch(options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto client = ConnectEmbeddingClient((*cluster)->addresses(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> row(8);
+  ASSERT_TRUE((*client)->Lookup("emb", {77}, absl::MakeSpan(row)).ok());
+  EXPECT_EQ(row, std::vector<float>(8, 0.0f));  // Not admitted yet.
+  ASSERT_TRUE((*client)->Lookup("emb", {77}, absl::MakeSpan(row)).ok());
+  TableConfig t;
+  t.name = "emb";
+  t.dim = 8;
+  t.seed = 3;
+  t.initializer.kind = InitializerKind::kNormal;
+  t.initializer.stddev = 0.1f;
+  std::vector<float> expected(8);
+  InitialRow(t, 77, expected.data());
+  EXPECT_EQ(row, expected);
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ((*stats)[0].store.capacity_rows, 5000u);
+  EXPECT_EQ((*stats)[0].store.tables[0].optimizer, "ftrl");
+  EXPECT_EQ((*stats)[0].store.tables[0].admission_rejections, 1u);
+}
+
+}  // namespace
+}  // namespace hyrec::embedding_ps
