@@ -302,6 +302,19 @@ TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {
   EXPECT_TRUE(client->Lookup("emb", on_zero, absl::MakeSpan(rows)).ok());
 }
 
+// kill(SIGSTOP) returns before the target stops; /proc shows state 'T' once it has.
+bool WaitUntilStopped(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t paren = line.rfind(')');
+    if (paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T') return true;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return false;
+}
+
 TEST(PsService, FrozenShardGivesDeadlineExceededWithinTheDeadline) {
   auto cluster = Launch(2);
   ASSERT_NE(cluster, nullptr);
@@ -311,6 +324,7 @@ TEST(PsService, FrozenShardGivesDeadlineExceededWithinTheDeadline) {
   auto client = Connect(*cluster, options);
   ASSERT_NE(client, nullptr);
   cluster->shard(0).Signal(SIGSTOP);
+  ASSERT_TRUE(WaitUntilStopped(cluster->shard(0).pid()));
   std::vector<uint64_t> ids(100);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
   std::vector<float> grads(ids.size() * 3, 0.1f);

@@ -4,6 +4,7 @@
 #include <bitset>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -11,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/embedding_ps/optimizer.h"
+#include "src/embedding_ps/huge_page_arena.h"
 #include "src/embedding_ps/row_index.h"
 
 namespace hyrec::embedding_ps {
@@ -45,13 +47,15 @@ struct SlotHeader {
 };
 static_assert(sizeof(SlotHeader) == 16, "slot header is 16 bytes");
 
-// The slots of one table within one stripe, in fixed-size chunks that never move.
+// The slots of one table within one stripe, in fixed-size chunks from the store's huge-page
+// arena; chunks never move and are never freed before the store.
 class Slab {
  public:
-  Slab(uint32_t slot_bytes, int chunk_shift) : slot_bytes_(slot_bytes), chunk_shift_(chunk_shift) {}
+  Slab(HugePageArena* arena, uint32_t slot_bytes, int chunk_shift)
+      : arena_(arena), slot_bytes_(slot_bytes), chunk_shift_(chunk_shift) {}
 
   char* Slot(uint32_t slot) const {
-    return chunks_[slot >> chunk_shift_].get() +
+    return chunks_[slot >> chunk_shift_] +
            static_cast<size_t>(slot & ((1u << chunk_shift_) - 1)) * slot_bytes_;
   }
 
@@ -64,7 +68,7 @@ class Slab {
     }
     if (used_ >= kMaxSlots) return kNoHandle;
     if ((used_ >> chunk_shift_) >= chunks_.size()) {
-      chunks_.emplace_back(new char[static_cast<size_t>(slot_bytes_) << chunk_shift_]);
+      chunks_.push_back(arena_->Allocate(static_cast<size_t>(slot_bytes_) << chunk_shift_));
     }
     return used_++;
   }
@@ -79,9 +83,10 @@ class Slab {
   }
 
  private:
-  const uint32_t slot_bytes_;
-  const int chunk_shift_;
-  std::vector<std::unique_ptr<char[]>> chunks_;
+  HugePageArena* arena_;
+  uint32_t slot_bytes_;
+  int chunk_shift_;
+  std::vector<char*> chunks_;
   uint32_t used_ = 0;
   uint32_t free_head_ = kNoHandle;
 };
@@ -175,18 +180,41 @@ int ChunkShiftFor(uint64_t expected_rows_per_stripe) {
   return shift;
 }
 
+// The stripe lock: a plain std::mutex (Debian's absl::Mutex runs deadlock detection on every
+// acquisition, which costs more than the row work it guards), annotated for thread-safety analysis.
+class ABSL_LOCKABLE StripeMutex {
+ public:
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+
+ private:
+  std::mutex mu_;
+};
+
+class ABSL_SCOPED_LOCKABLE StripeLock {
+ public:
+  explicit StripeLock(StripeMutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) { mu_->Lock(); }
+  ~StripeLock() ABSL_UNLOCK_FUNCTION() { mu_->Unlock(); }
+  StripeLock(const StripeLock&) = delete;
+  StripeLock& operator=(const StripeLock&) = delete;
+
+ private:
+  StripeMutex* mu_;
+};
+
 struct alignas(64) Stripe {
-  Stripe(const std::vector<TableLayout>& layouts, const std::vector<TableConfig>& configs,
-         uint64_t expected_rows, uint32_t sketch_width, uint64_t seed)
+  Stripe(HugePageArena* arena, const std::vector<TableLayout>& layouts,
+         const std::vector<TableConfig>& configs, uint64_t expected_rows, uint32_t sketch_width,
+         uint64_t seed)
       : index(expected_rows), counters(layouts.size()), rng_state(seed) {
     const int chunk_shift = ChunkShiftFor(expected_rows);
     for (size_t t = 0; t < layouts.size(); ++t) {
-      slabs.emplace_back(layouts[t].slot_bytes, chunk_shift);
+      slabs.emplace_back(arena, layouts[t].slot_bytes, chunk_shift);
       sketches.emplace_back(configs[t].admission.min_count > 1 ? sketch_width : 0);
     }
   }
 
-  mutable absl::Mutex mu;
+  mutable StripeMutex mu;
   RowIndex index ABSL_GUARDED_BY(mu);
   std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
   std::vector<CountMinSketch> sketches ABSL_GUARDED_BY(mu);
@@ -224,7 +252,7 @@ class StripedStore final : public EmbeddingShardStore {
                                    (CountMinSketch::kDepth * static_cast<uint32_t>(num_stripes_)));
     stripes_.reserve(num_stripes_);
     for (int s = 0; s < num_stripes_; ++s) {
-      stripes_.push_back(std::make_unique<Stripe>(layouts_, options.tables, per_stripe,
+      stripes_.push_back(std::make_unique<Stripe>(&arena_, layouts_, options.tables, per_stripe,
                                                   sketch_width, Mix64(s + 1)));
     }
   }
@@ -240,25 +268,20 @@ class StripedStore final : public EmbeddingShardStore {
     }
     uint64_t not_admitted = 0;
     const size_t row_bytes = sizeof(float) * layout.dim;
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const uint64_t hash = Hash(t, ids[i]);
-      Stripe& stripe = StripeFor(hash);
-      float* dst = out.data() + i * layout.dim;
-      absl::MutexLock lock(&stripe.mu);
-      ++stripe.counters[t].lookups;
-      uint32_t handle = FindLocked(stripe, t, ids[i], hash);
-      if (handle != kNoHandle) {
-        MoveToFrontLocked(stripe, handle);
-      } else if (AdmitLocked(stripe, t, hash)) {
-        handle = InsertLocked(stripe, t, ids[i], hash);
-      }
-      if (handle == kNoHandle) {
-        std::memset(dst, 0, row_bytes);
-        ++not_admitted;
-        continue;
-      }
-      std::memcpy(dst, Weights(stripe, handle), row_bytes);
-    }
+    ForEachStripeGroup(t, ids, [&](Stripe& stripe, absl::Span<const uint32_t> positions,
+                                   const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+      stripe.counters[t].lookups += positions.size();
+      VisitRows(stripe, t, ids, positions, hashes, /*create=*/true, /*prefetch_state=*/false,
+                [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                  float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
+                  if (handle == kNoHandle) {
+                    std::memset(dst, 0, row_bytes);
+                    ++not_admitted;
+                  } else {
+                    std::memcpy(dst, Weights(stripe, handle), row_bytes);
+                  }
+                });
+    });
     if (result != nullptr) result->not_admitted = not_admitted;
     return absl::OkStatus();
   }
@@ -300,28 +323,25 @@ class StripedStore final : public EmbeddingShardStore {
         return absl::OkStatus();
       }
     }
+    // Updates never admit: an id without a row gets one only when the table admits everything.
     const bool create_absent = config.admission.AdmitsEverything();
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const uint64_t hash = Hash(t, ids[i]);
-      Stripe& stripe = StripeFor(hash);
-      absl::MutexLock lock(&stripe.mu);
-      uint32_t handle = FindLocked(stripe, t, ids[i], hash);
-      if (handle != kNoHandle) {
-        MoveToFrontLocked(stripe, handle);
-      } else if (create_absent) {
-        handle = InsertLocked(stripe, t, ids[i], hash);
-      }
-      if (handle == kNoHandle) {
-        ++stripe.counters[t].dropped_updates;
-        ++local.dropped;
-        continue;
-      }
-      float* weights = Weights(stripe, handle);
-      ApplyOptimizer(config.optimizer, layout.dim, grads.data() + i * layout.dim, weights,
-                     weights + layout.dim);
-      ++stripe.counters[t].updates;
-      ++local.applied;
-    }
+    ForEachStripeGroup(t, ids, [&](Stripe& stripe, absl::Span<const uint32_t> positions,
+                                   const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+      VisitRows(stripe, t, ids, positions, hashes, create_absent, /*prefetch_state=*/true,
+                [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                  if (handle == kNoHandle) {
+                    ++stripe.counters[t].dropped_updates;
+                    ++local.dropped;
+                    return;
+                  }
+                  float* weights = Weights(stripe, handle);
+                  ApplyOptimizer(config.optimizer, layout.dim,
+                                 grads.data() + static_cast<size_t>(position) * layout.dim,
+                                 weights, weights + layout.dim);
+                  ++stripe.counters[t].updates;
+                  ++local.applied;
+                });
+    });
     if (result != nullptr) *result = local;
     return absl::OkStatus();
   }
@@ -350,7 +370,7 @@ class StripedStore final : public EmbeddingShardStore {
     }
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
-      absl::MutexLock lock(&stripe.mu);
+      StripeLock lock(&stripe.mu);
       stats.bytes += stripe.index.bytes();
       for (int t = 0; t < num_tables(); ++t) {
         TableStats& ts = stats.tables[t];
@@ -374,7 +394,107 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
  private:
+  // Hashes `ids`, groups their positions by stripe (counting sort), and calls
+  // visit(stripe, positions, hashes) once per stripe that has any, holding that stripe's lock:
+  // one lock per stripe per batch instead of one per id.
+  template <typename Visit>
+  void ForEachStripeGroup(int t, absl::Span<const uint64_t> ids, Visit&& visit) {
+    struct Scratch {
+      std::vector<uint64_t> hashes;
+      std::vector<uint32_t> stripe_of;
+      std::vector<uint32_t> order;
+      std::vector<uint32_t> starts;  // starts[s] .. starts[s + 1]: stripe s's run in order.
+      std::vector<uint32_t> fill;
+    };
+    thread_local Scratch scratch;
+    const size_t n = ids.size();
+    scratch.hashes.resize(n);
+    scratch.stripe_of.resize(n);
+    scratch.order.resize(n);
+    scratch.starts.assign(num_stripes_ + 1, 0);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t hash = Hash(t, ids[i]);
+      scratch.hashes[i] = hash;
+      const uint32_t s = StripeIndex(hash);
+      scratch.stripe_of[i] = s;
+      ++scratch.starts[s + 1];
+    }
+    for (int s = 0; s < num_stripes_; ++s) scratch.starts[s + 1] += scratch.starts[s];
+    scratch.fill.assign(scratch.starts.begin(), scratch.starts.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      scratch.order[scratch.fill[scratch.stripe_of[i]]++] = static_cast<uint32_t>(i);
+    }
+    for (int s = 0; s < num_stripes_; ++s) {
+      const uint32_t begin = scratch.starts[s];
+      const uint32_t end = scratch.starts[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      StripeLock lock(&stripe.mu);
+      visit(stripe, absl::Span<const uint32_t>(scratch.order.data() + begin, end - begin),
+            scratch.hashes.data());
+    }
+  }
+
+  // Calls row(position, handle) for each position of one stripe's group, with the row's handle
+  // (kNoHandle when the id has no row and none is created). Existing rows are found first, with
+  // their index buckets and slots prefetched in chunks, and moved to the LRU front; absent ids
+  // are then created (when `create` allows and admission agrees), so that creating one can never
+  // evict a row found earlier in the group before it was used.
+  template <typename RowFn>
+  void VisitRows(Stripe& stripe, int t, absl::Span<const uint64_t> ids,
+                 absl::Span<const uint32_t> positions, const uint64_t* hashes, bool create,
+                 bool prefetch_state, RowFn&& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    constexpr size_t kChunk = 32;
+    uint32_t handles[kChunk];
+    // Lookups read the header and weights; updates the optimizer state too.
+    const uint32_t prefetch_bytes = prefetch_state
+        ? layouts_[t].slot_bytes
+        : static_cast<uint32_t>(sizeof(SlotHeader) + sizeof(float) * layouts_[t].dim);
+    for (size_t base = 0; base < positions.size(); base += kChunk) {
+      const size_t count = std::min(kChunk, positions.size() - base);
+      const uint32_t* chunk = positions.data() + base;
+      // Three passes so that the misses of a chunk overlap: index buckets, then candidate slots
+      // (whole rows), then the finds, which by then touch cached lines.
+      for (size_t k = 0; k < count; ++k) stripe.index.Prefetch(hashes[chunk[k]]);
+      for (size_t k = 0; k < count; ++k) {
+        stripe.index.ForEachCandidate(hashes[chunk[k]], [&](uint32_t handle) {
+          const char* slot = reinterpret_cast<const char*>(Header(stripe, handle));
+          for (uint32_t offset = 0; offset < prefetch_bytes; offset += 64) PrefetchLine(slot + offset);
+        });
+      }
+      for (size_t k = 0; k < count; ++k) {
+        const uint32_t p = chunk[k];
+        handles[k] = FindLocked(stripe, t, ids[p], hashes[p]);
+        if (handles[k] != kNoHandle) {
+          // The LRU neighbours are written by the move to the front: fetch them for writing now.
+          const SlotHeader* h = Header(stripe, handles[k]);
+          if (h->prev != kNoHandle) PrefetchLine(Header(stripe, h->prev));
+          if (h->next != kNoHandle) PrefetchLine(Header(stripe, h->next));
+        }
+      }
+      for (size_t k = 0; k < count; ++k) {
+        if (handles[k] == kNoHandle) continue;
+        MoveToFrontLocked(stripe, handles[k]);
+        row(chunk[k], handles[k]);
+      }
+      for (size_t k = 0; k < count; ++k) {
+        if (handles[k] != kNoHandle) continue;
+        const uint32_t p = chunk[k];
+        uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);  // A duplicate may have made it.
+        if (handle != kNoHandle) {
+          MoveToFrontLocked(stripe, handle);
+        } else if (create && AdmitLocked(stripe, t, hashes[p])) {
+          handle = InsertLocked(stripe, t, ids[p], hashes[p]);
+        }
+        row(p, handle);
+      }
+    }
+  }
+
   uint64_t Hash(int t, uint64_t id) const { return Mix64(id ^ layouts_[t].salt); }
+  uint32_t StripeIndex(uint64_t hash) const {
+    return static_cast<uint32_t>(hash) % static_cast<uint32_t>(num_stripes_);
+  }
   Stripe& StripeFor(uint64_t hash) const {
     return *stripes_[static_cast<uint32_t>(hash) % static_cast<uint32_t>(num_stripes_)];
   }
@@ -497,6 +617,7 @@ class StripedStore final : public EmbeddingShardStore {
   const uint64_t capacity_bytes_;
   const int num_stripes_;
   const std::vector<TableLayout> layouts_;
+  HugePageArena arena_;  // Before stripes_: outlives every slab.
   std::vector<std::unique_ptr<Stripe>> stripes_;
   std::atomic<uint64_t> total_rows_{0};
   std::atomic<uint64_t> total_charged_{0};

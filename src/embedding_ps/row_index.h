@@ -18,6 +18,7 @@
 #include <new>
 
 #include "hyrec/common/hash.h"
+#include "src/embedding_ps/huge_page_arena.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -27,6 +28,16 @@ namespace hyrec::embedding_ps {
 
 inline constexpr uint32_t kNoHandle = 0xffffffffu;
 
+// Prefetches the cache line at `p` into all cache levels. An asm statement rather than
+// __builtin_prefetch, which GCC 12 drops from loops whose only effect is the prefetch.
+inline void PrefetchLine(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 class RowIndex {
  public:
   static constexpr int kEntriesPerBucket = 12;
@@ -34,7 +45,7 @@ class RowIndex {
 
   // Sized so that `expected_entries` fill it to at most ~85%.
   explicit RowIndex(uint64_t expected_entries) { Allocate(BucketsFor(expected_entries)); }
-  ~RowIndex() { std::free(buckets_); }
+  ~RowIndex() { FreeLargeArray(buckets_, num_buckets_ * sizeof(Bucket)); }
   RowIndex(const RowIndex&) = delete;
   RowIndex& operator=(const RowIndex&) = delete;
 
@@ -42,7 +53,20 @@ class RowIndex {
   uint64_t bytes() const { return num_buckets_ * sizeof(Bucket); }
 
   // Prefetches the home bucket of `hash` (a hint; safe to call with a stale index).
-  void Prefetch(uint64_t hash) const { __builtin_prefetch(&buckets_[Home(hash)]); }
+  void Prefetch(uint64_t hash) const { PrefetchLine(&buckets_[Home(hash)]); }
+
+  // Calls fn(handle) for every handle in the home bucket of `hash` whose tag matches: the
+  // candidates Find will check. Lets a caller prefetch their rows for a batch of keys before
+  // finding any, so that the row misses overlap instead of following one another.
+  template <typename Fn>
+  void ForEachCandidate(uint64_t hash, Fn&& fn) const {
+    const Bucket& bucket = buckets_[Home(hash)];
+    uint32_t mask = MatchTag(bucket, Tag(hash));
+    while (mask != 0) {
+      fn(bucket.handles[__builtin_ctz(mask)]);
+      mask &= mask - 1;
+    }
+  }
 
   // Returns the handle h with matches(h), or kNoHandle.
   template <typename Matches>
@@ -127,10 +151,8 @@ class RowIndex {
   }
 
   void Allocate(uint64_t buckets) {
-    // calloc: large tables come straight from zeroed pages, touched only when used.
-    void* memory = std::calloc(buckets, sizeof(Bucket));
-    if (memory == nullptr) throw std::bad_alloc();
-    buckets_ = static_cast<Bucket*>(memory);
+    // Zeroed pages, touched only when used; huge pages for large indexes.
+    buckets_ = static_cast<Bucket*>(AllocateLargeArray(buckets * sizeof(Bucket)));
     num_buckets_ = buckets;
   }
 
@@ -160,7 +182,7 @@ class RowIndex {
         if (old[b].tags[e] != 0) Place(rehash(old[b].handles[e]), old[b].handles[e]);
       }
     }
-    std::free(old);
+    FreeLargeArray(old, old_count * sizeof(Bucket));
   }
 
   Bucket* buckets_ = nullptr;

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs missing Debian packages, configures (once) and builds hyrec into build/.
+# Sourced by tools/test and tools/demo. HYREC_BUILD_DIR overrides the build folder.
+set -euo pipefail
+HYREC_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+HYREC_BUILD_DIR="${HYREC_BUILD_DIR:-$HYREC_ROOT/build}"
+# shellcheck source=tools/deps.sh
+source "$HYREC_ROOT/tools/deps.sh"
+hyrec_install_debs
+if [ ! -f "$HYREC_BUILD_DIR/build.ninja" ]; then
+  cmake -S "$HYREC_ROOT" -B "$HYREC_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+fi
+# Two cores: two compile jobs keep the machine responsive and memory in bounds.
+cmake --build "$HYREC_BUILD_DIR" -j "${HYREC_JOBS:-2}"
