@@ -8,12 +8,13 @@ function(hyrec_generate_proto out_srcs out_hdrs)
   foreach(proto ${ARGN})
     get_filename_component(abs ${proto} ABSOLUTE)
     get_filename_component(name ${proto} NAME_WE)
+    get_filename_component(dir ${abs} DIRECTORY)
     set(outs ${gen_dir}/${name}.pb.cc ${gen_dir}/${name}.pb.h
              ${gen_dir}/${name}.grpc.pb.cc ${gen_dir}/${name}.grpc.pb.h)
     add_custom_command(
       OUTPUT ${outs}
       COMMAND protobuf::protoc
-        --proto_path=${CMAKE_SOURCE_DIR}/proto
+        --proto_path=${dir}
         --cpp_out=${gen_dir}
         --grpc_out=${gen_dir}
         --plugin=protoc-gen-grpc=${HYREC_GRPC_CPP_PLUGIN}

@@ -55,19 +55,6 @@ class RowIndex {
   // Prefetches the home bucket of `hash` (a hint; safe to call with a stale index).
   void Prefetch(uint64_t hash) const { PrefetchLine(&buckets_[Home(hash)]); }
 
-  // Calls fn(handle) for every handle in the home bucket of `hash` whose tag matches: the
-  // candidates Find will check. Lets a caller prefetch their rows for a batch of keys before
-  // finding any, so that the row misses overlap instead of following one another.
-  template <typename Fn>
-  void ForEachCandidate(uint64_t hash, Fn&& fn) const {
-    const Bucket& bucket = buckets_[Home(hash)];
-    uint32_t mask = MatchTag(bucket, Tag(hash));
-    while (mask != 0) {
-      fn(bucket.handles[__builtin_ctz(mask)]);
-      mask &= mask - 1;
-    }
-  }
-
   // Returns the handle h with matches(h), or kNoHandle.
   template <typename Matches>
   uint32_t Find(uint64_t hash, Matches&& matches) const {
