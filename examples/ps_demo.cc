@@ -27,6 +27,7 @@ ABSL_FLAG(double, seconds, 3.0, "Seconds per phase.");
 ABSL_FLAG(uint64_t, vocabulary, 10'000'000, "Distinct ids (Zipf ranks).");
 ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of the ids.");
 ABSL_FLAG(bool, fp16, false, "fp16 transport of rows and gradients.");
+ABSL_FLAG(uint64_t, capacity_rows, 300'000, "Rows each PS shard holds before evicting.");
 
 namespace {
 
@@ -103,7 +104,10 @@ absl::Status Run() {
   cluster_options.binary = absl::GetFlag(FLAGS_ps_binary);
   if (cluster_options.binary.empty()) cluster_options.binary = SelfDirectory() + "/hyrec-ps";
   cluster_options.num_shards = shards;
-  cluster_options.args = {"--tables=" + tables, "--capacity_rows=20000000", "--log_level=warn"};
+  // Capacity below the ids the workload touches, so the LRU evicts as a real PS would.
+  cluster_options.args = {"--tables=" + tables,
+                          absl::StrCat("--capacity_rows=", absl::GetFlag(FLAGS_capacity_rows)),
+                          "--log_level=warn"};
   std::printf("starting %d PS shard process(es): %s\n", shards, cluster_options.binary.c_str());
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return cluster.status();
@@ -123,7 +127,7 @@ absl::Status Run() {
   auto specs = ParseTableSpecs(tables);
   if (!specs.ok()) return specs.status();
   store_options.tables = *specs;
-  store_options.capacity_rows = 20'000'000 / shards;
+  store_options.capacity_rows = absl::GetFlag(FLAGS_capacity_rows);
   std::vector<std::shared_ptr<EmbeddingShardStore>> stores;
   for (int s = 0; s < shards; ++s) {
     auto store = EmbeddingShardStore::Create(store_options);
@@ -148,10 +152,13 @@ absl::Status Run() {
   if (!stats.ok()) return stats.status();
   for (const ShardStats& s : *stats) {
     const TableStats& t = s.store.tables[0];
-    std::printf("shard %d: %llu rows, %.1f MiB, %.1f bytes/row beyond the floats, %llu lookups, %llu updates\n",
+    std::printf("shard %d: %llu of %llu rows, %.1f MiB, %.1f bytes/row beyond the floats, %llu lookups, "
+                "%llu updates, %llu evictions\n",
                 s.shard_index, static_cast<unsigned long long>(t.rows),
+                static_cast<unsigned long long>(s.store.capacity_rows),
                 static_cast<double>(s.store.bytes) / (1 << 20), s.store.OverheadBytesPerRow(),
-                static_cast<unsigned long long>(t.lookups), static_cast<unsigned long long>(t.updates));
+                static_cast<unsigned long long>(t.lookups), static_cast<unsigned long long>(t.updates),
+                static_cast<unsigned long long>(t.evictions));
   }
   return (*cluster)->Stop();
 }

@@ -39,6 +39,13 @@ inline uint32_t MakeHandle(int table, uint32_t slot) {
 inline int HandleTable(uint32_t handle) { return static_cast<int>(handle >> kSlotBits); }
 inline uint32_t HandleSlot(uint32_t handle) { return handle & kSlotMask; }
 
+// Copies n floats; inlined 16-byte moves beat a libc memcpy call for embedding-sized rows.
+inline void CopyFloats(const float* __restrict src, float* __restrict dst, int n) {
+  int i = 0;
+  for (; i + 4 <= n; i += 4) std::memcpy(dst + i, src + i, 4 * sizeof(float));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
 // Every slot starts with this header; the row's floats follow.
 struct SlotHeader {
   uint64_t id;
@@ -278,7 +285,7 @@ class StripedStore final : public EmbeddingShardStore {
                     std::memset(dst, 0, row_bytes);
                     ++not_admitted;
                   } else {
-                    std::memcpy(dst, Weights(stripe, handle), row_bytes);
+                    CopyFloats(Weights(stripe, handle), dst, layout.dim);
                   }
                 });
     });
@@ -487,11 +494,14 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
   uint64_t Hash(int t, uint64_t id) const { return Mix64(id ^ layouts_[t].salt); }
+  // The low 32 bits of the hash, mapped onto [0, num_stripes) by multiply-shift (no division);
+  // the index uses the high bits, so the two choices are independent.
   uint32_t StripeIndex(uint64_t hash) const {
-    return static_cast<uint32_t>(hash) % static_cast<uint32_t>(num_stripes_);
+    return static_cast<uint32_t>((static_cast<uint64_t>(static_cast<uint32_t>(hash)) *
+                                  static_cast<uint64_t>(num_stripes_)) >> 32);
   }
   Stripe& StripeFor(uint64_t hash) const {
-    return *stripes_[static_cast<uint32_t>(hash) % static_cast<uint32_t>(num_stripes_)];
+    return *stripes_[StripeIndex(hash)];
   }
 
   static SlotHeader* Header(const Stripe& stripe, uint32_t handle)
