@@ -5,6 +5,9 @@
 //
 // Ids: Zipf rank r -> row index (r * 2654435761) mod rows (a fixed scattering, so hot rows are
 // spread over memory in both the array and the store) -> feature id Mix64(index).
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -35,6 +38,18 @@ struct Data {
 };
 
 Data* g_data = nullptr;
+uint64_t g_store_rss_bytes = 0;
+
+// Resident set size of this process, from /proc/self/statm.
+uint64_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%llu %llu", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
 
 void BuildData(Data& d, int dim, uint64_t rows) {
   d.dim = dim;
@@ -50,6 +65,7 @@ void BuildData(Data& d, int dim, uint64_t rows) {
     d.indices[i] = static_cast<uint32_t>((rank * 2654435761ULL) % rows);
     d.ids[i] = hyrec::Mix64(d.indices[i]);
   }
+  const uint64_t rss_before = ResidentBytes();
   hyrec::embedding_ps::StoreOptions options;
   hyrec::embedding_ps::TableConfig table;
   table.name = "t";
@@ -68,6 +84,7 @@ void BuildData(Data& d, int dim, uint64_t rows) {
       batch.clear();
     }
   }
+  g_store_rss_bytes = ResidentBytes() - rss_before;
 }
 
 size_t Offset(benchmark::State& state, size_t iteration) {
@@ -149,9 +166,11 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     BuildData(*data, dim, rows);
     const auto stats = data->store->Stats();
-    std::printf("store: %llu rows, %.1f MiB, %.2f bytes/row beyond the floats\n",
+    std::printf("store: %llu rows, %.1f MiB accounted, %.2f bytes/row beyond the floats; "
+                "resident growth %.1f MiB, %.2f bytes/row beyond the floats\n",
                 static_cast<unsigned long long>(stats.rows), stats.bytes / 1048576.0,
-                stats.OverheadBytesPerRow());
+                stats.OverheadBytesPerRow(), g_store_rss_bytes / 1048576.0,
+                (static_cast<double>(g_store_rss_bytes) - stats.payload_bytes) / stats.rows);
     g_data = data.get();
     for (int threads : {1, 2}) {
       const std::string suffix = "/dim:" + std::to_string(dim);
