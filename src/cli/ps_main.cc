@@ -1,6 +1,6 @@
 // hyrec-ps (`hyrec ps`): one embedding parameter-server shard.
 //
-//   hyrec ps --port=0 --shard_index=0 --num_shards=2 --capacity_rows=100000000 \
+//   hyrec ps --port=0 --shard_index=0 --num_shards=2 --capacity_rows=100000000
 //            --tables=user:16:adagrad:0.05,item:32:adam:0.001
 //   hyrec ps --config=ps.yaml
 //

@@ -1,0 +1,112 @@
+// Loader: turns a source (Criteo, libsvm, libffm files, or the synthetic teacher) into batches
+// for `num_workers` dense workers.
+//
+//   LoaderOptions options;
+//   options.source.format = Format::kCriteo;
+//   options.source.files = {"day_0.gz"};
+//   options.batch_size = 4096;
+//   options.num_workers = 2;
+//   HYREC_ASSIGN_OR_RETURN(auto loader, Loader::Start(options, /*resume=*/{}));
+//   Batch batch;
+//   while (loader->stream(0)->Next(&batch, absl::Seconds(30)).ok()) { ... }
+//   ReaderPosition saved = loader->stream(0)->Position();   // resume from here later
+//
+// The epoch's sample order is the sources' lines in file order, cut into shuffle windows of
+// `shuffle_window` samples, each permuted by a seed of (seed, epoch, window). Batches are
+// consecutive `batch_size` samples of that order and get global ids 0, 1, 2, ...; batch b goes to
+// worker b % num_workers. Parsing and batching run on `threads` threads; the batches are identical
+// for any thread count. Each worker's queue holds at most `prefetch_batches`; a slow worker slows
+// the loader, nothing is dropped, memory stays bounded.
+//
+// Bad lines are counted and logged with file:line and skipped while bad / read stays within
+// max_bad_fraction (checked once min_lines_for_bad_check lines were read, and at each epoch's end);
+// beyond it every stream fails with an error naming the file and the first bad lines.
+#ifndef HYREC_DATA_LOADER_LOADER_H_
+#define HYREC_DATA_LOADER_LOADER_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "hyrec/data_loader/parsers.h"
+#include "hyrec/data_loader/sample.h"
+#include "hyrec/data_loader/synthetic.h"
+
+namespace hyrec::data_loader {
+
+struct SourceConfig {
+  Format format = Format::kSynthetic;
+  std::vector<std::string> files;  // Plain or gzip; read in this order every epoch.
+  CriteoOptions criteo;
+  LibsvmOptions libsvm;            // Also libffm.
+  SyntheticConfig synthetic;
+
+  int num_slots() const;
+  int num_dense() const;
+};
+
+struct LoaderOptions {
+  SourceConfig source;
+  int batch_size = 4096;
+  int threads = 2;
+  int num_workers = 1;
+  uint64_t epochs = 1;               // 0: forever.
+  bool shuffle = true;
+  uint64_t shuffle_window = 1 << 16; // Samples; rounded up to a multiple of batch_size.
+  uint64_t seed = 1;
+  int num_shards = 1;                // PS shards: each table's unique ids are grouped by shard.
+  std::vector<int> slot_tables;      // Slot -> table index; empty: slot k is table k.
+  double max_bad_fraction = 0.001;
+  uint64_t min_lines_for_bad_check = 10'000;
+  int prefetch_batches = 8;          // Per worker.
+  bool drop_last = false;            // Drop each epoch's final partial batch.
+
+  absl::Status Validate() const;
+  int num_tables() const;
+};
+
+struct LoaderStats {
+  uint64_t lines = 0;
+  uint64_t bad_lines = 0;
+  uint64_t samples = 0;
+  uint64_t batches = 0;
+  std::vector<std::string> first_bad;  // "file:line: reason" of the first few bad lines.
+};
+
+// One worker's batches. Not thread-safe; one consumer per stream.
+class BatchStream {
+ public:
+  virtual ~BatchStream() = default;
+  // The next batch of this worker. OUT_OF_RANGE after the last epoch; DEADLINE_EXCEEDED when
+  // none arrived within `timeout`; any other error is the loader's (sticky) failure.
+  virtual absl::Status Next(Batch* batch, absl::Duration timeout) = 0;
+  // Where to resume after the last batch Next returned (or where the stream started).
+  virtual ReaderPosition Position() const = 0;
+};
+
+class Loader {
+ public:
+  // Starts reading. `resume` is empty (start at the beginning) or one position per worker, as
+  // returned by their streams' Position(): each worker then receives exactly the batches it had
+  // not received, in the same order and with the same contents.
+  static absl::StatusOr<std::unique_ptr<Loader>> Start(const LoaderOptions& options,
+                                                       const std::vector<ReaderPosition>& resume);
+  virtual ~Loader() = default;
+
+  virtual BatchStream* stream(int worker) = 0;
+  virtual LoaderStats Stats() const = 0;
+  // Stops the threads; streams then return CANCELLED.
+  virtual void Stop() = 0;
+};
+
+// Builds a Batch from parsed samples: labels, dense, per-slot CSR ids, and per table the unique
+// ids grouped by PS shard with their inverse maps.
+void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
+                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch);
+
+}  // namespace hyrec::data_loader
+
+#endif  // HYREC_DATA_LOADER_LOADER_H_

@@ -1,0 +1,602 @@
+#include "hyrec/data_loader/loader.h"
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
+#include "hyrec/common/hash.h"
+#include "spdlog/spdlog.h"
+#include "src/data_loader/line_reader.h"
+
+namespace hyrec::data_loader {
+
+int SourceConfig::num_slots() const {
+  switch (format) {
+    case Format::kCriteo:
+      return kCriteoSlots;
+    case Format::kLibsvm:
+    case Format::kLibffm:
+      return libsvm.num_slots;
+    case Format::kSynthetic:
+      return synthetic.num_slots;
+  }
+  return 0;
+}
+
+int SourceConfig::num_dense() const {
+  switch (format) {
+    case Format::kCriteo:
+      return kCriteoDense;
+    case Format::kLibsvm:
+    case Format::kLibffm:
+      return 0;
+    case Format::kSynthetic:
+      return synthetic.num_dense;
+  }
+  return 0;
+}
+
+int LoaderOptions::num_tables() const {
+  if (slot_tables.empty()) return source.num_slots();
+  return *std::max_element(slot_tables.begin(), slot_tables.end()) + 1;
+}
+
+absl::Status LoaderOptions::Validate() const {
+  if (batch_size < 1) return absl::InvalidArgumentError("loader.batch_size must be >= 1");
+  if (threads < 1 || threads > 256) return absl::InvalidArgumentError("loader.threads must be in [1, 256]");
+  if (num_workers < 1) return absl::InvalidArgumentError("loader.num_workers must be >= 1");
+  if (num_shards < 1) return absl::InvalidArgumentError("loader.num_shards must be >= 1");
+  if (prefetch_batches < 1) return absl::InvalidArgumentError("loader.prefetch_batches must be >= 1");
+  if (!(max_bad_fraction >= 0 && max_bad_fraction <= 1)) {
+    return absl::InvalidArgumentError("loader.max_bad_fraction must be in [0, 1]");
+  }
+  if (source.format == Format::kSynthetic) {
+    absl::Status s = source.synthetic.Validate();
+    if (!s.ok()) return s;
+  } else if (source.files.empty()) {
+    return absl::InvalidArgumentError("loader.files: a file source needs at least one file");
+  }
+  if (source.format == Format::kLibsvm || source.format == Format::kLibffm) {
+    if (source.libsvm.num_slots < 1) return absl::InvalidArgumentError("loader.num_slots must be >= 1");
+  }
+  if (!slot_tables.empty()) {
+    if (static_cast<int>(slot_tables.size()) != source.num_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat("loader.slot_tables has ", slot_tables.size(),
+                                                     " entries for ", source.num_slots(), " slots"));
+    }
+    for (int t : slot_tables) {
+      if (t < 0 || t >= 4096) return absl::InvalidArgumentError("loader.slot_tables entries must be in [0, 4096)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
+                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch) {
+  batch->batch_size = static_cast<int>(count);
+  batch->num_dense = num_dense;
+  batch->labels.resize(count);
+  batch->dense.assign(count * num_dense, 0.0f);
+  batch->slots.resize(num_slots);
+  for (int s = 0; s < num_slots; ++s) {
+    batch->slots[s].offsets.assign(count + 1, 0);
+    batch->slots[s].ids.clear();
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const Sample& sample = samples[i];
+    batch->labels[i] = sample.label;
+    std::copy(sample.dense.begin(), sample.dense.end(), batch->dense.begin() + i * num_dense);
+    for (int s = 0; s < num_slots; ++s) {
+      SlotIds& slot = batch->slots[s];
+      slot.ids.insert(slot.ids.end(), sample.ids.begin() + sample.slot_offsets[s],
+                      sample.ids.begin() + sample.slot_offsets[s + 1]);
+      slot.offsets[i + 1] = static_cast<uint32_t>(slot.ids.size());
+    }
+  }
+  // Per table: unique ids in first-seen order, then grouped by shard (stable counting sort).
+  batch->tables.assign(num_tables, TableIds());
+  std::vector<absl::flat_hash_map<uint64_t, uint32_t>> first(num_tables);
+  std::vector<std::vector<uint64_t>> unique(num_tables);
+  for (int s = 0; s < num_slots; ++s) {
+    const int t = slot_tables.empty() ? s : slot_tables[s];
+    TableIds& table = batch->tables[t];
+    table.inverse.resize(num_slots);
+    std::vector<uint32_t>& inverse = table.inverse[s];
+    const std::vector<uint64_t>& ids = batch->slots[s].ids;
+    inverse.resize(ids.size());
+    for (size_t j = 0; j < ids.size(); ++j) {
+      auto [it, inserted] = first[t].try_emplace(ids[j], static_cast<uint32_t>(unique[t].size()));
+      if (inserted) unique[t].push_back(ids[j]);
+      inverse[j] = it->second;
+    }
+  }
+  for (int t = 0; t < num_tables; ++t) {
+    TableIds& table = batch->tables[t];
+    table.inverse.resize(num_slots);
+    const std::vector<uint64_t>& ids = unique[t];
+    std::vector<int32_t> shard(ids.size());
+    table.shard_offsets.assign(num_shards + 1, 0);
+    for (size_t u = 0; u < ids.size(); ++u) {
+      shard[u] = ShardForId(ids[u], num_shards);
+      ++table.shard_offsets[shard[u] + 1];
+    }
+    for (int k = 0; k < num_shards; ++k) table.shard_offsets[k + 1] += table.shard_offsets[k];
+    std::vector<uint32_t> fill(table.shard_offsets.begin(), table.shard_offsets.end() - 1);
+    std::vector<uint32_t> new_index(ids.size());
+    table.unique_ids.resize(ids.size());
+    for (size_t u = 0; u < ids.size(); ++u) {
+      new_index[u] = fill[shard[u]]++;
+      table.unique_ids[new_index[u]] = ids[u];
+    }
+    for (auto& inverse : table.inverse) {
+      for (uint32_t& v : inverse) v = new_index[v];
+    }
+  }
+}
+
+namespace {
+
+constexpr size_t kMaxBadMessages = 5;
+constexpr int kMaxLoggedBadLines = 20;
+
+// A batch as read: lines (files) or sample indices (synthetic), before parsing.
+struct RawBatch {
+  uint64_t sequence = 0;  // Order in which the dispatcher must deliver.
+  bool end = false;       // No batches follow.
+  bool epoch_end = false; // Last batch of its epoch (may carry no samples).
+  bool deliver = true;    // False: skipped on resume, only its bad-line counts matter... none.
+  uint64_t global_id = 0;
+  uint64_t epoch = 0;
+  ReaderPosition window;  // Window that holds this batch (next_batch unused).
+  std::vector<std::string> lines;
+  std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
+  std::vector<uint64_t> sample_indices;
+  std::vector<std::string> read_errors;               // File-level problems met while reading.
+};
+
+struct ParsedBatch {
+  RawBatch raw;  // Lines released after parsing.
+  Batch batch;
+  uint64_t bad = 0;
+  std::vector<std::string> bad_messages;
+};
+
+class WorkerQueue final : public BatchStream {
+ public:
+  WorkerQueue(int capacity, ReaderPosition start) : capacity_(capacity), position_(start) {}
+
+  absl::Status Next(Batch* batch, absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !queue_.empty() || !status_.ok();
+    };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no batch within ", absl::FormatDuration(timeout)));
+    }
+    if (queue_.empty()) return status_;
+    *batch = std::move(queue_.front());
+    queue_.pop_front();
+    position_ = batch->next_position;
+    return absl::OkStatus();
+  }
+
+  ReaderPosition Position() const override {
+    absl::MutexLock lock(&mu_);
+    return position_;
+  }
+
+  // Blocks while full; false once the queue was closed (the loader stopped or failed).
+  bool Push(Batch batch) {
+    absl::MutexLock lock(&mu_);
+    auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return static_cast<int>(queue_.size()) < capacity_ || !status_.ok();
+    };
+    mu_.Await(absl::Condition(&room));
+    if (!status_.ok()) return false;
+    queue_.push_back(std::move(batch));
+    return true;
+  }
+
+  void Close(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (status_.ok()) status_ = status;
+  }
+
+ private:
+  const int capacity_;
+  mutable absl::Mutex mu_;
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status status_ ABSL_GUARDED_BY(mu_);  // Non-OK once closed.
+  ReaderPosition position_ ABSL_GUARDED_BY(mu_);
+};
+
+class LoaderImpl final : public Loader {
+ public:
+  LoaderImpl(LoaderOptions options, std::vector<ReaderPosition> resume)
+      : options_(std::move(options)),
+        window_batches_(std::max<uint64_t>(1, (options_.shuffle_window + options_.batch_size - 1) /
+                                                  options_.batch_size)),
+        num_slots_(options_.source.num_slots()),
+        num_dense_(options_.source.num_dense()),
+        num_tables_(options_.num_tables()) {
+    if (options_.source.format == Format::kSynthetic) {
+      synthetic_ = std::make_unique<SyntheticSource>(options_.source.synthetic);
+    }
+    for (int w = 0; w < options_.num_workers; ++w) {
+      ReaderPosition start;
+      start.next_batch = static_cast<uint64_t>(w);
+      if (!resume.empty()) start = resume[w];
+      next_for_worker_.push_back(start.next_batch);
+      queues_.push_back(std::make_unique<WorkerQueue>(options_.prefetch_batches, start));
+    }
+    // Read from the earliest window any worker still needs.
+    start_ = resume.empty() ? ReaderPosition() : resume[0];
+    for (const ReaderPosition& p : resume) {
+      if (p.window_global < start_.window_global) start_ = p;
+    }
+  }
+
+  ~LoaderImpl() override { Stop(); }
+
+  void Begin() {
+    producer_ = std::thread([this] { Produce(); });
+    for (int t = 0; t < options_.threads; ++t) parsers_.emplace_back([this] { Parse(); });
+    dispatcher_ = std::thread([this] { Dispatch(); });
+  }
+
+  BatchStream* stream(int worker) override { return queues_[worker].get(); }
+
+  LoaderStats Stats() const override {
+    absl::MutexLock lock(&mu_);
+    return stats_;
+  }
+
+  void Stop() override {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return;
+      stopping_ = true;
+    }
+    for (auto& q : queues_) q->Close(absl::CancelledError("the loader was stopped"));
+    if (producer_.joinable()) producer_.join();
+    for (auto& t : parsers_) t.join();
+    if (dispatcher_.joinable()) dispatcher_.join();
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+  }
+
+ private:
+  // ---- producer: reads windows, shuffles, cuts batches ----
+  bool PushRaw(RawBatch raw) {
+    absl::MutexLock lock(&mu_);
+    const size_t limit = static_cast<size_t>(4 * options_.threads + 4);
+    auto room = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stopping_ || (raw_queue_.size() < limit && in_flight_ < 2 * limit);
+    };
+    mu_.Await(absl::Condition(&room));
+    if (stopping_) return false;
+    raw.sequence = next_sequence_++;
+    ++in_flight_;
+    raw_queue_.push_back(std::move(raw));
+    return true;
+  }
+
+  bool Needed(uint64_t global_id) const {
+    return global_id >= next_for_worker_[global_id % options_.num_workers];
+  }
+
+  void Produce() {
+    const LoaderOptions& o = options_;
+    const uint64_t B = static_cast<uint64_t>(o.batch_size);
+    uint64_t epoch = start_.epoch;
+    uint64_t window_batch = start_.window_batch;
+    uint64_t global = start_.window_global;
+    uint32_t file_index = start_.file_index;
+    uint64_t offset = start_.byte_offset;
+    uint64_t line_number = start_.line_number;
+    std::unique_ptr<LineReader> reader;
+    for (; o.epochs == 0 || epoch < o.epochs; ++epoch) {
+      bool epoch_done = false;
+      while (!epoch_done) {
+        ReaderPosition window;
+        window.epoch = epoch;
+        window.window_batch = window_batch;
+        window.window_global = global;
+        window.file_index = file_index;
+        window.byte_offset = offset;
+        window.line_number = line_number;
+        // Read one window of samples.
+        std::vector<std::string> lines;
+        std::vector<std::pair<uint32_t, uint64_t>> origins;
+        std::vector<uint64_t> indices;
+        std::vector<std::string> read_errors;
+        const uint64_t want = window_batches_ * B;
+        if (synthetic_ != nullptr) {
+          const uint64_t first = window_batch * B;
+          const uint64_t n = o.source.synthetic.num_samples;
+          for (uint64_t i = first; i < std::min(n, first + want); ++i) indices.push_back(i);
+          epoch_done = first + want >= n;
+        } else {
+          while (lines.size() < want) {
+            if (reader == nullptr) {
+              if (file_index >= o.source.files.size()) {
+                epoch_done = true;
+                break;
+              }
+              auto opened = LineReader::Open(o.source.files[file_index], offset, line_number);
+              if (!opened.ok()) {
+                read_errors.push_back(std::string(opened.status().message()));
+                NextFile(&file_index, &offset, &line_number);
+                continue;
+              }
+              reader = std::move(*opened);
+            }
+            std::string line;
+            uint64_t number = 0;
+            absl::Status error;
+            const LineReader::Result r = reader->Next(kMaxLineBytes, &line, &number, &error);
+            if (r == LineReader::Result::kLine) {
+              lines.push_back(std::move(line));
+              origins.emplace_back(file_index, number);
+              offset = reader->offset();
+              line_number = reader->line_number();
+              continue;
+            }
+            if (r == LineReader::Result::kError) read_errors.push_back(std::string(error.message()));
+            reader.reset();
+            NextFile(&file_index, &offset, &line_number);
+          }
+          if (!epoch_done && reader == nullptr && file_index >= o.source.files.size()) {
+            epoch_done = true;
+          }
+        }
+        // Shuffle the window, then cut it into batches.
+        const size_t count = synthetic_ != nullptr ? indices.size() : lines.size();
+        std::vector<uint32_t> order(count);
+        for (size_t i = 0; i < count; ++i) order[i] = static_cast<uint32_t>(i);
+        if (o.shuffle) {
+          std::mt19937_64 rng(HashCombine(o.seed, (epoch << 32) ^ window_batch));
+          for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+        }
+        const uint64_t batches_here = (count + B - 1) / B;
+        for (uint64_t k = 0; k < batches_here || (k == 0 && (epoch_done || !read_errors.empty())); ++k) {
+          const size_t begin = static_cast<size_t>(k * B);
+          const size_t end = std::min(count, begin + static_cast<size_t>(B));
+          const bool last_of_epoch = epoch_done && k + 1 >= batches_here;
+          const bool partial = end - begin < B;
+          RawBatch raw;
+          raw.epoch = epoch;
+          raw.window = window;
+          raw.read_errors = k == 0 ? read_errors : std::vector<std::string>();
+          raw.epoch_end = last_of_epoch;
+          const bool has_batch = end > begin && !(partial && o.drop_last);
+          raw.deliver = has_batch && Needed(global);
+          raw.global_id = global;
+          if (raw.deliver) {
+            for (size_t i = begin; i < end; ++i) {
+              if (synthetic_ != nullptr) {
+                raw.sample_indices.push_back(indices[order[i]]);
+              } else {
+                raw.lines.push_back(std::move(lines[order[i]]));
+                raw.origins.push_back(origins[order[i]]);
+              }
+            }
+          } else if (synthetic_ == nullptr) {
+            // Not delivered, but its lines still count as read (and bad lines still count).
+            for (size_t i = begin; i < end; ++i) {
+              raw.lines.push_back(std::move(lines[order[i]]));
+              raw.origins.push_back(origins[order[i]]);
+            }
+          }
+          if (has_batch) ++global;
+          if (!raw.deliver && !raw.epoch_end && raw.read_errors.empty() && raw.lines.empty()) continue;
+          if (!PushRaw(std::move(raw))) return;
+        }
+        window_batch += batches_here;
+      }
+      window_batch = 0;
+      file_index = 0;
+      offset = 0;
+      line_number = 1;
+      reader.reset();
+    }
+    RawBatch end;
+    end.end = true;
+    end.deliver = false;
+    PushRaw(std::move(end));
+  }
+
+  static void NextFile(uint32_t* file_index, uint64_t* offset, uint64_t* line_number) {
+    ++*file_index;
+    *offset = 0;
+    *line_number = 1;
+  }
+
+  // ---- parsers: raw batch -> Batch, any order; the dispatcher restores it ----
+  void Parse() {
+    std::vector<Sample> samples;
+    for (;;) {
+      RawBatch raw;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || !raw_queue_.empty(); };
+        mu_.Await(absl::Condition(&ready));
+        if (stopping_) return;
+        raw = std::move(raw_queue_.front());
+        raw_queue_.pop_front();
+      }
+      ParsedBatch parsed;
+      const size_t n = std::max(raw.lines.size(), raw.sample_indices.size());
+      if (samples.size() < n) samples.resize(n);
+      size_t good = 0;
+      for (size_t i = 0; i < raw.sample_indices.size(); ++i) synthetic_->Generate(raw.sample_indices[i], &samples[good++]);
+      for (size_t i = 0; i < raw.lines.size(); ++i) {
+        absl::Status s = ParseLine(raw.lines[i], &samples[good]);
+        if (s.ok()) {
+          ++good;
+        } else {
+          ++parsed.bad;
+          if (parsed.bad_messages.size() < kMaxBadMessages) {
+            parsed.bad_messages.push_back(absl::StrCat(options_.source.files[raw.origins[i].first], ":",
+                                                       raw.origins[i].second, ": ", s.message()));
+          }
+        }
+      }
+      if (raw.deliver) {
+        BuildBatch(samples, good, num_dense_, num_slots_, options_.slot_tables, num_tables_,
+                   options_.num_shards, &parsed.batch);
+        parsed.batch.batch_id = raw.global_id;
+        parsed.batch.epoch = raw.epoch;
+        parsed.batch.next_position = raw.window;
+        parsed.batch.next_position.next_batch = raw.global_id + options_.num_workers;
+      }
+      parsed.raw.sequence = raw.sequence;
+      parsed.raw.end = raw.end;
+      parsed.raw.epoch_end = raw.epoch_end;
+      parsed.raw.deliver = raw.deliver;
+      parsed.raw.global_id = raw.global_id;
+      parsed.raw.read_errors = std::move(raw.read_errors);
+      parsed.raw.origins.resize(raw.lines.size());  // Only the count is needed further.
+      absl::MutexLock lock(&mu_);
+      parsed_.emplace(parsed.raw.sequence, std::move(parsed));
+    }
+  }
+
+  absl::Status ParseLine(const std::string& line, Sample* sample) const {
+    switch (options_.source.format) {
+      case Format::kCriteo:
+        return ParseCriteoLine(line, options_.source.criteo, sample);
+      case Format::kLibsvm:
+        return ParseLibsvmLine(line, options_.source.libsvm, sample);
+      case Format::kLibffm:
+        return ParseLibffmLine(line, options_.source.libsvm, sample);
+      case Format::kSynthetic:
+        break;
+    }
+    return absl::InternalError("no line parser for the synthetic source");
+  }
+
+  // ---- dispatcher: in order, accounting, routing ----
+  void Dispatch() {
+    uint64_t expected = 0;
+    for (;;) {
+      ParsedBatch parsed;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stopping_ || parsed_.count(expected) > 0;
+        };
+        mu_.Await(absl::Condition(&ready));
+        if (stopping_) return;
+        auto it = parsed_.find(expected);
+        parsed = std::move(it->second);
+        parsed_.erase(it);
+        --in_flight_;
+        ++expected;
+      }
+      if (parsed.raw.end) {
+        for (auto& q : queues_) q->Close(absl::OutOfRangeError("end of data"));
+        return;
+      }
+      absl::Status failure = Account(parsed);
+      if (!failure.ok()) {
+        spdlog::error("loader: {}", failure.ToString());
+        for (auto& q : queues_) q->Close(failure);
+        return;
+      }
+      if (!parsed.raw.deliver) continue;
+      const int worker = static_cast<int>(parsed.batch.batch_id % options_.num_workers);
+      if (!queues_[worker]->Push(std::move(parsed.batch))) return;
+    }
+  }
+
+  // Adds a batch's counts; returns the failure when bad lines exceed the allowed fraction.
+  absl::Status Account(const ParsedBatch& parsed) {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& e : parsed.raw.read_errors) {
+      ++stats_.bad_lines;
+      if (stats_.first_bad.size() < kMaxBadMessages) stats_.first_bad.push_back(e);
+      spdlog::warn("loader: {}", e);
+    }
+    stats_.lines += parsed.raw.origins.size() + parsed.raw.read_errors.size();
+    stats_.bad_lines += parsed.bad;
+    for (const std::string& m : parsed.bad_messages) {
+      if (stats_.first_bad.size() < kMaxBadMessages) stats_.first_bad.push_back(m);
+      if (logged_bad_ < kMaxLoggedBadLines) {
+        spdlog::warn("loader: bad line skipped: {}", m);
+        ++logged_bad_;
+      }
+    }
+    if (parsed.raw.deliver) {
+      stats_.samples += static_cast<uint64_t>(parsed.batch.batch_size);
+      ++stats_.batches;
+    }
+    const bool check = stats_.lines >= options_.min_lines_for_bad_check || parsed.raw.epoch_end;
+    if (check && static_cast<double>(stats_.bad_lines) >
+                     options_.max_bad_fraction * static_cast<double>(std::max<uint64_t>(stats_.lines, 1))) {
+      return absl::DataLossError(absl::StrCat(
+          "too many bad lines: ", stats_.bad_lines, " of ", stats_.lines, " read exceed max_bad_fraction ",
+          options_.max_bad_fraction, "; first: ", absl::StrJoin(stats_.first_bad, "; ")));
+    }
+    return absl::OkStatus();
+  }
+
+  const LoaderOptions options_;
+  const uint64_t window_batches_;
+  const int num_slots_;
+  const int num_dense_;
+  const int num_tables_;
+  std::unique_ptr<SyntheticSource> synthetic_;
+  std::vector<uint64_t> next_for_worker_;
+  std::vector<std::unique_ptr<WorkerQueue>> queues_;
+  ReaderPosition start_;
+
+  mutable absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<RawBatch> raw_queue_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, ParsedBatch> parsed_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  LoaderStats stats_ ABSL_GUARDED_BY(mu_);
+  int logged_bad_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread producer_;
+  std::vector<std::thread> parsers_;
+  std::thread dispatcher_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& options,
+                                                      const std::vector<ReaderPosition>& resume) {
+  absl::Status valid = options.Validate();
+  if (!valid.ok()) return valid;
+  if (!resume.empty() && static_cast<int>(resume.size()) != options.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat("resume holds ", resume.size(),
+                                                   " positions for ", options.num_workers, " workers"));
+  }
+  for (size_t w = 0; w < resume.size(); ++w) {
+    if (resume[w].next_batch % options.num_workers != w) {
+      return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " (", resume[w].DebugString(),
+                                                     ") does not belong to worker ", w));
+    }
+    if (options.source.format != Format::kSynthetic && resume[w].file_index >= options.source.files.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " names file ",
+                                                     resume[w].file_index, " of ", options.source.files.size()));
+    }
+  }
+  auto loader = std::make_unique<LoaderImpl>(options, resume);
+  loader->Begin();
+  return std::unique_ptr<Loader>(std::move(loader));
+}
+
+}  // namespace hyrec::data_loader
