@@ -1,0 +1,139 @@
+#include "hyrec/data_loader/config.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/yaml_config.h"
+
+namespace hyrec::data_loader {
+
+absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::string_view path) {
+  LoaderOptions o;
+  const std::string p(path);
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, p,
+      {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window",
+       "seed", "num_shards", "slot_tables", "max_bad_fraction", "min_lines_for_bad_check",
+       "prefetch_batches", "drop_last"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_size", p, &o.batch_size));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "threads", p, &o.threads));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_workers", p, &o.num_workers));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "epochs", p, &o.epochs));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle", p, &o.shuffle));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle_window", p, &o.shuffle_window));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "seed", p, &o.seed));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_shards", p, &o.num_shards));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "max_bad_fraction", p, &o.max_bad_fraction));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "min_lines_for_bad_check", p, &o.min_lines_for_bad_check));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "prefetch_batches", p, &o.prefetch_batches));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "drop_last", p, &o.drop_last));
+  if (const YAML::Node tables = node["slot_tables"]) {
+    if (!tables.IsSequence()) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "slot_tables"), " (", YamlWhere(tables),
+                                                     "): expected a list of table indices"));
+    }
+    for (size_t i = 0; i < tables.size(); ++i) {
+      int t = 0;
+      try {
+        t = tables[i].as<int>();
+      } catch (const YAML::Exception&) {
+        return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "slot_tables"), "[", i, "] (",
+                                                       YamlWhere(tables[i]), "): not an integer"));
+      }
+      o.slot_tables.push_back(t);
+    }
+  }
+  const YAML::Node source = node["source"];
+  if (!source) return absl::InvalidArgumentError(absl::StrCat(p, ": missing key 'source'"));
+  const std::string sp = JoinKey(p, "source");
+  HYREC_RETURN_IF_ERROR(CheckKeys(source, sp, {"format", "files", "missing_id_for_empty", "num_slots", "synthetic"}));
+  std::string format = "synthetic";
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "format", sp, &format));
+  if (format == "criteo") {
+    o.source.format = Format::kCriteo;
+  } else if (format == "libsvm" || format == "libfm") {
+    o.source.format = Format::kLibsvm;
+  } else if (format == "libffm") {
+    o.source.format = Format::kLibffm;
+  } else if (format == "synthetic") {
+    o.source.format = Format::kSynthetic;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "format"), " (", YamlWhere(source["format"]),
+                                                   "): '", format, "' is not criteo, libsvm, libffm or synthetic"));
+  }
+  if (const YAML::Node files = source["files"]) {
+    if (!files.IsSequence()) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "files"), " (", YamlWhere(files), "): expected a list"));
+    }
+    for (size_t i = 0; i < files.size(); ++i) o.source.files.push_back(files[i].as<std::string>());
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "missing_id_for_empty", sp, &o.source.criteo.missing_id_for_empty));
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "num_slots", sp, &o.source.libsvm.num_slots));
+  if (const YAML::Node syn = source["synthetic"]) {
+    const std::string yp = JoinKey(sp, "synthetic");
+    HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp, {"num_samples", "num_dense", "num_slots", "vocabulary",
+                                              "ids_per_sample", "zipf", "seed", "teacher_dim",
+                                              "teacher_scale", "teacher_bias"}));
+    SyntheticConfig& c = o.source.synthetic;
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_samples", yp, &c.num_samples));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_dense", yp, &c.num_dense));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_slots", yp, &c.num_slots));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "vocabulary", yp, &c.vocabulary));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "ids_per_sample", yp, &c.ids_per_sample));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "zipf", yp, &c.zipf));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "seed", yp, &c.seed));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_dim", yp, &c.teacher_dim));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_scale", yp, &c.teacher_scale));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_bias", yp, &c.teacher_bias));
+  }
+  absl::Status valid = o.Validate();
+  if (!valid.ok()) return Annotate(valid, absl::StrCat(p, " (", YamlWhere(node), ")"));
+  return o;
+}
+
+std::string FormatPositions(const std::vector<ReaderPosition>& positions) {
+  std::string out;
+  for (const ReaderPosition& p : positions) {
+    absl::StrAppend(&out, "next_batch=", p.next_batch, " epoch=", p.epoch, " window_batch=", p.window_batch,
+                    " window_global=", p.window_global, " file_index=", p.file_index,
+                    " byte_offset=", p.byte_offset, " line_number=", p.line_number, "\n");
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ReaderPosition>> ParsePositions(absl::string_view text) {
+  std::vector<ReaderPosition> out;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (line.empty()) continue;
+    ReaderPosition p;
+    int seen = 0;
+    for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
+      std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+      uint64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value)) {
+        return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": '", field,
+                                                       "' is not key=integer"));
+      }
+      const absl::string_view k = kv.first;
+      if (k == "next_batch") p.next_batch = value;
+      else if (k == "epoch") p.epoch = value;
+      else if (k == "window_batch") p.window_batch = value;
+      else if (k == "window_global") p.window_global = value;
+      else if (k == "file_index") p.file_index = static_cast<uint32_t>(value);
+      else if (k == "byte_offset") p.byte_offset = value;
+      else if (k == "line_number") p.line_number = value;
+      else return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": unknown key '", k, "'"));
+      ++seen;
+    }
+    if (seen != 7) {
+      return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": expected 7 fields, found ", seen));
+    }
+    out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace hyrec::data_loader

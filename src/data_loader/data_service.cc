@@ -1,0 +1,371 @@
+#include "hyrec/data_loader/data_service.h"
+
+#include <cstring>
+#include <deque>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "data.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "hyrec/common/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace hyrec::data_loader {
+namespace {
+
+template <typename T>
+void PutArray(const std::vector<T>& v, std::string* out) {
+  out->assign(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <typename T>
+bool GetArray(const std::string& in, size_t expected, std::vector<T>* v) {
+  if (in.size() % sizeof(T) != 0) return false;
+  if (expected != SIZE_MAX && in.size() != expected * sizeof(T)) return false;
+  v->resize(in.size() / sizeof(T));
+  if (!in.empty()) std::memcpy(v->data(), in.data(), in.size());
+  return true;
+}
+
+void ToProto(const ReaderPosition& p, proto::ReaderPosition* out) {
+  out->set_epoch(p.epoch);
+  out->set_window_batch(p.window_batch);
+  out->set_window_global(p.window_global);
+  out->set_file_index(p.file_index);
+  out->set_byte_offset(p.byte_offset);
+  out->set_line_number(p.line_number);
+  out->set_next_batch(p.next_batch);
+}
+
+ReaderPosition FromProto(const proto::ReaderPosition& p) {
+  ReaderPosition out;
+  out.epoch = p.epoch();
+  out.window_batch = p.window_batch();
+  out.window_global = p.window_global();
+  out.file_index = p.file_index();
+  out.byte_offset = p.byte_offset();
+  out.line_number = p.line_number();
+  out.next_batch = p.next_batch();
+  return out;
+}
+
+void EncodeBatch(const Batch& b, proto::BatchProto* out) {
+  out->set_batch_id(b.batch_id);
+  out->set_epoch(b.epoch);
+  out->set_batch_size(static_cast<uint32_t>(b.batch_size));
+  out->set_num_dense(static_cast<uint32_t>(b.num_dense));
+  PutArray(b.labels, out->mutable_labels());
+  PutArray(b.dense, out->mutable_dense());
+  for (const SlotIds& s : b.slots) {
+    proto::SlotIdsProto* p = out->add_slots();
+    PutArray(s.offsets, p->mutable_offsets());
+    PutArray(s.ids, p->mutable_ids());
+  }
+  for (const TableIds& t : b.tables) {
+    proto::TableIdsProto* p = out->add_tables();
+    PutArray(t.unique_ids, p->mutable_unique_ids());
+    PutArray(t.shard_offsets, p->mutable_shard_offsets());
+    for (const auto& inverse : t.inverse) PutArray(inverse, p->add_inverse());
+  }
+  ToProto(b.next_position, out->mutable_next_position());
+}
+
+absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
+  b->batch_id = p.batch_id();
+  b->epoch = p.epoch();
+  b->batch_size = static_cast<int>(p.batch_size());
+  b->num_dense = static_cast<int>(p.num_dense());
+  const size_t n = p.batch_size();
+  bool ok = GetArray(p.labels(), n, &b->labels) && GetArray(p.dense(), n * p.num_dense(), &b->dense);
+  b->slots.resize(p.slots_size());
+  for (int s = 0; ok && s < p.slots_size(); ++s) {
+    ok = GetArray(p.slots(s).offsets(), n + 1, &b->slots[s].offsets) &&
+         GetArray(p.slots(s).ids(), SIZE_MAX, &b->slots[s].ids) &&
+         b->slots[s].offsets.back() == b->slots[s].ids.size();
+  }
+  b->tables.resize(p.tables_size());
+  for (int t = 0; ok && t < p.tables_size(); ++t) {
+    TableIds& table = b->tables[t];
+    ok = GetArray(p.tables(t).unique_ids(), SIZE_MAX, &table.unique_ids) &&
+         GetArray(p.tables(t).shard_offsets(), SIZE_MAX, &table.shard_offsets);
+    table.inverse.resize(p.tables(t).inverse_size());
+    for (int s = 0; ok && s < p.tables(t).inverse_size(); ++s) {
+      ok = GetArray(p.tables(t).inverse(s), SIZE_MAX, &table.inverse[s]);
+    }
+  }
+  if (!ok) return absl::DataLossError(absl::StrCat("malformed batch ", p.batch_id(), " from the loader"));
+  b->next_position = FromProto(p.next_position());
+  return absl::OkStatus();
+}
+
+class DataServiceImpl final : public proto::DataService::Service {
+ public:
+  DataServiceImpl(std::unique_ptr<Loader> loader, const LoaderOptions& loader_options,
+                  std::vector<ReaderPosition> starts, int replay_batches)
+      : loader_(std::move(loader)),
+        options_(loader_options),
+        starts_(std::move(starts)),
+        replay_batches_(replay_batches),
+        workers_(loader_options.num_workers) {
+    for (int w = 0; w < options_.num_workers; ++w) {
+      workers_[w].next_from_loader = starts_[w].next_batch;
+    }
+  }
+
+  void Stop() { loader_->Stop(); }
+
+  grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*,
+                    proto::LoaderInfoResponse* out) override {
+    out->set_num_workers(options_.num_workers);
+    out->set_num_slots(options_.source.num_slots());
+    out->set_num_dense(options_.source.num_dense());
+    out->set_num_tables(options_.num_tables());
+    out->set_num_shards(options_.num_shards);
+    for (const ReaderPosition& p : starts_) ToProto(p, out->add_start_positions());
+    const LoaderStats stats = loader_->Stats();
+    out->set_lines(stats.lines);
+    out->set_bad_lines(stats.bad_lines);
+    out->set_samples(stats.samples);
+    out->set_batches(stats.batches);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status StreamBatches(grpc::ServerContext* context, const proto::StreamRequest* request,
+                             grpc::ServerWriter<proto::BatchProto>* writer) override {
+    const int w = static_cast<int>(request->worker());
+    if (request->worker() >= static_cast<uint32_t>(options_.num_workers)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("worker ", request->worker(), " is not in [0, ",
+                                       options_.num_workers, ")"));
+    }
+    Worker& worker = workers_[w];
+    {
+      absl::MutexLock lock(&mu_);
+      if (worker.active) {
+        return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                            absl::StrCat("worker ", w, " already has an open stream"));
+      }
+      worker.active = true;
+    }
+    grpc::Status status = Serve(context, request->next_batch(), w, writer);
+    absl::MutexLock lock(&mu_);
+    worker.active = false;
+    return status;
+  }
+
+ private:
+  struct Worker {
+    bool active = false;
+    std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last replay_batches sent.
+    uint64_t next_from_loader = 0;                            // Id the loader hands out next.
+  };
+
+  grpc::Status Serve(grpc::ServerContext* context, uint64_t next, int w,
+                     grpc::ServerWriter<proto::BatchProto>* writer) {
+    Worker& worker = workers_[w];  // Only this (single active) stream touches it.
+    if (next > worker.next_from_loader || next % options_.num_workers != static_cast<uint64_t>(w)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("worker ", w, " asked for batch ", next,
+                                       "; this loader serves it batch ", worker.next_from_loader, " next"));
+    }
+    if (next < worker.next_from_loader &&
+        (worker.sent.empty() || next < worker.sent.front().first)) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          absl::StrCat("batch ", next, " of worker ", w,
+                                       " is no longer buffered; restart the loader from the "
+                                       "worker's saved position"));
+    }
+    for (const auto& [id, message] : worker.sent) {
+      if (id < next) continue;
+      if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+    }
+    BatchStream* stream = loader_->stream(w);
+    Batch batch;
+    for (;;) {
+      absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
+      if (absl::IsDeadlineExceeded(s)) {
+        if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+        continue;
+      }
+      if (absl::IsOutOfRange(s)) return grpc::Status::OK;
+      if (!s.ok()) return ToGrpcStatus(s);
+      worker.next_from_loader = batch.batch_id + options_.num_workers;
+      worker.sent.emplace_back(batch.batch_id, proto::BatchProto());
+      EncodeBatch(batch, &worker.sent.back().second);
+      if (static_cast<int>(worker.sent.size()) > replay_batches_) worker.sent.pop_front();
+      if (!writer->Write(worker.sent.back().second)) {
+        return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+      }
+    }
+  }
+
+  std::unique_ptr<Loader> loader_;
+  const LoaderOptions options_;
+  const std::vector<ReaderPosition> starts_;
+  const int replay_batches_;
+  absl::Mutex mu_;
+  std::vector<Worker> workers_;
+};
+
+// The client end: a callback reader that stops reading while its queue is full.
+class RemoteBatchStream final : public BatchStream,
+                                public grpc::ClientReadReactor<proto::BatchProto> {
+ public:
+  RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next,
+                    ReaderPosition start, int capacity)
+      : stub_(std::move(stub)), capacity_(capacity), position_(start) {
+    request_.set_worker(worker);
+    request_.set_next_batch(next);
+    stub_->async()->StreamBatches(&context_, &request_, this);
+    StartRead(&incoming_);
+    StartCall();
+  }
+
+  ~RemoteBatchStream() override {
+    context_.TryCancel();
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows.
+    Batch batch;
+    absl::Status decoded = DecodeBatch(incoming_, &batch);
+    absl::MutexLock lock(&mu_);
+    if (!decoded.ok()) {
+      if (error_.ok()) error_ = decoded;
+      context_.TryCancel();
+      return;
+    }
+    queue_.push_back(std::move(batch));
+    if (static_cast<int>(queue_.size()) < capacity_) {
+      StartRead(&incoming_);
+    } else {
+      paused_ = true;
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) {
+      error_ = status.ok() ? absl::OutOfRangeError("end of data")
+                           : absl::Status(FromGrpcStatus(status).code(),
+                                          absl::StrCat("batch stream: ", status.error_message()));
+    }
+    done_ = true;
+  }
+
+  absl::Status Next(Batch* batch, absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || done_ || !error_.ok(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no batch from the loader within ", absl::FormatDuration(timeout)));
+    }
+    if (queue_.empty()) return error_.ok() ? absl::UnavailableError("stream ended") : error_;
+    *batch = std::move(queue_.front());
+    queue_.pop_front();
+    position_ = batch->next_position;
+    if (paused_ && !done_) {
+      paused_ = false;
+      StartRead(&incoming_);
+    }
+    return absl::OkStatus();
+  }
+
+  ReaderPosition Position() const override {
+    absl::MutexLock lock(&mu_);
+    return position_;
+  }
+
+ private:
+  std::unique_ptr<proto::DataService::Stub> stub_;
+  grpc::ClientContext context_;
+  proto::StreamRequest request_;
+  proto::BatchProto incoming_;
+  const int capacity_;
+  mutable absl::Mutex mu_;
+  std::deque<Batch> queue_ ABSL_GUARDED_BY(mu_);
+  bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  ReaderPosition position_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+struct DataServer::Impl {
+  std::unique_ptr<DataServiceImpl> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+DataServer::~DataServer() {
+  impl_->service->Stop();
+  Shutdown(absl::ZeroDuration());
+  Wait();
+}
+
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
+    std::unique_ptr<Loader> loader, const LoaderOptions& loader_options,
+    const std::vector<ReaderPosition>& starts, const DataServerOptions& options) {
+  if (loader == nullptr) return absl::InvalidArgumentError("DataServer needs a loader");
+  std::vector<ReaderPosition> start_positions = starts;
+  if (start_positions.empty()) {
+    for (int w = 0; w < loader_options.num_workers; ++w) start_positions.push_back(loader->stream(w)->Position());
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<DataServiceImpl>(std::move(loader), loader_options,
+                                                    std::move(start_positions), options.replay_batches);
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
+  builder.RegisterService(impl->service.get());
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  impl->server = builder.BuildAndStart();
+  if (impl->server == nullptr || impl->port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
+}
+
+int DataServer::port() const { return impl_->port; }
+
+void DataServer::Shutdown(absl::Duration grace) {
+  impl_->service->Stop();
+  impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+}
+
+void DataServer::Wait() { impl_->server->Wait(); }
+
+absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,
+                                                                const StreamClientOptions& options) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  auto stub = proto::DataService::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
+  context.set_wait_for_ready(true);
+  proto::LoaderInfoResponse info;
+  grpc::Status status = stub->Info(&context, proto::LoaderInfoRequest(), &info);
+  if (!status.ok()) {
+    return absl::Status(FromGrpcStatus(status).code(),
+                        absl::StrCat("loader at ", address, " did not answer: ", status.error_message()));
+  }
+  if (worker < 0 || worker >= static_cast<int>(info.num_workers()) ||
+      info.start_positions_size() != static_cast<int>(info.num_workers())) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " is not in [0, ",
+                                                   info.num_workers(), ") of the loader at ", address));
+  }
+  const ReaderPosition start = FromProto(info.start_positions(worker));
+  const uint64_t next = options.next_batch >= 0 ? static_cast<uint64_t>(options.next_batch) : start.next_batch;
+  ReaderPosition position = start;
+  position.next_batch = next;
+  return std::unique_ptr<BatchStream>(
+      new RemoteBatchStream(std::move(stub), worker, next, position, std::max(1, options.prefetch_batches)));
+}
+
+}  // namespace hyrec::data_loader

@@ -1,0 +1,239 @@
+// The loader as a real `hyrec-loader` process: its streams over gRPC must equal the in-process
+// loader's, survive a reconnect, resume from saved positions, and fail cleanly when it dies.
+#include <signal.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/common/yaml_config.h"
+#include "hyrec/data_loader/config.h"
+#include "hyrec/data_loader/data_service.h"
+
+namespace hyrec::data_loader {
+namespace {
+
+constexpr char kConfig[] = R"(source:
+  format: synthetic
+  synthetic: {num_samples: 3000, vocabulary: 5000, seed: 5}
+batch_size: 100
+threads: 2
+num_workers: 2
+epochs: 2
+shuffle_window: 500
+num_shards: 3
+prefetch_batches: 2
+)";
+
+std::string WriteConfig(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+LoaderOptions Options() {
+  auto root = ParseYaml(kConfig, "test");
+  auto options = ParseLoaderConfig(*root, "");
+  EXPECT_TRUE(options.ok()) << options.status();
+  return *options;
+}
+
+struct LoaderProcess {
+  std::unique_ptr<Subprocess> process;
+  std::string address;
+};
+
+LoaderProcess StartLoader(const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {HYREC_LOADER_BINARY, "--port=0", "--host=127.0.0.1",
+                                   "--log_level=warn", "--config=" + WriteConfig("loader.yaml", kConfig)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  LoaderProcess p;
+  auto process = Subprocess::Spawn(argv);
+  EXPECT_TRUE(process.ok());
+  p.process = std::move(*process);
+  auto port = WaitForListeningPort(*p.process, absl::Seconds(20));
+  EXPECT_TRUE(port.ok()) << port.status();
+  p.address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
+  return p;
+}
+
+// Reads all streams in turn until each ends or reaches its limit.
+std::vector<std::vector<Batch>> DrainAll(std::vector<BatchStream*> streams, std::vector<size_t> limits = {}) {
+  if (limits.empty()) limits.assign(streams.size(), SIZE_MAX);
+  std::vector<std::vector<Batch>> out(streams.size());
+  std::vector<bool> done(streams.size(), false);
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t w = 0; w < streams.size(); ++w) {
+      if (done[w] || out[w].size() >= limits[w]) continue;
+      Batch b;
+      absl::Status s = streams[w]->Next(&b, absl::Seconds(30));
+      if (!s.ok()) {
+        EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+        done[w] = true;
+        continue;
+      }
+      out[w].push_back(std::move(b));
+      progress = true;
+    }
+  }
+  return out;
+}
+
+void ExpectSame(const std::vector<Batch>& a, const std::vector<Batch>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(a[i].batch_id, b[i].batch_id);
+    ASSERT_EQ(a[i].labels, b[i].labels);
+    ASSERT_EQ(a[i].dense, b[i].dense);
+    ASSERT_EQ(a[i].slots.size(), b[i].slots.size());
+    for (size_t s = 0; s < a[i].slots.size(); ++s) {
+      ASSERT_EQ(a[i].slots[s].ids, b[i].slots[s].ids);
+      ASSERT_EQ(a[i].slots[s].offsets, b[i].slots[s].offsets);
+    }
+    for (size_t t = 0; t < a[i].tables.size(); ++t) {
+      ASSERT_EQ(a[i].tables[t].unique_ids, b[i].tables[t].unique_ids);
+      ASSERT_EQ(a[i].tables[t].shard_offsets, b[i].tables[t].shard_offsets);
+      ASSERT_EQ(a[i].tables[t].inverse, b[i].tables[t].inverse);
+    }
+    ASSERT_EQ(a[i].next_position, b[i].next_position);
+  }
+}
+
+std::vector<std::vector<Batch>> InProcess() {
+  auto loader = Loader::Start(Options(), {});
+  EXPECT_TRUE(loader.ok());
+  return DrainAll({(*loader)->stream(0), (*loader)->stream(1)});
+}
+
+TEST(DataService, RemoteStreamsEqualTheInProcessLoader) {
+  LoaderProcess loader = StartLoader();
+  auto s0 = ConnectBatchStream(loader.address, 0, {});
+  auto s1 = ConnectBatchStream(loader.address, 1, {});
+  ASSERT_TRUE(s0.ok()) << s0.status();
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  auto remote = DrainAll({s0->get(), s1->get()});
+  auto local = InProcess();
+  ExpectSame(remote[0], local[0]);
+  ExpectSame(remote[1], local[1]);
+  EXPECT_EQ(remote[0].size() + remote[1].size(), 60u);  // 2 epochs x 30 batches.
+}
+
+TEST(DataService, ABrokenStreamReconnectsWithoutLossOrRepeat) {
+  LoaderProcess loader = StartLoader();
+  auto s0 = ConnectBatchStream(loader.address, 0, {});
+  auto s1 = ConnectBatchStream(loader.address, 1, {});
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {5, 7});
+  const ReaderPosition p0 = (*s0)->Position();
+  // A second stream for a worker that already has one is refused.
+  auto dup = ConnectBatchStream(loader.address, 0, {});
+  ASSERT_TRUE(dup.ok());
+  Batch b;
+  EXPECT_EQ((*dup)->Next(&b, absl::Seconds(10)).code(), absl::StatusCode::kFailedPrecondition);
+  // Worker 0's stream breaks with batches in flight (prefetched, never read), then reconnects
+  // asking for the batch after the last one it received.
+  s0->reset();
+  StreamClientOptions again;
+  again.next_batch = static_cast<int64_t>(p0.next_batch);
+  std::unique_ptr<BatchStream> reconnected;
+  for (int attempt = 0; attempt < 50 && reconnected == nullptr; ++attempt) {
+    auto s = ConnectBatchStream(loader.address, 0, again);
+    ASSERT_TRUE(s.ok());
+    absl::Status first = (*s)->Next(&b, absl::Seconds(10));
+    if (first.ok()) {
+      got[0].push_back(b);
+      reconnected = std::move(*s);
+    } else {
+      // The server may not have noticed the broken stream yet.
+      ASSERT_EQ(first.code(), absl::StatusCode::kFailedPrecondition) << first;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  ASSERT_NE(reconnected, nullptr);
+  auto rest = DrainAll({reconnected.get(), s1->get()});
+  for (int w = 0; w < 2; ++w) got[w].insert(got[w].end(), rest[w].begin(), rest[w].end());
+  auto local = InProcess();
+  ExpectSame(got[0], local[0]);
+  ExpectSame(got[1], local[1]);
+}
+
+TEST(DataService, ResumesFromPositionsWrittenOnShutdown) {
+  const std::string positions = ::testing::TempDir() + "/positions.txt";
+  std::vector<std::vector<Batch>> got(2);
+  {
+    LoaderProcess loader = StartLoader({"--positions_out=" + positions});
+    auto s0 = ConnectBatchStream(loader.address, 0, {});
+    auto s1 = ConnectBatchStream(loader.address, 1, {});
+    ASSERT_TRUE(s0.ok() && s1.ok());
+    got = DrainAll({s0->get(), s1->get()}, {12, 13});
+    // The loader's own positions run ahead of what the workers consumed (prefetch); the workers'
+    // positions are what a checkpoint saves.
+    std::ofstream(positions + ".workers") << FormatPositions({(*s0)->Position(), (*s1)->Position()});
+    loader.process->Signal(SIGTERM);
+    auto code = loader.process->Wait(absl::Seconds(10));
+    ASSERT_TRUE(code.ok());
+    EXPECT_EQ(*code, 0);
+  }
+  std::ifstream written(positions);
+  EXPECT_TRUE(written.good()) << "--positions_out was not written";
+  LoaderProcess resumed = StartLoader({"--resume=" + positions + ".workers"});
+  auto s0 = ConnectBatchStream(resumed.address, 0, {});
+  auto s1 = ConnectBatchStream(resumed.address, 1, {});
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  auto rest = DrainAll({s0->get(), s1->get()});
+  for (int w = 0; w < 2; ++w) got[w].insert(got[w].end(), rest[w].begin(), rest[w].end());
+  auto local = InProcess();
+  ExpectSame(got[0], local[0]);
+  ExpectSame(got[1], local[1]);
+}
+
+TEST(DataService, KilledLoaderEndsTheStreamWithAnError) {
+  LoaderProcess loader = StartLoader();
+  auto s0 = ConnectBatchStream(loader.address, 0, {});
+  ASSERT_TRUE(s0.ok());
+  Batch b;
+  ASSERT_TRUE((*s0)->Next(&b, absl::Seconds(30)).ok());
+  loader.process->Signal(SIGKILL);
+  absl::Status s;
+  const absl::Time start = absl::Now();
+  while ((s = (*s0)->Next(&b, absl::Seconds(5))).ok()) {
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(6));
+  EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsCancelled(s) || absl::IsInternal(s)) << s;
+}
+
+TEST(DataService, ConnectHasADeadline) {
+  StreamClientOptions options;
+  options.connect_timeout = absl::Milliseconds(300);
+  const absl::Time start = absl::Now();
+  auto s = ConnectBatchStream("127.0.0.1:1", 0, options);
+  EXPECT_FALSE(s.ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+TEST(DataService, BadConfigsAreReportedWithKeyAndLine) {
+  const std::string path = WriteConfig("bad_loader.yaml", "source:\n  format: synthetic\nbatch_sise: 10\n");
+  std::string command = std::string(HYREC_LOADER_BINARY) + " --config=" + path + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[512];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  const int status = pclose(pipe);
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_NE(output.find("batch_sise (line 3): unknown key; did you mean 'batch_size'?"), std::string::npos) << output;
+  auto root = ParseYaml("source: {format: parquet}\n", "t");
+  EXPECT_NE(ParseLoaderConfig(*root, "").status().message().find("'parquet' is not"), std::string::npos);
+  root = ParseYaml("source: {format: criteo}\n", "t");
+  EXPECT_NE(ParseLoaderConfig(*root, "").status().message().find("needs at least one file"), std::string::npos);
+  EXPECT_FALSE(ParsePositions("next_batch=1 epoch=x").ok());
+  EXPECT_FALSE(ParsePositions("next_batch=1").ok());
+  auto round = ParsePositions(FormatPositions({ReaderPosition(), ReaderPosition()}));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->size(), 2u);
+}
+
+}  // namespace
+}  // namespace hyrec::data_loader
