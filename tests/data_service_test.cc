@@ -122,7 +122,7 @@ TEST(DataService, RemoteStreamsEqualTheInProcessLoader) {
 }
 
 TEST(DataService, ABrokenStreamReconnectsWithoutLossOrRepeat) {
-  LoaderProcess loader = StartLoader();
+  LoaderProcess loader = StartLoader({"--replay_batches=64"});
   auto s0 = ConnectBatchStream(loader.address, 0, {});
   auto s1 = ConnectBatchStream(loader.address, 1, {});
   ASSERT_TRUE(s0.ok() && s1.ok());
@@ -148,7 +148,7 @@ TEST(DataService, ABrokenStreamReconnectsWithoutLossOrRepeat) {
       reconnected = std::move(*s);
     } else {
       // The server may not have noticed the broken stream yet.
-      ASSERT_EQ(first.code(), absl::StatusCode::kFailedPrecondition) << first;
+      ASSERT_NE(first.message().find("already has an open stream"), std::string::npos) << first;
       absl::SleepFor(absl::Milliseconds(100));
     }
   }

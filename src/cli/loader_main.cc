@@ -24,6 +24,8 @@ ABSL_FLAG(int, port, 0, "Port; 0 picks a free one (printed on start).");
 ABSL_FLAG(std::string, config, "", "YAML loader configuration (docs/data.md).");
 ABSL_FLAG(std::string, resume, "", "File of per-worker positions to resume from.");
 ABSL_FLAG(std::string, positions_out, "", "Where to write the workers' positions on shutdown.");
+ABSL_FLAG(int, replay_batches, 16,
+          "Batches kept per worker after sending, so a broken stream can reconnect losslessly.");
 ABSL_FLAG(std::string, log_level, "info", "spdlog level.");
 
 namespace {
@@ -57,6 +59,7 @@ absl::Status Run() {
   DataServerOptions server_options;
   server_options.host = absl::GetFlag(FLAGS_host);
   server_options.port = absl::GetFlag(FLAGS_port);
+  server_options.replay_batches = absl::GetFlag(FLAGS_replay_batches);
   HYREC_ASSIGN_OR_RETURN(auto server, DataServer::Start(std::move(loader), *options, resume, server_options));
   std::cout << "hyrec loader for " << options->num_workers << " worker(s) listening on "
             << server_options.host << ":" << server->port() << std::endl;

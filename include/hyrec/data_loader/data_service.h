@@ -14,7 +14,9 @@
 // when they are full; gRPC's flow control then stops the server, whose per-worker queue then
 // stops the loader. Nothing is dropped and memory stays bounded on both sides. The server keeps
 // the last `replay_batches` batches it sent to each worker, so a stream that breaks can reconnect
-// (ConnectBatchStream with the next batch id it wants) without losing or repeating a batch.
+// (ConnectBatchStream with the next batch id it wants) without losing or repeating a batch, as
+// long as no more than that many were in flight; otherwise the reconnect is FAILED_PRECONDITION
+// and the worker resumes by restarting the loader from the saved positions.
 #ifndef HYREC_DATA_LOADER_DATA_SERVICE_H_
 #define HYREC_DATA_LOADER_DATA_SERVICE_H_
 
@@ -30,7 +32,7 @@ namespace hyrec::data_loader {
 struct DataServerOptions {
   std::string host = "0.0.0.0";
   int port = 0;
-  int replay_batches = 8;
+  int replay_batches = 16;  // Must cover the batches in flight (client prefetch + transport).
   int max_message_bytes = 512 << 20;
 };
 
