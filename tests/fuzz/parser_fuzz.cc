@@ -1,0 +1,54 @@
+// libFuzzer target for one line parser, chosen at compile time by HYREC_FUZZ_FORMAT
+// (0 Criteo, 1 libsvm, 2 libffm). Each input is split into lines; every line must parse or be
+// refused with InvalidArgument, and a parsed sample must be well-formed. Built with clang's
+// -fsanitize=fuzzer,address when clang is installed; replay_main.cc runs the checked-in corpus
+// through the same function under ctest with any compiler.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+
+#include "hyrec/data_loader/parsers.h"
+
+namespace {
+
+void Check(bool condition) {
+  if (!condition) std::abort();
+}
+
+void CheckSample(const hyrec::data_loader::Sample& s, int num_slots) {
+  Check(s.slot_offsets.size() == static_cast<size_t>(num_slots) + 1);
+  Check(s.slot_offsets.front() == 0);
+  for (int k = 0; k < num_slots; ++k) Check(s.slot_offsets[k] <= s.slot_offsets[k + 1]);
+  Check(s.slot_offsets.back() == s.ids.size());
+  Check(s.label == 0.0f || s.label == 1.0f);
+  for (float d : s.dense) Check(d >= 0.0f && d == d);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace hyrec::data_loader;
+  absl::string_view input(reinterpret_cast<const char*>(data), size);
+  Sample sample;
+  LibsvmOptions libsvm;
+  libsvm.num_slots = 8;
+  while (true) {
+    const size_t newline = input.find('\n');
+    const absl::string_view line = input.substr(0, newline);
+    absl::Status status;
+#if HYREC_FUZZ_FORMAT == 0
+    status = ParseCriteoLine(line, CriteoOptions{size % 2 == 0}, &sample);
+    if (status.ok()) CheckSample(sample, kCriteoSlots);
+#elif HYREC_FUZZ_FORMAT == 1
+    status = ParseLibsvmLine(line, libsvm, &sample);
+    if (status.ok()) CheckSample(sample, libsvm.num_slots);
+#else
+    status = ParseLibffmLine(line, libsvm, &sample);
+    if (status.ok()) CheckSample(sample, libsvm.num_slots);
+#endif
+    Check(status.ok() || status.code() == absl::StatusCode::kInvalidArgument);
+    if (newline == absl::string_view::npos) break;
+    input.remove_prefix(newline + 1);
+  }
+  return 0;
+}
