@@ -15,6 +15,7 @@ namespace {
 constexpr int kZipfPieces = 1 << 16;
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ULL;
 constexpr uint64_t kTeacherAucBase = 1ULL << 62;  // Held-out indices for TeacherAuc.
+constexpr uint64_t kHeadRanks = 1024;
 
 // Counter-based generator: the stream of sample i is a pure function of (seed, i).
 class SampleRng {
@@ -42,17 +43,22 @@ inline void FormatHex8(uint32_t v, char* out) {
 // carry more than 1/65,536 of the mass span several pieces, so their probabilities are exact to
 // that resolution; tail ranks are drawn uniformly within their piece.
 struct SyntheticSource::Tables {
-  std::vector<uint64_t> bounds;            // kZipfPieces + 1
+  std::vector<uint32_t> bounds;            // kZipfPieces + 1 (vocabulary <= 2^32 - 1)
   std::vector<float> slot_directions;      // num_slots x teacher_dim, unit vectors
   std::vector<float> dense_weights;        // num_dense
+  std::vector<uint16_t> counts;            // 65,536 dense counts: floor(e^(6u)) - 1 at u = (k + 0.5) / 65536
+  // The id and teacher term of each slot's kHeadRanks most frequent ranks, which make up most
+  // draws: the same values Draw would compute, computed once.
+  std::vector<uint64_t> head_ids;          // num_slots x kHeadRanks
+  std::vector<float> head_dots;
 };
 
 absl::Status SyntheticConfig::Validate() const {
   if (num_samples == 0) return absl::InvalidArgumentError("synthetic.num_samples must be > 0");
   if (num_dense < 0 || num_dense > 1024) return absl::InvalidArgumentError("synthetic.num_dense must be in [0, 1024]");
   if (num_slots < 1 || num_slots > 1024) return absl::InvalidArgumentError("synthetic.num_slots must be in [1, 1024]");
-  if (vocabulary < 1 || vocabulary > (1ULL << 32)) {
-    return absl::InvalidArgumentError("synthetic.vocabulary must be in [1, 2^32]");
+  if (vocabulary < 1 || vocabulary >= (1ULL << 32)) {
+    return absl::InvalidArgumentError("synthetic.vocabulary must be in [1, 2^32)");
   }
   if (ids_per_sample < 1 || ids_per_sample > 1024) {
     return absl::InvalidArgumentError("synthetic.ids_per_sample must be in [1, 1024]");
@@ -79,9 +85,9 @@ SyntheticSource::SyntheticSource(const SyntheticConfig& config)
   for (int q = 0; q <= kZipfPieces; ++q) {
     const double target = total * q / kZipfPieces;
     while (r < v && cumulative[r] <= target) ++r;
-    tables_->bounds[q] = std::min(r, v - 1);
+    tables_->bounds[q] = static_cast<uint32_t>(std::min(r, v - 1));
   }
-  tables_->bounds[kZipfPieces] = v;
+  tables_->bounds[kZipfPieces] = static_cast<uint32_t>(v);
   SampleRng rng(HashCombine(config.seed, 0x7465616368657200ULL));
   tables_->slot_directions.resize(static_cast<size_t>(config.num_slots) * config.teacher_dim);
   for (int s = 0; s < config.num_slots; ++s) {
@@ -94,8 +100,22 @@ SyntheticSource::SyntheticSource(const SyntheticConfig& config)
     norm = std::sqrt(std::max(norm, 1e-12));
     for (int j = 0; j < config.teacher_dim; ++j) u[j] = static_cast<float>(u[j] / norm);
   }
+  tables_->counts.resize(1 << 16);
+  for (int k = 0; k < (1 << 16); ++k) {
+    tables_->counts[k] = static_cast<uint16_t>(std::exp(6.0 * (k + 0.5) / 65536.0)) - 1;
+  }
   tables_->dense_weights.resize(config.num_dense);
   for (float& w : tables_->dense_weights) w = static_cast<float>(rng.Uniform() * 2 - 1);
+  const uint64_t head = std::min<uint64_t>(kHeadRanks, config.vocabulary);
+  tables_->head_ids.resize(static_cast<size_t>(config.num_slots) * kHeadRanks);
+  tables_->head_dots.resize(tables_->head_ids.size());
+  for (int s = 0; s < config.num_slots; ++s) {
+    for (uint64_t r = 0; r < head; ++r) {
+      double dot = 0;
+      IdAndTeacherTerm(s, r, &tables_->head_ids[s * kHeadRanks + r], &dot);
+      tables_->head_dots[s * kHeadRanks + r] = static_cast<float>(dot);
+    }
+  }
 }
 
 SyntheticSource::~SyntheticSource() = default;
@@ -109,38 +129,36 @@ double SyntheticSource::Draw(uint64_t index, Sample* out, std::vector<uint64_t>*
   if (counts != nullptr) counts->resize(c.num_dense);
   double dense_term = 0;
   for (int k = 0; k < c.num_dense; ++k) {
-    // Heavy-tailed counts like Criteo's: floor(e^(6u)) - 1 in [0, 402].
-    const int64_t count = static_cast<int64_t>(std::exp(6.0 * rng.Uniform())) - 1;
+    // Heavy-tailed counts like Criteo's: floor(e^(6u)) - 1 in [0, 402], u on a 2^-16 grid.
+    const int64_t count = tables_->counts[rng.Next() >> 48];
     if (counts != nullptr) (*counts)[k] = static_cast<uint64_t>(count);
     out->dense[k] = CriteoDense(count);
-    dense_term += tables_->dense_weights[k] * (out->dense[k] - 2.5) / 1.7;
+    dense_term += tables_->dense_weights[k] * (out->dense[k] - 2.5) * (1.0 / 1.7);
   }
   if (c.num_dense > 0) dense_term /= std::sqrt(static_cast<double>(c.num_dense) / 3.0);
   if (ranks != nullptr) ranks->clear();
   double slot_term = 0;
-  const uint64_t token_seed = HashCombine(c.seed, 0x746f6b656e730000ULL);
-  const uint64_t teacher_seed = HashCombine(c.seed, 0x656d626564000000ULL);
-  char token[8];
   for (int s = 0; s < c.num_slots; ++s) {
-    const float* u = &tables_->slot_directions[static_cast<size_t>(s) * c.teacher_dim];
     double slot_sum = 0;
     for (int k = 0; k < c.ids_per_sample; ++k) {
+      // One 64-bit draw: 16 bits pick the piece, the other 48 the rank within it.
       const uint64_t bits = rng.Next();
       const uint32_t piece = static_cast<uint32_t>(bits & (kZipfPieces - 1));
       const uint64_t lo = tables_->bounds[piece];
-      const uint64_t hi = std::max(tables_->bounds[piece + 1], lo + 1);
-      const uint64_t rank = lo + FastRange64(rng.Next(), hi - lo);
+      const uint64_t hi = std::max<uint64_t>(tables_->bounds[piece + 1], lo + 1);
+      const uint64_t rank =
+          lo + static_cast<uint64_t>((static_cast<unsigned __int128>(bits >> 16) * (hi - lo)) >> 48);
       if (ranks != nullptr) ranks->push_back(rank);
-      FormatHex8(static_cast<uint32_t>(Mix64(token_seed ^ (static_cast<uint64_t>(s) << 40) ^ rank)), token);
-      const uint64_t id = HashToken(s, absl::string_view(token, 8));
-      out->ids.push_back(id);
-      // Teacher embedding of the id: components uniform in [-sqrt(3), sqrt(3)] (unit variance).
-      const uint64_t e = HashCombine(teacher_seed, id);
-      double dot = 0;
-      for (int j = 0; j < c.teacher_dim; ++j) {
-        const double component = (static_cast<double>(Mix64(e + j) >> 11) * 0x1.0p-53 * 2 - 1) * 1.7320508;
-        dot += component * u[j];
+      uint64_t id;
+      double dot;
+      if (rank < kHeadRanks && rank < c.vocabulary) {
+        id = tables_->head_ids[s * kHeadRanks + rank];
+        dot = tables_->head_dots[s * kHeadRanks + rank];
+      } else {
+        IdAndTeacherTerm(s, rank, &id, &dot);
+        dot = static_cast<float>(dot);  // As the head cache stores it.
       }
+      out->ids.push_back(id);
       slot_sum += dot;
     }
     out->slot_offsets[s + 1] = static_cast<uint32_t>(out->ids.size());
@@ -151,6 +169,28 @@ double SyntheticSource::Draw(uint64_t index, Sample* out, std::vector<uint64_t>*
   const double p = 1.0 / (1.0 + std::exp(-logit));
   out->label = rng.Uniform() < p ? 1.0f : 0.0f;
   return logit;
+}
+
+void SyntheticSource::IdAndTeacherTerm(int s, uint64_t rank, uint64_t* id, double* dot) const {
+  const SyntheticConfig& c = config_;
+  const uint64_t token_seed = HashCombine(c.seed, 0x746f6b656e730000ULL);
+  const uint64_t teacher_seed = HashCombine(c.seed, 0x656d626564000000ULL);
+  char token[8];
+  FormatHex8(static_cast<uint32_t>(Mix64(token_seed ^ (static_cast<uint64_t>(s) << 40) ^ rank)), token);
+  *id = HashToken(s, absl::string_view(token, 8));
+  // Teacher embedding of the id: components uniform in [-sqrt(3), sqrt(3)] (unit variance),
+  // 16 bits each, four from every 64-bit hash; the term is its dot with the slot's direction.
+  const float* u = &tables_->slot_directions[static_cast<size_t>(s) * c.teacher_dim];
+  const uint64_t e = Mix64(*id ^ teacher_seed);
+  double sum = 0;
+  uint64_t bits64 = 0;
+  for (int j = 0; j < c.teacher_dim; ++j) {
+    if (j % 4 == 0) bits64 = Mix64(e + j);
+    const double component = ((static_cast<double>(bits64 & 0xffff) + 0.5) * (2.0 / 65536.0) - 1) * 1.7320508;
+    bits64 >>= 16;
+    sum += component * u[j];
+  }
+  *dot = sum;
 }
 
 void SyntheticSource::Generate(uint64_t index, Sample* out) const {

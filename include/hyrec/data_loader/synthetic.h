@@ -65,6 +65,9 @@ class SyntheticSource {
   double Draw(uint64_t index, Sample* out, std::vector<uint64_t>* counts,
               std::vector<uint64_t>* ranks) const;
 
+  // The id of `rank` in slot `s` and its teacher term (embedding . slot direction).
+  void IdAndTeacherTerm(int s, uint64_t rank, uint64_t* id, double* dot) const;
+
   SyntheticConfig config_;
   std::unique_ptr<Tables> tables_;
 };
