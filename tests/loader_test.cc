@@ -414,6 +414,24 @@ TEST(Loader, SkipsAndCountsBadLinesWithinTheAllowedFraction) {
   EXPECT_NE(stats.first_bad[0].find("with_bad.tsv:11: "), std::string::npos) << stats.first_bad[0];
 }
 
+TEST(Loader, ReadsAValidLastLineWithoutANewline) {
+  const auto files = WriteCriteoFiles(1, 50);
+  std::ifstream in(files[0]);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(text.back(), '\n');
+  text.pop_back();
+  const std::string path = TempPath("no_final_newline.tsv");
+  std::ofstream(path) << text;
+  LoaderOptions o = FileOptions({path}, 1, 1);
+  o.epochs = 1;
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok());
+  size_t samples = 0;
+  for (const Batch& b : Drain((*loader)->stream(0))) samples += b.batch_size;
+  EXPECT_EQ(samples, 50u);
+  EXPECT_EQ((*loader)->Stats().bad_lines, 0u);
+}
+
 TEST(Loader, StopsWithAClearErrorAboveTheAllowedFraction) {
   const std::string path = TempPath("mostly_bad.tsv");
   {

@@ -54,6 +54,10 @@ absl::Status Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (options->source.format == Format::kSynthetic) {
+    const double auc = SyntheticSource(options->source.synthetic).TeacherAuc(200'000);
+    spdlog::info("synthetic source: the teacher's AUC (the best any model can reach) is {:.4f}", auc);
+  }
   HYREC_ASSIGN_OR_RETURN(auto loader, Loader::Start(*options, resume));
   Loader* raw_loader = loader.get();
   DataServerOptions server_options;
