@@ -11,6 +11,7 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
+#include "stream_test_util.h"
 
 namespace hyrec::data_loader {
 namespace {
@@ -57,29 +58,6 @@ LoaderProcess StartLoader(const std::vector<std::string>& extra = {}) {
   EXPECT_TRUE(port.ok()) << port.status();
   p.address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
   return p;
-}
-
-// Reads all streams in turn until each ends or reaches its limit.
-std::vector<std::vector<Batch>> DrainAll(std::vector<BatchStream*> streams, std::vector<size_t> limits = {}) {
-  if (limits.empty()) limits.assign(streams.size(), SIZE_MAX);
-  std::vector<std::vector<Batch>> out(streams.size());
-  std::vector<bool> done(streams.size(), false);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (size_t w = 0; w < streams.size(); ++w) {
-      if (done[w] || out[w].size() >= limits[w]) continue;
-      Batch b;
-      absl::Status s = streams[w]->Next(&b, absl::Seconds(30));
-      if (!s.ok()) {
-        EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
-        done[w] = true;
-        continue;
-      }
-      out[w].push_back(std::move(b));
-      progress = true;
-    }
-  }
-  return out;
 }
 
 void ExpectSame(const std::vector<Batch>& a, const std::vector<Batch>& b) {

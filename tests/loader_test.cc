@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/hash.h"
+#include "stream_test_util.h"
 
 namespace hyrec::data_loader {
 namespace {
@@ -53,29 +54,8 @@ std::vector<Batch> Drain(BatchStream* stream, size_t limit = SIZE_MAX) {
   return out;
 }
 
-// Reads every worker's stream in turn, as concurrent workers would: the loader delivers batch b
-// to worker b % num_workers, and a worker that stops reading eventually stalls the others.
-std::vector<std::vector<Batch>> DrainAll(Loader& loader, int workers,
-                                         std::vector<size_t> limits = {}) {
-  if (limits.empty()) limits.assign(workers, SIZE_MAX);
-  std::vector<std::vector<Batch>> out(workers);
-  std::vector<bool> done(workers, false);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int w = 0; w < workers; ++w) {
-      if (done[w] || out[w].size() >= limits[w]) continue;
-      Batch b;
-      absl::Status s = loader.stream(w)->Next(&b, absl::Seconds(30));
-      if (!s.ok()) {
-        EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
-        done[w] = true;
-        continue;
-      }
-      out[w].push_back(std::move(b));
-      progress = true;
-    }
-  }
-  return out;
+std::vector<std::vector<Batch>> DrainAll(Loader& loader, int workers, std::vector<size_t> limits = {}) {
+  return hyrec::data_loader::DrainAll(Streams(loader, workers), std::move(limits));
 }
 
 bool SameBatch(const Batch& a, const Batch& b) {

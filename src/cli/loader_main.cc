@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/signals.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
@@ -48,11 +49,7 @@ absl::Status Run() {
     if (!parsed.ok()) return hyrec::Annotate(parsed.status(), path);
     resume = std::move(*parsed);
   }
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = hyrec::BlockStopSignals();
 
   if (options->source.format == Format::kSynthetic) {
     const double auc = SyntheticSource(options->source.synthetic).TeacherAuc(200'000);
@@ -67,8 +64,7 @@ absl::Status Run() {
   HYREC_ASSIGN_OR_RETURN(auto server, DataServer::Start(std::move(loader), *options, resume, server_options));
   std::cout << "hyrec loader for " << options->num_workers << " worker(s) listening on "
             << server_options.host << ":" << server->port() << std::endl;
-  int signal = 0;
-  sigwait(&stop_signals, &signal);
+  const int signal = hyrec::WaitForStopSignal(stop_signals);
   spdlog::info("signal {}: shutting down", signal);
   if (const std::string out = absl::GetFlag(FLAGS_positions_out); !out.empty()) {
     std::vector<ReaderPosition> positions;

@@ -14,6 +14,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/signals.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/embedding_ps/embedding_store.h"
@@ -91,11 +92,7 @@ absl::Status Run() {
   server_options.max_ids_per_request = absl::GetFlag(FLAGS_max_ids_per_request);
 
   // Block the stop signals before gRPC starts its threads, then wait for them here.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  const sigset_t stop_signals = hyrec::BlockStopSignals();
 
   HYREC_ASSIGN_OR_RETURN(auto server, hyrec::embedding_ps::EmbeddingServer::Start(
                                           std::shared_ptr<hyrec::embedding_ps::EmbeddingShardStore>(
@@ -107,8 +104,7 @@ absl::Status Run() {
   spdlog::info("shard {}/{}: {} table(s), capacity {} rows / {} bytes, {} stripes",
                server_options.shard_index, server_options.num_shards, store_options.tables.size(),
                store_options.capacity_rows, store_options.capacity_bytes, store_options.num_stripes);
-  int signal = 0;
-  sigwait(&stop_signals, &signal);
+  const int signal = hyrec::WaitForStopSignal(stop_signals);
   spdlog::info("signal {}: shutting down", signal);
   server->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Wait();

@@ -49,27 +49,9 @@ class ShardedClient : public EmbeddingClient {
                                                      " ids x dim ", dim));
     }
     if (ids.empty()) return absl::OkStatus();
-    // position -> (part, row in part), through the first occurrence of each id.
     std::vector<ShardPart> parts;
-    std::vector<int> part_of_shard(num_shards_, -1);
-    std::vector<std::pair<uint32_t, uint32_t>> where(ids.size());
-    absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> first;
-    first.reserve(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      auto [it, inserted] = first.try_emplace(ids[i]);
-      if (inserted) {
-        const int shard = ShardForId(ids[i], num_shards_);
-        if (part_of_shard[shard] < 0) {
-          part_of_shard[shard] = static_cast<int>(parts.size());
-          parts.push_back(ShardPart{shard, {}, {}});
-        }
-        ShardPart& part = parts[part_of_shard[shard]];
-        it->second = {static_cast<uint32_t>(part_of_shard[shard]),
-                      static_cast<uint32_t>(part.ids.size())};
-        part.ids.push_back(ids[i]);
-      }
-      where[i] = it->second;
-    }
+    std::vector<std::pair<uint32_t, uint32_t>> where;
+    Partition(ids, &parts, &where);
     for (ShardPart& part : parts) part.values.resize(part.ids.size() * dim);
     absl::Status status = LookupParts(table, static_cast<int>(dim), absl::MakeSpan(parts));
     if (!status.ok()) return status;
@@ -99,32 +81,44 @@ class ShardedClient : public EmbeddingClient {
     }
     if (ids.empty()) return absl::OkStatus();
     std::vector<ShardPart> parts;
-    std::vector<int> part_of_shard(num_shards_, -1);
-    absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> first;
-    first.reserve(ids.size());
+    std::vector<std::pair<uint32_t, uint32_t>> where;
+    Partition(ids, &parts, &where);
+    // Each part's gradients: the sum over the positions of its ids (duplicates summed).
+    for (ShardPart& part : parts) part.values.assign(part.ids.size() * dim, 0.0f);
     for (size_t i = 0; i < ids.size(); ++i) {
       const float* g = grads.data() + i * dim;
-      auto [it, inserted] = first.try_emplace(ids[i]);
-      if (!inserted) {  // Duplicate id: sum its gradients.
-        float* sum = parts[it->second.first].values.data() + it->second.second * dim;
-        for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
-        continue;
-      }
-      const int shard = ShardForId(ids[i], num_shards_);
-      if (part_of_shard[shard] < 0) {
-        part_of_shard[shard] = static_cast<int>(parts.size());
-        parts.push_back(ShardPart{shard, {}, {}});
-      }
-      ShardPart& part = parts[part_of_shard[shard]];
-      it->second = {static_cast<uint32_t>(part_of_shard[shard]),
-                    static_cast<uint32_t>(part.ids.size())};
-      part.ids.push_back(ids[i]);
-      part.values.insert(part.values.end(), g, g + dim);
+      float* sum = parts[where[i].first].values.data() + where[i].second * dim;
+      for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
     }
     return UpdateParts(table, static_cast<int>(dim), absl::MakeSpan(parts), update_id);
   }
 
  protected:
+  // Deduplicates `ids` and places each distinct id on its shard's part, in first-seen order;
+  // where[i] = (part, row in part) of ids[i].
+  void Partition(absl::Span<const uint64_t> ids, std::vector<ShardPart>* parts,
+                 std::vector<std::pair<uint32_t, uint32_t>>* where) const {
+    std::vector<int> part_of_shard(num_shards_, -1);
+    where->resize(ids.size());
+    absl::flat_hash_map<uint64_t, std::pair<uint32_t, uint32_t>> first;
+    first.reserve(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto [it, inserted] = first.try_emplace(ids[i]);
+      if (inserted) {
+        const int shard = ShardForId(ids[i], num_shards_);
+        if (part_of_shard[shard] < 0) {
+          part_of_shard[shard] = static_cast<int>(parts->size());
+          parts->push_back(ShardPart{shard, {}, {}});
+        }
+        ShardPart& part = (*parts)[part_of_shard[shard]];
+        it->second = {static_cast<uint32_t>(part_of_shard[shard]),
+                      static_cast<uint32_t>(part.ids.size())};
+        part.ids.push_back(ids[i]);
+      }
+      (*where)[i] = it->second;
+    }
+  }
+
   // Reads part.ids into part.values on every part's shard; all must succeed.
   virtual absl::Status LookupParts(absl::string_view table, int dim,
                                    absl::Span<ShardPart> parts) = 0;

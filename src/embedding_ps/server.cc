@@ -85,27 +85,30 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     spdlog::warn("{} refused: {}", std::string(method), status.ToString());
   }
 
-  absl::Status CheckCount(size_t n) const {
+  // Validates the fields every request has (table, precision, ids) and decodes the ids; returns
+  // the table index.
+  absl::StatusOr<int> ParseCommon(const std::string& table_name, int precision,
+                                  const std::string& ids_field, std::vector<uint64_t>* ids) const {
+    absl::StatusOr<int> table = store_->TableIndex(table_name);
+    if (!table.ok()) return table.status();
+    if (!wire::ValidPrecision(precision)) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown precision ", precision));
+    }
+    const size_t n = ids_field.size() / sizeof(uint64_t);
     if (n > options_.max_ids_per_request) {
       return absl::ResourceExhaustedError(absl::StrCat(
           n, " ids in one request; this PS accepts at most ", options_.max_ids_per_request));
     }
-    return absl::OkStatus();
+    absl::Status status = wire::DecodeIds(ids_field, ids);
+    if (!status.ok()) return status;
+    return table;
   }
 
   absl::Status DoLookup(const proto::LookupRequest& request, proto::LookupResponse* response) {
-    absl::StatusOr<int> table = store_->TableIndex(request.table());
-    if (!table.ok()) return table.status();
-    if (!wire::ValidPrecision(request.precision())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown precision ", static_cast<int>(request.precision())));
-    }
-    if (request.ids().size() / sizeof(uint64_t) > options_.max_ids_per_request) {
-      return CheckCount(request.ids().size() / sizeof(uint64_t));
-    }
     std::vector<uint64_t> ids;
-    absl::Status status = wire::DecodeIds(request.ids(), &ids);
-    if (!status.ok()) return status;
+    absl::StatusOr<int> table = ParseCommon(request.table(), request.precision(), request.ids(), &ids);
+    if (!table.ok()) return table.status();
+    absl::Status status;
     const int dim = store_->table(*table).dim;
     const size_t n = ids.size() * dim;
     LookupResult result;
@@ -127,18 +130,10 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   }
 
   absl::Status DoUpdate(const proto::UpdateRequest& request, proto::UpdateResponse* response) {
-    absl::StatusOr<int> table = store_->TableIndex(request.table());
-    if (!table.ok()) return table.status();
-    if (!wire::ValidPrecision(request.precision())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown precision ", static_cast<int>(request.precision())));
-    }
-    if (request.ids().size() / sizeof(uint64_t) > options_.max_ids_per_request) {
-      return CheckCount(request.ids().size() / sizeof(uint64_t));
-    }
     std::vector<uint64_t> ids;
-    absl::Status status = wire::DecodeIds(request.ids(), &ids);
-    if (!status.ok()) return status;
+    absl::StatusOr<int> table = ParseCommon(request.table(), request.precision(), request.ids(), &ids);
+    if (!table.ok()) return table.status();
+    absl::Status status;
     const int dim = store_->table(*table).dim;
     std::vector<float> grads(ids.size() * dim);
     status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
