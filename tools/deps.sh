@@ -5,7 +5,7 @@ set -euo pipefail
 
 HYREC_DEBS=(
   build-essential cmake ninja-build pkg-config ccache
-  libtorch-dev libopenblas0-pthread
+  libtorch-dev libopenblas0-pthread libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev zlib1g-dev libxxhash-dev

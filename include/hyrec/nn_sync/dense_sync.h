@@ -1,0 +1,87 @@
+// DenseSync: synchronous data-parallel training of the dense network through LibTorch's c10d.
+//
+// Every dense worker holds a full replica of the dense parameters. DenseSync makes them start
+// equal (broadcast from rank 0) and stay equal: during backward, gradients are packed into
+// flattened buckets (in reverse parameter order, as they become ready) and each bucket's
+// allreduce is launched as soon as its last gradient arrives, overlapping communication with the
+// rest of backward; FinishGradientSync waits for them and leaves the averaged gradient in every
+// parameter's .grad(), so the same optimizer step keeps the replicas identical.
+//
+//   SyncOptions options;                       // rank, world size, MASTER_ADDR/PORT, timeout
+//   HYREC_ASSIGN_OR_RETURN(auto sync, DenseSync::Create(options));
+//   HYREC_RETURN_IF_ERROR(sync->BroadcastParameters(model->parameters()));
+//   sync->AttachToParameters(model->parameters());
+//   for (...) {
+//     optimizer.zero_grad();
+//     loss.backward();                         // buckets start their allreduce here
+//     HYREC_RETURN_IF_ERROR(sync->FinishGradientSync());
+//     optimizer.step();
+//   }
+//
+// Backend: ProcessGroupGloo on CPU; ProcessGroupNCCL when LibTorch was built with CUDA and the
+// parameters live on a GPU (compiled in only with a CUDA LibTorch). Rendezvous goes through
+// c10d's TCPStore hosted by rank 0 at master_addr:master_port. Every collective and the
+// rendezvous have `timeout`: a dead or frozen peer becomes an error Status, never a hang.
+//
+// Thread safety: one DenseSync per worker, used from the training thread (the gradient hooks run
+// on autograd's thread during backward).
+#ifndef HYREC_NN_SYNC_DENSE_SYNC_H_
+#define HYREC_NN_SYNC_DENSE_SYNC_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace hyrec::nn_sync {
+
+enum class SyncBackend { kAuto, kGloo, kNccl };
+
+struct SyncOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  absl::Duration timeout = absl::Seconds(60);  // Rendezvous and every collective.
+  size_t bucket_bytes = 4 << 20;               // Gradient bytes per allreduce bucket.
+  SyncBackend backend = SyncBackend::kAuto;
+
+  // Fills rank, world_size, master_addr and master_port from the variables Kubernetes jobs and
+  // torchrun set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as `getenv` returns them; a
+  // missing variable keeps the current value, a malformed one is InvalidArgument naming it.
+  absl::Status ReadEnvironment(const std::function<const char*(const char*)>& getenv);
+  absl::Status Validate() const;
+};
+
+class DenseSync {
+ public:
+  // Joins the group: connects to (or, on rank 0, hosts) the TCPStore and creates the process
+  // group. DEADLINE_EXCEEDED / UNAVAILABLE when the peers do not all arrive within the timeout.
+  static absl::StatusOr<std::unique_ptr<DenseSync>> Create(const SyncOptions& options);
+  virtual ~DenseSync() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend_name() const = 0;
+
+  // Copies rank 0's values of `params` into every rank's.
+  virtual absl::Status BroadcastParameters(const std::vector<torch::Tensor>& params) = 0;
+
+  // Assigns `params` to buckets and registers their gradient hooks. Call once, before training.
+  virtual void AttachToParameters(const std::vector<torch::Tensor>& params) = 0;
+
+  // Completes this backward's allreduces (launching buckets whose gradients never arrived, with
+  // zeros) and writes the averaged gradients into the parameters' .grad().
+  virtual absl::Status FinishGradientSync() = 0;
+
+  // Averages `values` across ranks in place (metrics, evaluation counts).
+  virtual absl::Status AllreduceMean(torch::Tensor values) = 0;
+};
+
+}  // namespace hyrec::nn_sync
+
+#endif  // HYREC_NN_SYNC_DENSE_SYNC_H_

@@ -1,0 +1,273 @@
+#include "hyrec/nn_sync/dense_sync.h"
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <mutex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace hyrec::nn_sync {
+namespace {
+
+std::chrono::milliseconds ToChrono(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// A failed collective or rendezvous, from the exception c10d throws.
+absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
+  std::string message = e.what();
+  const size_t newline = message.find('\n');
+  if (newline != std::string::npos) message.resize(newline);  // Drop the C++ stack trace.
+  const bool timed_out = message.find("imed out") != std::string::npos ||
+                         message.find("imeout") != std::string::npos;
+  return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
+                      absl::StrCat(what, " failed: ", message));
+}
+
+class C10dSync final : public DenseSync {
+ public:
+  C10dSync(SyncOptions options, c10::intrusive_ptr<c10d::Store> store,
+           c10::intrusive_ptr<c10d::ProcessGroup> group, std::string backend)
+      : options_(std::move(options)), store_(std::move(store)), group_(std::move(group)),
+        backend_(std::move(backend)) {}
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  std::string backend_name() const override { return backend_; }
+
+  absl::Status BroadcastParameters(const std::vector<torch::Tensor>& params) override {
+    if (params.empty()) return absl::OkStatus();
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> flat_parts;
+    for (const auto& p : params) flat_parts.push_back(p.detach().reshape({-1}));
+    std::vector<torch::Tensor> flat = {torch::cat(flat_parts)};
+    try {
+      c10d::BroadcastOptions broadcast;
+      broadcast.rootRank = 0;
+      broadcast.timeout = ToChrono(options_.timeout);
+      auto work = group_->broadcast(flat, broadcast);
+      work->wait(ToChrono(options_.timeout));
+    } catch (const std::exception& e) {
+      return CollectiveError("broadcast of the initial dense parameters", e);
+    }
+    int64_t offset = 0;
+    for (const auto& p : params) {
+      p.detach().copy_(flat[0].narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+    return absl::OkStatus();
+  }
+
+  void AttachToParameters(const std::vector<torch::Tensor>& params) override {
+    // Reverse order: the last layers' gradients are ready first.
+    Bucket* bucket = nullptr;
+    for (auto it = params.rbegin(); it != params.rend(); ++it) {
+      const torch::Tensor& p = *it;
+      const size_t bytes = static_cast<size_t>(p.numel()) * p.element_size();
+      if (bucket == nullptr || (bucket->bytes > 0 && bucket->bytes + bytes > options_.bucket_bytes)) {
+        buckets_.emplace_back();
+        bucket = &buckets_.back();
+      }
+      slots_.push_back(Slot{p, static_cast<int>(buckets_.size()) - 1, bucket->numel});
+      bucket->numel += p.numel();
+      bucket->bytes += bytes;
+      ++bucket->params;
+    }
+    for (Bucket& b : buckets_) {
+      b.buffer = torch::zeros({b.numel}, params.front().options().requires_grad(false));
+    }
+    for (size_t s = 0; s < slots_.size(); ++s) {
+      slots_[s].param.register_hook([this, s](torch::Tensor grad) { OnGradient(s, grad); });
+    }
+  }
+
+  absl::Status FinishGradientSync() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    absl::Status status;
+    try {
+      while (next_launch_ < buckets_.size()) LaunchLocked(next_launch_);
+      for (Bucket& b : buckets_) {
+        if (b.work) b.work->wait(ToChrono(options_.timeout));
+      }
+    } catch (const std::exception& e) {
+      status = CollectiveError("gradient allreduce", e);
+    }
+    if (status.ok()) {
+      torch::NoGradGuard no_grad;
+      const double scale = 1.0 / options_.world_size;
+      for (Bucket& b : buckets_) b.buffer.mul_(scale);
+      for (Slot& slot : slots_) {
+        torch::Tensor averaged =
+            buckets_[slot.bucket].buffer.narrow(0, slot.offset, slot.param.numel()).view_as(slot.param);
+        if (slot.param.grad().defined()) {
+          slot.param.mutable_grad().copy_(averaged);
+        } else {
+          slot.param.mutable_grad() = averaged.clone();
+        }
+      }
+    }
+    // Ready for the next backward: empty buckets, nothing launched.
+    for (Bucket& b : buckets_) {
+      b.buffer.zero_();
+      b.ready = 0;
+      b.work.reset();
+    }
+    next_launch_ = 0;
+    return status;
+  }
+
+  absl::Status AllreduceMean(torch::Tensor values) override {
+    try {
+      std::vector<torch::Tensor> t = {values};
+      c10d::AllreduceOptions allreduce;
+      allreduce.timeout = ToChrono(options_.timeout);
+      group_->allreduce(t, allreduce)->wait(ToChrono(options_.timeout));
+    } catch (const std::exception& e) {
+      return CollectiveError("allreduce", e);
+    }
+    torch::NoGradGuard no_grad;
+    values.div_(options_.world_size);
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Bucket {
+    int64_t numel = 0;
+    size_t bytes = 0;
+    int params = 0;
+    int ready = 0;
+    torch::Tensor buffer;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  struct Slot {
+    torch::Tensor param;
+    int bucket;
+    int64_t offset;
+  };
+
+  void OnGradient(size_t s, const torch::Tensor& grad) {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Slot& slot = slots_[s];
+    Bucket& bucket = buckets_[slot.bucket];
+    {
+      torch::NoGradGuard no_grad;
+      bucket.buffer.narrow(0, slot.offset, slot.param.numel()).add_(grad.reshape({-1}));
+    }
+    ++bucket.ready;
+    // Launch ready buckets strictly in index order, so every rank issues the same sequence.
+    try {
+      while (next_launch_ < buckets_.size() &&
+             buckets_[next_launch_].ready >= buckets_[next_launch_].params) {
+        LaunchLocked(next_launch_);
+      }
+    } catch (const std::exception&) {
+      // Reported by FinishGradientSync, which waits on the same group.
+    }
+  }
+
+  void LaunchLocked(size_t b) {
+    std::vector<torch::Tensor> tensors = {buckets_[b].buffer};
+    c10d::AllreduceOptions allreduce;
+    allreduce.timeout = ToChrono(options_.timeout);
+    ++next_launch_;
+    buckets_[b].work = group_->allreduce(tensors, allreduce);
+  }
+
+  const SyncOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  const std::string backend_;
+  std::mutex mu_;
+  std::vector<Bucket> buckets_;
+  std::vector<Slot> slots_;
+  size_t next_launch_ = 0;
+};
+
+}  // namespace
+
+absl::Status SyncOptions::ReadEnvironment(const std::function<const char*(const char*)>& getenv) {
+  auto read_int = [&](const char* name, int* out) -> absl::Status {
+    const char* value = getenv(name);
+    if (value == nullptr) return absl::OkStatus();
+    if (!absl::SimpleAtoi(value, out)) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", value,
+                                                     "' is not an integer"));
+    }
+    return absl::OkStatus();
+  };
+  absl::Status s = read_int("RANK", &rank);
+  if (s.ok()) s = read_int("WORLD_SIZE", &world_size);
+  if (s.ok()) s = read_int("MASTER_PORT", &master_port);
+  if (const char* addr = getenv("MASTER_ADDR")) master_addr = addr;
+  return s;
+}
+
+absl::Status SyncOptions::Validate() const {
+  if (world_size < 1) return absl::InvalidArgumentError("world_size must be >= 1");
+  if (rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is not in [0, ", world_size, ")"));
+  }
+  if (master_port < 1 || master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("master_port ", master_port, " is out of range"));
+  }
+  if (timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("timeout must be positive");
+  if (bucket_bytes < 1024) return absl::InvalidArgumentError("bucket_bytes must be >= 1024");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& options) {
+  absl::Status valid = options.Validate();
+  if (!valid.ok()) return valid;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.master_port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.waitWorkers = false;
+    store_options.timeout = ToChrono(options.timeout);
+    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    // Every rank announces itself and waits for all the others, within the timeout.
+    store->set(absl::StrCat("hyrec/rendezvous/", options.rank), std::vector<uint8_t>{1});
+    std::vector<std::string> everyone;
+    for (int r = 0; r < options.world_size; ++r) everyone.push_back(absl::StrCat("hyrec/rendezvous/", r));
+    store->wait(everyone, ToChrono(options.timeout));
+  } catch (const std::exception& e) {
+    return CollectiveError(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port,
+                                        " (rank ", options.rank, " of ", options.world_size, ")"),
+                           e);
+  }
+  if (options.backend == SyncBackend::kNccl) {
+#ifdef USE_C10D_NCCL
+    try {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = ToChrono(options.timeout);
+      auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options.rank, options.world_size, nccl_options);
+      return std::unique_ptr<DenseSync>(new C10dSync(options, store, group, "nccl"));
+    } catch (const std::exception& e) {
+      return CollectiveError("creating the NCCL process group", e);
+    }
+#else
+    return absl::UnimplementedError("this build's LibTorch has no CUDA, so no NCCL process group");
+#endif
+  }
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
+    gloo_options->timeout = ToChrono(options.timeout);
+    const bool loopback = options.master_addr == "127.0.0.1" || options.master_addr == "localhost";
+    gloo_options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.world_size, gloo_options);
+    return std::unique_ptr<DenseSync>(new C10dSync(options, store, group, "gloo"));
+  } catch (const std::exception& e) {
+    return CollectiveError("creating the Gloo process group", e);
+  }
+}
+
+}  // namespace hyrec::nn_sync
