@@ -74,7 +74,7 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
     const std::string yp = JoinKey(sp, "synthetic");
     HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp, {"num_samples", "num_dense", "num_slots", "vocabulary",
                                               "ids_per_sample", "zipf", "seed", "teacher_dim",
-                                              "teacher_scale", "teacher_bias"}));
+                                              "teacher_scale", "teacher_bias", "first_index"}));
     SyntheticConfig& c = o.source.synthetic;
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_samples", yp, &c.num_samples));
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_dense", yp, &c.num_dense));
@@ -86,6 +86,7 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_dim", yp, &c.teacher_dim));
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_scale", yp, &c.teacher_scale));
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_bias", yp, &c.teacher_bias));
+    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "first_index", yp, &c.first_index));
   }
   absl::Status valid = o.Validate();
   if (!valid.ok()) return Annotate(valid, absl::StrCat(p, " (", YamlWhere(node), ")"));

@@ -437,7 +437,9 @@ class LoaderImpl final : public Loader {
       const size_t n = std::max(raw.lines.size(), raw.sample_indices.size());
       if (samples.size() < n) samples.resize(n);
       size_t good = 0;
-      for (size_t i = 0; i < raw.sample_indices.size(); ++i) synthetic_->Generate(raw.sample_indices[i], &samples[good++]);
+      for (size_t i = 0; i < raw.sample_indices.size(); ++i) {
+        synthetic_->Generate(options_.source.synthetic.first_index + raw.sample_indices[i], &samples[good++]);
+      }
       for (size_t i = 0; i < raw.lines.size(); ++i) {
         absl::Status s = ParseLine(raw.lines[i], &samples[good]);
         if (s.ok()) {

@@ -93,7 +93,68 @@ class ShardedClient : public EmbeddingClient {
     return UpdateParts(table, static_cast<int>(dim), absl::MakeSpan(parts), update_id);
   }
 
+  absl::Status LookupSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                             absl::Span<const uint32_t> shard_offsets, absl::Span<float> out) override {
+    absl::StatusOr<int> dim = TableDim(table);
+    if (!dim.ok()) return dim.status();
+    std::vector<ShardPart> parts;
+    absl::Status status = SplitSharded(ids, shard_offsets, *dim, out.size(), &parts);
+    if (!status.ok()) return status;
+    status = LookupParts(table, *dim, absl::MakeSpan(parts));
+    if (!status.ok()) return status;
+    for (const ShardPart& part : parts) {
+      std::memcpy(out.data() + static_cast<size_t>(shard_offsets[part.shard]) * *dim, part.values.data(),
+                  part.values.size() * sizeof(float));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status UpdateSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                             absl::Span<const uint32_t> shard_offsets, absl::Span<const float> grads,
+                             UpdateId update_id) override {
+    absl::StatusOr<int> dim = TableDim(table);
+    if (!dim.ok()) return dim.status();
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!std::isfinite(grads[k])) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / *dim],
+                                                       " is ", grads[k], "; nothing was sent"));
+      }
+    }
+    std::vector<ShardPart> parts;
+    absl::Status status = SplitSharded(ids, shard_offsets, *dim, grads.size(), &parts);
+    if (!status.ok()) return status;
+    for (ShardPart& part : parts) {
+      const float* g = grads.data() + static_cast<size_t>(shard_offsets[part.shard]) * *dim;
+      part.values.assign(g, g + part.values.size());
+    }
+    return UpdateParts(table, *dim, absl::MakeSpan(parts), update_id);
+  }
+
  protected:
+  // One part per non-empty shard range of pre-grouped ids; values sized for their rows.
+  absl::Status SplitSharded(absl::Span<const uint64_t> ids, absl::Span<const uint32_t> shard_offsets,
+                            int dim, size_t floats, std::vector<ShardPart>* parts) const {
+    if (shard_offsets.size() != static_cast<size_t>(num_shards_) + 1 || shard_offsets.front() != 0 ||
+        shard_offsets.back() != ids.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("shard_offsets of ", shard_offsets.size(),
+                                                     " entries do not cover ", ids.size(), " ids over ",
+                                                     num_shards_, " shards"));
+    }
+    if (floats != ids.size() * static_cast<size_t>(dim)) {
+      return absl::InvalidArgumentError(absl::StrCat("expected ", ids.size(), " x ", dim, " floats, got ", floats));
+    }
+    for (int s = 0; s < num_shards_; ++s) {
+      if (shard_offsets[s] > shard_offsets[s + 1]) return absl::InvalidArgumentError("shard_offsets decrease");
+      if (shard_offsets[s] == shard_offsets[s + 1]) continue;
+      ShardPart part;
+      part.shard = s;
+      part.ids.assign(ids.begin() + shard_offsets[s], ids.begin() + shard_offsets[s + 1]);
+      part.values.resize(part.ids.size() * dim);
+      parts->push_back(std::move(part));
+    }
+    return absl::OkStatus();
+  }
+
   // Deduplicates `ids` and places each distinct id on its shard's part, in first-seen order;
   // where[i] = (part, row in part) of ids[i].
   void Partition(absl::Span<const uint64_t> ids, std::vector<ShardPart>* parts,

@@ -35,6 +35,8 @@ struct SyntheticConfig {
   int teacher_dim = 4;               // Dimension of the teacher's id embeddings.
   double teacher_scale = 2.5;        // Logit scale: larger gives a higher best AUC.
   double teacher_bias = -1.0;        // Sets the positive rate (about 0.3 by default).
+  uint64_t first_index = 0;          // Sample i of the dataset is drawn at index first_index + i:
+                                     // the same teacher, other samples (a held-out split).
 
   absl::Status Validate() const;
 };

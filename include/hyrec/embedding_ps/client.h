@@ -83,6 +83,16 @@ class EmbeddingClient {
   virtual absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
                               absl::Span<const float> grads, UpdateId update_id) = 0;
 
+  // Lookup and Update of ids that are already unique and grouped by shard, as the data loader
+  // delivers them (shard k owns ids[shard_offsets[k] .. shard_offsets[k+1])): no deduplication
+  // or placement work on the caller's side. shard_offsets must have num_shards() + 1 entries.
+  virtual absl::Status LookupSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                                     absl::Span<const uint32_t> shard_offsets,
+                                     absl::Span<float> out) = 0;
+  virtual absl::Status UpdateSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                                     absl::Span<const uint32_t> shard_offsets,
+                                     absl::Span<const float> grads, UpdateId update_id) = 0;
+
   // Statistics of every shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 };

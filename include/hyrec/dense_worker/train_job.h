@@ -1,0 +1,70 @@
+// A whole training job on one machine (the embedded default behind `hyrec train`): PS shards as
+// in-process stores, the loader in process, `workers` dense workers as threads synchronised by a
+// Gloo process group on loopback, evaluation on a held-out split.
+//
+//   HYREC_ASSIGN_OR_RETURN(TrainJobConfig config, ParseTrainJobConfig(yaml, "job.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(TrainReport report, RunTrainJob(config, &std::cout));
+//
+// docs/configuration.md lists every key.
+#ifndef HYREC_DENSE_WORKER_TRAIN_JOB_H_
+#define HYREC_DENSE_WORKER_TRAIN_JOB_H_
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/dense_worker/trainer.h"
+#include "hyrec/embedding_ps/table_config.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace hyrec::dense_worker {
+
+struct TrainJobConfig {
+  data_loader::LoaderOptions loader;       // Training data; num_workers = workers.
+  uint64_t eval_samples = 50'000;          // Held-out synthetic samples (synthetic sources only).
+  int eval_every_batches = 0;              // 0: evaluate at the end only.
+  // Model.
+  std::string model = "dlrm";              // dlrm | dcn
+  int embedding_dim = 16;
+  std::vector<int> bottom = {512, 256};
+  std::vector<int> top = {512, 256};
+  Pooling pooling = Pooling::kSum;
+  // PS.
+  int ps_shards = 2;
+  uint64_t ps_capacity_rows = 0;
+  embedding_ps::OptimizerConfig embedding_optimizer;
+  embedding_ps::InitializerConfig embedding_initializer;
+  // Training.
+  int workers = 1;
+  int embedding_staleness = 4;
+  std::string dense_optimizer = "adam";    // adam | adagrad | sgd
+  double dense_learning_rate = 1e-3;
+  int log_every_batches = 100;
+  uint64_t seed = 1;
+
+  absl::Status Validate() const;
+};
+
+struct TrainReport {
+  Evaluation final_eval;
+  std::vector<std::pair<uint64_t, Evaluation>> evals;  // (samples trained, evaluation)
+  double teacher_auc = 0;                              // Synthetic sources: the best reachable.
+  double samples_per_second = 0;
+  uint64_t samples = 0;
+  double mean_loss_last = 0;                           // Over the last log interval.
+  TrainerStats stats;                                  // Worker 0's.
+};
+
+absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl::string_view source_name);
+
+// Runs the job; progress goes to `log` (a live line on a terminal, plain lines otherwise).
+absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& config, std::ostream* log, bool terminal);
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_TRAIN_JOB_H_

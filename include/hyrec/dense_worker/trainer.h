@@ -1,0 +1,139 @@
+// TrainingContext: Persia's hybrid training step for one dense worker.
+//
+//   TrainingContext ctx(options, stream, ps_client, sync, model, dense_optimizer);
+//   for (TrainBatch* batch = nullptr; ctx.Next(&batch);) {
+//     torch::Tensor logits = ctx.Forward(*batch);
+//     HYREC_RETURN_IF_ERROR(ctx.Backward(torch::binary_cross_entropy_with_logits(
+//         logits, batch->labels)));
+//   }
+//   HYREC_RETURN_IF_ERROR(ctx.Finish());
+//
+// The context hides the PS, the loader, the staleness window and the dense sync:
+// - Next: lookups for the next `embedding_staleness` batches are in flight while the current one
+//   trains; a lookup for batch n is issued only when the updates of batches <= n - s - 1 were
+//   acknowledged, so at most s batches of updates are unapplied when a lookup is issued.
+//   Staleness 0 is fully synchronous, on the same code path.
+// - Forward pools each slot's rows (sum, mean or sqrt-n over the sample's ids) from the batch's
+//   unique rows per table, so autograd sums the gradients of duplicate ids; the rows of a table are
+//   looked up once per batch, grouped by shard as the loader delivered them.
+// - Backward: backward, the dense gradient allreduce (DenseSync, when given), the dense optimizer
+//   step, then the embedding gradients per unique id pushed to the PS without waiting, tagged
+//   (worker id, sequence) so a retry is applied once.
+#ifndef HYREC_DENSE_WORKER_TRAINER_H_
+#define HYREC_DENSE_WORKER_TRAINER_H_
+
+#include <torch/torch.h>
+
+#include <deque>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/dense_worker/model.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/nn_sync/dense_sync.h"
+
+namespace hyrec::dense_worker {
+
+enum class Pooling { kSum, kMean, kSqrtN };
+
+struct TrainerOptions {
+  std::vector<std::string> table_names;  // PS table of each loader table index.
+  std::vector<int> slot_tables;          // Loader table of each slot; empty: slot k is table k.
+  std::vector<Pooling> pooling;          // Per slot; empty: sum everywhere.
+  int embedding_staleness = 4;
+  bool read_only = false;                // Evaluation: lookups only, no Backward, no window rule.
+  uint32_t worker_id = 0;
+  absl::Duration batch_timeout = absl::Seconds(120);
+};
+
+// A batch with its rows looked up, ready to train on.
+struct TrainBatch {
+  data_loader::Batch batch;
+  torch::Tensor labels;                  // [B] float
+  std::vector<std::vector<float>> rows;  // Per loader table: unique rows, [U_t x dim_t]
+  uint64_t index = 0;                    // Position in this worker's sequence of batches.
+  // Set by Forward: the leaf tensors whose gradients go back to the PS.
+  std::vector<torch::Tensor> row_tensors;
+};
+
+struct TrainerStats {
+  uint64_t batches = 0;
+  uint64_t samples = 0;
+  double lookup_ms = 0;            // Mean wall time of a batch's lookups.
+  double update_ms = 0;            // Mean wall time of a batch's update (until acknowledged).
+  double wait_for_rows_ms = 0;     // Mean time Next waited for rows (latency not hidden).
+  double observed_staleness = 0;   // Mean batches trained but unacknowledged when a lookup issued.
+};
+
+class TrainingContext {
+ public:
+  TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
+                  embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
+                  std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer);
+  ~TrainingContext();
+
+  // The next batch, rows looked up; false at the end of the data or on error (see status()).
+  bool Next(TrainBatch** batch);
+  torch::Tensor Forward(TrainBatch& batch);
+  absl::Status Backward(torch::Tensor loss);
+  // Waits for every pending update.
+  absl::Status Finish();
+
+  absl::Status status() const { return status_; }
+  TrainerStats stats() const;
+  data_loader::ReaderPosition position() const { return stream_->Position(); }
+
+  // Pools the batch's rows per slot into [B, dim] tensors that keep the autograd link to
+  // `row_tensors` (exposed for evaluation and tests).
+  std::vector<torch::Tensor> Pool(TrainBatch& batch, bool requires_grad);
+
+ private:
+  struct Pending {
+    std::unique_ptr<TrainBatch> batch;
+    std::future<absl::Status> rows;
+  };
+  struct PendingUpdate {
+    uint64_t index;
+    std::future<absl::Status> done;
+  };
+  absl::Status WaitForUpdatesBefore(uint64_t index);
+  void Fill();
+
+  TrainerOptions options_;
+  data_loader::BatchStream* stream_;
+  embedding_ps::EmbeddingClient* ps_;
+  nn_sync::DenseSync* sync_;
+  std::shared_ptr<DenseModelImpl> model_;
+  torch::optim::Optimizer* optimizer_;
+  std::vector<int> dims_;
+  std::deque<Pending> window_;
+  std::deque<PendingUpdate> updates_;
+  std::unique_ptr<TrainBatch> current_;
+  bool stream_done_ = false;
+  uint64_t next_index_ = 0;
+  uint64_t sequence_ = 0;
+  int64_t newest_acked_ = -1;
+  absl::Status status_;
+  TrainerStats stats_;
+  double lookup_ms_total_ = 0, update_ms_total_ = 0, wait_ms_total_ = 0, staleness_total_ = 0;
+  uint64_t lookups_ = 0, updates_done_ = 0;
+  std::shared_ptr<std::atomic<int64_t>> lookup_us_, update_us_;
+};
+
+// Exact AUC and mean log loss of a model over a stream (no training, no PS updates).
+struct Evaluation {
+  double auc = 0;
+  double log_loss = 0;
+  uint64_t samples = 0;
+};
+absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_ps::EmbeddingClient* ps,
+                                    const TrainerOptions& options, DenseModelImpl& model);
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_TRAINER_H_

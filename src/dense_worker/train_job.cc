@@ -1,0 +1,313 @@
+#include "hyrec/dense_worker/train_job.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <iomanip>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/yaml_config.h"
+#include "hyrec/data_loader/config.h"
+#include "hyrec/data_loader/synthetic.h"
+#include "hyrec/embedding_ps/client.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+constexpr uint64_t kEvalFirstIndex = 1ULL << 40;  // Held-out synthetic samples start here.
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+absl::Status ReadIntList(const YAML::Node& node, const std::string& key, const std::string& path,
+                         std::vector<int>* out) {
+  const YAML::Node list = node[key];
+  if (!list) return absl::OkStatus();
+  if (!list.IsSequence()) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), " (", YamlWhere(list), "): expected a list"));
+  }
+  out->clear();
+  for (size_t i = 0; i < list.size(); ++i) {
+    try {
+      out->push_back(list[i].as<int>());
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), "[", i, "] (", YamlWhere(list[i]),
+                                                     "): not an integer"));
+    }
+    if (out->back() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), "[", i, "]: must be >= 1"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& c) {
+  const int slots = c.loader.source.num_slots();
+  if (c.model == "dcn") {
+    DcnOptions o;
+    o.num_dense = c.loader.source.num_dense();
+    o.slot_dims.assign(slots, c.embedding_dim);
+    o.deep = c.top;
+    return std::make_shared<DcnV2Impl>(o);
+  }
+  DlrmOptions o;
+  o.num_dense = c.loader.source.num_dense();
+  o.num_slots = slots;
+  o.embedding_dim = c.embedding_dim;
+  o.bottom = c.bottom;
+  o.top = c.top;
+  return std::make_shared<DlrmImpl>(o);
+}
+
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainJobConfig& c, DenseModelImpl& model) {
+  if (c.dense_optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(c.dense_learning_rate));
+  }
+  if (c.dense_optimizer == "adagrad") {
+    return std::make_unique<torch::optim::Adagrad>(model.parameters(),
+                                                   torch::optim::AdagradOptions(c.dense_learning_rate));
+  }
+  return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(c.dense_learning_rate));
+}
+
+}  // namespace
+
+absl::Status TrainJobConfig::Validate() const {
+  HYREC_RETURN_IF_ERROR(loader.Validate());
+  if (model != "dlrm" && model != "dcn") return absl::InvalidArgumentError(absl::StrCat("model.kind '", model, "' is not dlrm or dcn"));
+  if (embedding_dim < 1 || embedding_dim > 1024) return absl::InvalidArgumentError("model.embedding_dim must be in [1, 1024]");
+  if (top.empty()) return absl::InvalidArgumentError("model.top needs at least one layer");
+  if (ps_shards < 1 || ps_shards > 64) return absl::InvalidArgumentError("ps.shards must be in [1, 64]");
+  if (workers < 1 || workers > 16) return absl::InvalidArgumentError("train.workers must be in [1, 16]");
+  if (embedding_staleness < 0 || embedding_staleness > 64) {
+    return absl::InvalidArgumentError("train.embedding_staleness must be in [0, 64]");
+  }
+  if (dense_optimizer != "adam" && dense_optimizer != "adagrad" && dense_optimizer != "sgd") {
+    return absl::InvalidArgumentError(absl::StrCat("train.dense_optimizer '", dense_optimizer,
+                                                   "' is not adam, adagrad or sgd"));
+  }
+  if (!(dense_learning_rate > 0)) return absl::InvalidArgumentError("train.dense_learning_rate must be > 0");
+  if (log_every_batches < 1) return absl::InvalidArgumentError("train.log_every_batches must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl::string_view source_name) {
+  const std::string where(source_name);
+  TrainJobConfig c;
+  auto fail = [&](const absl::Status& s) { return Annotate(s, where); };
+  absl::Status s = CheckKeys(root, "", {"loader", "eval", "model", "ps", "train"});
+  if (!s.ok()) return fail(s);
+  if (!root["loader"]) return fail(absl::InvalidArgumentError("missing key 'loader'"));
+  auto loader = data_loader::ParseLoaderConfig(root["loader"], "loader");
+  if (!loader.ok()) return fail(loader.status());
+  c.loader = *loader;
+  if (const YAML::Node eval = root["eval"]) {
+    s = CheckKeys(eval, "eval", {"samples", "every_batches"});
+    if (s.ok()) s = ReadScalar(eval, "samples", "eval", &c.eval_samples);
+    if (s.ok()) s = ReadScalar(eval, "every_batches", "eval", &c.eval_every_batches);
+    if (!s.ok()) return fail(s);
+  }
+  if (const YAML::Node model = root["model"]) {
+    s = CheckKeys(model, "model", {"kind", "embedding_dim", "bottom", "top", "pooling"});
+    if (s.ok()) s = ReadScalar(model, "kind", "model", &c.model);
+    if (s.ok()) s = ReadScalar(model, "embedding_dim", "model", &c.embedding_dim);
+    if (s.ok()) s = ReadIntList(model, "bottom", "model", &c.bottom);
+    if (s.ok()) s = ReadIntList(model, "top", "model", &c.top);
+    std::string pooling = "sum";
+    if (s.ok()) s = ReadScalar(model, "pooling", "model", &pooling);
+    if (!s.ok()) return fail(s);
+    if (pooling == "sum") c.pooling = Pooling::kSum;
+    else if (pooling == "mean") c.pooling = Pooling::kMean;
+    else if (pooling == "sqrtn") c.pooling = Pooling::kSqrtN;
+    else return fail(absl::InvalidArgumentError(absl::StrCat("model.pooling (", YamlWhere(model["pooling"]), "): '",
+                                                             pooling, "' is not sum, mean or sqrtn")));
+  }
+  c.embedding_optimizer.kind = embedding_ps::OptimizerKind::kAdagrad;
+  c.embedding_optimizer.learning_rate = 0.05f;
+  if (const YAML::Node ps = root["ps"]) {
+    s = CheckKeys(ps, "ps", {"shards", "capacity_rows", "optimizer", "learning_rate", "init_stddev"});
+    if (s.ok()) s = ReadScalar(ps, "shards", "ps", &c.ps_shards);
+    if (s.ok()) s = ReadScalar(ps, "capacity_rows", "ps", &c.ps_capacity_rows);
+    std::string kind = "adagrad";
+    if (s.ok()) s = ReadScalar(ps, "optimizer", "ps", &kind);
+    if (s.ok()) s = ReadScalar(ps, "learning_rate", "ps", &c.embedding_optimizer.learning_rate);
+    if (!s.ok()) return fail(s);
+    auto parsed = embedding_ps::ParseOptimizerKind(kind);
+    if (!parsed.ok()) return fail(Annotate(parsed.status(), absl::StrCat("ps.optimizer (", YamlWhere(ps["optimizer"]), ")")));
+    c.embedding_optimizer.kind = *parsed;
+    if (ps["init_stddev"]) {
+      c.embedding_initializer.kind = embedding_ps::InitializerKind::kNormal;
+      s = ReadScalar(ps, "init_stddev", "ps", &c.embedding_initializer.stddev);
+      if (!s.ok()) return fail(s);
+    }
+  }
+  if (const YAML::Node train = root["train"]) {
+    s = CheckKeys(train, "train", {"workers", "embedding_staleness", "dense_optimizer", "dense_learning_rate",
+                                   "log_every_batches", "seed"});
+    if (s.ok()) s = ReadScalar(train, "workers", "train", &c.workers);
+    if (s.ok()) s = ReadScalar(train, "embedding_staleness", "train", &c.embedding_staleness);
+    if (s.ok()) s = ReadScalar(train, "dense_optimizer", "train", &c.dense_optimizer);
+    if (s.ok()) s = ReadScalar(train, "dense_learning_rate", "train", &c.dense_learning_rate);
+    if (s.ok()) s = ReadScalar(train, "log_every_batches", "train", &c.log_every_batches);
+    if (s.ok()) s = ReadScalar(train, "seed", "train", &c.seed);
+    if (!s.ok()) return fail(s);
+  }
+  c.loader.num_workers = c.workers;
+  c.loader.num_shards = c.ps_shards;
+  s = c.Validate();
+  if (!s.ok()) return fail(s);
+  return c;
+}
+
+absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* log, bool terminal) {
+  HYREC_RETURN_IF_ERROR(c.Validate());
+  torch::set_num_threads(1);  // Workers are threads; each uses one intra-op thread.
+  const int num_tables = c.loader.num_tables();
+  // PS: one table per loader table, all shards in this process.
+  embedding_ps::StoreOptions store_options;
+  for (int t = 0; t < num_tables; ++t) {
+    embedding_ps::TableConfig table;
+    table.name = absl::StrCat("t", t);
+    table.dim = c.embedding_dim;
+    table.seed = c.seed * 1000 + t;
+    table.optimizer = c.embedding_optimizer;
+    table.initializer = c.embedding_initializer;
+    store_options.tables.push_back(table);
+  }
+  store_options.capacity_rows = c.ps_capacity_rows;
+  std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
+  for (int s = 0; s < c.ps_shards; ++s) {
+    HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
+    stores.push_back(std::move(store));
+  }
+  HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::NewInProcessEmbeddingClient(stores));
+
+  TrainerOptions trainer_options;
+  for (int t = 0; t < num_tables; ++t) trainer_options.table_names.push_back(absl::StrCat("t", t));
+  trainer_options.slot_tables = c.loader.slot_tables;
+  trainer_options.pooling.assign(c.loader.source.num_slots(), c.pooling);
+  trainer_options.embedding_staleness = c.embedding_staleness;
+
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(c.loader, {}));
+  const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
+  TrainReport report;
+  if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);
+
+  auto evaluate = [&](DenseModelImpl& model) -> absl::StatusOr<Evaluation> {
+    if (!synthetic) return Evaluation();
+    data_loader::LoaderOptions eval_options = c.loader;
+    eval_options.source.synthetic.first_index = kEvalFirstIndex;
+    eval_options.source.synthetic.num_samples = c.eval_samples;
+    eval_options.num_workers = 1;
+    eval_options.epochs = 1;
+    eval_options.shuffle = false;
+    HYREC_ASSIGN_OR_RETURN(auto eval_loader, data_loader::Loader::Start(eval_options, {}));
+    return Evaluate(eval_loader->stream(0), ps.get(), trainer_options, model);
+  };
+
+  const int port = FreeLoopbackPort();
+  std::mutex mu;
+  absl::Status failure;
+  std::vector<std::shared_ptr<DenseModelImpl>> models(c.workers);
+  std::vector<TrainerStats> stats(c.workers);
+  double loss_window = 0;
+  uint64_t loss_count = 0, samples_done = 0;
+  const uint64_t total_samples =
+      synthetic ? c.loader.source.synthetic.num_samples * std::max<uint64_t>(c.loader.epochs, 1) : 0;
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> workers;
+  for (int w = 0; w < c.workers; ++w) {
+    workers.emplace_back([&, w] {
+      auto fail = [&](const absl::Status& s) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.ok()) failure = Annotate(s, absl::StrCat("worker ", w));
+        loader->Stop();  // Unblocks the other workers' streams.
+      };
+      std::shared_ptr<DenseModelImpl> model;
+      {
+        std::lock_guard<std::mutex> lock(mu);  // Module initialization uses the global generator.
+        torch::manual_seed(c.seed);
+        model = MakeModel(c);
+      }
+      models[w] = model;
+      std::unique_ptr<nn_sync::DenseSync> sync;
+      if (c.workers > 1) {
+        nn_sync::SyncOptions sync_options;
+        sync_options.rank = w;
+        sync_options.world_size = c.workers;
+        sync_options.master_port = port;
+        auto created = nn_sync::DenseSync::Create(sync_options);
+        if (!created.ok()) return fail(created.status());
+        sync = std::move(*created);
+        absl::Status s = sync->BroadcastParameters(model->parameters());
+        if (!s.ok()) return fail(s);
+        sync->AttachToParameters(model->parameters());
+      }
+      auto optimizer = MakeOptimizer(c, *model);
+      TrainerOptions options = trainer_options;
+      options.worker_id = static_cast<uint32_t>(w);
+      TrainingContext ctx(options, loader->stream(w), ps.get(), sync.get(), model, optimizer.get());
+      for (TrainBatch* batch = nullptr; ctx.Next(&batch);) {
+        torch::Tensor loss = torch::binary_cross_entropy_with_logits(ctx.Forward(*batch), batch->labels);
+        const double loss_value = loss.item<double>();
+        if (!std::isfinite(loss_value)) return fail(absl::InternalError("the loss became NaN/Inf"));
+        absl::Status s = ctx.Backward(loss);
+        if (!s.ok()) return fail(s);
+        if (w != 0) continue;
+        std::lock_guard<std::mutex> lock(mu);
+        loss_window += loss_value;
+        ++loss_count;
+        samples_done = ctx.stats().samples * c.workers;
+        if (ctx.stats().batches % c.log_every_batches == 0) {
+          const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+          const double rate = samples_done / std::max(seconds, 1e-9);
+          report.mean_loss_last = loss_window / loss_count;
+          std::ostringstream line;
+          line << "samples " << samples_done;
+          if (total_samples > 0) line << "/" << total_samples;
+          line << "  " << std::fixed << std::setprecision(0) << rate << " samples/s  loss "
+               << std::setprecision(4) << report.mean_loss_last;
+          if (total_samples > 0 && rate > 0) {
+            line << "  ETA " << std::setprecision(0) << std::max(0.0, (total_samples - samples_done) / rate) << " s";
+          }
+          if (log != nullptr) *log << (terminal ? "\r" : "") << line.str() << (terminal ? "   " : "\n") << std::flush;
+          loss_window = 0;
+          loss_count = 0;
+        }
+        if (c.eval_every_batches > 0 && ctx.stats().batches % c.eval_every_batches == 0 && c.workers == 1) {
+          auto e = evaluate(*model);
+          if (e.ok()) report.evals.emplace_back(samples_done, *e);
+        }
+      }
+      absl::Status s = ctx.Finish();
+      if (!s.ok()) return fail(s);
+      std::lock_guard<std::mutex> lock(mu);
+      stats[w] = ctx.stats();
+    });
+  }
+  for (auto& t : workers) t.join();
+  if (!failure.ok()) return failure;
+  if (terminal && log != nullptr) *log << "\n";
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  for (const TrainerStats& s : stats) report.samples += s.samples;
+  report.samples_per_second = report.samples / std::max(seconds, 1e-9);
+  report.stats = stats[0];
+  HYREC_ASSIGN_OR_RETURN(report.final_eval, evaluate(*models[0]));
+  report.evals.emplace_back(report.samples, report.final_eval);
+  return report;
+}
+
+}  // namespace hyrec::dense_worker

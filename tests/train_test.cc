@@ -1,0 +1,75 @@
+// Hybrid training end to end on the synthetic teacher (embedded: PS, loader and workers in one
+// process): hybrid and synchronous embedding updates reach the same AUC, close to the teacher's.
+#include "hyrec/dense_worker/train_job.h"
+
+#include "gtest/gtest.h"
+#include "hyrec/common/yaml_config.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+TrainJobConfig SmallJob(int staleness, int workers) {
+  auto root = ParseYaml(R"(
+loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 400000, vocabulary: 500, zipf: 1.05, seed: 3}
+  batch_size: 512
+  threads: 1
+  shuffle_window: 65536
+eval: {samples: 40000}
+model: {kind: dlrm, embedding_dim: 16, bottom: [64, 32], top: [64, 32]}
+ps: {shards: 2, optimizer: adagrad, learning_rate: 0.05}
+train: {dense_optimizer: adam, dense_learning_rate: 0.002, log_every_batches: 1000}
+)", "test");
+  EXPECT_TRUE(root.ok());
+  auto config = ParseTrainJobConfig(*root, "test");
+  EXPECT_TRUE(config.ok()) << config.status();
+  config->embedding_staleness = staleness;
+  config->workers = workers;
+  config->loader.num_workers = workers;
+  return *config;
+}
+
+TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
+  auto hybrid = RunTrainJob(SmallJob(4, 1), nullptr, false);
+  ASSERT_TRUE(hybrid.ok()) << hybrid.status();
+  auto sync = RunTrainJob(SmallJob(0, 1), nullptr, false);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  std::printf("teacher AUC %.4f, hybrid %.4f (observed staleness %.2f), sync %.4f (observed staleness %.2f)\n",
+              hybrid->teacher_auc, hybrid->final_eval.auc, hybrid->stats.observed_staleness, sync->final_eval.auc,
+              sync->stats.observed_staleness);
+  EXPECT_EQ(hybrid->samples, 400000u);
+  EXPECT_EQ(sync->samples, 400000u);
+  EXPECT_NEAR(hybrid->final_eval.auc, sync->final_eval.auc, 0.002);
+  EXPECT_GT(hybrid->final_eval.auc, hybrid->teacher_auc - 0.02);
+  EXPECT_GT(sync->final_eval.auc, sync->teacher_auc - 0.02);
+  EXPECT_GT(hybrid->stats.observed_staleness, 1.0);  // Updates really were in flight...
+  EXPECT_LE(hybrid->stats.observed_staleness, 4.0);  // ...within the window.
+  EXPECT_EQ(sync->stats.observed_staleness, 0.0);
+}
+
+TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {
+  TrainJobConfig config = SmallJob(4, 2);
+  config.dense_learning_rate *= 2;  // Twice the samples per dense step.
+  auto report = RunTrainJob(config, nullptr, false);
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::printf("2 workers: AUC %.4f, teacher %.4f\n", report->final_eval.auc, report->teacher_auc);
+  EXPECT_EQ(report->samples, 400000u);
+  EXPECT_GT(report->final_eval.auc, report->teacher_auc - 0.02);
+}
+
+TEST(HybridTraining, BadConfigsNameTheKey) {
+  auto root = ParseYaml("loader: {source: {format: synthetic}}\nmodel: {kind: dlrm, embeding_dim: 8}\n", "job.yaml");
+  auto config = ParseTrainJobConfig(*root, "job.yaml");
+  ASSERT_FALSE(config.ok());
+  EXPECT_NE(config.status().message().find("model.embeding_dim (line 2): unknown key; did you mean 'embedding_dim'?"),
+            std::string::npos) << config.status();
+  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {embedding_staleness: -1}\n", "job.yaml");
+  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("embedding_staleness"), std::string::npos);
+  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {workers: two}\n", "job.yaml");
+  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("train.workers (line 2)"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker
