@@ -115,8 +115,15 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
   if (!loader.ok()) return fail(loader.status());
   c.loader = *loader;
   if (const YAML::Node eval = root["eval"]) {
-    s = CheckKeys(eval, "eval", {"samples", "every_batches"});
+    s = CheckKeys(eval, "eval", {"samples", "every_batches", "files"});
     if (s.ok()) s = ReadScalar(eval, "samples", "eval", &c.eval_samples);
+    if (s.ok() && eval["files"]) {
+      if (!eval["files"].IsSequence()) {
+        s = absl::InvalidArgumentError(absl::StrCat("eval.files (", YamlWhere(eval["files"]), "): expected a list"));
+      } else {
+        for (size_t i = 0; i < eval["files"].size(); ++i) c.eval_files.push_back(eval["files"][i].as<std::string>());
+      }
+    }
     if (s.ok()) s = ReadScalar(eval, "every_batches", "eval", &c.eval_every_batches);
     if (!s.ok()) return fail(s);
   }
@@ -207,10 +214,11 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);
 
   auto evaluate = [&](DenseModelImpl& model) -> absl::StatusOr<Evaluation> {
-    if (!synthetic) return Evaluation();
+    if (!synthetic && c.eval_files.empty()) return Evaluation();
     data_loader::LoaderOptions eval_options = c.loader;
     eval_options.source.synthetic.first_index = kEvalFirstIndex;
     eval_options.source.synthetic.num_samples = c.eval_samples;
+    if (!synthetic) eval_options.source.files = c.eval_files;
     eval_options.num_workers = 1;
     eval_options.epochs = 1;
     eval_options.shuffle = false;

@@ -26,7 +26,8 @@ namespace hyrec::dense_worker {
 
 struct TrainJobConfig {
   data_loader::LoaderOptions loader;       // Training data; num_workers = workers.
-  uint64_t eval_samples = 50'000;          // Held-out synthetic samples (synthetic sources only).
+  uint64_t eval_samples = 50'000;          // Held-out synthetic samples (synthetic sources).
+  std::vector<std::string> eval_files;     // Held-out files (file sources), same format.
   int eval_every_batches = 0;              // 0: evaluate at the end only.
   // Model.
   std::string model = "dlrm";              // dlrm | dcn
