@@ -13,6 +13,7 @@ namespace {
 constexpr const char* kRoles[][2] = {
     {"ps", "run one embedding parameter-server shard (gRPC)"},
     {"train", "train on one machine: PS, loader and dense workers in one process"},
+    {"worker", "one dense worker of a cluster (remote PS and loader, c10d sync)"},
     {"loader", "stream training batches to dense workers (gRPC DataService)"},
     {"ps-demo", "start PS shards and drive lookups and updates through the client"},
 };

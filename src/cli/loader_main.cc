@@ -23,6 +23,10 @@
 ABSL_FLAG(std::string, host, "0.0.0.0", "Address to listen on.");
 ABSL_FLAG(int, port, 0, "Port; 0 picks a free one (printed on start).");
 ABSL_FLAG(std::string, config, "", "YAML loader configuration (docs/data.md).");
+ABSL_FLAG(std::string, section, "", "Read the loader configuration from this key of the file "
+                                    "(e.g. 'loader' in a hyrec train job file).");
+ABSL_FLAG(int, num_workers, 0, "Overrides num_workers (0: as configured).");
+ABSL_FLAG(int, num_shards, 0, "Overrides num_shards (0: as configured).");
 ABSL_FLAG(std::string, resume, "", "File of per-worker positions to resume from.");
 ABSL_FLAG(std::string, positions_out, "", "Where to write the workers' positions on shutdown.");
 ABSL_FLAG(int, replay_batches, 16,
@@ -37,8 +41,14 @@ absl::Status Run() {
   const std::string config = absl::GetFlag(FLAGS_config);
   if (config.empty()) return absl::InvalidArgumentError("--config is required");
   HYREC_ASSIGN_OR_RETURN(YAML::Node root, hyrec::LoadYamlFile(config));
-  auto options = ParseLoaderConfig(root, "");
+  const std::string section = absl::GetFlag(FLAGS_section);
+  if (!section.empty() && !root[section]) {
+    return absl::InvalidArgumentError(absl::StrCat(config, ": no '", section, "' section"));
+  }
+  auto options = ParseLoaderConfig(section.empty() ? root : root[section], section);
   if (!options.ok()) return hyrec::Annotate(options.status(), config);
+  if (absl::GetFlag(FLAGS_num_workers) > 0) options->num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (absl::GetFlag(FLAGS_num_shards) > 0) options->num_shards = absl::GetFlag(FLAGS_num_shards);
   std::vector<ReaderPosition> resume;
   if (const std::string path = absl::GetFlag(FLAGS_resume); !path.empty()) {
     std::ifstream in(path);

@@ -110,6 +110,15 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
   }
 }
 
+std::string ExecutableDirectory() {
+  char buffer[4096];
+  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
+  if (n <= 0) return ".";
+  const std::string path(buffer, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
 absl::StatusOr<int> WaitForListeningPort(Subprocess& process, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {

@@ -189,7 +189,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
     embedding_ps::TableConfig table;
     table.name = absl::StrCat("t", t);
     table.dim = c.embedding_dim;
-    table.seed = c.seed * 1000 + t;
+    table.seed = static_cast<uint64_t>(t);  // As `hyrec ps --tables` numbers them.
     table.optimizer = c.embedding_optimizer;
     table.initializer = c.embedding_initializer;
     store_options.tables.push_back(table);

@@ -55,6 +55,9 @@ class Subprocess {
   std::string buffer_;
 };
 
+// The folder of the running executable (where the hyrec-<role> binaries live).
+std::string ExecutableDirectory();
+
 // Reads lines until one contains "listening on HOST:PORT" and returns PORT.
 absl::StatusOr<int> WaitForListeningPort(Subprocess& process, absl::Duration timeout);
 
