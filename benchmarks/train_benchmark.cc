@@ -59,14 +59,15 @@ double Embedded(int staleness, int batches) {
   return report->samples_per_second;
 }
 
-double Processes(int staleness, int batches) {
+double Processes(int staleness, int batches, int batch_size = kBatch, double latency_ms = 0) {
   const std::string config = "/tmp/hyrec_train_benchmark.yaml";
   std::ofstream(config) << "loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: "
-                        << batches * kBatch << ", vocabulary: 100000}\n  batch_size: " << kBatch
+                        << batches * batch_size << ", vocabulary: 100000}\n  batch_size: " << batch_size
                         << "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: 16, bottom: [512, 256], "
                            "top: [512, 256]}\ntrain: {embedding_staleness: "
                         << staleness << ", log_every_batches: 100000}\n";
-  auto p = Subprocess::Spawn({ExecutableDirectory() + "/../hyrec-train", "--processes", "--config=" + config});
+  auto p = Subprocess::Spawn({ExecutableDirectory() + "/../hyrec-train", "--processes", "--config=" + config,
+                              absl::StrCat("--ps_latency_ms=", latency_ms)});
   if (!p.ok()) return 0;
   double rate = 0;
   for (;;) {
@@ -181,5 +182,20 @@ int main(int argc, char** argv) {
   row("(f) dense step alone (ceiling)", f);
   std::printf("targets: (a) >= 0.9 x (f): %s; (a) >= (e): %s\n", a >= 0.9 * f ? "met" : "missed",
               a >= e ? "met" : "missed");
+
+  // Added PS latency: a delaying proxy in front of each PS, batch 512.
+  std::printf("\nadded PS round-trip latency, processes, batch 512 (samples/s)\n");
+  std::printf("%-8s %14s %14s %10s %12s %12s\n", "ms", "(c) hybrid", "(d) sync", "(c)/(d)", "(c)/(c@0)", "(d)/(d@0)");
+  double c0 = 0, d0 = 0;
+  for (double ms : {0.0, 1.0, 5.0, 20.0}) {
+    const double ch = Processes(4, 4 * batches, 512, ms);
+    const double ds = Processes(0, 4 * batches, 512, ms);
+    if (ms == 0) {
+      c0 = ch;
+      d0 = ds;
+    }
+    std::printf("%-8.0f %14.0f %14.0f %10.2f %12.2f %12.2f\n", ms, ch, ds, ch / ds, ch / c0, ds / d0);
+  }
+  std::printf("targets: (c) >= 0.8 x its own 0 ms figure at 5 and 20 ms; at 20 ms (c) >= 1.5 x (d)\n");
   return 0;
 }

@@ -13,6 +13,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/latency_proxy.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
@@ -20,6 +21,9 @@
 #include "hyrec/dense_worker/train_job.h"
 
 ABSL_FLAG(std::string, config, "", "YAML job configuration (docs/configuration.md).");
+ABSL_FLAG(double, ps_latency_ms, 0,
+          "With --processes: milliseconds added to every PS round trip by a delaying TCP proxy in "
+          "front of each PS (half each way).");
 ABSL_FLAG(bool, processes, false,
           "Run every role as its own process on loopback (PS shards, the loader, the workers) "
           "with real gRPC and Gloo: the cluster topology on one machine.");
@@ -61,7 +65,19 @@ absl::Status RunProcesses(const std::string& path, const hyrec::dense_worker::Tr
                                                          "--log_level=warn"}));
   HYREC_ASSIGN_OR_RETURN(int loader_port, hyrec::WaitForListeningPort(*loader, absl::Seconds(60)));
   std::string ps_list;
-  for (const std::string& a : ps->addresses()) absl::StrAppend(&ps_list, ps_list.empty() ? "" : ",", a);
+  std::vector<std::unique_ptr<hyrec::LatencyProxy>> proxies;
+  const double latency_ms = absl::GetFlag(FLAGS_ps_latency_ms);
+  for (const std::string& a : ps->addresses()) {
+    std::string address = a;
+    if (latency_ms > 0) {
+      const int port = std::stoi(a.substr(a.rfind(':') + 1));
+      HYREC_ASSIGN_OR_RETURN(auto proxy, hyrec::LatencyProxy::Start("127.0.0.1", port,
+                                                                   absl::Microseconds(latency_ms * 500)));
+      address = absl::StrCat("127.0.0.1:", proxy->port());
+      proxies.push_back(std::move(proxy));
+    }
+    absl::StrAppend(&ps_list, ps_list.empty() ? "" : ",", address);
+  }
   std::printf("processes: %d PS (%s), loader 127.0.0.1:%d, %d worker(s)\n", config.ps_shards, ps_list.c_str(),
               loader_port, config.workers);
   std::fflush(stdout);
