@@ -188,8 +188,8 @@ int main(int argc, char** argv) {
   std::printf("%-8s %14s %14s %10s %12s %12s\n", "ms", "(c) hybrid", "(d) sync", "(c)/(d)", "(c)/(c@0)", "(d)/(d@0)");
   double c0 = 0, d0 = 0;
   for (double ms : {0.0, 1.0, 5.0, 20.0}) {
-    const double ch = Processes(4, 4 * batches, 512, ms);
-    const double ds = Processes(0, 4 * batches, 512, ms);
+    const double ch = Processes(4, 2 * batches, 512, ms);
+    const double ds = Processes(0, 2 * batches, 512, ms);
     if (ms == 0) {
       c0 = ch;
       d0 = ds;

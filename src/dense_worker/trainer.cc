@@ -14,20 +14,32 @@ int TableOfSlot(const TrainerOptions& o, int slot) {
   return o.slot_tables.empty() ? slot : o.slot_tables[slot];
 }
 
+// Runs fn(t) for every table t of a batch at once (each is a round trip to the PS shards, so they
+// overlap instead of adding up) and returns the first error.
+template <typename Fn>
+absl::Status ForEachTableConcurrently(size_t tables, Fn fn) {
+  std::vector<std::future<absl::Status>> calls;
+  for (size_t t = 1; t < tables; ++t) calls.push_back(std::async(std::launch::async, [&fn, t] { return fn(t); }));
+  absl::Status status = tables > 0 ? fn(0) : absl::OkStatus();
+  for (auto& c : calls) {
+    absl::Status s = c.get();
+    if (status.ok()) status = s;
+  }
+  return status;
+}
+
 // Looks up every table's unique rows of a batch, grouped by shard as the loader delivered them.
 absl::Status LookupRows(embedding_ps::EmbeddingClient* ps, const TrainerOptions& options,
                         const std::vector<int>& dims, TrainBatch* tb) {
   const Batch& b = tb->batch;
   tb->rows.resize(b.tables.size());
-  for (size_t t = 0; t < b.tables.size(); ++t) {
+  return ForEachTableConcurrently(b.tables.size(), [&](size_t t) {
     const data_loader::TableIds& ids = b.tables[t];
     tb->rows[t].resize(ids.unique_ids.size() * dims[t]);
-    if (ids.unique_ids.empty()) continue;
-    absl::Status s = ps->LookupSharded(options.table_names[t], ids.unique_ids, ids.shard_offsets,
-                                       absl::MakeSpan(tb->rows[t]));
-    if (!s.ok()) return s;
-  }
-  return absl::OkStatus();
+    if (ids.unique_ids.empty()) return absl::OkStatus();
+    return ps->LookupSharded(options.table_names[t], ids.unique_ids, ids.shard_offsets,
+                             absl::MakeSpan(tb->rows[t]));
+  });
 }
 
 }  // namespace
@@ -190,14 +202,13 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   auto update_us = update_us_;
   std::future<absl::Status> done = std::async(std::launch::async, [this, batch, grads, sequence, update_us] {
     const absl::Time start = absl::Now();
-    for (size_t t = 0; t < batch->batch.tables.size(); ++t) {
+    absl::Status s = ForEachTableConcurrently(batch->batch.tables.size(), [&](size_t t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];
-      if (ids.unique_ids.empty()) continue;
-      absl::Status s = ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
-                                          (*grads)[t],
-                                          embedding_ps::UpdateId{options_.worker_id, sequence * 1024 + t + 1});
-      if (!s.ok()) return s;
-    }
+      if (ids.unique_ids.empty()) return absl::OkStatus();
+      return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets, (*grads)[t],
+                                embedding_ps::UpdateId{options_.worker_id, sequence * 1024 + t + 1});
+    });
+    if (!s.ok()) return s;
     *update_us += absl::ToInt64Microseconds(absl::Now() - start);
     return absl::OkStatus();
   });
