@@ -15,19 +15,6 @@
 namespace hyrec::nn_sync {
 namespace {
 
-// A port that was free a moment ago (the store binds it right after).
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 SyncOptions Options(int rank, int world, int port) {
   SyncOptions o;
   o.rank = rank;
@@ -42,7 +29,7 @@ class NnSyncThreads : public ::testing::TestWithParam<int> {};
 
 TEST_P(NnSyncThreads, ReplicasStayIdenticalAndMatchOneProcessOnTheWholeBatch) {
   const int world = GetParam();
-  const int port = FreePort();
+  const int port = hyrec::PickFreeLoopbackPort();
   const int steps = 5;
   std::vector<torch::Tensor> finals(world);
   torch::Tensor initial;
@@ -94,7 +81,7 @@ TEST_P(NnSyncThreads, ReplicasStayIdenticalAndMatchOneProcessOnTheWholeBatch) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, NnSyncThreads, ::testing::Values(1, 2, 4));
 
 std::vector<std::unique_ptr<Subprocess>> SpawnRanks(int world, int steps, int timeout_ms) {
-  const int port = FreePort();
+  const int port = hyrec::PickFreeLoopbackPort();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < world; ++r) {
     auto p = Subprocess::Spawn({HYREC_NN_SYNC_WORKER, std::to_string(r), std::to_string(world),
@@ -146,7 +133,7 @@ TEST(NnSyncProcesses, AKilledRankMakesTheOthersFailWithinTwiceTheTimeout) {
 }
 
 TEST(NnSync, RendezvousWithAMissingPeerFailsWithinTheTimeout) {
-  SyncOptions o = Options(0, 2, FreePort());
+  SyncOptions o = Options(0, 2, hyrec::PickFreeLoopbackPort());
   o.timeout = absl::Seconds(2);
   const absl::Time start = absl::Now();
   auto sync = DenseSync::Create(o);

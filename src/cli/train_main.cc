@@ -30,18 +30,6 @@ ABSL_FLAG(bool, processes, false,
 
 namespace {
 
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // PS shards, the loader and the workers as processes; worker 0's report is relayed.
 absl::Status RunProcesses(const std::string& path, const hyrec::dense_worker::TrainJobConfig& config) {
   using hyrec::Subprocess;
@@ -81,7 +69,7 @@ absl::Status RunProcesses(const std::string& path, const hyrec::dense_worker::Tr
   std::printf("processes: %d PS (%s), loader 127.0.0.1:%d, %d worker(s)\n", config.ps_shards, ps_list.c_str(),
               loader_port, config.workers);
   std::fflush(stdout);
-  const int master_port = FreeLoopbackPort();
+  const int master_port = hyrec::PickFreeLoopbackPort();
   std::vector<std::unique_ptr<Subprocess>> workers;
   for (int r = 0; r < config.workers; ++r) {
     HYREC_ASSIGN_OR_RETURN(auto w, Subprocess::Spawn({dir + "/hyrec-worker", "--config=" + path, "--ps=" + ps_list,

@@ -47,22 +47,7 @@ absl::Status Run() {
   HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(absl::GetFlag(FLAGS_loader), rank, {}));
   std::unique_ptr<nn_sync::DenseSync> sync;
   torch::manual_seed(job.seed);
-  std::shared_ptr<dense_worker::DenseModelImpl> model;
-  if (job.model == "dcn") {
-    dense_worker::DcnOptions o;
-    o.num_dense = job.loader.source.num_dense();
-    o.slot_dims.assign(job.loader.source.num_slots(), job.embedding_dim);
-    o.deep = job.top;
-    model = std::make_shared<dense_worker::DcnV2Impl>(o);
-  } else {
-    dense_worker::DlrmOptions o;
-    o.num_dense = job.loader.source.num_dense();
-    o.num_slots = job.loader.source.num_slots();
-    o.embedding_dim = job.embedding_dim;
-    o.bottom = job.bottom;
-    o.top = job.top;
-    model = std::make_shared<dense_worker::DlrmImpl>(o);
-  }
+  std::shared_ptr<dense_worker::DenseModelImpl> model = dense_worker::MakeModel(job);
   if (sync_options.world_size > 1) {
     HYREC_ASSIGN_OR_RETURN(sync, nn_sync::DenseSync::Create(sync_options));
     HYREC_RETURN_IF_ERROR(sync->BroadcastParameters(model->parameters()));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -19,18 +20,6 @@ namespace hyrec::dense_worker {
 namespace {
 
 constexpr uint64_t kEvalFirstIndex = 1ULL << 40;  // Held-out synthetic samples start here.
-
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 absl::Status ReadIntList(const YAML::Node& node, const std::string& key, const std::string& path,
                          std::vector<int>* out) {
@@ -54,6 +43,19 @@ absl::Status ReadIntList(const YAML::Node& node, const std::string& key, const s
   return absl::OkStatus();
 }
 
+std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainJobConfig& c, DenseModelImpl& model) {
+  if (c.dense_optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(c.dense_learning_rate));
+  }
+  if (c.dense_optimizer == "adagrad") {
+    return std::make_unique<torch::optim::Adagrad>(model.parameters(),
+                                                   torch::optim::AdagradOptions(c.dense_learning_rate));
+  }
+  return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(c.dense_learning_rate));
+}
+
+}  // namespace
+
 std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& c) {
   const int slots = c.loader.source.num_slots();
   if (c.model == "dcn") {
@@ -71,19 +73,6 @@ std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& c) {
   o.top = c.top;
   return std::make_shared<DlrmImpl>(o);
 }
-
-std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainJobConfig& c, DenseModelImpl& model) {
-  if (c.dense_optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(c.dense_learning_rate));
-  }
-  if (c.dense_optimizer == "adagrad") {
-    return std::make_unique<torch::optim::Adagrad>(model.parameters(),
-                                                   torch::optim::AdagradOptions(c.dense_learning_rate));
-  }
-  return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(c.dense_learning_rate));
-}
-
-}  // namespace
 
 absl::Status TrainJobConfig::Validate() const {
   HYREC_RETURN_IF_ERROR(loader.Validate());
@@ -225,7 +214,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
     return Evaluate(eval_loader->stream(0), ps.get(), trainer_options, model);
   };
 
-  const int port = FreeLoopbackPort();
+  const int port = hyrec::PickFreeLoopbackPort();
   std::mutex mu;
   absl::Status failure;
   std::vector<std::shared_ptr<DenseModelImpl>> models(c.workers);

@@ -55,6 +55,10 @@ class Subprocess {
   std::string buffer_;
 };
 
+// A loopback TCP port that was free a moment ago (for a rendezvous that must be told its port
+// in advance, such as c10d's TCPStore; servers that can bind port 0 should do that instead).
+int PickFreeLoopbackPort();
+
 // The folder of the running executable (where the hyrec-<role> binaries live).
 std::string ExecutableDirectory();
 

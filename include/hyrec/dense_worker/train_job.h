@@ -61,6 +61,9 @@ struct TrainReport {
   TrainerStats stats;                                  // Worker 0's.
 };
 
+// The job's dense model (DLRM or DCN-v2), initialized from the global LibTorch generator.
+std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& config);
+
 absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl::string_view source_name);
 
 // Runs the job; progress goes to `log` (a live line on a terminal, plain lines otherwise).
