@@ -7,6 +7,9 @@ HYREC_BUILD_DIR="${HYREC_BUILD_DIR:-$HYREC_ROOT/build}"
 # shellcheck source=tools/deps.sh
 source "$HYREC_ROOT/tools/deps.sh"
 hyrec_install_debs
+# ccache: paths relative to the checkout, so a fresh clone (CI) reuses an earlier build's objects.
+export CCACHE_BASEDIR="$HYREC_ROOT"
+export CCACHE_NOHASHDIR=1
 if [ ! -f "$HYREC_BUILD_DIR/build.ninja" ]; then
   cmake -S "$HYREC_ROOT" -B "$HYREC_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
