@@ -171,7 +171,7 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
 }
 
 torch::Tensor TrainingContext::Forward(TrainBatch& tb) {
-  optimizer_->zero_grad();
+  if (optimizer_ != nullptr) optimizer_->zero_grad();
   std::vector<torch::Tensor> pooled = Pool(tb, /*requires_grad=*/true);
   torch::Tensor dense = torch::from_blob(tb.batch.dense.data(), {tb.batch.batch_size, tb.batch.num_dense},
                                          torch::kFloat).clone();
@@ -180,6 +180,9 @@ torch::Tensor TrainingContext::Forward(TrainBatch& tb) {
 
 absl::Status TrainingContext::Backward(torch::Tensor loss) {
   if (current_ == nullptr) return absl::FailedPreconditionError("Backward without a batch from Next");
+  if (optimizer_ == nullptr || options_.read_only) {
+    return absl::FailedPreconditionError("Backward on a read-only context (no optimizer)");
+  }
   loss.backward();
   if (sync_ != nullptr) {
     absl::Status s = sync_->FinishGradientSync();
@@ -242,12 +245,11 @@ absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_
   torch::NoGradGuard no_grad;
   std::vector<float> scores, labels;
   double loss_sum = 0;
-  // A context without an optimizer is only used for its lookups and pooling.
+  // A read-only context: lookups (two batches ahead) and pooling, no optimizer, no updates.
   TrainerOptions eval_options = options;
   eval_options.embedding_staleness = 2;
   eval_options.read_only = true;
-  torch::optim::SGD unused(model.parameters(), torch::optim::SGDOptions(0));
-  TrainingContext ctx(eval_options, stream, ps, nullptr, nullptr, &unused);
+  TrainingContext ctx(eval_options, stream, ps, nullptr, nullptr, nullptr);
   for (TrainBatch* tb = nullptr; ctx.Next(&tb);) {
     std::vector<torch::Tensor> pooled = ctx.Pool(*tb, /*requires_grad=*/false);
     torch::Tensor dense = torch::from_blob(tb->batch.dense.data(), {tb->batch.batch_size, tb->batch.num_dense},

@@ -72,6 +72,8 @@ struct TrainerStats {
 
 class TrainingContext {
  public:
+  // `sync` may be null (one worker); `model` and `dense_optimizer` may be null for a read_only
+  // context (evaluation), which only looks up and pools.
   TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
                   embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
                   std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer);
