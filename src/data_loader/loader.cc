@@ -151,7 +151,7 @@ struct RawBatch {
   uint64_t sequence = 0;  // Order in which the dispatcher must deliver.
   bool end = false;       // No batches follow.
   bool epoch_end = false; // Last batch of its epoch (may carry no samples).
-  bool deliver = true;    // False: skipped on resume, only its bad-line counts matter... none.
+  bool deliver = true;    // False: a batch a resumed worker already had; its lines still count.
   uint64_t global_id = 0;
   uint64_t epoch = 0;
   ReaderPosition window;  // Window that holds this batch (next_batch unused).
@@ -163,6 +163,7 @@ struct RawBatch {
 
 struct ParsedBatch {
   RawBatch raw;  // Lines released after parsing.
+  uint64_t lines = 0;  // Lines the batch was parsed from.
   Batch batch;
   uint64_t bad = 0;
   std::vector<std::string> bad_messages;
@@ -466,7 +467,7 @@ class LoaderImpl final : public Loader {
       parsed.raw.deliver = raw.deliver;
       parsed.raw.global_id = raw.global_id;
       parsed.raw.read_errors = std::move(raw.read_errors);
-      parsed.raw.origins.resize(raw.lines.size());  // Only the count is needed further.
+      parsed.lines = raw.lines.size();
       absl::MutexLock lock(&mu_);
       parsed_.emplace(parsed.raw.sequence, std::move(parsed));
     }
@@ -528,7 +529,7 @@ class LoaderImpl final : public Loader {
       if (stats_.first_bad.size() < kMaxBadMessages) stats_.first_bad.push_back(e);
       spdlog::warn("loader: {}", e);
     }
-    stats_.lines += parsed.raw.origins.size() + parsed.raw.read_errors.size();
+    stats_.lines += parsed.lines + parsed.raw.read_errors.size();
     stats_.bad_lines += parsed.bad;
     for (const std::string& m : parsed.bad_messages) {
       if (stats_.first_bad.size() < kMaxBadMessages) stats_.first_bad.push_back(m);

@@ -67,18 +67,8 @@ class ShardedClient : public EmbeddingClient {
     absl::StatusOr<int> dim_or = TableDim(table);
     if (!dim_or.ok()) return dim_or.status();
     const size_t dim = static_cast<size_t>(*dim_or);
-    if (grads.size() != ids.size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient holds ", grads.size(),
-                                                     " floats, expected ", ids.size(),
-                                                     " ids x dim ", dim));
-    }
-    for (size_t k = 0; k < grads.size(); ++k) {
-      if (!std::isfinite(grads[k])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table '", table, "': gradient of id ", ids[k / dim], " (row ", k / dim,
-                         ") is ", grads[k], "; nothing was sent"));
-      }
-    }
+    absl::Status valid = CheckGradients(table, ids, grads, dim);
+    if (!valid.ok()) return valid;
     if (ids.empty()) return absl::OkStatus();
     std::vector<ShardPart> parts;
     std::vector<std::pair<uint32_t, uint32_t>> where;
@@ -114,12 +104,8 @@ class ShardedClient : public EmbeddingClient {
                              UpdateId update_id) override {
     absl::StatusOr<int> dim = TableDim(table);
     if (!dim.ok()) return dim.status();
-    for (size_t k = 0; k < grads.size(); ++k) {
-      if (!std::isfinite(grads[k])) {
-        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / *dim],
-                                                       " is ", grads[k], "; nothing was sent"));
-      }
-    }
+    absl::Status valid = CheckGradients(table, ids, grads, static_cast<size_t>(*dim));
+    if (!valid.ok()) return valid;
     std::vector<ShardPart> parts;
     absl::Status status = SplitSharded(ids, shard_offsets, *dim, grads.size(), &parts);
     if (!status.ok()) return status;
@@ -131,6 +117,23 @@ class ShardedClient : public EmbeddingClient {
   }
 
  protected:
+  // The gradient must hold ids.size() x dim finite floats; checked before anything is sent, so a
+  // refused update reaches no shard.
+  static absl::Status CheckGradients(absl::string_view table, absl::Span<const uint64_t> ids,
+                                     absl::Span<const float> grads, size_t dim) {
+    if (grads.size() != ids.size() * dim) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient holds ", grads.size(), " floats, expected ",
+                                                     ids.size(), " ids x dim ", dim));
+    }
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!std::isfinite(grads[k])) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / dim],
+                                                       " (row ", k / dim, ") is ", grads[k], "; nothing was sent"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
   // One part per non-empty shard range of pre-grouped ids; values sized for their rows.
   absl::Status SplitSharded(absl::Span<const uint64_t> ids, absl::Span<const uint32_t> shard_offsets,
                             int dim, size_t floats, std::vector<ShardPart>* parts) const {
