@@ -1,18 +1,24 @@
-// Training throughput of the default DLRM (26 slots, 13 dense, dim 16, bottom 512-256,
-// top 512-256, batch 2048) on the synthetic teacher, in samples/s:
+// Training throughput in samples/s on the synthetic teacher, for the default DLRM (26 slots,
+// 13 dense, dim 16, bottom 512-256, top 512-256, batch 2048) and an embedding-heavy shape
+// (dim 64, 10 ids per slot, MLPs 64-32):
 //   (a) embedded hybrid (staleness 4)      (b) embedded sync (staleness 0)
 //   (c) processes hybrid                   (d) processes sync      [hyrec train --processes]
 //   (e) reference: one LibTorch process with torch::nn::EmbeddingBag tables (sparse gradients,
 //       hashing trick) and the same MLPs, batches pre-loaded in memory
 //   (f) ceiling: the same MLPs on pre-materialized embeddings (the dense step alone)
+// then the added-PS-latency sweep (processes, batch 512).
 //
-//   build/benchmarks/train_benchmark [batches=150]
+//   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency]
+//   build/benchmarks/train_benchmark 100 --device=cuda   # CUDA build: (a), (b), (e), (f) on GPU 0,
+//                                                         # the dense sync through ProcessGroupNCCL
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/train_job.h"
@@ -22,33 +28,46 @@ namespace {
 using namespace hyrec;
 using Clock = std::chrono::steady_clock;
 
-constexpr int kBatch = 2048;
 constexpr int kSlots = 26;
-constexpr int kDim = 16;
 constexpr int64_t kRowsPerTable = 1 << 17;  // Hashing trick for (e).
 constexpr size_t kWarmup = 5;               // Untimed first batches of (e) and (f).
 
+// A model and data shape.
+struct Shape {
+  const char* name;
+  int batch;
+  int dim;
+  int ids_per_slot;
+  std::vector<int> bottom, top;
+};
+const Shape kDefault = {"default DLRM", 2048, 16, 1, {512, 256}, {512, 256}};
+const Shape kHeavy = {"embedding-heavy", 2048, 64, 10, {64, 32}, {64, 32}};
+
+torch::Device g_device = torch::kCPU;
+
 double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-dense_worker::TrainJobConfig Job(int staleness, int batches) {
+dense_worker::TrainJobConfig Job(const Shape& shape, int staleness, int batches) {
   dense_worker::TrainJobConfig c;
   c.loader.source.format = data_loader::Format::kSynthetic;
-  c.loader.source.synthetic.num_samples = static_cast<uint64_t>(batches) * kBatch;
+  c.loader.source.synthetic.num_samples = static_cast<uint64_t>(batches) * shape.batch;
   c.loader.source.synthetic.vocabulary = 100000;
-  c.loader.batch_size = kBatch;
+  c.loader.source.synthetic.ids_per_sample = shape.ids_per_slot;
+  c.loader.batch_size = shape.batch;
   c.loader.threads = 1;
   c.eval_samples = 2048;
-  c.embedding_dim = kDim;
-  c.bottom = {512, 256};
-  c.top = {512, 256};
+  c.embedding_dim = shape.dim;
+  c.bottom = shape.bottom;
+  c.top = shape.top;
   c.embedding_staleness = staleness;
   c.log_every_batches = 1 << 30;
   c.loader.num_shards = c.ps_shards;
+  c.device = g_device.is_cuda() ? "cuda" : "cpu";
   return c;
 }
 
-double Embedded(int staleness, int batches) {
-  auto report = dense_worker::RunTrainJob(Job(staleness, batches), nullptr, false);
+double Embedded(const Shape& shape, int staleness, int batches) {
+  auto report = dense_worker::RunTrainJob(Job(shape, staleness, batches), nullptr, false);
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
     return 0;
@@ -59,13 +78,15 @@ double Embedded(int staleness, int batches) {
   return report->samples_per_second;
 }
 
-double Processes(int staleness, int batches, int batch_size = kBatch, double latency_ms = 0) {
+double Processes(const Shape& shape, int staleness, int batches, double latency_ms = 0) {
   const std::string config = "/tmp/hyrec_train_benchmark.yaml";
   std::ofstream(config) << "loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: "
-                        << batches * batch_size << ", vocabulary: 100000}\n  batch_size: " << batch_size
-                        << "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: 16, bottom: [512, 256], "
-                           "top: [512, 256]}\ntrain: {embedding_staleness: "
-                        << staleness << ", log_every_batches: 100000}\n";
+                        << batches * shape.batch << ", vocabulary: 100000, ids_per_sample: " << shape.ids_per_slot
+                        << "}\n  batch_size: " << shape.batch
+                        << "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: " << shape.dim
+                        << ", bottom: [" << absl::StrJoin(shape.bottom, ", ") << "], top: ["
+                        << absl::StrJoin(shape.top, ", ") << "]}\ntrain: {embedding_staleness: " << staleness
+                        << ", log_every_batches: 100000}\n";
   auto p = Subprocess::Spawn({ExecutableDirectory() + "/../hyrec-train", "--processes", "--config=" + config,
                               absl::StrCat("--ps_latency_ms=", latency_ms)});
   if (!p.ok()) return 0;
@@ -82,23 +103,28 @@ double Processes(int staleness, int batches, int batch_size = kBatch, double lat
 
 // (e) and (f): the same MLPs as DLRM, written directly in LibTorch.
 struct Reference : torch::nn::Module {
-  explicit Reference(bool with_tables) {
+  Reference(const Shape& shape, bool with_tables) {
     if (with_tables) {
       for (int s = 0; s < kSlots; ++s) {
         bags.push_back(register_module("bag" + std::to_string(s),
-                                       torch::nn::EmbeddingBag(torch::nn::EmbeddingBagOptions(kRowsPerTable, kDim)
+                                       torch::nn::EmbeddingBag(torch::nn::EmbeddingBagOptions(kRowsPerTable, shape.dim)
                                                                    .mode(torch::kSum)
                                                                    .sparse(true))));
       }
     }
-    dlrm = register_module("dlrm", std::make_shared<dense_worker::DlrmImpl>(dense_worker::DlrmOptions()));
+    dense_worker::DlrmOptions o;
+    o.embedding_dim = shape.dim;
+    o.bottom = shape.bottom;
+    o.top = shape.top;
+    dlrm = register_module("dlrm", std::make_shared<dense_worker::DlrmImpl>(o));
+    to(g_device);
   }
   std::vector<torch::nn::EmbeddingBag> bags;
   std::shared_ptr<dense_worker::DlrmImpl> dlrm;
 };
 
-std::vector<data_loader::Batch> Preload(int batches) {
-  data_loader::LoaderOptions o = Job(0, batches).loader;
+std::vector<data_loader::Batch> Preload(const Shape& shape, int batches) {
+  data_loader::LoaderOptions o = Job(shape, 0, batches).loader;
   o.num_shards = 1;
   auto loader = *data_loader::Loader::Start(o, {});
   std::vector<data_loader::Batch> out;
@@ -107,9 +133,13 @@ std::vector<data_loader::Batch> Preload(int batches) {
   return out;
 }
 
-double EmbeddingBagReference(const std::vector<data_loader::Batch>& batches) {
+torch::Tensor OnDevice(const float* data, std::vector<int64_t> sizes) {
+  return torch::from_blob(const_cast<float*>(data), sizes).to(g_device, /*non_blocking=*/false, /*copy=*/true);
+}
+
+double EmbeddingBagReference(const Shape& shape, const std::vector<data_loader::Batch>& batches) {
   torch::manual_seed(1);
-  Reference model(true);
+  Reference model(shape, true);
   std::vector<torch::Tensor> sparse, dense;
   for (auto& b : model.bags) sparse.push_back(b->weight);
   for (auto& p : model.dlrm->parameters()) dense.push_back(p);
@@ -124,72 +154,83 @@ double EmbeddingBagReference(const std::vector<data_loader::Batch>& batches) {
       std::vector<int64_t> idx(b.slots[s].ids.size());
       for (size_t j = 0; j < idx.size(); ++j) idx[j] = static_cast<int64_t>(b.slots[s].ids[j] % kRowsPerTable);
       std::vector<int64_t> offsets(b.slots[s].offsets.begin(), b.slots[s].offsets.end() - 1);
-      pooled.push_back(model.bags[s]->forward(torch::tensor(idx), torch::tensor(offsets)));
+      pooled.push_back(model.bags[s]->forward(torch::tensor(idx).to(g_device), torch::tensor(offsets).to(g_device)));
     }
-    torch::Tensor x = torch::from_blob(const_cast<float*>(b.dense.data()), {b.batch_size, b.num_dense}).clone();
-    torch::Tensor y = torch::from_blob(const_cast<float*>(b.labels.data()), {b.batch_size}).clone();
+    torch::Tensor x = OnDevice(b.dense.data(), {b.batch_size, b.num_dense});
+    torch::Tensor y = OnDevice(b.labels.data(), {b.batch_size});
     sparse_opt.zero_grad();
     dense_opt.zero_grad();
-    torch::binary_cross_entropy_with_logits(model.dlrm->forward(x, pooled), y).backward();
+    torch::Tensor loss = torch::binary_cross_entropy_with_logits(model.dlrm->forward(x, pooled), y);
+    loss.backward();
     sparse_opt.step();
     dense_opt.step();
+    if (i + 1 == batches.size()) loss.item<float>();  // Waits for the device.
   }
-  return (batches.size() - kWarmup) * static_cast<double>(kBatch) / Seconds(start);
+  return (batches.size() - kWarmup) * static_cast<double>(shape.batch) / Seconds(start);
 }
 
-double DenseCeiling(const std::vector<data_loader::Batch>& batches) {
+double DenseCeiling(const Shape& shape, const std::vector<data_loader::Batch>& batches) {
   torch::manual_seed(1);
-  Reference model(false);
+  Reference model(shape, false);
   torch::optim::Adam dense_opt(model.dlrm->parameters(), torch::optim::AdamOptions(1e-3));
   std::vector<torch::Tensor> pooled;
-  for (int s = 0; s < kSlots; ++s) pooled.push_back(torch::randn({kBatch, kDim}) * 0.01);
+  for (int s = 0; s < kSlots; ++s) pooled.push_back((torch::randn({shape.batch, shape.dim}) * 0.01).to(g_device));
   auto start = Clock::now();
   for (size_t i = 0; i < batches.size(); ++i) {
     if (i == kWarmup) start = Clock::now();
     const auto& b = batches[i];
-    torch::Tensor x = torch::from_blob(const_cast<float*>(b.dense.data()), {b.batch_size, b.num_dense}).clone();
-    torch::Tensor y = torch::from_blob(const_cast<float*>(b.labels.data()), {b.batch_size}).clone();
+    torch::Tensor x = OnDevice(b.dense.data(), {b.batch_size, b.num_dense});
+    torch::Tensor y = OnDevice(b.labels.data(), {b.batch_size});
     dense_opt.zero_grad();
-    torch::binary_cross_entropy_with_logits(model.dlrm->forward(x, pooled), y).backward();
+    torch::Tensor loss = torch::binary_cross_entropy_with_logits(model.dlrm->forward(x, pooled), y);
+    loss.backward();
     dense_opt.step();
+    if (i + 1 == batches.size()) loss.item<float>();  // Waits for the device.
   }
-  return (batches.size() - kWarmup) * static_cast<double>(kBatch) / Seconds(start);
+  return (batches.size() - kWarmup) * static_cast<double>(shape.batch) / Seconds(start);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  const int batches = argc > 1 ? std::atoi(argv[1]) : 150;
-  std::printf("default DLRM, batch %d, %d batches per configuration\n", kBatch, batches);
-  const std::vector<data_loader::Batch> preloaded = Preload(batches);
+// (a)-(f) for one shape; processes (c), (d) only on the CPU.
+void ThroughputTable(const Shape& shape, int batches) {
+  std::printf("\n%s: batch %d, dim %d, %d id(s) per slot, bottom %s, top %s, %d batches, device %s\n", shape.name,
+              shape.batch, shape.dim, shape.ids_per_slot, absl::StrJoin(shape.bottom, "-").c_str(),
+              absl::StrJoin(shape.top, "-").c_str(), batches, g_device.str().c_str());
+  const std::vector<data_loader::Batch> preloaded = Preload(shape, batches);
   // Every configuration trains on a thread of its own, as the embedded workers do (LibTorch's
   // intra-op settings are per thread; measured on the main thread after set_num_threads, the
   // same dense step ran 2x slower here).
   double f = 0, e = 0;
-  std::thread([&] { f = DenseCeiling(preloaded); }).join();
-  std::thread([&] { e = EmbeddingBagReference(preloaded); }).join();
-  const double a = Embedded(4, batches);
-  const double b = Embedded(0, batches);
-  const double c = Processes(4, batches);
-  const double d = Processes(0, batches);
-  std::printf("\n%-52s %12s %10s\n", "configuration", "samples/s", "vs (f)");
+  std::thread([&] { f = DenseCeiling(shape, preloaded); }).join();
+  std::thread([&] { e = EmbeddingBagReference(shape, preloaded); }).join();
+  const double a = Embedded(shape, 4, batches);
+  const double b = Embedded(shape, 0, batches);
+  const bool cpu = g_device.is_cpu();
+  const double c = cpu ? Processes(shape, 4, batches) : 0;
+  const double d = cpu ? Processes(shape, 0, batches) : 0;
+  std::printf("%-52s %12s %10s\n", "configuration", "samples/s", "vs (f)");
   auto row = [&](const char* name, double v) { std::printf("%-52s %12.0f %10.2f\n", name, v, v / f); };
-  row("(a) embedded hybrid, staleness 4", a);
+  row(cpu ? "(a) embedded hybrid, staleness 4" : "(a) embedded hybrid, staleness 4, NCCL world 1", a);
   row("(b) embedded sync, staleness 0", b);
-  row("(c) processes hybrid (2 PS, loader, 1 worker)", c);
-  row("(d) processes sync", d);
+  if (cpu) {
+    row("(c) processes hybrid (2 PS, loader, 1 worker)", c);
+    row("(d) processes sync", d);
+  }
   row("(e) LibTorch EmbeddingBag reference, no PS", e);
   row("(f) dense step alone (ceiling)", f);
   std::printf("targets: (a) >= 0.9 x (f): %s; (a) >= (e): %s\n", a >= 0.9 * f ? "met" : "missed",
               a >= e ? "met" : "missed");
+}
 
-  // Added PS latency: a delaying proxy in front of each PS, batch 512.
+// Added PS latency: a delaying proxy in front of each PS, batch 512.
+void LatencySweep(int batches) {
+  Shape shape = kDefault;
+  shape.batch = 512;
   std::printf("\nadded PS round-trip latency, processes, batch 512 (samples/s)\n");
   std::printf("%-8s %14s %14s %10s %12s %12s\n", "ms", "(c) hybrid", "(d) sync", "(c)/(d)", "(c)/(c@0)", "(d)/(d@0)");
   double c0 = 0, d0 = 0;
   for (double ms : {0.0, 1.0, 5.0, 20.0}) {
-    const double ch = Processes(4, 2 * batches, 512, ms);
-    const double ds = Processes(0, 2 * batches, 512, ms);
+    const double ch = Processes(shape, 4, 2 * batches, ms);
+    const double ds = Processes(shape, 0, 2 * batches, ms);
     if (ms == 0) {
       c0 = ch;
       d0 = ds;
@@ -197,5 +238,29 @@ int main(int argc, char** argv) {
     std::printf("%-8.0f %14.0f %14.0f %10.2f %12.2f %12.2f\n", ms, ch, ds, ch / ds, ch / c0, ds / d0);
   }
   std::printf("targets: (c) >= 0.8 x its own 0 ms figure at 5 and 20 ms; at 20 ms (c) >= 1.5 x (d)\n");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int batches = 150;
+  std::string only;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--device=", 9) == 0) {
+      auto device = dense_worker::ResolveDevice(argv[i] + 9, 0);
+      if (!device.ok()) {
+        std::fprintf(stderr, "%s\n", device.status().ToString().c_str());
+        return 1;
+      }
+      g_device = *device;
+    } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
+      only = argv[i] + 7;
+    } else {
+      batches = std::atoi(argv[i]);
+    }
+  }
+  if (only.empty() || only == "default") ThroughputTable(kDefault, batches);
+  if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches);
+  if (g_device.is_cpu() && (only.empty() || only == "latency")) LatencySweep(batches);
   return 0;
 }

@@ -8,13 +8,29 @@ find_package(yaml-cpp CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(GTest CONFIG REQUIRED)
 find_package(benchmark CONFIG REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+if(HYREC_WITH_HTTP)
+  find_package(PkgConfig REQUIRED)
+  pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
+endif()
+
+# libxxhash-dev has no CMake config; found by path so that a prefix tree of unpacked packages
+# (CMAKE_PREFIX_PATH, as in the CUDA build recipe) works without pkg-config.
+find_path(XXHASH_INCLUDE_DIR xxhash.h REQUIRED)
+find_library(XXHASH_LIBRARY xxhash REQUIRED)
+add_library(hyrec_xxhash INTERFACE IMPORTED)
+set_target_properties(hyrec_xxhash PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}"
+  INTERFACE_LINK_LIBRARIES "${XXHASH_LIBRARY}")
 
 # LibTorch is only linked by the dense tiers (nn_sync, dense_worker). The PS and the loader never
 # see its headers, which keeps their builds fast on small machines.
 if(HYREC_WITH_TORCH)
   find_package(Torch CONFIG REQUIRED)
+  # A CUDA LibTorch (its config finds the CUDA toolkit and lists c10_cuda): NCCL is compiled in.
+  set(HYREC_TORCH_HAS_CUDA OFF)
+  if(TORCH_CUDA_LIBRARIES OR TARGET torch_cuda OR TARGET c10_cuda OR "${TORCH_LIBRARIES}" MATCHES "cuda")
+    set(HYREC_TORCH_HAS_CUDA ON)
+  endif()
+  message(STATUS "LibTorch ${Torch_VERSION}, CUDA: ${HYREC_TORCH_HAS_CUDA}")
 endif()
 
 find_program(HYREC_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)

@@ -142,6 +142,53 @@ TEST(NnSync, RendezvousWithAMissingPeerFailsWithinTheTimeout) {
   EXPECT_NE(sync.status().message().find("rendezvous"), std::string::npos) << sync.status();
 }
 
+// ProcessGroupNCCL, world size 1 (one GPU holds one rank): the synced step equals a plain local
+// step on the GPU. Runs where LibTorch has CUDA and a GPU is present (the CUDA build).
+TEST(NnSync, NcclOnOneGpuMatchesALocalStep) {
+  if (!torch::cuda::is_available()) {
+    SyncOptions o = Options(0, 1, hyrec::PickFreeLoopbackPort());
+    o.backend = SyncBackend::kNccl;
+    EXPECT_FALSE(DenseSync::Create(o).ok());  // No NCCL without CUDA: an error, not a crash.
+    GTEST_SKIP() << "no CUDA device (or a CPU-only LibTorch)";
+  }
+  const torch::Device gpu(torch::kCUDA, 0);
+  SyncOptions o = Options(0, 1, hyrec::PickFreeLoopbackPort());
+  o.device_is_cuda = true;  // kAuto picks NCCL.
+  auto sync = DenseSync::Create(o);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_EQ((*sync)->backend_name(), "nccl");
+  torch::manual_seed(5);
+  TinyMlp synced, local;
+  torch::manual_seed(5);
+  local = TinyMlp();
+  synced->to(gpu);
+  local->to(gpu);
+  ASSERT_TRUE((*sync)->BroadcastParameters(synced->parameters()).ok());
+  (*sync)->AttachToParameters(synced->parameters());
+  torch::optim::SGD synced_opt(synced->parameters(), torch::optim::SGDOptions(0.1));
+  torch::optim::SGD local_opt(local->parameters(), torch::optim::SGDOptions(0.1));
+  for (int step = 0; step < 5; ++step) {
+    auto [x, y] = RankBatch(0, step);
+    x = x.to(gpu);
+    y = y.to(gpu);
+    synced_opt.zero_grad();
+    torch::binary_cross_entropy_with_logits(synced->forward(x), y).backward();
+    ASSERT_TRUE((*sync)->FinishGradientSync().ok());
+    synced_opt.step();
+    local_opt.zero_grad();
+    torch::binary_cross_entropy_with_logits(local->forward(x), y).backward();
+    local_opt.step();
+  }
+  auto a = synced->parameters(), b = local->parameters();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(a[i].device().is_cuda());
+    EXPECT_TRUE(torch::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i;
+  }
+  torch::Tensor v = torch::full({3}, 2.0, torch::TensorOptions().device(gpu));
+  ASSERT_TRUE((*sync)->AllreduceMean(v).ok());
+  EXPECT_TRUE(torch::allclose(v.cpu(), torch::full({3}, 2.0)));
+}
+
 TEST(NnSync, OptionsFromTheEnvironment) {
   std::map<std::string, std::string> env = {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "trainer-0.svc"},
                                             {"MASTER_PORT", "23456"}};

@@ -11,8 +11,11 @@
 #include <thread>
 
 #include "embedding.grpc.pb.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "http_get.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
@@ -360,6 +363,41 @@ TEST(PsService, ClientRefusesNonFiniteGradientsBeforeSending) {
   EXPECT_EQ(client->Update("wide", ids, grads, UpdateId{1, 1}).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(client->Lookup("wide", ids, absl::MakeSpan(after)).ok());
   EXPECT_EQ(before, after);  // No shard applied its part.
+}
+
+TEST(PsBinary, ServesPrometheusMetricsPerTable) {
+  auto ps = Subprocess::Spawn({HYREC_PS_BINARY, "--tables=emb:8:sgd:0.1,other:4", "--host=127.0.0.1", "--port=0",
+                               "--metrics_port=0", "--shard_index=0", "--log_level=error"});
+  ASSERT_TRUE(ps.ok()) << ps.status();
+  int port = 0, metrics_port = 0;
+  while (port == 0) {
+    auto line = (*ps)->ReadLine(absl::Seconds(30));
+    ASSERT_TRUE(line.ok()) << line.status();
+    if (absl::StrContains(*line, "metrics on")) metrics_port = std::stoi(line->substr(line->rfind(':') + 1));
+    if (absl::StrContains(*line, "listening on")) port = std::stoi(line->substr(line->rfind(':') + 1));
+  }
+  ASSERT_GT(metrics_port, 0);
+  auto client = ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port)}, ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> rows(3 * 8);
+  ASSERT_TRUE((*client)->Lookup("emb", {1, 2, 3}, absl::MakeSpan(rows)).ok());
+  // Refreshed every second.
+  std::string body;
+  for (int i = 0; i < 50 && !absl::StrContains(body, "hyrec_ps_rows{shard=\"0\",table=\"emb\"} 3\n"); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    HttpResponse r = HttpGet(metrics_port, "/metrics");
+    ASSERT_EQ(r.status, 200);
+    body = r.body;
+  }
+  EXPECT_TRUE(absl::StrContains(body, "# TYPE hyrec_ps_rows gauge")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_rows{shard=\"0\",table=\"emb\"} 3\n")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_lookups_total{shard=\"0\",table=\"emb\"} 3\n")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_rows{shard=\"0\",table=\"other\"} 0\n")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_evictions_total{shard=\"0\",table=\"emb\"} 0\n")) << body;
+  (*ps)->Signal(SIGTERM);
+  auto code = (*ps)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
 }
 
 TEST(PsService, StopsCleanlyOnSigterm) {

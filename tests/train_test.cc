@@ -32,7 +32,8 @@ train: {dense_optimizer: adam, dense_learning_rate: 0.002, log_every_batches: 10
 }
 
 TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
-  auto hybrid = RunTrainJob(SmallJob(4, 1), nullptr, false);
+  MetricsRegistry metrics;
+  auto hybrid = RunTrainJob(SmallJob(4, 1), nullptr, false, &metrics);
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
   auto sync = RunTrainJob(SmallJob(0, 1), nullptr, false);
   ASSERT_TRUE(sync.ok()) << sync.status();
@@ -47,6 +48,19 @@ TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
   EXPECT_GT(hybrid->stats.observed_staleness, 1.0);  // Updates really were in flight...
   EXPECT_LE(hybrid->stats.observed_staleness, 4.0);  // ...within the window.
   EXPECT_EQ(sync->stats.observed_staleness, 0.0);
+  // The metrics the job published agree with its report.
+  EXPECT_EQ(metrics.Get("hyrec_train_samples_total", {}), 400000);
+  EXPECT_EQ(metrics.Get("hyrec_eval_auc", {}), hybrid->final_eval.auc);
+  EXPECT_NEAR(metrics.Get("hyrec_observed_staleness", {{"worker", "0"}}), hybrid->stats.observed_staleness, 1e-9);
+  EXPECT_GT(metrics.Get("hyrec_train_loss", {}), 0);
+  EXPECT_GT(metrics.Get("hyrec_ps_lookup_seconds", {{"worker", "0"}, {"__suffix", "_count"}}), 700);
+  double rows = 0;
+  for (const char* shard : {"0", "1"}) rows += metrics.Get("hyrec_ps_rows", {{"shard", shard}, {"table", "t0"}});
+  EXPECT_GT(rows, 100);  // Table t0 has 500 ids, most of them seen.
+  EXPECT_LE(rows, 500);
+  EXPECT_FALSE(hybrid->losses.empty());
+  const std::string text = metrics.Render();
+  EXPECT_NE(text.find("hyrec_ps_evictions_total{shard=\"1\",table=\"t25\"} 0"), std::string::npos) << text;
 }
 
 TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {

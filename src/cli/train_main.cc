@@ -7,13 +7,16 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "hyrec/common/latency_proxy.h"
+#include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
@@ -24,6 +27,13 @@ ABSL_FLAG(std::string, config, "", "YAML job configuration (docs/configuration.m
 ABSL_FLAG(double, ps_latency_ms, 0,
           "With --processes: milliseconds added to every PS round trip by a delaying TCP proxy in "
           "front of each PS (half each way).");
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics while training "
+          "(0: any free port, printed; -1: off). Embedded mode.");
+ABSL_FLAG(std::string, metrics_host, "0.0.0.0", "Address the metrics endpoint binds.");
+ABSL_FLAG(std::string, plot, "hyrec-train.png",
+          "When gnuplot is installed: write held-out AUC and training loss against samples to this "
+          "PNG at the end (empty: no plot). Embedded mode.");
 ABSL_FLAG(bool, processes, false,
           "Run every role as its own process on loopback (PS shards, the loader, the workers) "
           "with real gRPC and Gloo: the cluster topology on one machine.");
@@ -99,6 +109,47 @@ absl::Status RunProcesses(const std::string& path, const hyrec::dense_worker::Tr
   return result;
 }
 
+// gnuplot's path from $PATH, or empty.
+std::string FindGnuplot() {
+  const char* path = std::getenv("PATH");
+  if (path == nullptr) return "";
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
+    std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/gnuplot");
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// Held-out AUC (left axis) and training loss (right axis) against samples trained, as a PNG.
+absl::Status Plot(const hyrec::dense_worker::TrainReport& report, const std::string& png,
+                  const std::string& gnuplot) {
+  const std::string auc_data = png + ".auc.dat", loss_data = png + ".loss.dat", script = png + ".gp";
+  {
+    std::ofstream auc(auc_data), loss(loss_data);
+    for (const auto& [samples, e] : report.evals) auc << samples << " " << e.auc << "\n";
+    for (const auto& [samples, l] : report.losses) loss << samples << " " << l << "\n";
+    if (!auc || !loss) return absl::UnavailableError(absl::StrCat("cannot write ", auc_data, " or ", loss_data));
+  }
+  std::ofstream gp(script);
+  gp << "set terminal png size 960,600\nset output '" << png << "'\n"
+     << "set title 'hyrec train: held-out AUC and training loss'\nset xlabel 'samples trained'\n"
+     << "set format x '%.1s%c'\nset ylabel 'AUC'\nset y2label 'log loss'\nset ytics nomirror\nset y2tics\nset key bottom right\n"
+     << "set grid\n";
+  std::string plots = "plot '" + auc_data + "' using 1:2 axes x1y1 with linespoints title 'held-out AUC'";
+  if (report.teacher_auc > 0) absl::StrAppend(&plots, ", ", report.teacher_auc, " axes x1y1 with lines dt 2 title 'teacher AUC'");
+  if (!report.losses.empty()) absl::StrAppend(&plots, ", '", loss_data, "' using 1:2 axes x1y2 with lines title 'training loss'");
+  gp << plots << "\n";
+  gp.close();
+  if (!gp) return absl::UnavailableError(absl::StrCat("cannot write ", script));
+  HYREC_ASSIGN_OR_RETURN(auto p, hyrec::Subprocess::Spawn({gnuplot, script}));
+  HYREC_ASSIGN_OR_RETURN(int code, p->Wait(absl::Seconds(60)));
+  if (code != 0) return absl::InternalError(absl::StrCat("gnuplot exited with ", code, " on ", script));
+  std::remove(auc_data.c_str());
+  std::remove(loss_data.c_str());
+  std::remove(script.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   const std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) return absl::InvalidArgumentError("--config is required");
@@ -109,7 +160,16 @@ absl::Status Run() {
               config.loader.batch_size);
   std::fflush(stdout);
   if (absl::GetFlag(FLAGS_processes)) return RunProcesses(path, config);
-  HYREC_ASSIGN_OR_RETURN(auto report, hyrec::dense_worker::RunTrainJob(config, &std::cout, isatty(1) != 0));
+  hyrec::MetricsRegistry metrics;
+  std::unique_ptr<hyrec::MetricsHttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    HYREC_ASSIGN_OR_RETURN(metrics_server, hyrec::MetricsHttpServer::Start(absl::GetFlag(FLAGS_metrics_host),
+                                                                         absl::GetFlag(FLAGS_metrics_port), &metrics));
+    std::printf("metrics: http://%s:%d/metrics\n", absl::GetFlag(FLAGS_metrics_host).c_str(), metrics_server->port());
+    std::fflush(stdout);
+  }
+  HYREC_ASSIGN_OR_RETURN(auto report,
+                         hyrec::dense_worker::RunTrainJob(config, &std::cout, isatty(1) != 0, &metrics));
   std::printf("\nsummary: %llu samples, %.0f samples/s\n", static_cast<unsigned long long>(report.samples),
               report.samples_per_second);
   std::printf("  held-out AUC %.4f, log loss %.4f (%llu samples)\n", report.final_eval.auc,
@@ -122,6 +182,20 @@ absl::Status Run() {
               "observed staleness %.2f batches\n",
               report.stats.lookup_ms, report.stats.update_ms, report.stats.wait_for_rows_ms,
               report.stats.observed_staleness);
+  const std::string png = absl::GetFlag(FLAGS_plot);
+  if (!png.empty()) {
+    const std::string gnuplot = FindGnuplot();
+    if (gnuplot.empty()) {
+      std::printf("  (gnuplot is not installed: no plot)\n");
+    } else {
+      absl::Status plotted = Plot(report, png, gnuplot);
+      if (plotted.ok()) {
+        std::printf("  plot: %s (held-out AUC and training loss against samples)\n", png.c_str());
+      } else {
+        std::printf("  plot failed: %s\n", std::string(plotted.message()).c_str());
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -12,12 +12,16 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/dense_worker/train_job.h"
 
+ABSL_FLAG(int, metrics_port, -1,
+          "Serve Prometheus metrics (samples, loss, PS latency, staleness, PS rows and evictions) "
+          "at http://0.0.0.0:<port>/metrics; 0: any free port; -1: off.");
 ABSL_FLAG(std::string, config, "", "The job's YAML (model, train and eval sections are used).");
 ABSL_FLAG(std::string, ps, "", "PS addresses in shard order, comma-separated.");
 ABSL_FLAG(std::string, loader, "", "Address of the hyrec loader.");
@@ -48,7 +52,10 @@ absl::Status Run() {
   std::unique_ptr<nn_sync::DenseSync> sync;
   torch::manual_seed(job.seed);
   std::shared_ptr<dense_worker::DenseModelImpl> model = dense_worker::MakeModel(job);
-  if (sync_options.world_size > 1) {
+  HYREC_ASSIGN_OR_RETURN(const torch::Device device, dense_worker::ResolveDevice(job.device, rank));
+  model->to(device);
+  sync_options.device_is_cuda = device.is_cuda();
+  if (sync_options.world_size > 1 || device.is_cuda()) {
     HYREC_ASSIGN_OR_RETURN(sync, nn_sync::DenseSync::Create(sync_options));
     HYREC_RETURN_IF_ERROR(sync->BroadcastParameters(model->parameters()));
     sync->AttachToParameters(model->parameters());
@@ -60,15 +67,36 @@ absl::Status Run() {
   options.pooling.assign(job.loader.source.num_slots(), job.pooling);
   options.embedding_staleness = job.embedding_staleness;
   options.worker_id = static_cast<uint32_t>(rank);
+  options.device = device;
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    HYREC_ASSIGN_OR_RETURN(metrics_server, MetricsHttpServer::Start("0.0.0.0", absl::GetFlag(FLAGS_metrics_port), &metrics));
+    std::printf("worker %d: metrics on port %d\n", rank, metrics_server->port());
+    std::fflush(stdout);
+  }
   const absl::Time start = absl::Now();
   dense_worker::TrainingContext ctx(options, stream.get(), ps.get(), sync.get(), model, &optimizer);
   for (dense_worker::TrainBatch* batch = nullptr; ctx.Next(&batch);) {
     torch::Tensor loss = torch::binary_cross_entropy_with_logits(ctx.Forward(*batch), batch->labels);
     HYREC_RETURN_IF_ERROR(ctx.Backward(loss));
-    if (rank == 0 && ctx.stats().batches % job.log_every_batches == 0) {
-      std::printf("worker 0: %llu samples, loss %.4f\n", static_cast<unsigned long long>(ctx.stats().samples),
-                  loss.item<double>());
-      std::fflush(stdout);
+    const dense_worker::TrainerStats st = ctx.stats();
+    if (st.batches % job.log_every_batches == 0) {
+      const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+      if (metrics_server != nullptr) {
+        metrics.Set("hyrec_train_samples_total", {{"worker", std::to_string(rank)}}, static_cast<double>(st.samples));
+        metrics.Set("hyrec_train_samples_per_second", {{"worker", std::to_string(rank)}}, st.samples / seconds);
+        metrics.Set("hyrec_train_loss", {{"worker", std::to_string(rank)}}, loss.item<double>());
+        dense_worker::PublishTrainerMetrics(st, options.worker_id, &metrics);
+        (void)dense_worker::PublishPsMetrics(ps.get(), &metrics);
+      }
+      if (rank == 0) {
+        std::printf("worker 0: %llu samples, %.0f samples/s, loss %.4f, lookup %.1f ms, update %.1f ms, "
+                    "staleness %.2f\n",
+                    static_cast<unsigned long long>(st.samples), st.samples / seconds, loss.item<double>(),
+                    st.lookup_ms, st.update_ms, st.observed_staleness);
+        std::fflush(stdout);
+      }
     }
   }
   HYREC_RETURN_IF_ERROR(ctx.Finish());
@@ -86,6 +114,7 @@ absl::Status Run() {
     eval.shuffle = false;
     HYREC_ASSIGN_OR_RETURN(auto eval_loader, data_loader::Loader::Start(eval, {}));
     HYREC_ASSIGN_OR_RETURN(auto e, dense_worker::Evaluate(eval_loader->stream(0), ps.get(), options, *model));
+    dense_worker::PublishEvaluation(e, &metrics);
     std::printf("  held-out AUC %.4f, log loss %.4f (%llu samples)\n", e.auc, e.log_loss,
                 static_cast<unsigned long long>(e.samples));
     std::printf("  teacher AUC  %.4f\n", data_loader::SyntheticSource(job.loader.source.synthetic).TeacherAuc(job.eval_samples));

@@ -20,8 +20,9 @@ DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
   const int pairs = features * (features - 1) / 2;
   top_ = register_module("top", Mlp(options.embedding_dim + pairs, options.top, 1));
   auto indices = torch::triu_indices(features, features, /*offset=*/1);
-  pair_rows_ = indices[0];
-  pair_cols_ = indices[1];
+  // Buffers, so that model->to(device) moves them with the parameters.
+  pair_rows_ = register_buffer("pair_rows", indices[0].contiguous());
+  pair_cols_ = register_buffer("pair_cols", indices[1].contiguous());
 }
 
 torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) {

@@ -56,6 +56,60 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainJobConfig& c, 
 
 }  // namespace
 
+void PublishTrainerMetrics(const TrainerStats& st, uint32_t worker, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  const MetricLabels labels = {{"worker", std::to_string(worker)}};
+  m->Describe("hyrec_ps_lookup_seconds", MetricType::kSummary, "Wall time of a batch's PS lookups (all tables).");
+  m->Describe("hyrec_ps_update_seconds", MetricType::kSummary,
+              "Wall time of a batch's PS update, until acknowledged (all tables).");
+  m->Describe("hyrec_wait_for_rows_seconds", MetricType::kSummary,
+              "Time a batch waited for its looked-up rows: PS latency not hidden by the pipeline.");
+  m->Describe("hyrec_observed_staleness", MetricType::kGauge,
+              "Mean batches whose updates were unacknowledged when a lookup was issued.");
+  m->Describe("hyrec_worker_batches_total", MetricType::kCounter, "Batches trained by the worker.");
+  m->SetSummary("hyrec_ps_lookup_seconds", labels, st.lookup_ms * st.lookup_count / 1000.0,
+                static_cast<double>(st.lookup_count));
+  m->SetSummary("hyrec_ps_update_seconds", labels, st.update_ms * st.update_count / 1000.0,
+                static_cast<double>(st.update_count));
+  m->SetSummary("hyrec_wait_for_rows_seconds", labels, st.wait_for_rows_ms * st.lookup_count / 1000.0,
+                static_cast<double>(st.lookup_count));
+  m->Set("hyrec_observed_staleness", labels, st.observed_staleness);
+  m->Set("hyrec_worker_batches_total", labels, static_cast<double>(st.batches));
+}
+
+absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry* m) {
+  if (m == nullptr) return absl::OkStatus();
+  HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardStats> shards, ps->Stats());
+  for (const embedding_ps::ShardStats& shard : shards) {
+    embedding_ps::PublishStoreMetrics(shard.store, {{"shard", std::to_string(shard.shard_index)}}, m);
+  }
+  return absl::OkStatus();
+}
+
+void PublishEvaluation(const Evaluation& e, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_eval_auc", MetricType::kGauge, "AUC on the held-out split, at the last evaluation.");
+  m->Describe("hyrec_eval_log_loss", MetricType::kGauge, "Mean log loss on the held-out split.");
+  m->Describe("hyrec_eval_samples", MetricType::kGauge, "Held-out samples of the last evaluation.");
+  m->Set("hyrec_eval_auc", {}, e.auc);
+  m->Set("hyrec_eval_log_loss", {}, e.log_loss);
+  m->Set("hyrec_eval_samples", {}, static_cast<double>(e.samples));
+}
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank) {
+  const bool cuda = torch::cuda::is_available();
+  if (device == "cpu" || (device == "auto" && !cuda)) return torch::Device(torch::kCPU);
+  if (device != "cuda" && device != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
+  }
+  if (!cuda) {
+    return absl::FailedPreconditionError(
+        "train.device is cuda but no GPU is usable (no device, or this LibTorch was built without CUDA)");
+  }
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rank % gpus));
+}
+
 std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& c) {
   const int slots = c.loader.source.num_slots();
   if (c.model == "dcn") {
@@ -90,6 +144,9 @@ absl::Status TrainJobConfig::Validate() const {
   }
   if (!(dense_learning_rate > 0)) return absl::InvalidArgumentError("train.dense_learning_rate must be > 0");
   if (log_every_batches < 1) return absl::InvalidArgumentError("train.log_every_batches must be >= 1");
+  if (device != "cpu" && device != "cuda" && device != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
+  }
   return absl::OkStatus();
 }
 
@@ -152,13 +209,14 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
   }
   if (const YAML::Node train = root["train"]) {
     s = CheckKeys(train, "train", {"workers", "embedding_staleness", "dense_optimizer", "dense_learning_rate",
-                                   "log_every_batches", "seed"});
+                                   "log_every_batches", "seed", "device"});
     if (s.ok()) s = ReadScalar(train, "workers", "train", &c.workers);
     if (s.ok()) s = ReadScalar(train, "embedding_staleness", "train", &c.embedding_staleness);
     if (s.ok()) s = ReadScalar(train, "dense_optimizer", "train", &c.dense_optimizer);
     if (s.ok()) s = ReadScalar(train, "dense_learning_rate", "train", &c.dense_learning_rate);
     if (s.ok()) s = ReadScalar(train, "log_every_batches", "train", &c.log_every_batches);
     if (s.ok()) s = ReadScalar(train, "seed", "train", &c.seed);
+    if (s.ok()) s = ReadScalar(train, "device", "train", &c.device);
     if (!s.ok()) return fail(s);
   }
   c.loader.num_workers = c.workers;
@@ -168,7 +226,8 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
   return c;
 }
 
-absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* log, bool terminal) {
+absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* log, bool terminal,
+                                        MetricsRegistry* metrics) {
   HYREC_RETURN_IF_ERROR(c.Validate());
   const int num_tables = c.loader.num_tables();
   // PS: one table per loader table, all shards in this process.
@@ -195,11 +254,24 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   trainer_options.slot_tables = c.loader.slot_tables;
   trainer_options.pooling.assign(c.loader.source.num_slots(), c.pooling);
   trainer_options.embedding_staleness = c.embedding_staleness;
+  HYREC_ASSIGN_OR_RETURN(trainer_options.device, ResolveDevice(c.device, 0));
+  if (trainer_options.device.is_cuda() && c.workers > static_cast<int>(torch::cuda::device_count())) {
+    return absl::FailedPreconditionError(absl::StrCat("train.workers is ", c.workers, " on cuda but there are ",
+                                                      torch::cuda::device_count(),
+                                                      " GPUs (NCCL needs one GPU per worker)"));
+  }
 
   HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(c.loader, {}));
   const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
   TrainReport report;
   if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);
+  if (metrics != nullptr) {
+    metrics->Describe("hyrec_train_samples_total", MetricType::kCounter, "Samples trained, all workers.");
+    metrics->Describe("hyrec_train_samples_per_second", MetricType::kGauge, "Samples trained per second since the start.");
+    metrics->Describe("hyrec_train_loss", MetricType::kGauge, "Mean training loss of worker 0 over the last log interval.");
+    metrics->Describe("hyrec_teacher_auc", MetricType::kGauge, "Synthetic data: the teacher's AUC, the best reachable.");
+    if (synthetic) metrics->Set("hyrec_teacher_auc", {}, report.teacher_auc);
+  }
 
   auto evaluate = [&](DenseModelImpl& model) -> absl::StatusOr<Evaluation> {
     if (!synthetic && c.eval_files.empty()) return Evaluation();
@@ -241,13 +313,18 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
         torch::manual_seed(c.seed);
         model = MakeModel(c);
       }
+      TrainerOptions options = trainer_options;
+      options.worker_id = static_cast<uint32_t>(w);
+      if (options.device.is_cuda()) options.device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(w));
+      model->to(options.device);
       models[w] = model;
       std::unique_ptr<nn_sync::DenseSync> sync;
-      if (c.workers > 1) {
+      if (c.workers > 1 || options.device.is_cuda()) {
         nn_sync::SyncOptions sync_options;
         sync_options.rank = w;
         sync_options.world_size = c.workers;
         sync_options.master_port = port;
+        sync_options.device_is_cuda = options.device.is_cuda();
         auto created = nn_sync::DenseSync::Create(sync_options);
         if (!created.ok()) return fail(created.status());
         sync = std::move(*created);
@@ -256,8 +333,6 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
         sync->AttachToParameters(model->parameters());
       }
       auto optimizer = MakeOptimizer(c, *model);
-      TrainerOptions options = trainer_options;
-      options.worker_id = static_cast<uint32_t>(w);
       TrainingContext ctx(options, loader->stream(w), ps.get(), sync.get(), model, optimizer.get());
       for (TrainBatch* batch = nullptr; ctx.Next(&batch);) {
         torch::Tensor loss = torch::binary_cross_entropy_with_logits(ctx.Forward(*batch), batch->labels);
@@ -274,11 +349,25 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
           const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
           const double rate = samples_done / std::max(seconds, 1e-9);
           report.mean_loss_last = loss_window / loss_count;
+          report.losses.emplace_back(samples_done, report.mean_loss_last);
+          const TrainerStats st = ctx.stats();
+          if (metrics != nullptr) {
+            metrics->Set("hyrec_train_samples_total", {}, static_cast<double>(samples_done));
+            metrics->Set("hyrec_train_samples_per_second", {}, rate);
+            metrics->Set("hyrec_train_loss", {}, report.mean_loss_last);
+            PublishTrainerMetrics(st, options.worker_id, metrics);
+            (void)PublishPsMetrics(ps.get(), metrics);
+          }
           std::ostringstream line;
           line << "samples " << samples_done;
           if (total_samples > 0) line << "/" << total_samples;
           line << "  " << std::fixed << std::setprecision(0) << rate << " samples/s  loss "
                << std::setprecision(4) << report.mean_loss_last;
+          if (!terminal) {  // Log lines carry the PS figures; the live line stays short.
+            line << "  lookup " << std::setprecision(1) << st.lookup_ms << " ms  update " << st.update_ms
+                 << " ms  waited " << st.wait_for_rows_ms << " ms  staleness " << std::setprecision(2)
+                 << st.observed_staleness;
+          }
           if (total_samples > 0 && rate > 0) {
             line << "  ETA " << std::setprecision(0) << std::max(0.0, (total_samples - samples_done) / rate) << " s";
           }
@@ -288,7 +377,15 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
         }
         if (c.eval_every_batches > 0 && ctx.stats().batches % c.eval_every_batches == 0 && c.workers == 1) {
           auto e = evaluate(*model);
-          if (e.ok()) report.evals.emplace_back(samples_done, *e);
+          if (e.ok()) {
+            report.evals.emplace_back(samples_done, *e);
+            PublishEvaluation(*e, metrics);
+            if (log != nullptr) {
+              *log << (terminal ? "\r" : "") << "eval at " << samples_done << " samples: AUC " << std::fixed
+                   << std::setprecision(4) << e->auc << "  log loss " << e->log_loss << (terminal ? "   \n" : "\n")
+                   << std::flush;
+            }
+          }
         }
       }
       absl::Status s = ctx.Finish();
@@ -304,8 +401,20 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   for (const TrainerStats& s : stats) report.samples += s.samples;
   report.samples_per_second = report.samples / std::max(seconds, 1e-9);
   report.stats = stats[0];
+  if (loss_count > 0) {  // The last, partial log interval.
+    report.mean_loss_last = loss_window / loss_count;
+    report.losses.emplace_back(report.samples, report.mean_loss_last);
+  }
   HYREC_ASSIGN_OR_RETURN(report.final_eval, evaluate(*models[0]));
   report.evals.emplace_back(report.samples, report.final_eval);
+  if (metrics != nullptr) {
+    metrics->Set("hyrec_train_samples_total", {}, static_cast<double>(report.samples));
+    metrics->Set("hyrec_train_samples_per_second", {}, report.samples_per_second);
+    metrics->Set("hyrec_train_loss", {}, report.mean_loss_last);
+    PublishTrainerMetrics(report.stats, 0, metrics);
+    PublishEvaluation(report.final_eval, metrics);
+    HYREC_RETURN_IF_ERROR(PublishPsMetrics(ps.get(), metrics));
+  }
   return report;
 }
 

@@ -1,6 +1,7 @@
 #include "hyrec/dense_worker/trainer.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -12,6 +13,11 @@ using data_loader::Batch;
 
 int TableOfSlot(const TrainerOptions& o, int slot) {
   return o.slot_tables.empty() ? slot : o.slot_tables[slot];
+}
+
+// A copy of host memory `t` (which it does not own) on `device`.
+torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
+  return device.is_cpu() ? t.clone() : t.to(device);
 }
 
 // Runs fn(t) for every table t of a batch at once (each is a round trip to the PS shards, so they
@@ -28,20 +34,6 @@ absl::Status ForEachTableConcurrently(size_t tables, Fn fn) {
   return status;
 }
 
-// Looks up every table's unique rows of a batch, grouped by shard as the loader delivered them.
-absl::Status LookupRows(embedding_ps::EmbeddingClient* ps, const TrainerOptions& options,
-                        const std::vector<int>& dims, TrainBatch* tb) {
-  const Batch& b = tb->batch;
-  tb->rows.resize(b.tables.size());
-  return ForEachTableConcurrently(b.tables.size(), [&](size_t t) {
-    const data_loader::TableIds& ids = b.tables[t];
-    tb->rows[t].resize(ids.unique_ids.size() * dims[t]);
-    if (ids.unique_ids.empty()) return absl::OkStatus();
-    return ps->LookupSharded(options.table_names[t], ids.unique_ids, ids.shard_offsets,
-                             absl::MakeSpan(tb->rows[t]));
-  });
-}
-
 }  // namespace
 
 TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
@@ -55,6 +47,49 @@ TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStrea
     dims_.push_back(dim.ok() ? *dim : 0);
     if (!dim.ok() && status_.ok()) status_ = dim.status();
   }
+  for (size_t t = 0; t < dims_.size(); ++t) {
+    size_t g = 0;
+    while (g < groups_.size() && groups_[g].dim != dims_[t]) ++g;
+    if (g == groups_.size()) groups_.push_back(RowGroup{dims_[t], {}, {}});
+    groups_[g].tables.push_back(static_cast<int>(t));
+    table_group_.push_back(static_cast<int>(g));
+  }
+  const size_t slots = options_.slot_tables.empty() ? dims_.size() : options_.slot_tables.size();
+  for (size_t s = 0; s < slots; ++s) {
+    const int t = TableOfSlot(options_, static_cast<int>(s));
+    if (t < 0 || t >= static_cast<int>(dims_.size())) {
+      if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("slot ", s, " maps to table ", t, " of ", dims_.size()));
+      continue;
+    }
+    groups_[table_group_[t]].slots.push_back(static_cast<int>(s));
+  }
+}
+
+// Looks up every table's unique rows of a batch (grouped by shard as the loader delivered them)
+// into the batch's row groups.
+absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
+  const Batch& b = tb->batch;
+  if (b.tables.size() != dims_.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("batch has ", b.tables.size(), " tables, the context ",
+                                                   dims_.size()));
+  }
+  tb->rows.resize(groups_.size());
+  tb->table_row_offset.assign(dims_.size(), 0);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    int64_t rows = 0;
+    for (int t : groups_[g].tables) {
+      tb->table_row_offset[t] = rows;
+      rows += static_cast<int64_t>(b.tables[t].unique_ids.size());
+    }
+    tb->rows[g].resize(static_cast<size_t>(rows) * groups_[g].dim);
+  }
+  return ForEachTableConcurrently(b.tables.size(), [&](size_t t) {
+    const data_loader::TableIds& ids = b.tables[t];
+    if (ids.unique_ids.empty()) return absl::OkStatus();
+    float* out = tb->rows[table_group_[t]].data() + tb->table_row_offset[t] * dims_[t];
+    return ps_->LookupSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
+                              absl::MakeSpan(out, ids.unique_ids.size() * dims_[t]));
+  });
 }
 
 TrainingContext::~TrainingContext() {
@@ -66,6 +101,7 @@ absl::Status TrainingContext::WaitForUpdatesBefore(uint64_t index) {
   while (!updates_.empty() && updates_.front().index < index) {
     absl::Status s = updates_.front().done.get();
     newest_acked_ = static_cast<int64_t>(updates_.front().index);
+    ++updates_acked_;
     updates_.pop_front();
     if (!s.ok()) return s;
   }
@@ -106,7 +142,7 @@ void TrainingContext::Fill() {
     auto lookup_us = lookup_us_;
     std::future<absl::Status> rows = std::async(std::launch::async, [this, raw, lookup_us] {
       const absl::Time start = absl::Now();
-      absl::Status st = LookupRows(ps_, options_, dims_, raw);
+      absl::Status st = LookupRows(raw);
       *lookup_us += absl::ToInt64Microseconds(absl::Now() - start);
       return st;
     });
@@ -128,44 +164,75 @@ bool TrainingContext::Next(TrainBatch** batch) {
     return false;
   }
   current_ = std::move(pending.batch);
-  current_->labels = torch::from_blob(current_->batch.labels.data(), {current_->batch.batch_size},
-                                      torch::kFloat).clone();
+  current_->labels = ToDevice(torch::from_blob(current_->batch.labels.data(), {current_->batch.batch_size},
+                                               torch::kFloat),
+                              options_.device);
   *batch = current_.get();
   Fill();  // Keep the window full while this batch trains.
   return status_.ok();
 }
 
 std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_grad) {
+  namespace F = torch::nn::functional;
   const Batch& b = tb.batch;
-  tb.row_tensors.clear();
-  for (size_t t = 0; t < b.tables.size(); ++t) {
-    const int64_t rows = static_cast<int64_t>(b.tables[t].unique_ids.size());
-    torch::Tensor r = torch::from_blob(tb.rows[t].data(), {rows, dims_[t]}, torch::kFloat).clone();
-    if (requires_grad) r.requires_grad_(true);
-    tb.row_tensors.push_back(r);
-  }
-  std::vector<torch::Tensor> pooled;
   const int64_t batch_size = b.batch_size;
-  for (size_t s = 0; s < b.slots.size(); ++s) {
-    const int t = TableOfSlot(options_, static_cast<int>(s));
-    const data_loader::SlotIds& slot = b.slots[s];
-    const std::vector<uint32_t>& inverse = b.tables[t].inverse[s];
-    std::vector<int64_t> index(inverse.begin(), inverse.end());
-    std::vector<int64_t> sample(inverse.size());
-    std::vector<float> scale(batch_size, 1.0f);
-    for (int64_t i = 0; i < batch_size; ++i) {
-      const uint32_t count = slot.offsets[i + 1] - slot.offsets[i];
-      for (uint32_t j = slot.offsets[i]; j < slot.offsets[i + 1]; ++j) sample[j] = i;
-      const Pooling pooling = options_.pooling.empty() ? Pooling::kSum : options_.pooling[s];
-      if (count > 0 && pooling == Pooling::kMean) scale[i] = 1.0f / count;
-      if (count > 0 && pooling == Pooling::kSqrtN) scale[i] = 1.0f / std::sqrt(static_cast<float>(count));
+  if (requires_grad) tb.row_tensors.assign(groups_.size(), torch::Tensor());
+  std::vector<torch::Tensor> pooled(b.slots.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const RowGroup& group = groups_[g];
+    const int64_t rows = static_cast<int64_t>(tb.rows[g].size()) / group.dim;
+    torch::Tensor r = ToDevice(torch::from_blob(tb.rows[g].data(), {rows, group.dim}, torch::kFloat), options_.device);
+    if (requires_grad) {
+      r.requires_grad_(true);
+      tb.row_tensors[g] = r;
     }
-    torch::Tensor gathered = tb.row_tensors[t].index_select(
-        0, torch::from_blob(index.data(), {static_cast<int64_t>(index.size())}, torch::kLong).clone());
-    torch::Tensor sum = torch::zeros({batch_size, dims_[t]}).index_add(
-        0, torch::from_blob(sample.data(), {static_cast<int64_t>(sample.size())}, torch::kLong).clone(),
-        gathered);
-    pooled.push_back(sum * torch::from_blob(scale.data(), {batch_size, 1}, torch::kFloat).clone());
+    // One bag per (slot of the group, sample), slot-major: bag k * B + i. indices and offsets
+    // share one host buffer so they reach the device in one copy.
+    const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
+    int64_t ids = 0;
+    bool weighted = false;
+    for (int s : group.slots) {
+      ids += static_cast<int64_t>(b.slots[s].ids.size());
+      if (!options_.pooling.empty() && options_.pooling[s] != Pooling::kSum) weighted = true;
+    }
+    std::vector<int64_t> index(ids + bags);
+    std::vector<float> weights(weighted ? ids : 0);
+    int64_t* indices = index.data();
+    int64_t* offsets = index.data() + ids;
+    int64_t next = 0;
+    for (size_t k = 0; k < group.slots.size(); ++k) {
+      const int s = group.slots[k];
+      const int t = TableOfSlot(options_, s);
+      const data_loader::SlotIds& slot = b.slots[s];
+      const std::vector<uint32_t>& inverse = b.tables[t].inverse[s];
+      const int64_t base = tb.table_row_offset[t];
+      const Pooling pooling = options_.pooling.empty() ? Pooling::kSum : options_.pooling[s];
+      for (int64_t i = 0; i < batch_size; ++i) {
+        offsets[k * batch_size + i] = next;
+        const uint32_t begin = slot.offsets[i], end = slot.offsets[i + 1];
+        float scale = 1.0f;
+        if (end > begin && pooling == Pooling::kMean) scale = 1.0f / static_cast<float>(end - begin);
+        if (end > begin && pooling == Pooling::kSqrtN) scale = 1.0f / std::sqrt(static_cast<float>(end - begin));
+        for (uint32_t j = begin; j < end; ++j, ++next) {
+          indices[next] = base + inverse[j];
+          if (weighted) weights[next] = scale;
+        }
+      }
+    }
+    torch::Tensor out;
+    if (ids == 0) {
+      out = torch::zeros({bags, group.dim}, r.options().requires_grad(false));
+    } else {
+      torch::Tensor all = ToDevice(torch::from_blob(index.data(), {ids + bags}, torch::kLong), options_.device);
+      auto bag_options = F::EmbeddingBagFuncOptions().offsets(all.narrow(0, ids, bags)).mode(torch::kSum);
+      if (weighted) {
+        bag_options.per_sample_weights(
+            ToDevice(torch::from_blob(weights.data(), {ids}, torch::kFloat), options_.device));
+      }
+      out = F::embedding_bag(all.narrow(0, 0, ids), r, bag_options);
+    }
+    out = out.view({static_cast<int64_t>(group.slots.size()), batch_size, group.dim});
+    for (size_t k = 0; k < group.slots.size(); ++k) pooled[group.slots[k]] = out[k];
   }
   return pooled;
 }
@@ -173,8 +240,9 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
 torch::Tensor TrainingContext::Forward(TrainBatch& tb) {
   if (optimizer_ != nullptr) optimizer_->zero_grad();
   std::vector<torch::Tensor> pooled = Pool(tb, /*requires_grad=*/true);
-  torch::Tensor dense = torch::from_blob(tb.batch.dense.data(), {tb.batch.batch_size, tb.batch.num_dense},
-                                         torch::kFloat).clone();
+  torch::Tensor dense = ToDevice(
+      torch::from_blob(tb.batch.dense.data(), {tb.batch.batch_size, tb.batch.num_dense}, torch::kFloat),
+      options_.device);
   return model_->forward(dense, pooled);
 }
 
@@ -189,14 +257,15 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     if (!s.ok()) return status_ = s;
   }
   optimizer_->step();
-  // Embedding gradients per unique id (duplicates and pooling already accounted by autograd).
+  // Embedding gradients per unique id (duplicates and pooling already accounted by autograd),
+  // one device-to-host copy per row group.
   auto grads = std::make_shared<std::vector<std::vector<float>>>();
-  for (size_t t = 0; t < current_->row_tensors.size(); ++t) {
-    torch::Tensor g = current_->row_tensors[t].grad();
-    std::vector<float> values(current_->rows[t].size(), 0.0f);
-    if (g.defined()) {
-      g = g.contiguous();
-      std::memcpy(values.data(), g.data_ptr<float>(), values.size() * sizeof(float));
+  for (size_t g = 0; g < current_->row_tensors.size(); ++g) {
+    torch::Tensor grad = current_->row_tensors[g].grad();
+    std::vector<float> values(current_->rows[g].size(), 0.0f);
+    if (grad.defined() && !values.empty()) {
+      grad = grad.to(torch::kCPU).contiguous();
+      std::memcpy(values.data(), grad.data_ptr<float>(), values.size() * sizeof(float));
     }
     grads->push_back(std::move(values));
   }
@@ -208,7 +277,9 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     absl::Status s = ForEachTableConcurrently(batch->batch.tables.size(), [&](size_t t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];
       if (ids.unique_ids.empty()) return absl::OkStatus();
-      return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets, (*grads)[t],
+      const float* g = (*grads)[table_group_[t]].data() + batch->table_row_offset[t] * dims_[t];
+      return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
+                                absl::MakeConstSpan(g, ids.unique_ids.size() * dims_[t]),
                                 embedding_ps::UpdateId{options_.worker_id, sequence * 1024 + t + 1});
     });
     if (!s.ok()) return s;
@@ -216,7 +287,6 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     return absl::OkStatus();
   });
   updates_.push_back(PendingUpdate{batch->index, std::move(done)});
-  ++updates_done_;
   ++stats_.batches;
   stats_.samples += static_cast<uint64_t>(batch->batch.batch_size);
   Fill();  // Lookups that waited for this batch to train can go now.
@@ -231,12 +301,14 @@ absl::Status TrainingContext::Finish() {
 
 TrainerStats TrainingContext::stats() const {
   TrainerStats s = stats_;
+  s.lookup_count = lookups_;
+  s.update_count = updates_acked_;
   if (lookups_ > 0) {
     s.lookup_ms = lookup_us_->load() / 1000.0 / lookups_;
     s.observed_staleness = staleness_total_ / lookups_;
     s.wait_for_rows_ms = wait_ms_total_ / lookups_;
   }
-  if (updates_done_ > 0) s.update_ms = update_us_->load() / 1000.0 / updates_done_;
+  if (updates_acked_ > 0) s.update_ms = update_us_->load() / 1000.0 / updates_acked_;
   return s;
 }
 
@@ -252,10 +324,12 @@ absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_
   TrainingContext ctx(eval_options, stream, ps, nullptr, nullptr, nullptr);
   for (TrainBatch* tb = nullptr; ctx.Next(&tb);) {
     std::vector<torch::Tensor> pooled = ctx.Pool(*tb, /*requires_grad=*/false);
-    torch::Tensor dense = torch::from_blob(tb->batch.dense.data(), {tb->batch.batch_size, tb->batch.num_dense},
-                                           torch::kFloat).clone();
-    torch::Tensor logits = model.forward(dense, pooled);
-    loss_sum += torch::binary_cross_entropy_with_logits(logits, tb->labels, {}, {}, at::Reduction::Sum).item<double>();
+    torch::Tensor dense = ToDevice(
+        torch::from_blob(tb->batch.dense.data(), {tb->batch.batch_size, tb->batch.num_dense}, torch::kFloat),
+        options.device);
+    torch::Tensor logits = model.forward(dense, pooled).to(torch::kCPU);
+    loss_sum += torch::binary_cross_entropy_with_logits(logits, tb->labels.to(torch::kCPU), {}, {}, at::Reduction::Sum)
+                    .item<double>();
     const float* l = logits.data_ptr<float>();
     scores.insert(scores.end(), l, l + logits.numel());
     labels.insert(labels.end(), tb->batch.labels.begin(), tb->batch.labels.end());

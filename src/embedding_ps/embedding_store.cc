@@ -641,6 +641,30 @@ double StoreStats::OverheadBytesPerRow() const {
   return static_cast<double>(bytes - payload_bytes) / static_cast<double>(rows);
 }
 
+void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_ps_rows", MetricType::kGauge, "Rows held by a PS shard, per table.");
+  m->Describe("hyrec_ps_evictions_total", MetricType::kCounter, "Rows evicted by the LRU capacity.");
+  m->Describe("hyrec_ps_lookups_total", MetricType::kCounter, "Ids looked up.");
+  m->Describe("hyrec_ps_updates_total", MetricType::kCounter, "Rows updated.");
+  m->Describe("hyrec_ps_admission_rejections_total", MetricType::kCounter, "New ids not admitted (yet).");
+  m->Describe("hyrec_ps_rejected_nonfinite_total", MetricType::kCounter, "Updates refused for a NaN/Inf gradient.");
+  m->Describe("hyrec_ps_bytes", MetricType::kGauge, "Bytes allocated by a PS shard's store.");
+  m->Describe("hyrec_ps_capacity_rows", MetricType::kGauge, "Most rows a PS shard holds (0: unbounded).");
+  for (const TableStats& t : stats.tables) {
+    MetricLabels table_labels = labels;
+    table_labels.emplace_back("table", t.name);
+    m->Set("hyrec_ps_rows", table_labels, static_cast<double>(t.rows));
+    m->Set("hyrec_ps_evictions_total", table_labels, static_cast<double>(t.evictions));
+    m->Set("hyrec_ps_lookups_total", table_labels, static_cast<double>(t.lookups));
+    m->Set("hyrec_ps_updates_total", table_labels, static_cast<double>(t.updates));
+    m->Set("hyrec_ps_admission_rejections_total", table_labels, static_cast<double>(t.admission_rejections));
+    m->Set("hyrec_ps_rejected_nonfinite_total", table_labels, static_cast<double>(t.rejected_nonfinite));
+  }
+  m->Set("hyrec_ps_bytes", labels, static_cast<double>(stats.bytes));
+  m->Set("hyrec_ps_capacity_rows", labels, static_cast<double>(stats.capacity_rows));
+}
+
 void InitialRow(const TableConfig& config, uint64_t id, float* out) {
   const InitializerConfig& init = config.initializer;
   const uint64_t base = HashCombine(config.seed, id);

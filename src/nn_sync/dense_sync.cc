@@ -1,8 +1,11 @@
 #include "hyrec/nn_sync/dense_sync.h"
 
 #include <torch/torch.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -14,6 +17,14 @@
 
 namespace hyrec::nn_sync {
 namespace {
+
+// Since LibTorch 2.0 the Gloo and NCCL classes are c10d::Backends (a ProcessGroup dispatches to
+// them); before, they were ProcessGroups. Both have the collectives used here.
+#if TORCH_VERSION_MAJOR >= 2
+using Group = c10d::Backend;
+#else
+using Group = c10d::ProcessGroup;
+#endif
 
 std::chrono::milliseconds ToChrono(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
@@ -33,7 +44,7 @@ absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
 class C10dSync final : public DenseSync {
  public:
   C10dSync(SyncOptions options, c10::intrusive_ptr<c10d::Store> store,
-           c10::intrusive_ptr<c10d::ProcessGroup> group, std::string backend)
+           c10::intrusive_ptr<Group> group, std::string backend)
       : options_(std::move(options)), store_(std::move(store)), group_(std::move(group)),
         backend_(std::move(backend)) {}
 
@@ -181,7 +192,7 @@ class C10dSync final : public DenseSync {
 
   const SyncOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<Group> group_;
   const std::string backend_;
   std::mutex mu_;
   std::vector<Bucket> buckets_;
@@ -243,7 +254,9 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
                                         " (rank ", options.rank, " of ", options.world_size, ")"),
                            e);
   }
-  if (options.backend == SyncBackend::kNccl) {
+  SyncBackend backend = options.backend;
+  if (backend == SyncBackend::kAuto) backend = options.device_is_cuda ? SyncBackend::kNccl : SyncBackend::kGloo;
+  if (backend == SyncBackend::kNccl) {
 #ifdef USE_C10D_NCCL
     try {
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
@@ -257,6 +270,7 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
     return absl::UnimplementedError("this build's LibTorch has no CUDA, so no NCCL process group");
 #endif
   }
+#ifdef USE_C10D_GLOO
   try {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = ToChrono(options.timeout);
@@ -268,6 +282,9 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
   } catch (const std::exception& e) {
     return CollectiveError("creating the Gloo process group", e);
   }
+#else
+  return absl::UnimplementedError("this build's LibTorch came without Gloo headers, so no Gloo process group");
+#endif
 }
 
 }  // namespace hyrec::nn_sync

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/metrics.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/trainer.h"
 #include "hyrec/embedding_ps/table_config.h"
@@ -47,6 +48,9 @@ struct TrainJobConfig {
   double dense_learning_rate = 1e-3;
   int log_every_batches = 100;
   uint64_t seed = 1;
+  // cpu | cuda | auto (cuda when LibTorch has CUDA and a GPU is present). On cuda, worker w uses
+  // GPU w and the dense sync is NCCL (also for one worker, which then exercises the same path).
+  std::string device = "cpu";
 
   absl::Status Validate() const;
 };
@@ -58,16 +62,35 @@ struct TrainReport {
   double samples_per_second = 0;
   uint64_t samples = 0;
   double mean_loss_last = 0;                           // Over the last log interval.
+  std::vector<std::pair<uint64_t, double>> losses;     // (samples trained, mean loss of the interval)
   TrainerStats stats;                                  // Worker 0's.
 };
+
+// The device of worker `rank` for a `device` setting (cpu | cuda | auto): cuda:(rank mod GPUs).
+// FailedPrecondition when cuda is asked for and there is no GPU (or LibTorch has no CUDA).
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank);
 
 // The job's dense model (DLRM or DCN-v2), initialized from the global LibTorch generator.
 std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& config);
 
 absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl::string_view source_name);
 
-// Runs the job; progress goes to `log` (a live line on a terminal, plain lines otherwise).
-absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& config, std::ostream* log, bool terminal);
+// Runs the job; progress goes to `log` (a live line on a terminal, plain lines otherwise) and,
+// when `metrics` is given, to it at every log interval (PublishTrainerMetrics, PublishPsMetrics,
+// PublishEvaluation; plus hyrec_train_samples_total, hyrec_train_samples_per_second and
+// hyrec_train_loss).
+absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& config, std::ostream* log, bool terminal,
+                                        MetricsRegistry* metrics = nullptr);
+
+// Metric families (docs/configuration.md lists them), labelled worker="<id>" or table="<name>":
+//   hyrec_ps_lookup_seconds, hyrec_ps_update_seconds, hyrec_wait_for_rows_seconds (summaries:
+//   per batch), hyrec_observed_staleness (gauge: mean batches of updates unapplied at lookup).
+void PublishTrainerMetrics(const TrainerStats& stats, uint32_t worker, MetricsRegistry* metrics);
+//   every PS shard's PublishStoreMetrics (rows, evictions, lookups, updates per table), labelled
+//   shard="<index>". Errors (a shard down) are returned.
+absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry* metrics);
+//   hyrec_eval_auc, hyrec_eval_log_loss, hyrec_eval_samples (gauges).
+void PublishEvaluation(const Evaluation& evaluation, MetricsRegistry* metrics);
 
 }  // namespace hyrec::dense_worker
 

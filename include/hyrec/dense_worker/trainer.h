@@ -15,7 +15,11 @@
 //   Staleness 0 is fully synchronous, on the same code path.
 // - Forward pools each slot's rows (sum, mean or sqrt-n over the sample's ids) from the batch's
 //   unique rows per table, so autograd sums the gradients of duplicate ids; the rows of a table are
-//   looked up once per batch, grouped by shard as the loader delivered them.
+//   looked up once per batch, grouped by shard as the loader delivered them. The unique rows of
+//   all tables of one dim travel as one tensor and all their slots pool in one embedding_bag
+//   (one host-to-device copy and one kernel per dim, whatever the number of slots).
+// - Device: the dense model, the pooling and the labels live on `options.device` (CPU, or a
+//   CUDA GPU with a CUDA LibTorch); rows go there once per batch and their gradients come back.
 // - Backward: backward, the dense gradient allreduce (DenseSync, when given), the dense optimizer
 //   step, then the embedding gradients per unique id pushed to the PS without waiting, tagged
 //   (worker id, sequence) so a retry is applied once.
@@ -49,15 +53,20 @@ struct TrainerOptions {
   bool read_only = false;                // Evaluation: lookups only, no Backward, no window rule.
   uint32_t worker_id = 0;
   absl::Duration batch_timeout = absl::Seconds(120);
+  torch::Device device = torch::kCPU;    // Where the model lives; pooling and labels go there.
 };
 
 // A batch with its rows looked up, ready to train on.
 struct TrainBatch {
   data_loader::Batch batch;
-  torch::Tensor labels;                  // [B] float
-  std::vector<std::vector<float>> rows;  // Per loader table: unique rows, [U_t x dim_t]
+  torch::Tensor labels;                  // [B] float, on the context's device
+  // Unique rows, per group of tables with the same dim (the context's row groups): group g holds
+  // its tables' unique rows one table after another, [rows_g x dim_g] row-major; table t's rows
+  // start at row table_row_offset[t] of its group.
+  std::vector<std::vector<float>> rows;
+  std::vector<int64_t> table_row_offset;
   uint64_t index = 0;                    // Position in this worker's sequence of batches.
-  // Set by Forward: the leaf tensors whose gradients go back to the PS.
+  // Set by Pool: per row group, the leaf tensor whose gradient goes back to the PS.
   std::vector<torch::Tensor> row_tensors;
 };
 
@@ -68,6 +77,8 @@ struct TrainerStats {
   double update_ms = 0;            // Mean wall time of a batch's update (until acknowledged).
   double wait_for_rows_ms = 0;     // Mean time Next waited for rows (latency not hidden).
   double observed_staleness = 0;   // Mean batches trained but unacknowledged when a lookup issued.
+  uint64_t lookup_count = 0;       // Batches looked up (the means' denominators).
+  uint64_t update_count = 0;       // Batches whose update was acknowledged.
 };
 
 class TrainingContext {
@@ -90,8 +101,9 @@ class TrainingContext {
   TrainerStats stats() const;
   data_loader::ReaderPosition position() const { return stream_->Position(); }
 
-  // Pools the batch's rows per slot into [B, dim] tensors that keep the autograd link to
-  // `row_tensors` (exposed for evaluation and tests).
+  // Pools the batch's rows per slot into [B, dim] tensors on the context's device. With
+  // requires_grad they keep the autograd link to the batch's `row_tensors` (which Forward's call
+  // sets and Backward reads); without, row_tensors is left alone (evaluation and tests).
   std::vector<torch::Tensor> Pool(TrainBatch& batch, bool requires_grad);
 
  private:
@@ -103,8 +115,15 @@ class TrainingContext {
     uint64_t index;
     std::future<absl::Status> done;
   };
+  // Tables of one embedding dim; their rows travel and pool together.
+  struct RowGroup {
+    int dim = 0;
+    std::vector<int> tables;
+    std::vector<int> slots;  // Slots reading these tables, in slot order.
+  };
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
+  absl::Status LookupRows(TrainBatch* tb);
 
   TrainerOptions options_;
   data_loader::BatchStream* stream_;
@@ -112,7 +131,9 @@ class TrainingContext {
   nn_sync::DenseSync* sync_;
   std::shared_ptr<DenseModelImpl> model_;
   torch::optim::Optimizer* optimizer_;
-  std::vector<int> dims_;
+  std::vector<int> dims_;         // Per loader table.
+  std::vector<int> table_group_;  // Per loader table: its row group.
+  std::vector<RowGroup> groups_;
   std::deque<Pending> window_;
   std::deque<PendingUpdate> updates_;
   std::unique_ptr<TrainBatch> current_;
@@ -123,7 +144,7 @@ class TrainingContext {
   absl::Status status_;
   TrainerStats stats_;
   double lookup_ms_total_ = 0, update_ms_total_ = 0, wait_ms_total_ = 0, staleness_total_ = 0;
-  uint64_t lookups_ = 0, updates_done_ = 0;
+  uint64_t lookups_ = 0, updates_acked_ = 0;
   std::shared_ptr<std::atomic<int64_t>> lookup_us_, update_us_;
 };
 

@@ -31,12 +31,13 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "hyrec/common/metrics.h"
 #include "hyrec/embedding_ps/table_config.h"
 
 namespace hyrec::embedding_ps {
@@ -96,6 +97,13 @@ struct StoreStats {
   // (bytes - payload_bytes) / rows: what the store spends per row beyond its floats.
   double OverheadBytesPerRow() const;
 };
+
+// Publishes a store's statistics as Prometheus families, every sample labelled with `labels`
+// (e.g. {{"shard", "0"}}) plus table="<name>" where per table: hyrec_ps_rows,
+// hyrec_ps_evictions_total, hyrec_ps_lookups_total, hyrec_ps_updates_total,
+// hyrec_ps_admission_rejections_total, hyrec_ps_rejected_nonfinite_total; and per store
+// hyrec_ps_bytes and hyrec_ps_capacity_rows.
+void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* metrics);
 
 class EmbeddingShardStore {
  public:

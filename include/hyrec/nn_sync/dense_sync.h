@@ -19,7 +19,8 @@
 //   }
 //
 // Backend: ProcessGroupGloo on CPU; ProcessGroupNCCL when LibTorch was built with CUDA and the
-// parameters live on a GPU (compiled in only with a CUDA LibTorch). Rendezvous goes through
+// parameters live on a GPU (compiled in only with a CUDA LibTorch; chosen at run time from the
+// worker's device). Rendezvous goes through
 // c10d's TCPStore hosted by rank 0 at master_addr:master_port. Every collective and the
 // rendezvous have `timeout`: a dead or frozen peer becomes an error Status, never a hang.
 //
@@ -28,6 +29,7 @@
 #ifndef HYREC_NN_SYNC_DENSE_SYNC_H_
 #define HYREC_NN_SYNC_DENSE_SYNC_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,7 +50,9 @@ struct SyncOptions {
   int master_port = 29500;
   absl::Duration timeout = absl::Seconds(60);  // Rendezvous and every collective.
   size_t bucket_bytes = 4 << 20;               // Gradient bytes per allreduce bucket.
+  // kAuto: NCCL when the parameters live on a GPU (device_is_cuda), Gloo otherwise.
   SyncBackend backend = SyncBackend::kAuto;
+  bool device_is_cuda = false;
 
   // Fills rank, world_size, master_addr and master_port from the variables Kubernetes jobs and
   // torchrun set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as `getenv` returns them; a

@@ -1,0 +1,79 @@
+#include "hyrec/common/metrics_server.h"
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+#ifdef HYREC_HAVE_HTTPLIB
+#include <httplib.h>
+
+namespace hyrec {
+namespace {
+
+class HttplibMetricsServer final : public MetricsHttpServer {
+ public:
+  explicit HttplibMetricsServer(const MetricsRegistry* registry) : registry_(registry) {
+    // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
+    // process share (and silently split) the port instead of failing to bind.
+    server_.set_socket_options([](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
+    });
+    server_.set_read_timeout(5, 0);
+    server_.set_write_timeout(5, 0);
+    server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
+      response.set_content(registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
+    });
+  }
+  ~HttplibMetricsServer() override { Stop(); }
+
+  absl::Status Bind(const std::string& host, int port) {
+    port_ = port == 0 ? server_.bind_to_any_port(host) : (server_.bind_to_port(host, port) ? port : -1);
+    if (port_ <= 0) {
+      return absl::UnavailableError(absl::StrCat("metrics endpoint: cannot bind ", host, ":", port));
+    }
+    thread_ = std::thread([this] { server_.listen_after_bind(); });
+    return absl::OkStatus();
+  }
+
+  int port() const override { return port_; }
+
+  void Stop() override {
+    if (thread_.joinable()) {
+      server_.stop();
+      thread_.join();
+    }
+  }
+
+ private:
+  const MetricsRegistry* registry_;
+  httplib::Server server_;
+  std::thread thread_;
+  int port_ = -1;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
+                                                                             const MetricsRegistry* registry) {
+  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
+  auto server = std::make_unique<HttplibMetricsServer>(registry);
+  absl::Status s = server->Bind(host, port);
+  if (!s.ok()) return s;
+  return std::unique_ptr<MetricsHttpServer>(std::move(server));
+}
+
+}  // namespace hyrec
+
+#else  // Configured with -DHYREC_WITH_HTTP=OFF.
+
+namespace hyrec {
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int,
+                                                                             const MetricsRegistry*) {
+  return absl::UnimplementedError("this build has no metrics endpoint (configured with -DHYREC_WITH_HTTP=OFF)");
+}
+
+}  // namespace hyrec
+
+#endif

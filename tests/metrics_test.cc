@@ -1,0 +1,70 @@
+// The Prometheus registry's text format and the HTTP endpoint serving it.
+#include <sys/socket.h>
+
+#include "gtest/gtest.h"
+#include "http_get.h"
+#include "hyrec/common/metrics.h"
+#include "hyrec/common/metrics_server.h"
+
+namespace hyrec {
+namespace {
+
+TEST(Metrics, RendersTheTextExpositionFormat) {
+  MetricsRegistry m;
+  m.Describe("hyrec_rows", MetricType::kGauge, "Rows held.\nSecond line");
+  m.Set("hyrec_rows", {{"table", "b"}}, 7);
+  m.Set("hyrec_rows", {{"table", "a\"x\\y"}}, 1.5);
+  m.Describe("hyrec_seen_total", MetricType::kCounter, "Seen.");
+  m.Add("hyrec_seen_total", {}, 2);
+  m.Add("hyrec_seen_total", {}, 3);
+  m.Describe("hyrec_latency_seconds", MetricType::kSummary, "Latency.");
+  m.SetSummary("hyrec_latency_seconds", {{"worker", "0"}}, 0.25, 10);
+  m.Set("bad name", {}, 1);                  // Invalid names are never rendered.
+  m.Describe("hyrec_empty", MetricType::kGauge, "No samples: not rendered.");
+  EXPECT_EQ(m.Get("hyrec_seen_total", {}), 5);
+  EXPECT_EQ(m.Get("hyrec_missing", {}, -1), -1);
+  EXPECT_EQ(m.Render(),
+            "# HELP hyrec_latency_seconds Latency.\n"
+            "# TYPE hyrec_latency_seconds summary\n"
+            "hyrec_latency_seconds_count{worker=\"0\"} 10\n"
+            "hyrec_latency_seconds_sum{worker=\"0\"} 0.25\n"
+            "# HELP hyrec_rows Rows held.\\nSecond line\n"
+            "# TYPE hyrec_rows gauge\n"
+            "hyrec_rows{table=\"a\\\"x\\\\y\"} 1.5\n"
+            "hyrec_rows{table=\"b\"} 7\n"
+            "# HELP hyrec_seen_total Seen.\n"
+            "# TYPE hyrec_seen_total counter\n"
+            "hyrec_seen_total 5\n");
+  EXPECT_TRUE(MetricsRegistry::ValidName("a_b:c9"));
+  EXPECT_FALSE(MetricsRegistry::ValidName("9a"));
+  EXPECT_FALSE(MetricsRegistry::ValidName("a-b"));
+}
+
+TEST(MetricsHttpServer, ServesTheRegistryAndRefusesOtherPaths) {
+  MetricsRegistry m;
+  m.Set("hyrec_up", {}, 1);
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, &m);
+  if (absl::IsUnimplemented(server.status())) GTEST_SKIP() << server.status();
+  ASSERT_TRUE(server.ok()) << server.status();
+  ASSERT_GT((*server)->port(), 0);
+  HttpResponse r = HttpGet((*server)->port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "hyrec_up 1\n");
+  m.Set("hyrec_up", {}, 0);  // Every scrape renders afresh.
+  EXPECT_EQ(HttpGet((*server)->port(), "/metrics").body, "hyrec_up 0\n");
+  EXPECT_EQ(HttpGet((*server)->port(), "/other").status, 404);
+
+  // A taken port is an error naming it, not a crash.
+  auto second = MetricsHttpServer::Start("127.0.0.1", (*server)->port(), &m);
+  ASSERT_FALSE(second.ok());
+  EXPECT_TRUE(absl::IsUnavailable(second.status())) << second.status();
+  EXPECT_NE(second.status().message().find(std::to_string((*server)->port())), std::string::npos);
+  EXPECT_FALSE(MetricsHttpServer::Start("127.0.0.1", 70000, &m).ok());
+
+  const int port = (*server)->port();
+  (*server)->Stop();
+  EXPECT_EQ(HttpGet(port, "/metrics").status, 0);  // Stopped: nobody answers.
+}
+
+}  // namespace
+}  // namespace hyrec

@@ -1,0 +1,170 @@
+// TrainingContext's pooling and embedding gradients against a hand computation: tables of two
+// dims (so two row groups), a table shared by two slots, duplicate ids, an empty slot, and sum,
+// mean and sqrt-n pooling. Runs on the CPU and, when LibTorch has CUDA and a GPU is present, on
+// the GPU (the same numbers must come out).
+#include "hyrec/dense_worker/trainer.h"
+
+#include <cmath>
+#include <map>
+
+#include "gtest/gtest.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+using data_loader::Batch;
+using data_loader::Sample;
+
+constexpr int kSlots = 4;
+const std::vector<int> kSlotTables = {0, 1, 2, 0};  // Table "a" is read by slots 0 and 3.
+const std::vector<int> kDims = {4, 3, 4};           // Tables a and c share a row group.
+const std::vector<Pooling> kPooling = {Pooling::kSum, Pooling::kMean, Pooling::kSqrtN, Pooling::kSum};
+
+// One batch, once.
+class OneBatch : public data_loader::BatchStream {
+ public:
+  explicit OneBatch(Batch batch) : batch_(std::move(batch)) {}
+  absl::Status Next(Batch* batch, absl::Duration) override {
+    if (done_) return absl::OutOfRangeError("end");
+    done_ = true;
+    *batch = batch_;
+    return absl::OkStatus();
+  }
+  data_loader::ReaderPosition Position() const override { return {}; }
+
+ private:
+  Batch batch_;
+  bool done_ = false;
+};
+
+// logits_i = sum_s (s + 1) * sum(pooled_s[i]) + w * dense_i0: d(sum logits)/d(pooled_s) = s + 1.
+struct WeightedSum : DenseModelImpl {
+  WeightedSum() { w = register_parameter("w", torch::ones({1})); }
+  torch::Tensor forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) override {
+    torch::Tensor out = dense.select(1, 0) * w;
+    for (size_t s = 0; s < pooled.size(); ++s) out = out + static_cast<double>(s + 1) * pooled[s].sum(1);
+    return out;
+  }
+  torch::Tensor w;
+};
+
+std::vector<Sample> Samples() {
+  // ids per sample per slot; sample 2 has no id in slot 1, sample 0 repeats id 7 in slot 0.
+  const std::vector<std::vector<std::vector<uint64_t>>> ids = {
+      {{7, 7, 3}, {1}, {5, 6}, {3}},
+      {{3}, {1, 2}, {5}, {9, 7}},
+      {{11}, {}, {6, 6, 5}, {7}},
+  };
+  std::vector<Sample> samples;
+  for (const auto& per_slot : ids) {
+    Sample s;
+    s.Clear(kSlots);
+    s.label = 1;
+    s.dense = {0.5f};
+    for (int k = 0; k < kSlots; ++k) {
+      s.ids.insert(s.ids.end(), per_slot[k].begin(), per_slot[k].end());
+      s.slot_offsets[k + 1] = static_cast<uint32_t>(s.ids.size());
+    }
+    samples.push_back(s);
+  }
+  return samples;
+}
+
+float Scale(Pooling p, size_t count) {
+  if (count == 0 || p == Pooling::kSum) return 1.0f;
+  return p == Pooling::kMean ? 1.0f / count : 1.0f / std::sqrt(static_cast<float>(count));
+}
+
+void CheckPoolingAndGradients(torch::Device device) {
+  embedding_ps::StoreOptions store_options;
+  TrainerOptions options;
+  for (int t = 0; t < 3; ++t) {
+    embedding_ps::TableConfig table;
+    table.name = std::string(1, static_cast<char>('a' + t));
+    table.dim = kDims[t];
+    table.seed = 10 + t;
+    table.optimizer.kind = embedding_ps::OptimizerKind::kSgd;
+    table.optimizer.learning_rate = 1.0f;  // New row = old row - gradient.
+    store_options.tables.push_back(table);
+    options.table_names.push_back(table.name);
+  }
+  std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
+  for (int s = 0; s < 2; ++s) stores.push_back(*embedding_ps::EmbeddingShardStore::Create(store_options));
+  auto ps = *embedding_ps::NewInProcessEmbeddingClient(stores);
+  options.slot_tables = kSlotTables;
+  options.pooling = kPooling;
+  options.embedding_staleness = 0;
+  options.device = device;
+
+  const std::vector<Sample> samples = Samples();
+  Batch batch;
+  data_loader::BuildBatch(samples, samples.size(), 1, kSlots, kSlotTables, 3, 2, &batch);
+  auto row = [&](int table, uint64_t id) {
+    std::vector<float> r(kDims[table]);
+    EXPECT_TRUE(ps->Lookup(options.table_names[table], {id}, absl::MakeSpan(r)).ok());
+    return r;
+  };
+  // Expected pooled values and per-(table, id) gradient coefficients, by hand.
+  std::map<std::pair<int, uint64_t>, std::vector<float>> before;
+  std::map<std::pair<int, uint64_t>, float> coefficient;
+  std::vector<std::vector<std::vector<float>>> expected(kSlots);
+  for (int s = 0; s < kSlots; ++s) {
+    const int t = kSlotTables[s];
+    for (const Sample& sample : samples) {
+      const uint32_t begin = sample.slot_offsets[s], end = sample.slot_offsets[s + 1];
+      const float scale = Scale(kPooling[s], end - begin);
+      std::vector<float> pooled(kDims[t], 0.0f);
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint64_t id = sample.ids[j];
+        if (!before.count({t, id})) before[{t, id}] = row(t, id);
+        for (int d = 0; d < kDims[t]; ++d) pooled[d] += scale * before[{t, id}][d];
+        coefficient[{t, id}] += scale * (s + 1);
+      }
+      expected[s].push_back(pooled);
+    }
+  }
+
+  OneBatch stream(batch);
+  auto model = std::make_shared<WeightedSum>();
+  model->to(device);
+  torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
+  TrainingContext ctx(options, &stream, ps.get(), nullptr, model, &dense_optimizer);
+  TrainBatch* tb = nullptr;
+  ASSERT_TRUE(ctx.Next(&tb)) << ctx.status();
+  EXPECT_EQ(tb->labels.device(), device);
+  EXPECT_EQ(tb->rows.size(), 2u);  // Row groups: dim 4 (tables a, c) and dim 3 (table b).
+  torch::Tensor logits = ctx.Forward(*tb);
+  ASSERT_EQ(tb->row_tensors.size(), 2u);
+  std::vector<torch::Tensor> pooled = ctx.Pool(*tb, /*requires_grad=*/false);
+  ASSERT_EQ(pooled.size(), static_cast<size_t>(kSlots));
+  for (int s = 0; s < kSlots; ++s) {
+    torch::Tensor p = pooled[s].to(torch::kCPU);
+    ASSERT_EQ(p.size(0), 3);
+    ASSERT_EQ(p.size(1), kDims[kSlotTables[s]]);
+    for (int i = 0; i < 3; ++i) {
+      for (int d = 0; d < p.size(1); ++d) {
+        EXPECT_NEAR(p[i][d].item<float>(), expected[s][i][d], 1e-5) << "slot " << s << " sample " << i << " dim " << d;
+      }
+    }
+  }
+  ASSERT_TRUE(ctx.Backward(logits.sum()).ok()) << ctx.status();
+  ASSERT_TRUE(ctx.Finish().ok());
+  EXPECT_FALSE(ctx.Next(&tb));
+  // Every row moved by exactly its gradient: the sum over its occurrences of scale * (s + 1).
+  for (const auto& [key, old] : before) {
+    const std::vector<float> now = row(key.first, key.second);
+    for (int d = 0; d < kDims[key.first]; ++d) {
+      EXPECT_NEAR(now[d], old[d] - coefficient[key], 1e-5) << "table " << key.first << " id " << key.second;
+    }
+  }
+}
+
+TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCpu) { CheckPoolingAndGradients(torch::kCPU); }
+
+TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCuda) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (or a CPU-only LibTorch)";
+  CheckPoolingAndGradients(torch::Device(torch::kCUDA, 0));
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker
