@@ -24,9 +24,10 @@
 #include "hyrec/dense_worker/train_job.h"
 
 ABSL_FLAG(std::string, config, "", "YAML job configuration (docs/configuration.md).");
-ABSL_FLAG(double, ps_latency_ms, 0,
+ABSL_FLAG(double, ps_latency_ms, -1,
           "With --processes: milliseconds added to every PS round trip by a delaying TCP proxy in "
-          "front of each PS (half each way).");
+          "front of each PS (half each way); 0 puts the proxy in with no delay (the baseline of a "
+          "latency sweep); -1: no proxy.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics while training "
           "(0: any free port, printed; -1: off). Embedded mode.");
@@ -67,7 +68,7 @@ absl::Status RunProcesses(const std::string& path, const hyrec::dense_worker::Tr
   const double latency_ms = absl::GetFlag(FLAGS_ps_latency_ms);
   for (const std::string& a : ps->addresses()) {
     std::string address = a;
-    if (latency_ms > 0) {
+    if (latency_ms >= 0) {
       const int port = std::stoi(a.substr(a.rfind(':') + 1));
       HYREC_ASSIGN_OR_RETURN(auto proxy, hyrec::LatencyProxy::Start("127.0.0.1", port,
                                                                    absl::Microseconds(latency_ms * 500)));

@@ -119,8 +119,9 @@ absl::Status Run() {
                 static_cast<unsigned long long>(e.samples));
     std::printf("  teacher AUC  %.4f\n", data_loader::SyntheticSource(job.loader.source.synthetic).TeacherAuc(job.eval_samples));
   }
-  std::printf("  PS lookup %.2f ms, update %.2f ms per batch; observed staleness %.2f batches\n", stats.lookup_ms,
-              stats.update_ms, stats.observed_staleness);
+  std::printf("  PS lookup %.2f ms, update %.2f ms per batch; waited %.2f ms per batch for rows; observed "
+              "staleness %.2f batches\n",
+              stats.lookup_ms, stats.update_ms, stats.wait_for_rows_ms, stats.observed_staleness);
   std::fflush(stdout);
   return absl::OkStatus();
 }

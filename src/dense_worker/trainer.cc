@@ -1,5 +1,9 @@
 #include "hyrec/dense_worker/trainer.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
 
@@ -15,17 +19,27 @@ int TableOfSlot(const TrainerOptions& o, int slot) {
   return o.slot_tables.empty() ? slot : o.slot_tables[slot];
 }
 
+// Lowers the calling thread's scheduling priority by `nice` (Linux: per thread). The PS calls then
+// take the cores when the dense step leaves them idle instead of preempting its BLAS threads.
+void LowerThisThreadsPriority(int nice) {
+  if (nice > 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+}
+
 // A copy of host memory `t` (which it does not own) on `device`.
 torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
   return device.is_cpu() ? t.clone() : t.to(device);
 }
 
-// Runs fn(t) for every table t of a batch at once (each is a round trip to the PS shards, so they
-// overlap instead of adding up) and returns the first error.
+// Runs fn(t) for every table t of a batch and returns the first error. Against remote PS shards
+// the calls run at once (each is a round trip, so they overlap instead of adding up); against
+// in-process stores they are CPU work and run one after another on this thread, which keeps
+// them from preempting the dense step's BLAS threads.
 template <typename Fn>
-absl::Status ForEachTableConcurrently(size_t tables, Fn fn) {
+absl::Status ForEachTable(size_t tables, bool concurrently, Fn fn) {
   std::vector<std::future<absl::Status>> calls;
-  for (size_t t = 1; t < tables; ++t) calls.push_back(std::async(std::launch::async, [&fn, t] { return fn(t); }));
+  for (size_t t = 1; t < tables; ++t) {
+    calls.push_back(std::async(concurrently ? std::launch::async : std::launch::deferred, [&fn, t] { return fn(t); }));
+  }
   absl::Status status = tables > 0 ? fn(0) : absl::OkStatus();
   for (auto& c : calls) {
     absl::Status s = c.get();
@@ -83,7 +97,7 @@ absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
     }
     tb->rows[g].resize(static_cast<size_t>(rows) * groups_[g].dim);
   }
-  return ForEachTableConcurrently(b.tables.size(), [&](size_t t) {
+  return ForEachTable(b.tables.size(), ps_->remote(), [&](size_t t) {
     const data_loader::TableIds& ids = b.tables[t];
     if (ids.unique_ids.empty()) return absl::OkStatus();
     float* out = tb->rows[table_group_[t]].data() + tb->table_row_offset[t] * dims_[t];
@@ -141,6 +155,7 @@ void TrainingContext::Fill() {
     TrainBatch* raw = tb.get();
     auto lookup_us = lookup_us_;
     std::future<absl::Status> rows = std::async(std::launch::async, [this, raw, lookup_us] {
+      LowerThisThreadsPriority(options_.background_nice);
       const absl::Time start = absl::Now();
       absl::Status st = LookupRows(raw);
       *lookup_us += absl::ToInt64Microseconds(absl::Now() - start);
@@ -273,8 +288,9 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   const uint64_t sequence = ++sequence_;
   auto update_us = update_us_;
   std::future<absl::Status> done = std::async(std::launch::async, [this, batch, grads, sequence, update_us] {
+    LowerThisThreadsPriority(options_.background_nice);
     const absl::Time start = absl::Now();
-    absl::Status s = ForEachTableConcurrently(batch->batch.tables.size(), [&](size_t t) {
+    absl::Status s = ForEachTable(batch->batch.tables.size(), ps_->remote(), [&](size_t t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];
       if (ids.unique_ids.empty()) return absl::OkStatus();
       const float* g = (*grads)[table_group_[t]].data() + batch->table_row_offset[t] * dims_[t];

@@ -204,6 +204,8 @@ class InProcessClient final : public ShardedClient {
       : ShardedClient(static_cast<int>(stores.size()), std::move(tables)),
         stores_(std::move(stores)) {}
 
+  bool remote() const override { return false; }
+
   absl::StatusOr<std::vector<ShardStats>> Stats() override {
     std::vector<ShardStats> out;
     for (size_t s = 0; s < stores_.size(); ++s) {
@@ -268,6 +270,8 @@ class GrpcClient final : public ShardedClient {
         options_(options),
         precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16
                                                          : proto::PRECISION_FP32) {}
+
+  bool remote() const override { return true; }
 
   absl::StatusOr<std::vector<ShardStats>> Stats() override {
     std::vector<ShardStats> out(num_shards_);

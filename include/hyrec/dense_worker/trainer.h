@@ -54,6 +54,9 @@ struct TrainerOptions {
   uint32_t worker_id = 0;
   absl::Duration batch_timeout = absl::Seconds(120);
   torch::Device device = torch::kCPU;    // Where the model lives; pooling and labels go there.
+  // Nice increment of the threads that call the PS (lookups ahead, updates behind): they then
+  // fill the cores the dense step leaves idle rather than preempt it. 0: as the caller.
+  int background_nice = 10;
 };
 
 // A batch with its rows looked up, ready to train on.

@@ -68,6 +68,10 @@ class EmbeddingClient {
 
   virtual int num_shards() const = 0;
 
+  // True when calls cross the network, so several issued at once overlap their round trips;
+  // false for in-process stores, whose calls are CPU work on the calling thread.
+  virtual bool remote() const = 0;
+
   // Dimension of a table, or NotFound naming it.
   virtual absl::StatusOr<int> TableDim(absl::string_view table) const = 0;
 
