@@ -9,6 +9,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/thread_priority.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/hash.h"
@@ -295,6 +296,7 @@ class LoaderImpl final : public Loader {
   }
 
   void Produce() {
+    LowerThisThreadsPriority(options_.thread_nice);
     const LoaderOptions& o = options_;
     const uint64_t B = static_cast<uint64_t>(o.batch_size);
     uint64_t epoch = start_.epoch;
@@ -423,6 +425,7 @@ class LoaderImpl final : public Loader {
 
   // ---- parsers: raw batch -> Batch, any order; the dispatcher restores it ----
   void Parse() {
+    LowerThisThreadsPriority(options_.thread_nice);
     std::vector<Sample> samples;
     for (;;) {
       RawBatch raw;
@@ -489,6 +492,7 @@ class LoaderImpl final : public Loader {
 
   // ---- dispatcher: in order, accounting, routing ----
   void Dispatch() {
+    LowerThisThreadsPriority(options_.thread_nice);
     uint64_t expected = 0;
     for (;;) {
       ParsedBatch parsed;

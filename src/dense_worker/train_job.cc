@@ -261,7 +261,10 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
                                                       " GPUs (NCCL needs one GPU per worker)"));
   }
 
-  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(c.loader, {}));
+  // The loader shares the machine with the dense step: its threads run at lower priority.
+  data_loader::LoaderOptions loader_options = c.loader;
+  loader_options.thread_nice = 10;
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(loader_options, {}));
   const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
   TrainReport report;
   if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);

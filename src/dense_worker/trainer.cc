@@ -1,13 +1,10 @@
 #include "hyrec/dense_worker/trainer.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/thread_priority.h"
 #include "hyrec/data_loader/synthetic.h"
 
 namespace hyrec::dense_worker {
@@ -17,12 +14,6 @@ using data_loader::Batch;
 
 int TableOfSlot(const TrainerOptions& o, int slot) {
   return o.slot_tables.empty() ? slot : o.slot_tables[slot];
-}
-
-// Lowers the calling thread's scheduling priority by `nice` (Linux: per thread). The PS calls then
-// take the cores when the dense step leaves them idle instead of preempting its BLAS threads.
-void LowerThisThreadsPriority(int nice) {
-  if (nice > 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
 }
 
 // A copy of host memory `t` (which it does not own) on `device`.

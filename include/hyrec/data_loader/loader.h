@@ -63,6 +63,7 @@ struct LoaderOptions {
   uint64_t min_lines_for_bad_check = 10'000;
   int prefetch_batches = 8;          // Per worker.
   bool drop_last = false;            // Drop each epoch's final partial batch.
+  int thread_nice = 0;               // Nice increment of the loader's threads (0: as the caller).
 
   absl::Status Validate() const;
   int num_tables() const;
