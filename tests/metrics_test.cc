@@ -40,6 +40,15 @@ TEST(Metrics, RendersTheTextExpositionFormat) {
   EXPECT_FALSE(MetricsRegistry::ValidName("a-b"));
 }
 
+TEST(Metrics, CollectorsRunAtEveryRender) {
+  MetricsRegistry m;
+  int reads = 0;
+  m.AddCollector([&reads](MetricsRegistry* r) { r->Set("hyrec_reads", {}, ++reads); });
+  EXPECT_EQ(m.Render(), "hyrec_reads 1\n");
+  EXPECT_EQ(m.Render(), "hyrec_reads 2\n");
+  EXPECT_EQ(m.Get("hyrec_reads", {}), 2);  // Get reads what the last collection set.
+}
+
 TEST(MetricsHttpServer, ServesTheRegistryAndRefusesOtherPaths) {
   MetricsRegistry m;
   m.Set("hyrec_up", {}, 1);

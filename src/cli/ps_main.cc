@@ -6,10 +6,7 @@
 //
 // Prints "hyrec ps shard I of N listening on HOST:PORT" on stdout once serving; stops cleanly on
 // SIGTERM or SIGINT (in-flight requests get --shutdown_grace_ms to finish).
-#include <condition_variable>
 #include <csignal>
-#include <mutex>
-#include <thread>
 #include <cstdio>
 #include <iostream>
 
@@ -40,7 +37,7 @@ ABSL_FLAG(std::string, config, "", "YAML file with tables and capacity (see docs
 ABSL_FLAG(int, shutdown_grace_ms, 2000, "Time in-flight requests get to finish on SIGTERM.");
 ABSL_FLAG(int, metrics_port, -1,
           "Serve Prometheus metrics (rows, evictions, lookups, updates per table) at "
-          "http://<host>:<port>/metrics, refreshed every second; 0: any free port; -1: off.");
+          "http://<host>:<port>/metrics, read at each scrape; 0: any free port; -1: off.");
 ABSL_FLAG(std::string, log_level, "info", "spdlog level: trace, debug, info, warn, error.");
 
 namespace {
@@ -103,25 +100,17 @@ absl::Status Run() {
 
   std::shared_ptr<hyrec::embedding_ps::EmbeddingShardStore> shared_store(std::move(*store));
   HYREC_ASSIGN_OR_RETURN(auto server, hyrec::embedding_ps::EmbeddingServer::Start(shared_store, server_options));
-  // Metrics: the store's statistics, refreshed every second by a thread of their own.
+  // Metrics: the store's statistics, read at each scrape.
   hyrec::MetricsRegistry metrics;
   std::unique_ptr<hyrec::MetricsHttpServer> metrics_server;
-  std::mutex metrics_mu;
-  std::condition_variable metrics_cv;
-  bool metrics_stop = false;
-  std::thread metrics_thread;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     const hyrec::MetricLabels shard = {{"shard", std::to_string(server_options.shard_index)}};
-    hyrec::embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, &metrics);
+    metrics.AddCollector([shared_store, shard](hyrec::MetricsRegistry* m) {
+      hyrec::embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, m);
+    });
     HYREC_ASSIGN_OR_RETURN(metrics_server, hyrec::MetricsHttpServer::Start(server_options.host,
                                                                          absl::GetFlag(FLAGS_metrics_port), &metrics));
     std::cout << "hyrec ps metrics on " << server_options.host << ":" << metrics_server->port() << std::endl;
-    metrics_thread = std::thread([&, shard] {
-      std::unique_lock<std::mutex> lock(metrics_mu);
-      while (!metrics_cv.wait_for(lock, std::chrono::seconds(1), [&] { return metrics_stop; })) {
-        hyrec::embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, &metrics);
-      }
-    });
   }
   std::cout << "hyrec ps shard " << server_options.shard_index << " of "
             << server_options.num_shards << " listening on " << server_options.host << ":"
@@ -131,15 +120,7 @@ absl::Status Run() {
                store_options.capacity_rows, store_options.capacity_bytes, store_options.num_stripes);
   const int signal = hyrec::WaitForStopSignal(stop_signals);
   spdlog::info("signal {}: shutting down", signal);
-  if (metrics_thread.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(metrics_mu);
-      metrics_stop = true;
-    }
-    metrics_cv.notify_all();
-    metrics_thread.join();
-    metrics_server->Stop();
-  }
+  if (metrics_server != nullptr) metrics_server->Stop();
   server->Shutdown(absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
   server->Wait();
   spdlog::info("stopped");

@@ -93,7 +93,16 @@ double MetricsRegistry::Get(const std::string& name, const MetricLabels& labels,
   return s == f->second.samples.end() ? missing : s->second;
 }
 
-std::string MetricsRegistry::Render() const {
+void MetricsRegistry::AddCollector(std::function<void(MetricsRegistry*)> collect) {
+  std::lock_guard<std::mutex> lock(collectors_mu_);
+  collectors_.push_back(std::move(collect));
+}
+
+std::string MetricsRegistry::Render() {
+  {
+    std::lock_guard<std::mutex> collecting(collectors_mu_);
+    for (const auto& collect : collectors_) collect(this);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
   for (const auto& [name, family] : families_) {

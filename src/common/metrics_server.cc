@@ -12,7 +12,7 @@ namespace {
 
 class HttplibMetricsServer final : public MetricsHttpServer {
  public:
-  explicit HttplibMetricsServer(const MetricsRegistry* registry) : registry_(registry) {
+  explicit HttplibMetricsServer(MetricsRegistry* registry) : registry_(registry) {
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
     // process share (and silently split) the port instead of failing to bind.
     server_.set_socket_options([](socket_t sock) {
@@ -46,7 +46,7 @@ class HttplibMetricsServer final : public MetricsHttpServer {
   }
 
  private:
-  const MetricsRegistry* registry_;
+  MetricsRegistry* registry_;
   httplib::Server server_;
   std::thread thread_;
   int port_ = -1;
@@ -55,7 +55,7 @@ class HttplibMetricsServer final : public MetricsHttpServer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                             const MetricsRegistry* registry) {
+                                                                             MetricsRegistry* registry) {
   if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
   auto server = std::make_unique<HttplibMetricsServer>(registry);
   absl::Status s = server->Bind(host, port);
@@ -70,7 +70,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
 namespace hyrec {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int,
-                                                                             const MetricsRegistry*) {
+                                                                             MetricsRegistry*) {
   return absl::UnimplementedError("this build has no metrics endpoint (configured with -DHYREC_WITH_HTTP=OFF)");
 }
 

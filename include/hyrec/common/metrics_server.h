@@ -6,7 +6,7 @@
 //   server->Stop();   // also on destruction
 //
 // Port 0 picks a free port (server->port() says which). The server runs on threads of its own
-// (cpp-httplib from Debian) and only reads the registry. Unknown paths answer 404; only GET and
+// (cpp-httplib from Debian) and renders the registry (running its collectors) at each scrape. Unknown paths answer 404; only GET and
 // HEAD are served. Reads and writes of a connection time out after 5 s, so a stuck scraper cannot
 // hold a thread forever.
 #ifndef HYREC_COMMON_METRICS_SERVER_H_
@@ -25,7 +25,7 @@ class MetricsHttpServer {
   // Binds host:port and starts serving; UNAVAILABLE when the address cannot be bound.
   // `registry` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  const MetricsRegistry* registry);
+                                                                  MetricsRegistry* registry);
   virtual ~MetricsHttpServer() = default;
   virtual int port() const = 0;
   virtual void Stop() = 0;
