@@ -84,6 +84,19 @@ TEST(HybridTraining, BadConfigsNameTheKey) {
   EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("embedding_staleness"), std::string::npos);
   root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {workers: two}\n", "job.yaml");
   EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("train.workers (line 2)"), std::string::npos);
+  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {device: gpu}\n", "job.yaml");
+  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("train.device 'gpu' is not cpu, cuda or auto"),
+            std::string::npos);
+  EXPECT_FALSE(ResolveDevice("tpu", 0).ok());
+  EXPECT_EQ(ResolveDevice("auto", 0)->is_cuda(), torch::cuda::is_available());
+  if (!torch::cuda::is_available()) {  // Asking for a GPU that is not there fails before training.
+    TrainJobConfig config = SmallJob(4, 1);
+    config.device = "cuda";
+    auto report = RunTrainJob(config, nullptr, false);
+    ASSERT_FALSE(report.ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(report.status())) << report.status();
+    EXPECT_NE(report.status().message().find("train.device is cuda but no GPU"), std::string::npos);
+  }
 }
 
 }  // namespace

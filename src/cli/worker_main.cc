@@ -84,9 +84,8 @@ absl::Status Run() {
     if (st.batches % job.log_every_batches == 0) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
       if (metrics_server != nullptr) {
-        metrics.Set("hyrec_train_samples_total", {{"worker", std::to_string(rank)}}, static_cast<double>(st.samples));
-        metrics.Set("hyrec_train_samples_per_second", {{"worker", std::to_string(rank)}}, st.samples / seconds);
-        metrics.Set("hyrec_train_loss", {{"worker", std::to_string(rank)}}, loss.item<double>());
+        dense_worker::PublishProgress(static_cast<double>(st.samples), st.samples / seconds, loss.item<double>(),
+                                      {{"worker", std::to_string(rank)}}, &metrics);
         dense_worker::PublishTrainerMetrics(st, options.worker_id, &metrics);
         (void)dense_worker::PublishPsMetrics(ps.get(), &metrics);
       }
@@ -106,13 +105,8 @@ absl::Status Run() {
   std::printf("summary: %llu samples on worker 0, %.0f samples/s per worker\n",
               static_cast<unsigned long long>(stats.samples), stats.samples / seconds);
   if (job.loader.source.format == data_loader::Format::kSynthetic) {
-    data_loader::LoaderOptions eval = job.loader;
-    eval.source.synthetic.first_index = 1ULL << 40;
-    eval.source.synthetic.num_samples = job.eval_samples;
-    eval.num_workers = 1;
-    eval.epochs = 1;
-    eval.shuffle = false;
-    HYREC_ASSIGN_OR_RETURN(auto eval_loader, data_loader::Loader::Start(eval, {}));
+    HYREC_ASSIGN_OR_RETURN(auto eval_loader,
+                           data_loader::Loader::Start(dense_worker::HeldOutLoaderOptions(job), {}));
     HYREC_ASSIGN_OR_RETURN(auto e, dense_worker::Evaluate(eval_loader->stream(0), ps.get(), options, *model));
     dense_worker::PublishEvaluation(e, &metrics);
     std::printf("  held-out AUC %.4f, log loss %.4f (%llu samples)\n", e.auc, e.log_loss,

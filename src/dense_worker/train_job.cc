@@ -54,7 +54,34 @@ std::unique_ptr<torch::optim::Optimizer> MakeOptimizer(const TrainJobConfig& c, 
   return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(c.dense_learning_rate));
 }
 
+absl::Status CheckDeviceName(const std::string& device) {
+  if (device == "cpu" || device == "cuda" || device == "auto") return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
+}
+
 }  // namespace
+
+data_loader::LoaderOptions HeldOutLoaderOptions(const TrainJobConfig& c) {
+  data_loader::LoaderOptions o = c.loader;
+  o.source.synthetic.first_index = kEvalFirstIndex;
+  o.source.synthetic.num_samples = c.eval_samples;
+  if (c.loader.source.format != data_loader::Format::kSynthetic) o.source.files = c.eval_files;
+  o.num_workers = 1;
+  o.epochs = 1;
+  o.shuffle = false;
+  return o;
+}
+
+void PublishProgress(double samples, double samples_per_second, double loss, const MetricLabels& labels,
+                     MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_train_samples_total", MetricType::kCounter, "Samples trained.");
+  m->Describe("hyrec_train_samples_per_second", MetricType::kGauge, "Samples trained per second since the start.");
+  m->Describe("hyrec_train_loss", MetricType::kGauge, "Mean training loss over the last log interval.");
+  m->Set("hyrec_train_samples_total", labels, samples);
+  m->Set("hyrec_train_samples_per_second", labels, samples_per_second);
+  m->Set("hyrec_train_loss", labels, loss);
+}
 
 void PublishTrainerMetrics(const TrainerStats& st, uint32_t worker, MetricsRegistry* m) {
   if (m == nullptr) return;
@@ -97,11 +124,9 @@ void PublishEvaluation(const Evaluation& e, MetricsRegistry* m) {
 }
 
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank) {
+  HYREC_RETURN_IF_ERROR(CheckDeviceName(device));
   const bool cuda = torch::cuda::is_available();
   if (device == "cpu" || (device == "auto" && !cuda)) return torch::Device(torch::kCPU);
-  if (device != "cuda" && device != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
-  }
   if (!cuda) {
     return absl::FailedPreconditionError(
         "train.device is cuda but no GPU is usable (no device, or this LibTorch was built without CUDA)");
@@ -144,10 +169,7 @@ absl::Status TrainJobConfig::Validate() const {
   }
   if (!(dense_learning_rate > 0)) return absl::InvalidArgumentError("train.dense_learning_rate must be > 0");
   if (log_every_batches < 1) return absl::InvalidArgumentError("train.log_every_batches must be >= 1");
-  if (device != "cpu" && device != "cuda" && device != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
-  }
-  return absl::OkStatus();
+  return CheckDeviceName(device);
 }
 
 absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl::string_view source_name) {
@@ -268,24 +290,14 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
   TrainReport report;
   if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);
-  if (metrics != nullptr) {
-    metrics->Describe("hyrec_train_samples_total", MetricType::kCounter, "Samples trained, all workers.");
-    metrics->Describe("hyrec_train_samples_per_second", MetricType::kGauge, "Samples trained per second since the start.");
-    metrics->Describe("hyrec_train_loss", MetricType::kGauge, "Mean training loss of worker 0 over the last log interval.");
+  if (metrics != nullptr && synthetic) {
     metrics->Describe("hyrec_teacher_auc", MetricType::kGauge, "Synthetic data: the teacher's AUC, the best reachable.");
-    if (synthetic) metrics->Set("hyrec_teacher_auc", {}, report.teacher_auc);
+    metrics->Set("hyrec_teacher_auc", {}, report.teacher_auc);
   }
 
   auto evaluate = [&](DenseModelImpl& model) -> absl::StatusOr<Evaluation> {
     if (!synthetic && c.eval_files.empty()) return Evaluation();
-    data_loader::LoaderOptions eval_options = c.loader;
-    eval_options.source.synthetic.first_index = kEvalFirstIndex;
-    eval_options.source.synthetic.num_samples = c.eval_samples;
-    if (!synthetic) eval_options.source.files = c.eval_files;
-    eval_options.num_workers = 1;
-    eval_options.epochs = 1;
-    eval_options.shuffle = false;
-    HYREC_ASSIGN_OR_RETURN(auto eval_loader, data_loader::Loader::Start(eval_options, {}));
+    HYREC_ASSIGN_OR_RETURN(auto eval_loader, data_loader::Loader::Start(HeldOutLoaderOptions(c), {}));
     return Evaluate(eval_loader->stream(0), ps.get(), trainer_options, model);
   };
 
@@ -355,9 +367,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
           report.losses.emplace_back(samples_done, report.mean_loss_last);
           const TrainerStats st = ctx.stats();
           if (metrics != nullptr) {
-            metrics->Set("hyrec_train_samples_total", {}, static_cast<double>(samples_done));
-            metrics->Set("hyrec_train_samples_per_second", {}, rate);
-            metrics->Set("hyrec_train_loss", {}, report.mean_loss_last);
+            PublishProgress(static_cast<double>(samples_done), rate, report.mean_loss_last, {}, metrics);
             PublishTrainerMetrics(st, options.worker_id, metrics);
             (void)PublishPsMetrics(ps.get(), metrics);
           }
@@ -411,9 +421,8 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   HYREC_ASSIGN_OR_RETURN(report.final_eval, evaluate(*models[0]));
   report.evals.emplace_back(report.samples, report.final_eval);
   if (metrics != nullptr) {
-    metrics->Set("hyrec_train_samples_total", {}, static_cast<double>(report.samples));
-    metrics->Set("hyrec_train_samples_per_second", {}, report.samples_per_second);
-    metrics->Set("hyrec_train_loss", {}, report.mean_loss_last);
+    PublishProgress(static_cast<double>(report.samples), report.samples_per_second, report.mean_loss_last, {},
+                    metrics);
     PublishTrainerMetrics(report.stats, 0, metrics);
     PublishEvaluation(report.final_eval, metrics);
     HYREC_RETURN_IF_ERROR(PublishPsMetrics(ps.get(), metrics));

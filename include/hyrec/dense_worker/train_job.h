@@ -70,6 +70,10 @@ struct TrainReport {
 // FailedPrecondition when cuda is asked for and there is no GPU (or LibTorch has no CUDA).
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank);
 
+// The held-out split's loader options: the synthetic teacher's samples from index 2^40 on
+// (eval_samples of them), or eval.files for file sources; one worker, one epoch, no shuffle.
+data_loader::LoaderOptions HeldOutLoaderOptions(const TrainJobConfig& config);
+
 // The job's dense model (DLRM or DCN-v2), initialized from the global LibTorch generator.
 std::shared_ptr<DenseModelImpl> MakeModel(const TrainJobConfig& config);
 
@@ -82,6 +86,10 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
 absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& config, std::ostream* log, bool terminal,
                                         MetricsRegistry* metrics = nullptr);
 
+// hyrec_train_samples_total (counter), hyrec_train_samples_per_second and hyrec_train_loss
+// (gauges), labelled with `labels`.
+void PublishProgress(double samples, double samples_per_second, double loss, const MetricLabels& labels,
+                     MetricsRegistry* metrics);
 // Metric families (docs/configuration.md lists them), labelled worker="<id>" or table="<name>":
 //   hyrec_ps_lookup_seconds, hyrec_ps_update_seconds, hyrec_wait_for_rows_seconds (summaries:
 //   per batch), hyrec_observed_staleness (gauge: mean batches of updates unapplied at lookup).
