@@ -8,7 +8,7 @@
 //   (f) ceiling: the same MLPs on pre-materialized embeddings (the dense step alone)
 // then the added-PS-latency sweep (processes, batch 512).
 //
-//   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency]
+//   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency|embedded] [--blas_spin]
 //   build/benchmarks/train_benchmark 100 --device=cuda   # CUDA build: (a), (b), (e), (f) on GPU 0,
 //                                                         # the dense sync through ProcessGroupNCCL
 #include <chrono>
@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/loader.h"
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/dense_worker/train_job.h"
 
 namespace {
@@ -196,7 +197,7 @@ double DenseCeiling(const Shape& shape, const std::vector<data_loader::Batch>& b
 }
 
 // (a)-(f) for one shape; processes (c), (d) only on the CPU.
-void ThroughputTable(const Shape& shape, int batches) {
+void ThroughputTable(const Shape& shape, int batches, bool processes) {
   std::printf("\n%s: batch %d, dim %d, %d id(s) per slot, bottom %s, top %s, %d batches, device %s, best of %d\n",
               shape.name,
               shape.batch, shape.dim, shape.ids_per_slot, absl::StrJoin(shape.bottom, "-").c_str(),
@@ -215,12 +216,12 @@ void ThroughputTable(const Shape& shape, int batches) {
     a = std::max(a, Embedded(shape, 4, batches));
     b = std::max(b, Embedded(shape, 0, batches));
   }
-  const bool cpu = g_device.is_cpu();
+  const bool cpu = g_device.is_cpu() && processes;
   const double c = cpu ? Processes(shape, 4, batches) : 0;
   const double d = cpu ? Processes(shape, 0, batches) : 0;
   std::printf("%-52s %12s %10s\n", "configuration", "samples/s", "vs (f)");
   auto row = [&](const char* name, double v) { std::printf("%-52s %12.0f %10.2f\n", name, v, v / f); };
-  row(cpu ? "(a) embedded hybrid, staleness 4" : "(a) embedded hybrid, staleness 4, NCCL world 1", a);
+  row(g_device.is_cpu() ? "(a) embedded hybrid, staleness 4" : "(a) embedded hybrid, staleness 4, NCCL world 1", a);
   row("(b) embedded sync, staleness 0", b);
   if (cpu) {
     row("(c) processes hybrid (2 PS, loader, 1 worker)", c);
@@ -273,14 +274,21 @@ int main(int argc, char** argv) {
         return 1;
       }
       g_device = *device;
+    } else if (std::strcmp(argv[i], "--blas_spin") == 0) {
+      setenv("OPENBLAS_THREAD_TIMEOUT", "28", 1);  // OpenBLAS's default: idle threads spin ~2^28 cycles.
     } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
       only = argv[i] + 7;
     } else {
       batches = std::atoi(argv[i]);
     }
   }
-  if (only.empty() || only == "default") ThroughputTable(kDefault, batches);
-  if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches);
+  // Every configuration, (e) and (f) included, runs with the BLAS setting the trainer uses.
+  std::printf("OpenBLAS idle threads: %s\n",
+              dense_worker::SleepIdleBlasThreads() ? "sleep at once (OPENBLAS_THREAD_TIMEOUT=4)"
+                                                   : absl::StrCat("as the environment says (OPENBLAS_THREAD_TIMEOUT=",
+                                                                  getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "unset", ")").c_str());
+  if (only.empty() || only == "default" || only == "embedded") ThroughputTable(kDefault, batches, only != "embedded");
+  if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches, true);
   if (g_device.is_cpu() && (only.empty() || only == "latency")) LatencySweep(batches);
   return 0;
 }

@@ -18,6 +18,7 @@
 #include "hyrec/common/latency_proxy.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
 #include "hyrec/common/yaml_config.h"
@@ -203,6 +204,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hyrec::dense_worker::SleepIdleBlasThreads();  // Before any thread runs BLAS.
   absl::SetProgramUsageMessage("hyrec train --config=FILE: train on one machine");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {

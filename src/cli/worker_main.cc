@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -123,6 +124,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  hyrec::dense_worker::SleepIdleBlasThreads();  // Before any thread runs BLAS.
   absl::SetProgramUsageMessage("hyrec worker: one dense worker of a cluster");
   absl::ParseCommandLine(argc, argv);
   absl::Status status = Run();

@@ -150,6 +150,7 @@ void TrainingContext::Fill() {
       const absl::Time start = absl::Now();
       absl::Status st = LookupRows(raw);
       *lookup_us += absl::ToInt64Microseconds(absl::Now() - start);
+      if (st.ok()) PrepareBags(raw);  // Pooling's indices, also off the training thread.
       return st;
     });
     window_.push_back(Pending{std::move(tb), std::move(rows)});
@@ -178,40 +179,31 @@ bool TrainingContext::Next(TrainBatch** batch) {
   return status_.ok();
 }
 
-std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_grad) {
-  namespace F = torch::nn::functional;
-  const Batch& b = tb.batch;
+// One bag per (slot of the group, sample), slot-major: bag k * B + i.
+void TrainingContext::PrepareBags(TrainBatch* tb) const {
+  const Batch& b = tb->batch;
   const int64_t batch_size = b.batch_size;
-  if (requires_grad) tb.row_tensors.assign(groups_.size(), torch::Tensor());
-  std::vector<torch::Tensor> pooled(b.slots.size());
+  tb->bags.assign(groups_.size(), TrainBatch::Bags());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const RowGroup& group = groups_[g];
-    const int64_t rows = static_cast<int64_t>(tb.rows[g].size()) / group.dim;
-    torch::Tensor r = ToDevice(torch::from_blob(tb.rows[g].data(), {rows, group.dim}, torch::kFloat), options_.device);
-    if (requires_grad) {
-      r.requires_grad_(true);
-      tb.row_tensors[g] = r;
-    }
-    // One bag per (slot of the group, sample), slot-major: bag k * B + i. indices and offsets
-    // share one host buffer so they reach the device in one copy.
+    TrainBatch::Bags& bag = tb->bags[g];
     const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
-    int64_t ids = 0;
     bool weighted = false;
     for (int s : group.slots) {
-      ids += static_cast<int64_t>(b.slots[s].ids.size());
+      bag.ids += static_cast<int64_t>(b.slots[s].ids.size());
       if (!options_.pooling.empty() && options_.pooling[s] != Pooling::kSum) weighted = true;
     }
-    std::vector<int64_t> index(ids + bags);
-    std::vector<float> weights(weighted ? ids : 0);
-    int64_t* indices = index.data();
-    int64_t* offsets = index.data() + ids;
+    bag.index.resize(bag.ids + bags);
+    bag.weights.resize(weighted ? bag.ids : 0);
+    int64_t* indices = bag.index.data();
+    int64_t* offsets = bag.index.data() + bag.ids;
     int64_t next = 0;
     for (size_t k = 0; k < group.slots.size(); ++k) {
       const int s = group.slots[k];
       const int t = TableOfSlot(options_, s);
       const data_loader::SlotIds& slot = b.slots[s];
       const std::vector<uint32_t>& inverse = b.tables[t].inverse[s];
-      const int64_t base = tb.table_row_offset[t];
+      const int64_t base = tb->table_row_offset[t];
       const Pooling pooling = options_.pooling.empty() ? Pooling::kSum : options_.pooling[s];
       for (int64_t i = 0; i < batch_size; ++i) {
         offsets[k * batch_size + i] = next;
@@ -221,19 +213,43 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
         if (end > begin && pooling == Pooling::kSqrtN) scale = 1.0f / std::sqrt(static_cast<float>(end - begin));
         for (uint32_t j = begin; j < end; ++j, ++next) {
           indices[next] = base + inverse[j];
-          if (weighted) weights[next] = scale;
+          if (weighted) bag.weights[next] = scale;
         }
       }
     }
+  }
+}
+
+std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_grad) {
+  namespace F = torch::nn::functional;
+  const Batch& b = tb.batch;
+  const int64_t batch_size = b.batch_size;
+  if (requires_grad) tb.row_tensors.assign(groups_.size(), torch::Tensor());
+  if (tb.bags.size() != groups_.size()) PrepareBags(&tb);
+  std::vector<torch::Tensor> pooled(b.slots.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const RowGroup& group = groups_[g];
+    const int64_t rows = static_cast<int64_t>(tb.rows[g].size()) / group.dim;
+    torch::Tensor r = ToDevice(torch::from_blob(tb.rows[g].data(), {rows, group.dim}, torch::kFloat), options_.device);
+    if (requires_grad) {
+      r.requires_grad_(true);
+      tb.row_tensors[g] = r;
+    }
+    const TrainBatch::Bags& bag = tb.bags[g];
+    const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
+    const int64_t ids = bag.ids;
+    const bool weighted = !bag.weights.empty();
     torch::Tensor out;
     if (ids == 0) {
       out = torch::zeros({bags, group.dim}, r.options().requires_grad(false));
     } else {
-      torch::Tensor all = ToDevice(torch::from_blob(index.data(), {ids + bags}, torch::kLong), options_.device);
+      // One host buffer (ids, then offsets), so one copy reaches the device.
+      torch::Tensor all = ToDevice(
+          torch::from_blob(const_cast<int64_t*>(bag.index.data()), {ids + bags}, torch::kLong), options_.device);
       auto bag_options = F::EmbeddingBagFuncOptions().offsets(all.narrow(0, ids, bags)).mode(torch::kSum);
       if (weighted) {
         bag_options.per_sample_weights(
-            ToDevice(torch::from_blob(weights.data(), {ids}, torch::kFloat), options_.device));
+            ToDevice(torch::from_blob(const_cast<float*>(bag.weights.data()), {ids}, torch::kFloat), options_.device));
       }
       out = F::embedding_bag(all.narrow(0, 0, ids), r, bag_options);
     }
@@ -263,17 +279,15 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     if (!s.ok()) return status_ = s;
   }
   optimizer_->step();
-  // Embedding gradients per unique id (duplicates and pooling already accounted by autograd),
-  // one device-to-host copy per row group.
-  auto grads = std::make_shared<std::vector<std::vector<float>>>();
-  for (size_t g = 0; g < current_->row_tensors.size(); ++g) {
-    torch::Tensor grad = current_->row_tensors[g].grad();
-    std::vector<float> values(current_->rows[g].size(), 0.0f);
-    if (grad.defined() && !values.empty()) {
-      grad = grad.to(torch::kCPU).contiguous();
-      std::memcpy(values.data(), grad.data_ptr<float>(), values.size() * sizeof(float));
-    }
-    grads->push_back(std::move(values));
+  // Embedding gradients per unique id (duplicates and pooling already accounted by autograd):
+  // the leaf tensors' gradients themselves on the CPU (no copy), one device-to-host copy per row
+  // group otherwise; a group that got no gradient pushes zeros.
+  auto grads = std::make_shared<std::vector<torch::Tensor>>();
+  for (size_t g = 0; g < current_->rows.size(); ++g) {
+    torch::Tensor grad;
+    if (g < current_->row_tensors.size() && current_->row_tensors[g].defined()) grad = current_->row_tensors[g].grad();
+    grads->push_back(grad.defined() ? grad.to(torch::kCPU).contiguous()
+                                    : torch::zeros({static_cast<int64_t>(current_->rows[g].size())}));
   }
   auto batch = std::shared_ptr<TrainBatch>(current_.release());
   const uint64_t sequence = ++sequence_;
@@ -284,7 +298,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     absl::Status s = ForEachTable(batch->batch.tables.size(), ps_->remote(), [&](size_t t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];
       if (ids.unique_ids.empty()) return absl::OkStatus();
-      const float* g = (*grads)[table_group_[t]].data() + batch->table_row_offset[t] * dims_[t];
+      const float* g = (*grads)[table_group_[t]].data_ptr<float>() + batch->table_row_offset[t] * dims_[t];
       return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
                                 absl::MakeConstSpan(g, ids.unique_ids.size() * dims_[t]),
                                 embedding_ps::UpdateId{options_.worker_id, sequence * 1024 + t + 1});

@@ -69,6 +69,15 @@ struct TrainBatch {
   std::vector<std::vector<float>> rows;
   std::vector<int64_t> table_row_offset;
   uint64_t index = 0;                    // Position in this worker's sequence of batches.
+  // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread):
+  // `index` holds the group's ids (row numbers in the group, slot-major) and then one offset per
+  // (slot, sample) bag; `weights` the per-id pooling scales when a slot pools by mean or sqrt-n.
+  struct Bags {
+    std::vector<int64_t> index;
+    std::vector<float> weights;
+    int64_t ids = 0;
+  };
+  std::vector<Bags> bags;
   // Set by Pool: per row group, the leaf tensor whose gradient goes back to the PS.
   std::vector<torch::Tensor> row_tensors;
 };
@@ -127,6 +136,7 @@ class TrainingContext {
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
   absl::Status LookupRows(TrainBatch* tb);
+  void PrepareBags(TrainBatch* tb) const;
 
   TrainerOptions options_;
   data_loader::BatchStream* stream_;
