@@ -1,11 +1,18 @@
 // TrainingContext's pooling and embedding gradients against a hand computation: tables of two
 // dims (so two row groups), a table shared by two slots, duplicate ids, an empty slot, and sum,
 // mean and sqrt-n pooling. Runs on the CPU and, when LibTorch has CUDA and a GPU is present, on
-// the GPU (the same numbers must come out).
+// the GPU (the same numbers must come out). Also: SleepIdleBlasThreads keeps matrix products
+// right across OpenBLAS's pool restart.
 #include "hyrec/dense_worker/trainer.h"
 
+#include <dlfcn.h>
+
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <string>
+
+#include "hyrec/dense_worker/blas_threads.h"
 
 #include "gtest/gtest.h"
 
@@ -164,6 +171,41 @@ TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCpu) { CheckPoolingAndGradie
 TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (or a CPU-only LibTorch)";
   CheckPoolingAndGradients(torch::Device(torch::kCUDA, 0));
+}
+
+// A product large enough for OpenBLAS to split across its threads, against a double-precision
+// loop.
+void ExpectProductRight() {
+  torch::manual_seed(3);
+  const int64_t n = 256;
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);
+  auto pa = a.accessor<float, 2>(), pb = b.accessor<float, 2>(), pc = c.accessor<float, 2>();
+  for (int64_t i = 0; i < n; i += 37) {
+    for (int64_t j = 0; j < n; j += 41) {
+      double want = 0;
+      for (int64_t k = 0; k < n; ++k) want += static_cast<double>(pa[i][k]) * pb[k][j];
+      EXPECT_NEAR(pc[i][j], want, 1e-3) << i << "," << j;
+    }
+  }
+}
+
+TEST(SleepIdleBlasThreads, SetsTheTimeoutOnceKeepsTheUsersAndProductsStayRight) {
+  ExpectProductRight();  // The pool exists, spinning by default.
+  const char* before = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  const std::string users = before != nullptr ? before : "";
+  const bool openblas = dlsym(RTLD_DEFAULT, "openblas_read_env") != nullptr;
+  const bool applied = SleepIdleBlasThreads();
+  if (before != nullptr) {
+    EXPECT_FALSE(applied);
+    EXPECT_EQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), users);  // The user's value stands.
+  } else {
+    EXPECT_EQ(applied, openblas);
+    if (openblas) EXPECT_STREQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), "4");
+  }
+  ExpectProductRight();  // Through the restarted pool.
+  EXPECT_EQ(SleepIdleBlasThreads(), applied);  // Later calls change nothing.
+  ExpectProductRight();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // the dense sync stay behind TrainingContext. Run: build/hyrec-custom-model
 #include <cstdio>
 
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/dense_worker/trainer.h"
 
 using namespace hyrec;
@@ -20,6 +21,7 @@ struct WideModel : dense_worker::DenseModelImpl {
 };
 
 int main() {
+  dense_worker::SleepIdleBlasThreads();                 // Idle BLAS threads leave the cores to the PS.
   data_loader::LoaderOptions data;                      // The synthetic teacher, 26 slots.
   data.source.synthetic.num_samples = 300'000;
   data.source.synthetic.vocabulary = 1000;
