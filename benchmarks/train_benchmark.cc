@@ -31,7 +31,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSlots = 26;
 constexpr int64_t kRowsPerTable = 1 << 17;  // Hashing trick for (e).
-constexpr size_t kWarmup = 5;               // Untimed first batches of (e) and (f).
+constexpr size_t kWarmup = dense_worker::TrainReport::kWarmupBatches;  // Untimed first batches of (a), (b), (e), (f).
 constexpr int kRounds = 2;                  // Interleaved repetitions; the best is reported.
 
 // A model and data shape.
@@ -77,7 +77,8 @@ double Embedded(const Shape& shape, int staleness, int batches) {
   std::printf("  staleness %d: observed %.2f, waited %.2f ms/batch for rows, lookup %.1f ms, update %.1f ms\n",
               staleness, report->stats.observed_staleness, report->stats.wait_for_rows_ms, report->stats.lookup_ms,
               report->stats.update_ms);
-  return report->samples_per_second;
+  // After the same warm-up as (e) and (f) (kWarmup batches).
+  return report->steady_samples_per_second;
 }
 
 // hyrec train --processes; returns worker 0's samples/s and, in *waited_ms, the mean time a batch

@@ -313,6 +313,8 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   const uint64_t total_samples =
       synthetic ? c.loader.source.synthetic.num_samples * std::max<uint64_t>(c.loader.epochs, 1) : 0;
   const absl::Time start = absl::Now();
+  absl::Time warm_start = absl::InfinitePast();
+  uint64_t warm_samples = 0;
   std::vector<std::thread> workers;
   for (int w = 0; w < c.workers; ++w) {
     workers.emplace_back([&, w] {
@@ -362,6 +364,10 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
         loss_window += loss_value;
         ++loss_count;
         samples_done = ctx.stats().samples * c.workers;
+        if (ctx.stats().batches == TrainReport::kWarmupBatches) {
+          warm_start = absl::Now();
+          warm_samples = samples_done;
+        }
         if (ctx.stats().batches % c.log_every_batches == 0) {
           const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
           const double rate = samples_done / std::max(seconds, 1e-9);
@@ -412,9 +418,14 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   for (auto& t : workers) t.join();
   if (!failure.ok()) return failure;
   if (terminal && log != nullptr) *log << "\n";
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Time end = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(end - start);
   for (const TrainerStats& s : stats) report.samples += s.samples;
   report.samples_per_second = report.samples / std::max(seconds, 1e-9);
+  if (warm_start != absl::InfinitePast() && report.samples > warm_samples) {
+    report.steady_samples_per_second =
+        (report.samples - warm_samples) / std::max(absl::ToDoubleSeconds(end - warm_start), 1e-9);
+  }
   report.stats = stats[0];
   if (loss_count > 0) {  // The last, partial log interval.
     report.mean_loss_last = loss_window / loss_count;

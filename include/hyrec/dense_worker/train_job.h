@@ -59,7 +59,11 @@ struct TrainReport {
   Evaluation final_eval;
   std::vector<std::pair<uint64_t, Evaluation>> evals;  // (samples trained, evaluation)
   double teacher_auc = 0;                              // Synthetic sources: the best reachable.
-  double samples_per_second = 0;
+  double samples_per_second = 0;                       // From the start of training to the end.
+  // From the end of worker 0's batch kWarmupBatches to the end (0 for shorter runs): the steady
+  // rate, without the first lookups into an empty PS and LibTorch's first-call costs.
+  double steady_samples_per_second = 0;
+  static constexpr uint64_t kWarmupBatches = 5;
   uint64_t samples = 0;
   double mean_loss_last = 0;                           // Over the last log interval.
   std::vector<std::pair<uint64_t, double>> losses;     // (samples trained, mean loss of the interval)
