@@ -13,6 +13,7 @@
 //                                                         # the dense sync through ProcessGroupNCCL
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -217,14 +218,14 @@ void ThroughputTable(const Shape& shape, int batches, bool processes) {
     a = std::max(a, Embedded(shape, 4, batches));
     b = std::max(b, Embedded(shape, 0, batches));
   }
-  const bool cpu = g_device.is_cpu() && processes;
-  const double c = cpu ? Processes(shape, 4, batches) : 0;
-  const double d = cpu ? Processes(shape, 0, batches) : 0;
+  const bool with_processes = g_device.is_cpu() && processes;
+  const double c = with_processes ? Processes(shape, 4, batches) : 0;
+  const double d = with_processes ? Processes(shape, 0, batches) : 0;
   std::printf("%-52s %12s %10s\n", "configuration", "samples/s", "vs (f)");
   auto row = [&](const char* name, double v) { std::printf("%-52s %12.0f %10.2f\n", name, v, v / f); };
   row(g_device.is_cpu() ? "(a) embedded hybrid, staleness 4" : "(a) embedded hybrid, staleness 4, NCCL world 1", a);
   row("(b) embedded sync, staleness 0", b);
-  if (cpu) {
+  if (with_processes) {
     row("(c) processes hybrid (2 PS, loader, 1 worker)", c);
     row("(d) processes sync", d);
   }
@@ -284,10 +285,10 @@ int main(int argc, char** argv) {
     }
   }
   // Every configuration, (e) and (f) included, runs with the BLAS setting the trainer uses.
-  std::printf("OpenBLAS idle threads: %s\n",
-              dense_worker::SleepIdleBlasThreads() ? "sleep at once (OPENBLAS_THREAD_TIMEOUT=4)"
-                                                   : absl::StrCat("as the environment says (OPENBLAS_THREAD_TIMEOUT=",
-                                                                  getenv("OPENBLAS_THREAD_TIMEOUT") ? getenv("OPENBLAS_THREAD_TIMEOUT") : "unset", ")").c_str());
+  const bool asleep = dense_worker::SleepIdleBlasThreads();
+  const char* timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  std::printf("OpenBLAS idle threads: OPENBLAS_THREAD_TIMEOUT=%s%s\n", timeout != nullptr ? timeout : "unset",
+              asleep ? " (set by SleepIdleBlasThreads: they sleep at once)" : " (from the environment)");
   if (only.empty() || only == "default" || only == "embedded") ThroughputTable(kDefault, batches, only != "embedded");
   if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches, true);
   if (g_device.is_cpu() && (only.empty() || only == "latency")) LatencySweep(batches);

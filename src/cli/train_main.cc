@@ -18,11 +18,11 @@
 #include "hyrec/common/latency_proxy.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
-#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/common/subprocess.h"
-#include "hyrec/embedding_ps/ps_cluster.h"
 #include "hyrec/common/yaml_config.h"
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/embedding_ps/ps_cluster.h"
 
 ABSL_FLAG(std::string, config, "", "YAML job configuration (docs/configuration.md).");
 ABSL_FLAG(double, ps_latency_ms, -1,

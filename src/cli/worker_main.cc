@@ -14,10 +14,10 @@
 #include "absl/strings/str_split.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/status_macros.h"
-#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/synthetic.h"
+#include "hyrec/dense_worker/blas_threads.h"
 #include "hyrec/dense_worker/train_job.h"
 
 ABSL_FLAG(int, metrics_port, -1,

@@ -1,7 +1,6 @@
 #include "hyrec/dense_worker/trainer.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/thread_priority.h"
@@ -188,15 +187,16 @@ void TrainingContext::PrepareBags(TrainBatch* tb) const {
     const RowGroup& group = groups_[g];
     TrainBatch::Bags& bag = tb->bags[g];
     const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
+    int64_t ids = 0;
     bool weighted = false;
     for (int s : group.slots) {
-      bag.ids += static_cast<int64_t>(b.slots[s].ids.size());
+      ids += static_cast<int64_t>(b.slots[s].ids.size());
       if (!options_.pooling.empty() && options_.pooling[s] != Pooling::kSum) weighted = true;
     }
-    bag.index.resize(bag.ids + bags);
-    bag.weights.resize(weighted ? bag.ids : 0);
+    bag.index.resize(ids + bags);
+    bag.weights.resize(weighted ? ids : 0);
     int64_t* indices = bag.index.data();
-    int64_t* offsets = bag.index.data() + bag.ids;
+    int64_t* offsets = bag.index.data() + ids;
     int64_t next = 0;
     for (size_t k = 0; k < group.slots.size(); ++k) {
       const int s = group.slots[k];
@@ -237,7 +237,7 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
     }
     const TrainBatch::Bags& bag = tb.bags[g];
     const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
-    const int64_t ids = bag.ids;
+    const int64_t ids = static_cast<int64_t>(bag.index.size()) - bags;
     const bool weighted = !bag.weights.empty();
     torch::Tensor out;
     if (ids == 0) {

@@ -73,11 +73,11 @@ struct TrainBatch {
   uint64_t index = 0;                    // Position in this worker's sequence of batches.
   // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread):
   // `index` holds the group's ids (row numbers in the group, slot-major) and then one offset per
-  // (slot, sample) bag; `weights` the per-id pooling scales when a slot pools by mean or sqrt-n.
+  // (slot, sample) bag; `weights` the per-id pooling scales when a slot pools by mean or sqrt-n
+  // (empty when every slot of the group sums).
   struct Bags {
     std::vector<int64_t> index;
     std::vector<float> weights;
-    int64_t ids = 0;
   };
   std::vector<Bags> bags;
   // Set by Pool: per row group, the leaf tensor whose gradient goes back to the PS.
