@@ -22,7 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/loader.h"
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
 
 namespace {
@@ -284,11 +284,14 @@ int main(int argc, char** argv) {
       batches = std::atoi(argv[i]);
     }
   }
-  // Every configuration, (e) and (f) included, runs with the BLAS setting the trainer uses.
+  // Every configuration, (e) and (f) included, runs with the BLAS and malloc settings the trainer uses.
   const bool asleep = dense_worker::SleepIdleBlasThreads();
   const char* timeout = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   std::printf("OpenBLAS idle threads: OPENBLAS_THREAD_TIMEOUT=%s%s\n", timeout != nullptr ? timeout : "unset",
               asleep ? " (set by SleepIdleBlasThreads: they sleep at once)" : " (from the environment)");
+  const bool retained = dense_worker::RetainFreedMemory();
+  std::printf("malloc: %s\n", retained ? "freed blocks up to 32 MiB stay mapped (set by RetainFreedMemory)"
+                                       : "glibc's defaults or the environment's thresholds");
   if (only.empty() || only == "default" || only == "embedded") ThroughputTable(kDefault, batches, only != "embedded");
   if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches, true);
   if (g_device.is_cpu() && (only.empty() || only == "latency")) LatencySweep(batches);

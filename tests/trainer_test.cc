@@ -2,17 +2,20 @@
 // dims (so two row groups), a table shared by two slots, duplicate ids, an empty slot, and sum,
 // mean and sqrt-n pooling. Runs on the CPU and, when LibTorch has CUDA and a GPU is present, on
 // the GPU (the same numbers must come out). Also: SleepIdleBlasThreads keeps matrix products
-// right across OpenBLAS's pool restart.
+// right across OpenBLAS's pool restart, and RetainFreedMemory makes a freed block's pages reusable
+// without page faults.
 #include "hyrec/dense_worker/trainer.h"
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstdlib>
 #include <map>
 #include <string>
+#include <thread>
 
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 
 #include "gtest/gtest.h"
 
@@ -206,6 +209,42 @@ TEST(SleepIdleBlasThreads, SetsTheTimeoutOnceKeepsTheUsersAndProductsStayRight) 
   ExpectProductRight();  // Through the restarted pool.
   EXPECT_EQ(SleepIdleBlasThreads(), applied);  // Later calls change nothing.
   ExpectProductRight();
+}
+
+// Minor page faults of the calling thread so far.
+long ThreadPageFaults() {
+  rusage usage;
+  getrusage(RUSAGE_THREAD, &usage);
+  return usage.ru_minflt;
+}
+
+TEST(RetainFreedMemory, AFreedBlockIsReusedWithoutPageFaults) {
+  const bool users = std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
+                     std::getenv("GLIBC_TUNABLES") != nullptr;
+  const bool applied = RetainFreedMemory();
+  EXPECT_EQ(RetainFreedMemory(), applied);  // Once per process.
+  if (!applied) GTEST_SKIP() << (users ? "the environment sets malloc's thresholds" : "not glibc");
+  // 24 MiB: more than any block this test binary freed before, so glibc's own adaptive threshold
+  // (which follows the largest block freed so far) would map it afresh each time: with the
+  // defaults the second round below faults in all 6,144 pages again.
+  constexpr size_t kBytes = 24u << 20;
+  constexpr long kPages = kBytes / 4096;
+  std::thread([&] {  // A thread of its own: its own malloc arena, as a pipeline thread has.
+    long faults[2];
+    for (int round = 0; round < 2; ++round) {
+      const long before = ThreadPageFaults();
+      volatile char* block = static_cast<volatile char*>(std::malloc(kBytes));
+      ASSERT_NE(block, nullptr);
+      for (size_t i = 0; i < kBytes; i += 4096) block[i] = static_cast<char>(round + 1);
+      faults[round] = ThreadPageFaults() - before;
+      std::free(const_cast<char*>(block));
+    }
+    // The first round faults the pages in (kPages of them, or fewer with transparent huge pages):
+    // the probe works. The second reuses them.
+    EXPECT_GT(faults[0], 0);
+    EXPECT_LE(faults[0], kPages + 64);
+    EXPECT_LT(faults[1] * 10, faults[0]);
+  }).join();
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // the dense sync stay behind TrainingContext. Run: build/hyrec-custom-model
 #include <cstdio>
 
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/trainer.h"
 
 using namespace hyrec;
@@ -21,7 +21,7 @@ struct WideModel : dense_worker::DenseModelImpl {
 };
 
 int main() {
-  dense_worker::SleepIdleBlasThreads();                 // Idle BLAS threads leave the cores to the PS.
+  dense_worker::TuneTrainingProcess();                  // Idle BLAS threads sleep, freed memory stays.
   data_loader::LoaderOptions data;                      // The synthetic teacher, 26 slots.
   data.source.synthetic.num_samples = 300'000;
   data.source.synthetic.vocabulary = 1000;

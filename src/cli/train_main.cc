@@ -20,7 +20,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
 
@@ -204,7 +204,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hyrec::dense_worker::SleepIdleBlasThreads();  // Before any thread runs BLAS.
+  hyrec::dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
   absl::SetProgramUsageMessage("hyrec train --config=FILE: train on one machine");
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {

@@ -17,7 +17,7 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/synthetic.h"
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
 
 ABSL_FLAG(int, metrics_port, -1,
@@ -124,7 +124,7 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  hyrec::dense_worker::SleepIdleBlasThreads();  // Before any thread runs BLAS.
+  hyrec::dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
   absl::SetProgramUsageMessage("hyrec worker: one dense worker of a cluster");
   absl::ParseCommandLine(argc, argv);
   absl::Status status = Run();

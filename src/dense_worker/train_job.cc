@@ -14,7 +14,7 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/synthetic.h"
-#include "hyrec/dense_worker/blas_threads.h"
+#include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/embedding_ps/client.h"
 
 namespace hyrec::dense_worker {
@@ -252,7 +252,7 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
 absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* log, bool terminal,
                                         MetricsRegistry* metrics) {
   HYREC_RETURN_IF_ERROR(c.Validate());
-  SleepIdleBlasThreads();  // PS and loader threads get the cores the BLAS threads leave idle.
+  TuneTrainingProcess();  // Idle BLAS threads sleep, freed tensors stay mapped (process_tuning.h).
   const int num_tables = c.loader.num_tables();
   // PS: one table per loader table, all shards in this process.
   embedding_ps::StoreOptions store_options;

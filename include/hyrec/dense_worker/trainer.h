@@ -23,8 +23,8 @@
 // - Backward: backward, the dense gradient allreduce (DenseSync, when given), the dense optimizer
 //   step, then the embedding gradients per unique id pushed to the PS without waiting, tagged
 //   (worker id, sequence) so a retry is applied once.
-// - CPU workers sharing cores with in-process PS shards or a loader: call SleepIdleBlasThreads
-//   (blas_threads.h) at the start of main, as hyrec train and hyrec worker do.
+// - CPU workers sharing cores with in-process PS shards or a loader: call TuneTrainingProcess
+//   (process_tuning.h) at the start of main, as hyrec train and hyrec worker do.
 #ifndef HYREC_DENSE_WORKER_TRAINER_H_
 #define HYREC_DENSE_WORKER_TRAINER_H_
 
