@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
+#include "hyrec/common/thread_priority.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -285,9 +286,9 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
                                                       " GPUs (NCCL needs one GPU per worker)"));
   }
 
-  // The loader shares the machine with the dense step: its threads run at lower priority.
+  // The loader shares the machine with the dense step: its threads run on the cores it leaves idle.
   data_loader::LoaderOptions loader_options = c.loader;
-  loader_options.thread_nice = 10;
+  loader_options.thread_nice = kIdleNice;
   HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(loader_options, {}));
   const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
   TrainReport report;

@@ -63,7 +63,8 @@ struct LoaderOptions {
   uint64_t min_lines_for_bad_check = 10'000;
   int prefetch_batches = 8;          // Per worker.
   bool drop_last = false;            // Drop each epoch's final partial batch.
-  int thread_nice = 0;               // Nice increment of the loader's threads (0: as the caller).
+  int thread_nice = 0;               // Nice increment of the loader's threads (0: as the caller;
+                                     // kIdleNice: SCHED_IDLE, see common/thread_priority.h).
 
   absl::Status Validate() const;
   int num_tables() const;

@@ -38,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "hyrec/common/thread_priority.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/model.h"
 #include "hyrec/embedding_ps/client.h"
@@ -57,8 +58,9 @@ struct TrainerOptions {
   absl::Duration batch_timeout = absl::Seconds(120);
   torch::Device device = torch::kCPU;    // Where the model lives; pooling and labels go there.
   // Nice increment of the threads that call the PS (lookups ahead, updates behind): they then
-  // fill the cores the dense step leaves idle rather than preempt it. 0: as the caller.
-  int background_nice = 10;
+  // fill the cores the dense step leaves idle rather than preempt it. 0: as the caller;
+  // kIdleNice (the default): SCHED_IDLE (common/thread_priority.h).
+  int background_nice = kIdleNice;
 };
 
 // A batch with its rows looked up, ready to train on.
