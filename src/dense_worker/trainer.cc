@@ -191,7 +191,7 @@ void TrainingContext::Fill() {
     TrainBatch* raw = tb.get();
     auto lookup_us = lookup_us_;
     std::future<absl::Status> rows = std::async(std::launch::async, [this, raw, lookup_us] {
-      LowerThisThreadsPriority(options_.background_nice);
+      LowerThisThreadsPriority(BackgroundNice());
       const absl::Time start = absl::Now();
       absl::Status st = LookupRows(raw);
       *lookup_us += absl::ToInt64Microseconds(absl::Now() - start);
@@ -348,7 +348,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   const uint64_t sequence = ++sequence_;
   auto update_us = update_us_;
   std::future<absl::Status> done = std::async(std::launch::async, [this, batch, grads, sequence, update_us] {
-    LowerThisThreadsPriority(options_.background_nice);
+    LowerThisThreadsPriority(BackgroundNice());
     const absl::Time start = absl::Now();
     absl::Status s = ForEachTable(batch->batch.tables.size(), ps_->remote(), [&](size_t t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];

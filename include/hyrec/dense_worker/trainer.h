@@ -57,10 +57,14 @@ struct TrainerOptions {
   uint32_t worker_id = 0;
   absl::Duration batch_timeout = absl::Seconds(120);
   torch::Device device = torch::kCPU;    // Where the model lives; pooling and labels go there.
-  // Nice increment of the threads that call the PS (lookups ahead, updates behind): they then
-  // fill the cores the dense step leaves idle rather than preempt it. 0: as the caller;
-  // kIdleNice (the default): SCHED_IDLE (common/thread_priority.h).
-  int background_nice = kIdleNice;
+  // Nice increment of the threads that call the PS (lookups ahead, updates behind), so that they
+  // fill the cores the dense step leaves idle rather than preempt it; 0: as the caller, kIdleNice:
+  // SCHED_IDLE (common/thread_priority.h). Against in-process stores those threads do the store's
+  // CPU work: SCHED_IDLE by default. Against remote shards they mostly wait for a reply and must
+  // take it as soon as it comes, which a SCHED_IDLE thread does not when the machine's cores are
+  // busy (measured: a processes-hybrid batch waited 30 ms for its rows against ~6 at nice 10).
+  int background_nice = kIdleNice;       // With an in-process EmbeddingClient.
+  int remote_background_nice = 10;       // With a remote one.
 };
 
 // A batch with its rows looked up, ready to train on.
@@ -141,6 +145,8 @@ class TrainingContext {
   void Fill();
   absl::Status LookupRows(TrainBatch* tb);
   void PrepareBags(TrainBatch* tb) const;
+  // The nice increment of the lookup and update threads for this context's PS client.
+  int BackgroundNice() const { return ps_->remote() ? options_.remote_background_nice : options_.background_nice; }
 
   TrainerOptions options_;
   data_loader::BatchStream* stream_;
