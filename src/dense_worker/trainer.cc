@@ -38,7 +38,6 @@ absl::Status ForEachTable(size_t tables, bool concurrently, Fn fn) {
   return status;
 }
 
-
 // Sum pooling of `rows` into bags on the CPU, optionally weighted per id (mean and sqrt-n pooling
 // come as weights). `index` holds the `ids` row numbers, then one start offset per bag. The
 // forward is LibTorch's embedding_bag; the backward is a plain scatter-add of each bag's gradient
