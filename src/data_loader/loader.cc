@@ -105,6 +105,15 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
   batch->tables.assign(num_tables, TableIds());
   std::vector<absl::flat_hash_map<uint64_t, uint32_t>> first(num_tables);
   std::vector<std::vector<uint64_t>> unique(num_tables);
+  {
+    // Sized for every id distinct, so that no map rehashes while it fills.
+    std::vector<size_t> table_ids(num_tables, 0);
+    for (int s = 0; s < num_slots; ++s) table_ids[slot_tables.empty() ? s : slot_tables[s]] += batch->slots[s].ids.size();
+    for (int t = 0; t < num_tables; ++t) {
+      first[t].reserve(table_ids[t]);
+      unique[t].reserve(table_ids[t]);
+    }
+  }
   for (int s = 0; s < num_slots; ++s) {
     const int t = slot_tables.empty() ? s : slot_tables[s];
     TableIds& table = batch->tables[t];
