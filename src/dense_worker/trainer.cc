@@ -291,12 +291,13 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
       // One host buffer (ids, then offsets), so one copy reaches the device.
       torch::Tensor all = ToDevice(
           torch::from_blob(const_cast<int64_t*>(bag.index.data()), {ids + bags}, torch::kLong), options_.device);
+      // Empty when unweighted (CpuBagSum's convention).
       torch::Tensor weights =
           weighted ? ToDevice(torch::from_blob(const_cast<float*>(bag.weights.data()), {ids}, torch::kFloat),
                               options_.device)
-                   : torch::Tensor();
+                   : torch::empty({0});
       if (options_.device.is_cpu()) {
-        out = CpuBagSum::apply(r, all, ids, weighted ? weights : torch::empty({0}));
+        out = CpuBagSum::apply(r, all, ids, weights);
       } else {
         auto bag_options = F::EmbeddingBagFuncOptions().offsets(all.narrow(0, ids, bags)).mode(torch::kSum);
         if (weighted) bag_options.per_sample_weights(weights);
