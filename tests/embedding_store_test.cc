@@ -259,6 +259,40 @@ TEST(EmbeddingShardStore, RepeatedUpdateIdAppliesOnce) {
   EXPECT_EQ(store->Stats().tables[0].duplicate_updates, 2u);
 }
 
+// A worker sends every table of a batch the batch's sequence, and its updates race: the window is
+// per (worker, table), and a late update within it applies however far the others ran ahead.
+TEST(EmbeddingShardStore, UpdateIdsArePerTableAndMayArriveOutOfOrder) {
+  TableConfig a = Table("a", 1), b = Table("b", 1);
+  a.initializer.kind = b.initializer.kind = InitializerKind::kZeros;
+  auto store = MakeStore({a, b});
+  UpdateResult r;
+  ASSERT_TRUE(store->Update(0, {9}, std::vector<float>{1}, UpdateId{1, 7}, &r).ok());
+  ASSERT_TRUE(store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 7}, &r).ok());  // Same batch.
+  EXPECT_FALSE(r.duplicate);
+  // Table a runs 1000 batches ahead of table b's batch 8, which still applies once.
+  for (uint64_t seq = 9; seq <= 1008; ++seq) {
+    ASSERT_TRUE(store->Update(0, {9}, std::vector<float>{1}, UpdateId{1, seq}, &r).ok());
+  }
+  ASSERT_TRUE(store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 1008}, &r).ok());
+  ASSERT_TRUE(store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 8}, &r).ok());
+  EXPECT_FALSE(r.duplicate);
+  ASSERT_TRUE(store->Update(0, {9}, std::vector<float>{1}, UpdateId{1, 8}, &r).ok());  // Late, in the window.
+  EXPECT_FALSE(r.duplicate);
+  ASSERT_TRUE(store->Update(0, {9}, std::vector<float>{1}, UpdateId{1, 8}, &r).ok());  // Now a repeat.
+  EXPECT_TRUE(r.duplicate);
+  EXPECT_EQ(Row(*store, 0, 9), (std::vector<float>{-1002}));
+  EXPECT_EQ(Row(*store, 1, 9), (std::vector<float>{-3}));
+  // Too far behind to tell whether it was applied: refused, named, nothing written.
+  ASSERT_TRUE(store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 1100}, &r).ok());
+  absl::Status old = store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 1100 - 1024}, &r);
+  EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition) << old;
+  EXPECT_NE(old.message().find("table 'b': update sequence 76 of worker 1 is 1024 or more below its newest (1100)"),
+            std::string::npos) << old;
+  EXPECT_EQ(Row(*store, 1, 9), (std::vector<float>{-4}));
+  EXPECT_EQ(store->Stats().tables[0].duplicate_updates, 1u);
+  EXPECT_EQ(store->Stats().tables[1].duplicate_updates, 0u);
+}
+
 // Many threads mixing lookups and SGD updates of small integers: SGD with lr 1 adds, so the final
 // rows must equal a sequential replay exactly, whatever the interleaving.
 TEST(EmbeddingShardStore, ConcurrentHammerMatchesSequentialReplay) {

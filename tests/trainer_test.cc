@@ -1,7 +1,8 @@
 // TrainingContext's pooling and embedding gradients against a hand computation: tables of two
 // dims (so two row groups), a table shared by two slots, duplicate ids, an empty slot, and sum,
 // mean and sqrt-n pooling. Runs on the CPU and, when LibTorch has CUDA and a GPU is present, on
-// the GPU (the same numbers must come out). Also: SleepIdleBlasThreads keeps matrix products
+// the GPU (the same numbers must come out). Hybrid updates that complete out of order are each
+// applied once. Also: SleepIdleBlasThreads keeps matrix products
 // right across OpenBLAS's pool restart, and RetainFreedMemory makes a freed block's pages reusable
 // without page faults.
 #include "hyrec/dense_worker/trainer.h"
@@ -9,6 +10,7 @@
 #include <dlfcn.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -30,13 +32,13 @@ const std::vector<int> kSlotTables = {0, 1, 2, 0};  // Table "a" is read by slot
 const std::vector<int> kDims = {4, 3, 4};           // Tables a and c share a row group.
 const std::vector<Pooling> kPooling = {Pooling::kSum, Pooling::kMean, Pooling::kSqrtN, Pooling::kSum};
 
-// One batch, once.
-class OneBatch : public data_loader::BatchStream {
+// The same batch, `times` times.
+class RepeatedBatch : public data_loader::BatchStream {
  public:
-  explicit OneBatch(Batch batch) : batch_(std::move(batch)) {}
+  explicit RepeatedBatch(Batch batch, int times = 1) : batch_(std::move(batch)), left_(times) {}
   absl::Status Next(Batch* batch, absl::Duration) override {
-    if (done_) return absl::OutOfRangeError("end");
-    done_ = true;
+    if (left_ == 0) return absl::OutOfRangeError("end");
+    --left_;
     *batch = batch_;
     return absl::OkStatus();
   }
@@ -44,7 +46,44 @@ class OneBatch : public data_loader::BatchStream {
 
  private:
   Batch batch_;
-  bool done_ = false;
+  int left_;
+};
+
+// The in-process PS, with each table's update of each batch held back 0-29 ms (by a hash of the
+// table and the sequence): a worker's updates then complete out of order, across batches and
+// tables, as they do on a loaded machine.
+class SlowUpdates : public embedding_ps::EmbeddingClient {
+ public:
+  explicit SlowUpdates(std::unique_ptr<embedding_ps::EmbeddingClient> ps) : ps_(std::move(ps)) {}
+  int num_shards() const override { return ps_->num_shards(); }
+  bool remote() const override { return ps_->remote(); }
+  absl::StatusOr<int> TableDim(absl::string_view table) const override { return ps_->TableDim(table); }
+  absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<float> out) override {
+    return ps_->Lookup(table, ids, out);
+  }
+  absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                      embedding_ps::UpdateId update_id) override {
+    Delay(table, update_id);
+    return ps_->Update(table, ids, grads, update_id);
+  }
+  absl::Status LookupSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                             absl::Span<const uint32_t> shard_offsets, absl::Span<float> out) override {
+    return ps_->LookupSharded(table, ids, shard_offsets, out);
+  }
+  absl::Status UpdateSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                             absl::Span<const uint32_t> shard_offsets, absl::Span<const float> grads,
+                             embedding_ps::UpdateId update_id) override {
+    Delay(table, update_id);
+    return ps_->UpdateSharded(table, ids, shard_offsets, grads, update_id);
+  }
+  absl::StatusOr<std::vector<embedding_ps::ShardStats>> Stats() override { return ps_->Stats(); }
+
+ private:
+  static void Delay(absl::string_view table, embedding_ps::UpdateId id) {
+    const uint64_t h = (id.sequence * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(table[0]) * 0xC2B2AE3D27D4EB4Full);
+    std::this_thread::sleep_for(std::chrono::milliseconds((h >> 40) % 30));
+  }
+  std::unique_ptr<embedding_ps::EmbeddingClient> ps_;
 };
 
 // logits_i = sum_s (s + 1) * sum(pooled_s[i]) + w * dense_i0: d(sum logits)/d(pooled_s) = s + 1.
@@ -85,38 +124,65 @@ float Scale(Pooling p, size_t count) {
   return p == Pooling::kMean ? 1.0f / count : 1.0f / std::sqrt(static_cast<float>(count));
 }
 
-void CheckPoolingAndGradients(torch::Device device) {
-  embedding_ps::StoreOptions store_options;
+// Three tables (SGD with learning rate 1: new row = old row - gradient) on two in-process shards,
+// and the one batch of Samples().
+struct Fixture {
   TrainerOptions options;
+  std::unique_ptr<embedding_ps::EmbeddingClient> ps;
+  std::vector<Sample> samples = Samples();
+  Batch batch;
+
+  std::vector<float> Row(int table, uint64_t id) {
+    std::vector<float> r(kDims[table]);
+    EXPECT_TRUE(ps->Lookup(options.table_names[table], {id}, absl::MakeSpan(r)).ok());
+    return r;
+  }
+};
+
+Fixture MakeFixture(torch::Device device, int staleness) {
+  Fixture f;
+  embedding_ps::StoreOptions store_options;
   for (int t = 0; t < 3; ++t) {
     embedding_ps::TableConfig table;
     table.name = std::string(1, static_cast<char>('a' + t));
     table.dim = kDims[t];
     table.seed = 10 + t;
     table.optimizer.kind = embedding_ps::OptimizerKind::kSgd;
-    table.optimizer.learning_rate = 1.0f;  // New row = old row - gradient.
+    table.optimizer.learning_rate = 1.0f;
     store_options.tables.push_back(table);
-    options.table_names.push_back(table.name);
+    f.options.table_names.push_back(table.name);
   }
   std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
   for (int s = 0; s < 2; ++s) stores.push_back(*embedding_ps::EmbeddingShardStore::Create(store_options));
-  auto ps = *embedding_ps::NewInProcessEmbeddingClient(stores);
-  options.slot_tables = kSlotTables;
-  options.pooling = kPooling;
-  options.embedding_staleness = 0;
-  options.device = device;
+  f.ps = *embedding_ps::NewInProcessEmbeddingClient(stores);
+  f.options.slot_tables = kSlotTables;
+  f.options.pooling = kPooling;
+  f.options.embedding_staleness = staleness;
+  f.options.device = device;
+  data_loader::BuildBatch(f.samples, f.samples.size(), 1, kSlots, kSlotTables, 3, 2, &f.batch);
+  return f;
+}
 
-  const std::vector<Sample> samples = Samples();
-  Batch batch;
-  data_loader::BuildBatch(samples, samples.size(), 1, kSlots, kSlotTables, 3, 2, &batch);
-  auto row = [&](int table, uint64_t id) {
-    std::vector<float> r(kDims[table]);
-    EXPECT_TRUE(ps->Lookup(options.table_names[table], {id}, absl::MakeSpan(r)).ok());
-    return r;
-  };
-  // Expected pooled values and per-(table, id) gradient coefficients, by hand.
-  std::map<std::pair<int, uint64_t>, std::vector<float>> before;
+// With WeightedSum and loss = sum of logits, each (table, id)'s gradient in one batch, whatever
+// the rows hold: the sum over its occurrences of its pooling scale * (slot + 1).
+std::map<std::pair<int, uint64_t>, float> GradientCoefficients(const std::vector<Sample>& samples) {
   std::map<std::pair<int, uint64_t>, float> coefficient;
+  for (int s = 0; s < kSlots; ++s) {
+    for (const Sample& sample : samples) {
+      const uint32_t begin = sample.slot_offsets[s], end = sample.slot_offsets[s + 1];
+      const float scale = Scale(kPooling[s], end - begin);
+      for (uint32_t j = begin; j < end; ++j) coefficient[{kSlotTables[s], sample.ids[j]}] += scale * (s + 1);
+    }
+  }
+  return coefficient;
+}
+
+void CheckPoolingAndGradients(torch::Device device) {
+  Fixture f = MakeFixture(device, /*staleness=*/0);
+  TrainerOptions& options = f.options;
+  const std::vector<Sample>& samples = f.samples;
+  // Expected pooled values, by hand.
+  std::map<std::pair<int, uint64_t>, std::vector<float>> before;
   std::vector<std::vector<std::vector<float>>> expected(kSlots);
   for (int s = 0; s < kSlots; ++s) {
     const int t = kSlotTables[s];
@@ -126,19 +192,19 @@ void CheckPoolingAndGradients(torch::Device device) {
       std::vector<float> pooled(kDims[t], 0.0f);
       for (uint32_t j = begin; j < end; ++j) {
         const uint64_t id = sample.ids[j];
-        if (!before.count({t, id})) before[{t, id}] = row(t, id);
+        if (!before.count({t, id})) before[{t, id}] = f.Row(t, id);
         for (int d = 0; d < kDims[t]; ++d) pooled[d] += scale * before[{t, id}][d];
-        coefficient[{t, id}] += scale * (s + 1);
       }
       expected[s].push_back(pooled);
     }
   }
+  const auto coefficient = GradientCoefficients(samples);
 
-  OneBatch stream(batch);
+  RepeatedBatch stream(f.batch);
   auto model = std::make_shared<WeightedSum>();
   model->to(device);
   torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
-  TrainingContext ctx(options, &stream, ps.get(), nullptr, model, &dense_optimizer);
+  TrainingContext ctx(options, &stream, f.ps.get(), nullptr, model, &dense_optimizer);
   TrainBatch* tb = nullptr;
   ASSERT_TRUE(ctx.Next(&tb)) << ctx.status();
   EXPECT_EQ(tb->labels.device(), device);
@@ -162,9 +228,9 @@ void CheckPoolingAndGradients(torch::Device device) {
   EXPECT_FALSE(ctx.Next(&tb));
   // Every row moved by exactly its gradient: the sum over its occurrences of scale * (s + 1).
   for (const auto& [key, old] : before) {
-    const std::vector<float> now = row(key.first, key.second);
+    const std::vector<float> now = f.Row(key.first, key.second);
     for (int d = 0; d < kDims[key.first]; ++d) {
-      EXPECT_NEAR(now[d], old[d] - coefficient[key], 1e-5) << "table " << key.first << " id " << key.second;
+      EXPECT_NEAR(now[d], old[d] - coefficient.at(key), 1e-5) << "table " << key.first << " id " << key.second;
     }
   }
 }
@@ -174,6 +240,42 @@ TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCpu) { CheckPoolingAndGradie
 TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (or a CPU-only LibTorch)";
   CheckPoolingAndGradients(torch::Device(torch::kCUDA, 0));
+}
+
+// Hybrid (staleness 4) with updates that complete out of order across batches and tables: every
+// update is applied exactly once (none taken by the PS for a repeat), and lookups run at most 4
+// batches of updates behind. The gradients do not depend on the rows (see GradientCoefficients),
+// so after N batches each row has moved by exactly N times its one-batch gradient.
+TEST(TrainingContext, UpdatesCompletingOutOfOrderAreEachAppliedOnce) {
+  constexpr int kBatches = 40;
+  Fixture f = MakeFixture(torch::kCPU, /*staleness=*/4);
+  f.ps = std::make_unique<SlowUpdates>(std::move(f.ps));
+  const auto coefficient = GradientCoefficients(f.samples);
+  std::map<std::pair<int, uint64_t>, std::vector<float>> before;
+  for (const auto& [key, c] : coefficient) before[key] = f.Row(key.first, key.second);
+
+  RepeatedBatch stream(f.batch, kBatches);
+  auto model = std::make_shared<WeightedSum>();
+  torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
+  TrainingContext ctx(f.options, &stream, f.ps.get(), nullptr, model, &dense_optimizer);
+  for (TrainBatch* tb = nullptr; ctx.Next(&tb);) ASSERT_TRUE(ctx.Backward(ctx.Forward(*tb).sum()).ok());
+  ASSERT_TRUE(ctx.Finish().ok()) << ctx.status();
+  EXPECT_EQ(ctx.stats().batches, static_cast<uint64_t>(kBatches));
+  EXPECT_EQ(ctx.stats().update_count, static_cast<uint64_t>(kBatches));
+  EXPECT_GT(ctx.stats().observed_staleness, 2.0);  // Slow updates: lookups ran near the bound...
+  EXPECT_LE(ctx.stats().observed_staleness, 4.0);  // ...and never past it.
+  auto stats = f.ps->Stats();
+  ASSERT_TRUE(stats.ok());
+  for (const auto& shard : *stats) {
+    for (const auto& table : shard.store.tables) EXPECT_EQ(table.duplicate_updates, 0u) << table.name;
+  }
+  for (const auto& [key, old] : before) {
+    const std::vector<float> now = f.Row(key.first, key.second);
+    for (int d = 0; d < kDims[key.first]; ++d) {
+      EXPECT_NEAR(now[d], old[d] - kBatches * coefficient.at(key), 1e-3)
+          << "table " << key.first << " id " << key.second;
+    }
+  }
 }
 
 // A product large enough for OpenBLAS to split across its threads, against a double-precision
@@ -204,7 +306,9 @@ TEST(SleepIdleBlasThreads, SetsTheTimeoutOnceKeepsTheUsersAndProductsStayRight) 
     EXPECT_EQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), users);  // The user's value stands.
   } else {
     EXPECT_EQ(applied, openblas);
-    if (openblas) EXPECT_STREQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), "4");
+    if (openblas) {
+      EXPECT_STREQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), "4");
+    }
   }
   ExpectProductRight();  // Through the restarted pool.
   EXPECT_EQ(SleepIdleBlasThreads(), applied);  // Later calls change nothing.

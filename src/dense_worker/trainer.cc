@@ -1,5 +1,6 @@
 #include "hyrec/dense_worker/trainer.h"
 
+#include <chrono>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -146,12 +147,24 @@ TrainingContext::~TrainingContext() {
   for (auto& u : updates_) u.done.wait();
 }
 
+absl::Status TrainingContext::PopOldestUpdate() {
+  absl::Status s = updates_.front().done.get();
+  newest_acked_ = static_cast<int64_t>(updates_.front().index);
+  ++updates_acked_;
+  updates_.pop_front();
+  return s;
+}
+
 absl::Status TrainingContext::WaitForUpdatesBefore(uint64_t index) {
   while (!updates_.empty() && updates_.front().index < index) {
-    absl::Status s = updates_.front().done.get();
-    newest_acked_ = static_cast<int64_t>(updates_.front().index);
-    ++updates_acked_;
-    updates_.pop_front();
+    absl::Status s = PopOldestUpdate();
+    if (!s.ok()) return s;
+  }
+  // Also take the acknowledgements that have already come, without waiting: the observed
+  // staleness counts from the newest update applied by now, not from the newest one waited for.
+  while (!updates_.empty() &&
+         updates_.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+    absl::Status s = PopOldestUpdate();
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -165,9 +178,9 @@ void TrainingContext::Fill() {
   const size_t depth = static_cast<size_t>(std::max(1, (s + 1) / 2));
   while (status_.ok() && !stream_done_ && window_.size() < depth) {
     const uint64_t n = next_index_;
-    if (!options_.read_only && n > static_cast<uint64_t>(s)) {
-      if (stats_.batches < n - s) return;  // Batch n - s - 1 has not trained yet.
-      absl::Status st = WaitForUpdatesBefore(n - s);
+    if (!options_.read_only) {
+      if (n > static_cast<uint64_t>(s) && stats_.batches < n - s) return;  // Batch n - s - 1 has not trained.
+      absl::Status st = WaitForUpdatesBefore(n > static_cast<uint64_t>(s) ? n - s : 0);
       if (!st.ok()) {
         status_ = st;
         return;
@@ -356,7 +369,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
       const float* g = (*grads)[table_group_[t]].data_ptr<float>() + batch->table_row_offset[t] * dims_[t];
       return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
                                 absl::MakeConstSpan(g, ids.unique_ids.size() * dims_[t]),
-                                embedding_ps::UpdateId{options_.worker_id, sequence * 1024 + t + 1});
+                                embedding_ps::UpdateId{options_.worker_id, sequence});
     });
     if (!s.ok()) return s;
     *update_us += absl::ToInt64Microseconds(absl::Now() - start);

@@ -134,12 +134,14 @@ class CountMinSketch {
   uint64_t increments_ = 0;
 };
 
-// Remembers which update sequences of one worker were applied: the highest, and a bitmap of the
-// kDedupWindow sequences below it.
+// Remembers which update sequences of one (worker, table) were applied: the highest, and a bitmap
+// of the kDedupWindow sequences below it.
 class SequenceWindow {
  public:
-  // True when `sequence` is new (and marks it); false for a repeat or one older than the window.
-  bool Mark(uint64_t sequence) {
+  enum Verdict { kNew, kRepeat, kTooOld };
+  // kNew (and marks it) when `sequence` was not applied yet; kRepeat when it was; kTooOld when it
+  // is kDedupWindow or more below the highest, where the window cannot tell.
+  Verdict Mark(uint64_t sequence) {
     if (sequence > highest_) {
       const uint64_t shift = sequence - highest_;
       if (shift >= kDedupWindow) {
@@ -149,13 +151,15 @@ class SequenceWindow {
       }
       seen_.set(0);
       highest_ = sequence;
-      return true;
+      return kNew;
     }
     const uint64_t distance = highest_ - sequence;
-    if (distance >= kDedupWindow || seen_.test(distance)) return false;
+    if (distance >= kDedupWindow) return kTooOld;
+    if (seen_.test(distance)) return kRepeat;
     seen_.set(distance);
-    return true;
+    return kNew;
   }
+  uint64_t highest() const { return highest_; }
 
  private:
   uint64_t highest_ = 0;
@@ -321,9 +325,17 @@ class StripedStore final : public EmbeddingShardStore {
           return absl::ResourceExhaustedError(absl::StrCat(
               "more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
         }
-        it = dedup_.emplace(update_id.worker_id, SequenceWindow()).first;
+        it = dedup_.emplace(update_id.worker_id, std::vector<SequenceWindow>(layouts_.size())).first;
       }
-      if (!it->second.Mark(update_id.sequence)) {
+      SequenceWindow& window = it->second[t];
+      const SequenceWindow::Verdict verdict = window.Mark(update_id.sequence);
+      if (verdict == SequenceWindow::kTooOld) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "table '", config.name, "': update sequence ", update_id.sequence, " of worker ",
+            update_id.worker_id, " is ", kDedupWindow, " or more below its newest (",
+            window.highest(), "), too old to tell whether it was applied; nothing written"));
+      }
+      if (verdict == SequenceWindow::kRepeat) {
         duplicates_[t].fetch_add(1, std::memory_order_relaxed);
         local.duplicate = true;
         if (result != nullptr) *result = local;
@@ -631,7 +643,9 @@ class StripedStore final : public EmbeddingShardStore {
   std::vector<std::atomic<uint64_t>> rejected_nonfinite_;
   std::vector<std::atomic<uint64_t>> duplicates_;
   absl::Mutex dedup_mu_;
-  absl::flat_hash_map<uint32_t, SequenceWindow> dedup_ ABSL_GUARDED_BY(dedup_mu_);
+  // Per worker id, one window per table: a worker's update of one batch carries the same
+  // sequence to every table, and its tables' updates may arrive in any order.
+  absl::flat_hash_map<uint32_t, std::vector<SequenceWindow>> dedup_ ABSL_GUARDED_BY(dedup_mu_);
 };
 
 }  // namespace
@@ -649,6 +663,9 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
   m->Describe("hyrec_ps_updates_total", MetricType::kCounter, "Rows updated.");
   m->Describe("hyrec_ps_admission_rejections_total", MetricType::kCounter, "New ids not admitted (yet).");
   m->Describe("hyrec_ps_rejected_nonfinite_total", MetricType::kCounter, "Updates refused for a NaN/Inf gradient.");
+  m->Describe("hyrec_ps_duplicate_updates_total", MetricType::kCounter,
+              "Update requests acknowledged without applying: a repeat of an applied (worker, table, sequence).");
+  m->Describe("hyrec_ps_dropped_updates_total", MetricType::kCounter, "Row updates dropped: the id has no row.");
   m->Describe("hyrec_ps_bytes", MetricType::kGauge, "Bytes allocated by a PS shard's store.");
   m->Describe("hyrec_ps_capacity_rows", MetricType::kGauge, "Most rows a PS shard holds (0: unbounded).");
   for (const TableStats& t : stats.tables) {
@@ -660,6 +677,8 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
     m->Set("hyrec_ps_updates_total", table_labels, static_cast<double>(t.updates));
     m->Set("hyrec_ps_admission_rejections_total", table_labels, static_cast<double>(t.admission_rejections));
     m->Set("hyrec_ps_rejected_nonfinite_total", table_labels, static_cast<double>(t.rejected_nonfinite));
+    m->Set("hyrec_ps_duplicate_updates_total", table_labels, static_cast<double>(t.duplicate_updates));
+    m->Set("hyrec_ps_dropped_updates_total", table_labels, static_cast<double>(t.dropped_updates));
   }
   m->Set("hyrec_ps_bytes", labels, static_cast<double>(stats.bytes));
   m->Set("hyrec_ps_capacity_rows", labels, static_cast<double>(stats.capacity_rows));

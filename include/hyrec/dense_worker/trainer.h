@@ -96,7 +96,11 @@ struct TrainerStats {
   double lookup_ms = 0;            // Mean wall time of a batch's lookups.
   double update_ms = 0;            // Mean wall time of a batch's update (until acknowledged).
   double wait_for_rows_ms = 0;     // Mean time Next waited for rows (latency not hidden).
-  double observed_staleness = 0;   // Mean batches trained but unacknowledged when a lookup issued.
+  // Mean over lookups of (batch looked up - 1 - newest batch whose update was acknowledged when the
+  // lookup was issued): the batches of updates the rows may miss, counting batches not yet trained.
+  // 0 when synchronous; between 1 (the lookahead runs one batch ahead at least) and the staleness
+  // bound when hybrid, near the bound when updates are slow to apply.
+  double observed_staleness = 0;
   uint64_t lookup_count = 0;       // Batches looked up (the means' denominators).
   uint64_t update_count = 0;       // Batches whose update was acknowledged.
 };
@@ -141,6 +145,8 @@ class TrainingContext {
     std::vector<int> tables;
     std::vector<int> slots;  // Slots reading these tables, in slot order.
   };
+  absl::Status PopOldestUpdate();
+  // Waits for the updates of batches < index, then takes the acknowledgements already there.
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
   absl::Status LookupRows(TrainBatch* tb);

@@ -82,8 +82,8 @@ class EmbeddingClient {
 
   // Applies `grads` (ids.size() * dim floats) to the rows of `ids`; the gradients of duplicate
   // ids are summed first. `update_id` is sent to every shard touched; a retried or repeated
-  // update with the same id is applied once. A NaN/Inf gradient is InvalidArgument and no shard
-  // applies anything.
+  // update of this table with the same id is applied once (see UpdateId). A NaN/Inf gradient is
+  // InvalidArgument and no shard applies anything.
   virtual absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
                               absl::Span<const float> grads, UpdateId update_id) = 0;
 

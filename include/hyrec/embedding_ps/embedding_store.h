@@ -51,10 +51,13 @@ struct StoreOptions {
   uint32_t admission_sketch_counters = 1 << 20;
 };
 
-// Identifies an update for deduplication: a repeat of a (worker_id, sequence) pair that the store
-// has already applied is acknowledged but not applied again. The store remembers, per worker, the
-// highest sequence and the 1024 sequences below it; older sequences are rejected as duplicates.
-// sequence 0 means "no identity": never deduplicated.
+// Identifies an update of one table for deduplication: a repeat of a (worker_id, sequence) pair
+// that the store has already applied to that table is acknowledged (duplicate) but not applied
+// again. A worker gives all the tables of one batch the same sequence. The store remembers, per
+// (worker, table), the highest sequence and the 1024 sequences below it, so one worker's updates
+// may arrive up to 1024 sequences out of order; an older sequence is FailedPrecondition and
+// writes nothing (the store cannot tell whether it was applied). sequence 0 means "no identity":
+// never deduplicated.
 struct UpdateId {
   uint32_t worker_id = 0;
   uint64_t sequence = 0;
