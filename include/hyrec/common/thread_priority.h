@@ -23,7 +23,8 @@ inline constexpr int kIdleNice = 20;
 // run. The price is on a machine whose other processes keep every core busy: the background work
 // then gets almost no CPU, and the pipeline waiting for it slows far more than its fair share
 // (train_test's hybrid-and-sync test: 26 s alone, ~100 s beside processes_train_test). Plain
-// nice 19 is little better there (hyrec train beside two busy loops: 73 s against 78 s). Best effort: a refusal leaves the priority as it was.
+// nice 19 is little better there (hyrec train beside two busy loops: 73 s against 78 s).
+// Best effort: a refusal leaves the priority as it was.
 inline void LowerThisThreadsPriority(int nice) {
   if (nice >= kIdleNice) {
     sched_param param{};
