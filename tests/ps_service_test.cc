@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -75,6 +76,72 @@ void ExpectSameBehaviour(EmbeddingClient& a, EmbeddingClient& b, float tolerance
   }
 }
 
+// Unique ids grouped by shard, as the data loader delivers them, and the shard offsets.
+std::pair<std::vector<uint64_t>, std::vector<uint32_t>> GroupByShard(std::vector<uint64_t> ids, int shards) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  std::stable_sort(ids.begin(), ids.end(),
+                   [&](uint64_t a, uint64_t b) { return ShardForId(a, shards) < ShardForId(b, shards); });
+  std::vector<uint32_t> offsets(shards + 1, 0);
+  for (uint64_t id : ids) ++offsets[ShardForId(id, shards) + 1];
+  for (int s = 0; s < shards; ++s) offsets[s + 1] += offsets[s];
+  return {ids, offsets};
+}
+
+// Multi-table calls, as a dense worker makes them: both tables of a step in one call, with one
+// update id (sequences are per table, so both apply); a repeat of the call applies nothing.
+void ExpectSameMultiTableBehaviour(EmbeddingClient& a, EmbeddingClient& b, float tolerance) {
+  std::mt19937_64 rng(9);
+  const std::vector<std::pair<std::string, int>> tables = {{"emb", 8}, {"wide", 3}};
+  for (int step = 1; step <= 5; ++step) {
+    std::vector<std::pair<std::vector<uint64_t>, std::vector<uint32_t>>> ids;
+    std::vector<std::vector<float>> ra, rb, grads;
+    for (const auto& [table, dim] : tables) {
+      std::vector<uint64_t> raw(200);
+      for (auto& id : raw) id = rng() % 3000;
+      ids.push_back(GroupByShard(raw, a.num_shards()));
+      ra.emplace_back(ids.back().first.size() * dim);
+      rb.emplace_back(ids.back().first.size() * dim);
+      grads.emplace_back(ids.back().first.size() * dim);
+      for (size_t k = 0; k < grads.back().size(); ++k) grads.back()[k] = 0.011f * ((k + step) % 7) + 0.02f;
+    }
+    std::vector<EmbeddingClient::ShardedLookup> la, lb;
+    std::vector<EmbeddingClient::ShardedUpdate> updates;
+    for (size_t t = 0; t < tables.size(); ++t) {
+      la.push_back({tables[t].first, ids[t].first, ids[t].second, absl::MakeSpan(ra[t])});
+      lb.push_back({tables[t].first, ids[t].first, ids[t].second, absl::MakeSpan(rb[t])});
+      updates.push_back({tables[t].first, ids[t].first, ids[t].second, grads[t]});
+    }
+    ASSERT_TRUE(a.LookupShardedTables(la).ok());
+    ASSERT_TRUE(b.LookupShardedTables(lb).ok());
+    for (size_t t = 0; t < tables.size(); ++t) {
+      for (size_t k = 0; k < ra[t].size(); ++k) ASSERT_NEAR(ra[t][k], rb[t][k], tolerance) << tables[t].first;
+      std::vector<float> one(ra[t].size());  // The single-table call reads the same rows.
+      ASSERT_TRUE(a.LookupSharded(tables[t].first, ids[t].first, ids[t].second, absl::MakeSpan(one)).ok());
+      EXPECT_EQ(one, ra[t]);
+    }
+    const UpdateId id{7, static_cast<uint64_t>(1000 + step)};
+    for (int repeat = 0; repeat < 2; ++repeat) {  // The repeat is acknowledged, not applied.
+      ASSERT_TRUE(a.UpdateShardedTables(updates, id).ok());
+      ASSERT_TRUE(b.UpdateShardedTables(updates, id).ok());
+    }
+    for (size_t t = 0; t < tables.size(); ++t) {  // Every table moved: the same sequence applied to each.
+      std::vector<float> now(ra[t].size());
+      ASSERT_TRUE(a.LookupSharded(tables[t].first, ids[t].first, ids[t].second, absl::MakeSpan(now)).ok());
+      for (size_t k = 0; k < now.size(); ++k) ASSERT_LT(now[k], ra[t][k]) << tables[t].first << " " << k;
+    }
+  }
+  for (EmbeddingClient* c : {&a, &b}) {
+    auto stats = c->Stats();
+    ASSERT_TRUE(stats.ok());
+    uint64_t duplicates = 0;
+    for (const ShardStats& s : *stats) {
+      for (const TableStats& t : s.store.tables) duplicates += t.duplicate_updates;
+    }
+    EXPECT_GE(duplicates, 10u);  // Each step's repeat, per table and shard touched.
+  }
+}
+
 TEST(PsService, GrpcClientMatchesInProcessClient) {
   auto cluster = Launch(2);
   ASSERT_NE(cluster, nullptr);
@@ -82,6 +149,7 @@ TEST(PsService, GrpcClientMatchesInProcessClient) {
   ASSERT_NE(remote, nullptr);
   auto local = InProcess(2);
   ExpectSameBehaviour(*remote, *local, 0.0f);
+  ExpectSameMultiTableBehaviour(*remote, *local, 0.0f);
   auto stats = remote->Stats();
   ASSERT_TRUE(stats.ok());
   ASSERT_EQ(stats->size(), 2u);
@@ -363,6 +431,19 @@ TEST(PsService, ClientRefusesNonFiniteGradientsBeforeSending) {
   EXPECT_EQ(client->Update("wide", ids, grads, UpdateId{1, 1}).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(client->Lookup("wide", ids, absl::MakeSpan(after)).ok());
   EXPECT_EQ(before, after);  // No shard applied its part.
+  // In a multi-table update, a NaN in one table stops every table's.
+  std::vector<float> emb_before(4 * 8), emb_after(4 * 8);
+  ASSERT_TRUE(client->Lookup("emb", ids, absl::MakeSpan(emb_before)).ok());
+  auto [sharded, offsets] = GroupByShard(ids, 2);
+  std::vector<float> emb_grads(4 * 8, 1.0f), wide_grads(12, 1.0f);
+  wide_grads[5] = std::numeric_limits<float>::infinity();
+  const std::vector<EmbeddingClient::ShardedUpdate> updates = {{"emb", sharded, offsets, emb_grads},
+                                                               {"wide", sharded, offsets, wide_grads}};
+  absl::Status s = client->UpdateShardedTables(updates, UpdateId{1, 2});
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("table 'wide'"), std::string::npos) << s;
+  ASSERT_TRUE(client->Lookup("emb", ids, absl::MakeSpan(emb_after)).ok());
+  EXPECT_EQ(emb_before, emb_after);
 }
 
 TEST(PsBinary, ServesPrometheusMetricsPerTable) {

@@ -76,6 +76,18 @@ class SlowUpdates : public embedding_ps::EmbeddingClient {
     Delay(table, update_id);
     return ps_->UpdateSharded(table, ids, shard_offsets, grads, update_id);
   }
+  absl::Status LookupShardedTables(absl::Span<const ShardedLookup> lookups) override {
+    return ps_->LookupShardedTables(lookups);
+  }
+  absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates,
+                                   embedding_ps::UpdateId update_id) override {
+    for (const ShardedUpdate& u : updates) {  // One table at a time, each held back on its own.
+      Delay(u.table, update_id);
+      absl::Status s = ps_->UpdateSharded(u.table, u.ids, u.shard_offsets, u.grads, update_id);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::vector<embedding_ps::ShardStats>> Stats() override { return ps_->Stats(); }
 
  private:

@@ -21,24 +21,6 @@ torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
   return device.is_cpu() ? t.clone() : t.to(device);
 }
 
-// Runs fn(t) for every table t of a batch and returns the first error. Against remote PS shards
-// the calls run at once (each is a round trip, so they overlap instead of adding up); against
-// in-process stores they are CPU work and run one after another on this thread, which keeps
-// them from preempting the dense step's BLAS threads.
-template <typename Fn>
-absl::Status ForEachTable(size_t tables, bool concurrently, Fn fn) {
-  std::vector<std::future<absl::Status>> calls;
-  for (size_t t = 1; t < tables; ++t) {
-    calls.push_back(std::async(concurrently ? std::launch::async : std::launch::deferred, [&fn, t] { return fn(t); }));
-  }
-  absl::Status status = tables > 0 ? fn(0) : absl::OkStatus();
-  for (auto& c : calls) {
-    absl::Status s = c.get();
-    if (status.ok()) status = s;
-  }
-  return status;
-}
-
 // Sum pooling of `rows` into bags on the CPU, optionally weighted per id (mean and sqrt-n pooling
 // come as weights). `index` holds the `ids` row numbers, then one start offset per bag. The
 // forward is LibTorch's embedding_bag; the backward is a plain scatter-add of each bag's gradient
@@ -133,13 +115,18 @@ absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
     }
     tb->rows[g].resize(static_cast<size_t>(rows) * groups_[g].dim);
   }
-  return ForEachTable(b.tables.size(), ps_->remote(), [&](size_t t) {
+  // All tables in one call: against remote shards every request is in flight at once (round
+  // trips overlap instead of adding up); in process the lookups run one after another here.
+  std::vector<embedding_ps::EmbeddingClient::ShardedLookup> lookups;
+  lookups.reserve(b.tables.size());
+  for (size_t t = 0; t < b.tables.size(); ++t) {
     const data_loader::TableIds& ids = b.tables[t];
-    if (ids.unique_ids.empty()) return absl::OkStatus();
+    if (ids.unique_ids.empty()) continue;
     float* out = tb->rows[table_group_[t]].data() + tb->table_row_offset[t] * dims_[t];
-    return ps_->LookupSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
-                              absl::MakeSpan(out, ids.unique_ids.size() * dims_[t]));
-  });
+    lookups.push_back({options_.table_names[t], ids.unique_ids, ids.shard_offsets,
+                       absl::MakeSpan(out, ids.unique_ids.size() * dims_[t])});
+  }
+  return ps_->LookupShardedTables(lookups);
 }
 
 TrainingContext::~TrainingContext() {
@@ -363,14 +350,16 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   std::future<absl::Status> done = std::async(std::launch::async, [this, batch, grads, sequence, update_us] {
     LowerThisThreadsPriority(BackgroundNice());
     const absl::Time start = absl::Now();
-    absl::Status s = ForEachTable(batch->batch.tables.size(), ps_->remote(), [&](size_t t) {
+    std::vector<embedding_ps::EmbeddingClient::ShardedUpdate> updates;
+    updates.reserve(batch->batch.tables.size());
+    for (size_t t = 0; t < batch->batch.tables.size(); ++t) {
       const data_loader::TableIds& ids = batch->batch.tables[t];
-      if (ids.unique_ids.empty()) return absl::OkStatus();
+      if (ids.unique_ids.empty()) continue;
       const float* g = (*grads)[table_group_[t]].data_ptr<float>() + batch->table_row_offset[t] * dims_[t];
-      return ps_->UpdateSharded(options_.table_names[t], ids.unique_ids, ids.shard_offsets,
-                                absl::MakeConstSpan(g, ids.unique_ids.size() * dims_[t]),
-                                embedding_ps::UpdateId{options_.worker_id, sequence});
-    });
+      updates.push_back({options_.table_names[t], ids.unique_ids, ids.shard_offsets,
+                         absl::MakeConstSpan(g, ids.unique_ids.size() * dims_[t])});
+    }
+    absl::Status s = ps_->UpdateShardedTables(updates, embedding_ps::UpdateId{options_.worker_id, sequence});
     if (!s.ok()) return s;
     *update_us += absl::ToInt64Microseconds(absl::Now() - start);
     return absl::OkStatus();

@@ -3,7 +3,9 @@
 #include "hyrec/embedding_ps/client.h"
 
 #include <cmath>
+#include <functional>
 #include <random>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,13 @@ struct ShardPart {
   int shard = 0;
   std::vector<uint64_t> ids;
   std::vector<float> values;  // ids.size() * dim: rows read, or gradients to send.
+};
+
+// One table's per-shard parts of a call.
+struct TableCall {
+  absl::string_view table;
+  int dim = 0;
+  std::vector<ShardPart> parts;
 };
 
 class ShardedClient : public EmbeddingClient {
@@ -53,11 +62,12 @@ class ShardedClient : public EmbeddingClient {
     std::vector<std::pair<uint32_t, uint32_t>> where;
     Partition(ids, &parts, &where);
     for (ShardPart& part : parts) part.values.resize(part.ids.size() * dim);
-    absl::Status status = LookupParts(table, static_cast<int>(dim), absl::MakeSpan(parts));
+    TableCall call{table, static_cast<int>(dim), std::move(parts)};
+    absl::Status status = LookupParts(absl::MakeSpan(&call, 1));
     if (!status.ok()) return status;
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto [p, row] = where[i];
-      std::memcpy(out.data() + i * dim, parts[p].values.data() + row * dim, dim * sizeof(float));
+      std::memcpy(out.data() + i * dim, call.parts[p].values.data() + row * dim, dim * sizeof(float));
     }
     return absl::OkStatus();
   }
@@ -80,40 +90,70 @@ class ShardedClient : public EmbeddingClient {
       float* sum = parts[where[i].first].values.data() + where[i].second * dim;
       for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
     }
-    return UpdateParts(table, static_cast<int>(dim), absl::MakeSpan(parts), update_id);
+    TableCall call{table, static_cast<int>(dim), std::move(parts)};
+    return UpdateParts(absl::MakeSpan(&call, 1), update_id);
   }
 
   absl::Status LookupSharded(absl::string_view table, absl::Span<const uint64_t> ids,
                              absl::Span<const uint32_t> shard_offsets, absl::Span<float> out) override {
-    absl::StatusOr<int> dim = TableDim(table);
-    if (!dim.ok()) return dim.status();
-    std::vector<ShardPart> parts;
-    absl::Status status = SplitSharded(ids, shard_offsets, *dim, out.size(), &parts);
-    if (!status.ok()) return status;
-    status = LookupParts(table, *dim, absl::MakeSpan(parts));
-    if (!status.ok()) return status;
-    for (const ShardPart& part : parts) {
-      std::memcpy(out.data() + static_cast<size_t>(shard_offsets[part.shard]) * *dim, part.values.data(),
-                  part.values.size() * sizeof(float));
-    }
-    return absl::OkStatus();
+    const ShardedLookup lookup{table, ids, shard_offsets, out};
+    return LookupShardedTables(absl::MakeConstSpan(&lookup, 1));
   }
 
   absl::Status UpdateSharded(absl::string_view table, absl::Span<const uint64_t> ids,
                              absl::Span<const uint32_t> shard_offsets, absl::Span<const float> grads,
                              UpdateId update_id) override {
-    absl::StatusOr<int> dim = TableDim(table);
-    if (!dim.ok()) return dim.status();
-    absl::Status valid = CheckGradients(table, ids, grads, static_cast<size_t>(*dim));
-    if (!valid.ok()) return valid;
-    std::vector<ShardPart> parts;
-    absl::Status status = SplitSharded(ids, shard_offsets, *dim, grads.size(), &parts);
-    if (!status.ok()) return status;
-    for (ShardPart& part : parts) {
-      const float* g = grads.data() + static_cast<size_t>(shard_offsets[part.shard]) * *dim;
-      part.values.assign(g, g + part.values.size());
+    const ShardedUpdate update{table, ids, shard_offsets, grads};
+    return UpdateShardedTables(absl::MakeConstSpan(&update, 1), update_id);
+  }
+
+  absl::Status LookupShardedTables(absl::Span<const ShardedLookup> lookups) override {
+    std::vector<TableCall> calls;
+    std::vector<size_t> lookup_of;  // calls[c] serves lookups[lookup_of[c]].
+    calls.reserve(lookups.size());
+    for (size_t k = 0; k < lookups.size(); ++k) {
+      const ShardedLookup& l = lookups[k];
+      absl::StatusOr<int> dim = TableDim(l.table);
+      if (!dim.ok()) return dim.status();
+      TableCall call{l.table, *dim, {}};
+      absl::Status status = SplitSharded(l.table, l.ids, l.shard_offsets, *dim, l.out.size(), &call.parts);
+      if (!status.ok()) return status;
+      if (call.parts.empty()) continue;  // No ids.
+      calls.push_back(std::move(call));
+      lookup_of.push_back(k);
     }
-    return UpdateParts(table, *dim, absl::MakeSpan(parts), update_id);
+    if (calls.empty()) return absl::OkStatus();
+    absl::Status status = LookupParts(absl::MakeSpan(calls));
+    if (!status.ok()) return status;
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const ShardedLookup& l = lookups[lookup_of[c]];
+      for (const ShardPart& part : calls[c].parts) {
+        std::memcpy(l.out.data() + static_cast<size_t>(l.shard_offsets[part.shard]) * calls[c].dim,
+                    part.values.data(), part.values.size() * sizeof(float));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates, UpdateId update_id) override {
+    std::vector<TableCall> calls;
+    calls.reserve(updates.size());
+    for (const ShardedUpdate& u : updates) {  // Everything checked before anything is sent.
+      absl::StatusOr<int> dim = TableDim(u.table);
+      if (!dim.ok()) return dim.status();
+      absl::Status status = CheckGradients(u.table, u.ids, u.grads, static_cast<size_t>(*dim));
+      if (!status.ok()) return status;
+      TableCall call{u.table, *dim, {}};
+      status = SplitSharded(u.table, u.ids, u.shard_offsets, *dim, u.grads.size(), &call.parts);
+      if (!status.ok()) return status;
+      for (ShardPart& part : call.parts) {
+        const float* g = u.grads.data() + static_cast<size_t>(u.shard_offsets[part.shard]) * *dim;
+        part.values.assign(g, g + part.values.size());
+      }
+      if (!call.parts.empty()) calls.push_back(std::move(call));
+    }
+    if (calls.empty()) return absl::OkStatus();
+    return UpdateParts(absl::MakeSpan(calls), update_id);
   }
 
  protected:
@@ -122,8 +162,8 @@ class ShardedClient : public EmbeddingClient {
   static absl::Status CheckGradients(absl::string_view table, absl::Span<const uint64_t> ids,
                                      absl::Span<const float> grads, size_t dim) {
     if (grads.size() != ids.size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat("gradient holds ", grads.size(), " floats, expected ",
-                                                     ids.size(), " ids x dim ", dim));
+      return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient holds ", grads.size(),
+                                                     " floats, expected ", ids.size(), " ids x dim ", dim));
     }
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!std::isfinite(grads[k])) {
@@ -135,19 +175,23 @@ class ShardedClient : public EmbeddingClient {
   }
 
   // One part per non-empty shard range of pre-grouped ids; values sized for their rows.
-  absl::Status SplitSharded(absl::Span<const uint64_t> ids, absl::Span<const uint32_t> shard_offsets,
-                            int dim, size_t floats, std::vector<ShardPart>* parts) const {
+  absl::Status SplitSharded(absl::string_view table, absl::Span<const uint64_t> ids,
+                            absl::Span<const uint32_t> shard_offsets, int dim, size_t floats,
+                            std::vector<ShardPart>* parts) const {
     if (shard_offsets.size() != static_cast<size_t>(num_shards_) + 1 || shard_offsets.front() != 0 ||
         shard_offsets.back() != ids.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("shard_offsets of ", shard_offsets.size(),
+      return absl::InvalidArgumentError(absl::StrCat("table '", table, "': shard_offsets of ", shard_offsets.size(),
                                                      " entries do not cover ", ids.size(), " ids over ",
                                                      num_shards_, " shards"));
     }
     if (floats != ids.size() * static_cast<size_t>(dim)) {
-      return absl::InvalidArgumentError(absl::StrCat("expected ", ids.size(), " x ", dim, " floats, got ", floats));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table, "': expected ", ids.size(), " x ", dim, " floats, got ", floats));
     }
     for (int s = 0; s < num_shards_; ++s) {
-      if (shard_offsets[s] > shard_offsets[s + 1]) return absl::InvalidArgumentError("shard_offsets decrease");
+      if (shard_offsets[s] > shard_offsets[s + 1]) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': shard_offsets decrease"));
+      }
       if (shard_offsets[s] == shard_offsets[s + 1]) continue;
       ShardPart part;
       part.shard = s;
@@ -183,12 +227,10 @@ class ShardedClient : public EmbeddingClient {
     }
   }
 
-  // Reads part.ids into part.values on every part's shard; all must succeed.
-  virtual absl::Status LookupParts(absl::string_view table, int dim,
-                                   absl::Span<ShardPart> parts) = 0;
-  // Applies part.values as gradients of part.ids on every part's shard.
-  virtual absl::Status UpdateParts(absl::string_view table, int dim, absl::Span<ShardPart> parts,
-                                   UpdateId update_id) = 0;
+  // Reads part.ids into part.values for every part of every call; all must succeed.
+  virtual absl::Status LookupParts(absl::Span<TableCall> calls) = 0;
+  // Applies part.values as gradients of part.ids for every part of every call.
+  virtual absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) = 0;
 
   const int num_shards_;
   const std::vector<std::pair<std::string, int>> tables_;
@@ -220,25 +262,28 @@ class InProcessClient final : public ShardedClient {
   }
 
  private:
-  absl::Status LookupParts(absl::string_view table, int, absl::Span<ShardPart> parts) override {
-    for (ShardPart& part : parts) {
-      EmbeddingShardStore& store = *stores_[part.shard];
-      absl::StatusOr<int> t = store.TableIndex(table);
-      if (!t.ok()) return t.status();
-      absl::Status status = store.Lookup(*t, part.ids, absl::MakeSpan(part.values), nullptr);
-      if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+  absl::Status LookupParts(absl::Span<TableCall> calls) override {
+    for (TableCall& call : calls) {
+      for (ShardPart& part : call.parts) {
+        EmbeddingShardStore& store = *stores_[part.shard];
+        absl::StatusOr<int> t = store.TableIndex(call.table);
+        if (!t.ok()) return t.status();
+        absl::Status status = store.Lookup(*t, part.ids, absl::MakeSpan(part.values), nullptr);
+        if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+      }
     }
     return absl::OkStatus();
   }
 
-  absl::Status UpdateParts(absl::string_view table, int, absl::Span<ShardPart> parts,
-                           UpdateId update_id) override {
-    for (ShardPart& part : parts) {
-      EmbeddingShardStore& store = *stores_[part.shard];
-      absl::StatusOr<int> t = store.TableIndex(table);
-      if (!t.ok()) return t.status();
-      absl::Status status = store.Update(*t, part.ids, part.values, update_id, nullptr);
-      if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+  absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
+    for (TableCall& call : calls) {
+      for (ShardPart& part : call.parts) {
+        EmbeddingShardStore& store = *stores_[part.shard];
+        absl::StatusOr<int> t = store.TableIndex(call.table);
+        if (!t.ok()) return t.status();
+        absl::Status status = store.Update(*t, part.ids, part.values, update_id, nullptr);
+        if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
+      }
     }
     return absl::OkStatus();
   }
@@ -326,15 +371,19 @@ class GrpcClient final : public ShardedClient {
     return shards;
   }
 
-  // Runs start(k, ...) for every k in `keys`, all in flight at once, retrying the failed ones.
-  // `keys[k]` names the shard of request k (for the stub, the error message and nothing else).
-  absl::Status RunOnShards(const std::vector<int>& shards, absl::string_view method,
-                           const StartFn& start) {
+  // Runs start(k, ...) for every request k, all in flight at once, retrying the failed ones.
+  // `shards[k]` is request k's shard and `(*tables)[k]`, when given, its table: for the error
+  // message and nothing else.
+  absl::Status RunOnShards(const std::vector<int>& shards, absl::string_view method, const StartFn& start,
+                           const std::vector<absl::string_view>* tables = nullptr) {
     const absl::Time deadline = absl::Now() + options_.call_timeout;
     std::vector<int> pending(shards.size());
     for (size_t k = 0; k < shards.size(); ++k) pending[k] = static_cast<int>(k);
     absl::Duration backoff = options_.initial_backoff;
-    thread_local std::minstd_rand jitter(std::random_device{}());
+    // Seeded without std::random_device, whose set-up is costly on threads that live for one call.
+    thread_local std::minstd_rand jitter(static_cast<uint32_t>(
+        Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
+              std::hash<std::thread::id>{}(std::this_thread::get_id()))));
     for (int attempt = 1;; ++attempt) {
       const absl::Time attempt_deadline = std::min(deadline, absl::Now() + options_.attempt_timeout);
       std::vector<grpc::ClientContext> contexts(pending.size());
@@ -357,14 +406,16 @@ class GrpcClient final : public ShardedClient {
       std::vector<int> failed;
       grpc::Status first_error;
       int first_error_shard = -1;
+      std::string first_error_label;
       for (size_t p = 0; p < pending.size(); ++p) {
         if (results[p].ok()) continue;
         if (!Retryable(results[p].error_code())) {
-          return Annotated(results[p], shards[pending[p]], method, attempt);
+          return Annotated(results[p], shards[pending[p]], Label(method, tables, pending[p]), attempt);
         }
         if (first_error_shard < 0) {
           first_error = results[p];
           first_error_shard = shards[pending[p]];
+          first_error_label = Label(method, tables, pending[p]);
         }
         failed.push_back(pending[p]);
       }
@@ -372,12 +423,18 @@ class GrpcClient final : public ShardedClient {
       const absl::Duration sleep =
           backoff * (0.5 + std::uniform_real_distribution<double>(0.0, 1.0)(jitter));
       if (attempt >= options_.max_attempts || absl::Now() + sleep >= deadline) {
-        return Annotated(first_error, first_error_shard, method, attempt);
+        return Annotated(first_error, first_error_shard, first_error_label, attempt);
       }
       absl::SleepFor(sleep);
       backoff = std::min(backoff * 2, options_.max_backoff);
       pending = std::move(failed);
     }
+  }
+
+  // "Lookup", or "Lookup of table 'user'" when the request's table is known.
+  static std::string Label(absl::string_view method, const std::vector<absl::string_view>* tables, int k) {
+    if (tables == nullptr) return std::string(method);
+    return absl::StrCat(method, " of table '", (*tables)[k], "'");
   }
 
   absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method,
@@ -388,60 +445,79 @@ class GrpcClient final : public ShardedClient {
                                      status.error_message()));
   }
 
-  absl::Status LookupParts(absl::string_view table, int dim, absl::Span<ShardPart> parts) override {
-    std::vector<proto::LookupRequest> requests(parts.size());
-    std::vector<proto::LookupResponse> responses(parts.size());
-    std::vector<int> shards(parts.size());
-    for (size_t k = 0; k < parts.size(); ++k) {
-      requests[k].set_table(std::string(table));
+  // Every (call, part) of `calls`, flattened: request k is calls[call[k]].parts[part[k]].
+  struct Flat {
+    std::vector<int> shards;
+    std::vector<absl::string_view> tables;
+    std::vector<std::pair<size_t, size_t>> where;
+  };
+  static Flat Flatten(absl::Span<TableCall> calls) {
+    Flat flat;
+    for (size_t c = 0; c < calls.size(); ++c) {
+      for (size_t p = 0; p < calls[c].parts.size(); ++p) {
+        flat.shards.push_back(calls[c].parts[p].shard);
+        flat.tables.push_back(calls[c].table);
+        flat.where.emplace_back(c, p);
+      }
+    }
+    return flat;
+  }
+
+  absl::Status LookupParts(absl::Span<TableCall> calls) override {
+    const Flat flat = Flatten(calls);
+    std::vector<proto::LookupRequest> requests(flat.shards.size());
+    std::vector<proto::LookupResponse> responses(flat.shards.size());
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const auto [c, p] = flat.where[k];
+      requests[k].set_table(std::string(calls[c].table));
       requests[k].set_precision(precision_);
-      wire::EncodeIds(parts[k].ids, requests[k].mutable_ids());
-      shards[k] = parts[k].shard;
+      wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
     }
     absl::Status status = RunOnShards(
-        shards, "Lookup",
+        flat.shards, "Lookup",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
-          stubs_[shards[k]]->async()->Lookup(context, &requests[k], &responses[k],
-                                             std::move(done));
-        });
+          stubs_[flat.shards[k]]->async()->Lookup(context, &requests[k], &responses[k], std::move(done));
+        },
+        &flat.tables);
     if (!status.ok()) return status;
-    for (size_t k = 0; k < parts.size(); ++k) {
+    for (size_t k = 0; k < responses.size(); ++k) {
+      const auto [c, p] = flat.where[k];
       const proto::LookupResponse& r = responses[k];
-      if (static_cast<int>(r.dim()) != dim || !wire::ValidPrecision(r.precision())) {
-        return absl::InternalError(absl::StrCat("PS shard ", shards[k], " answered dim ", r.dim(),
-                                                ", expected ", dim));
+      if (static_cast<int>(r.dim()) != calls[c].dim || !wire::ValidPrecision(r.precision())) {
+        return absl::InternalError(absl::StrCat("PS shard ", flat.shards[k], " answered dim ", r.dim(),
+                                                " for table '", calls[c].table, "', expected ", calls[c].dim));
       }
       absl::Status decoded =
-          wire::DecodeValues(r.values(), r.precision(), "values", absl::MakeSpan(parts[k].values));
+          wire::DecodeValues(r.values(), r.precision(), "values", absl::MakeSpan(calls[c].parts[p].values));
       if (!decoded.ok()) {
-        return absl::InternalError(absl::StrCat("PS shard ", shards[k], ": ", decoded.message()));
+        return absl::InternalError(
+            absl::StrCat("PS shard ", flat.shards[k], ", table '", calls[c].table, "': ", decoded.message()));
       }
     }
     return absl::OkStatus();
   }
 
-  absl::Status UpdateParts(absl::string_view table, int, absl::Span<ShardPart> parts,
-                           UpdateId update_id) override {
-    std::vector<proto::UpdateRequest> requests(parts.size());
-    std::vector<proto::UpdateResponse> responses(parts.size());
-    std::vector<int> shards(parts.size());
-    for (size_t k = 0; k < parts.size(); ++k) {
-      requests[k].set_table(std::string(table));
+  absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
+    const Flat flat = Flatten(calls);
+    std::vector<proto::UpdateRequest> requests(flat.shards.size());
+    std::vector<proto::UpdateResponse> responses(flat.shards.size());
+    for (size_t k = 0; k < requests.size(); ++k) {
+      const auto [c, p] = flat.where[k];
+      requests[k].set_table(std::string(calls[c].table));
       requests[k].set_precision(precision_);
       requests[k].set_worker_id(update_id.worker_id);
       requests[k].set_sequence(update_id.sequence);
-      wire::EncodeIds(parts[k].ids, requests[k].mutable_ids());
-      wire::EncodeValues(parts[k].values, precision_, requests[k].mutable_grads());
-      shards[k] = parts[k].shard;
+      wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
+      wire::EncodeValues(calls[c].parts[p].values, precision_, requests[k].mutable_grads());
     }
     return RunOnShards(
-        shards, "Update",
+        flat.shards, "Update",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
-          stubs_[shards[k]]->async()->Update(context, &requests[k], &responses[k],
-                                             std::move(done));
-        });
+          stubs_[flat.shards[k]]->async()->Update(context, &requests[k], &responses[k], std::move(done));
+        },
+        &flat.tables);
   }
 
   const std::vector<std::string> addresses_;

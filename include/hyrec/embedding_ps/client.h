@@ -97,6 +97,32 @@ class EmbeddingClient {
                                      absl::Span<const uint32_t> shard_offsets,
                                      absl::Span<const float> grads, UpdateId update_id) = 0;
 
+  // One table's share of a multi-table call: its ids already unique and grouped by shard, as for
+  // LookupSharded and UpdateSharded.
+  struct ShardedLookup {
+    absl::string_view table;
+    absl::Span<const uint64_t> ids;
+    absl::Span<const uint32_t> shard_offsets;
+    absl::Span<float> out;
+  };
+  struct ShardedUpdate {
+    absl::string_view table;
+    absl::Span<const uint64_t> ids;
+    absl::Span<const uint32_t> shard_offsets;
+    absl::Span<const float> grads;
+  };
+  // LookupSharded for several tables in one call, as a dense worker reads a batch. Against
+  // remote shards every (table, shard) request is in flight at once, from the calling thread
+  // (no thread per table); in process they run one after another on it. Returns the first error,
+  // naming the table; the `out` spans are then unspecified.
+  virtual absl::Status LookupShardedTables(absl::Span<const ShardedLookup> lookups) = 0;
+  // UpdateSharded for several tables, each with `update_id` (sequences are per table, see
+  // UpdateId). Every table's arguments and gradients are checked before anything is sent: a bad
+  // one (a NaN/Inf gradient, a wrong size) is InvalidArgument naming the table, and no shard
+  // applies anything. A failure after that (a shard down) may leave other tables applied; a retry
+  // with the same `update_id` applies only what is missing.
+  virtual absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates, UpdateId update_id) = 0;
+
   // Statistics of every shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 };
