@@ -290,6 +290,30 @@ TEST(TrainingContext, UpdatesCompletingOutOfOrderAreEachAppliedOnce) {
   }
 }
 
+// A worker restarted with the same worker id against the same PS: its updates are new to the PS,
+// not repeats of its previous run's (update sequences start from the clock).
+TEST(TrainingContext, ARestartedWorkersUpdatesAreNotTakenForRepeats) {
+  Fixture f = MakeFixture(torch::kCPU, /*staleness=*/4);
+  const auto coefficient = GradientCoefficients(f.samples);
+  std::map<std::pair<int, uint64_t>, std::vector<float>> before;
+  for (const auto& [key, c] : coefficient) before[key] = f.Row(key.first, key.second);
+  for (int run = 0; run < 2; ++run) {
+    absl::SleepFor(absl::Milliseconds(2));  // A restart takes longer than this.
+    RepeatedBatch stream(f.batch, 3);
+    auto model = std::make_shared<WeightedSum>();
+    torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
+    TrainingContext ctx(f.options, &stream, f.ps.get(), nullptr, model, &dense_optimizer);
+    for (TrainBatch* tb = nullptr; ctx.Next(&tb);) ASSERT_TRUE(ctx.Backward(ctx.Forward(*tb).sum()).ok());
+    ASSERT_TRUE(ctx.Finish().ok()) << ctx.status();
+  }
+  for (const auto& [key, old] : before) {
+    const std::vector<float> now = f.Row(key.first, key.second);
+    for (int d = 0; d < kDims[key.first]; ++d) {
+      EXPECT_NEAR(now[d], old[d] - 6 * coefficient.at(key), 1e-4) << "table " << key.first << " id " << key.second;
+    }
+  }
+}
+
 // A product large enough for OpenBLAS to split across its threads, against a double-precision
 // loop.
 void ExpectProductRight() {

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hyrec/common/thread_priority.h"
 #include "hyrec/data_loader/loader.h"
@@ -168,7 +169,11 @@ class TrainingContext {
   std::unique_ptr<TrainBatch> current_;
   bool stream_done_ = false;
   uint64_t next_index_ = 0;
-  uint64_t sequence_ = 0;
+  // Update sequences start from the wall clock (milliseconds << 20), so a worker restarted with
+  // the same worker id against a PS that outlived it sends sequences above all of its previous
+  // run's (a run would need 2^20 batches a millisecond to overtake its successor): the PS sees
+  // new updates, not repeats of the old run's.
+  uint64_t sequence_ = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) << 20;
   int64_t newest_acked_ = -1;
   absl::Status status_;
   TrainerStats stats_;
