@@ -14,7 +14,7 @@ namespace {
 // 500 ids per slot, so nearly every row is in every batch: the densest case for staleness. Sized so
 // that hybrid ends within ~0.001 AUC of sync even when every lookup misses the full 4 batches of
 // updates (a loaded machine, where the update threads run late): measured 0.0002-0.0007 there,
-// against 0.0011-0.0021 with 400k samples at learning rate 0.05.
+// against 0.0011 with 400k samples at learning rate 0.05.
 TrainJobConfig SmallJob(int staleness, int workers) {
   auto root = ParseYaml(R"(
 loader:

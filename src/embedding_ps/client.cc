@@ -404,26 +404,21 @@ class GrpcClient final : public ShardedClient {
             +[](size_t* left) { return *left == 0; }, &remaining));
       }
       std::vector<int> failed;
-      grpc::Status first_error;
-      int first_error_shard = -1;
-      std::string first_error_label;
+      size_t first_failed = 0;  // Position in `pending` of the first retryable failure.
+      auto annotated = [&](size_t p) {
+        return Annotated(results[p], shards[pending[p]], Label(method, tables, pending[p]), attempt);
+      };
       for (size_t p = 0; p < pending.size(); ++p) {
         if (results[p].ok()) continue;
-        if (!Retryable(results[p].error_code())) {
-          return Annotated(results[p], shards[pending[p]], Label(method, tables, pending[p]), attempt);
-        }
-        if (first_error_shard < 0) {
-          first_error = results[p];
-          first_error_shard = shards[pending[p]];
-          first_error_label = Label(method, tables, pending[p]);
-        }
+        if (!Retryable(results[p].error_code())) return annotated(p);
+        if (failed.empty()) first_failed = p;
         failed.push_back(pending[p]);
       }
       if (failed.empty()) return absl::OkStatus();
       const absl::Duration sleep =
           backoff * (0.5 + std::uniform_real_distribution<double>(0.0, 1.0)(jitter));
       if (attempt >= options_.max_attempts || absl::Now() + sleep >= deadline) {
-        return Annotated(first_error, first_error_shard, first_error_label, attempt);
+        return annotated(first_failed);
       }
       absl::SleepFor(sleep);
       backoff = std::min(backoff * 2, options_.max_backoff);
@@ -445,7 +440,8 @@ class GrpcClient final : public ShardedClient {
                                      status.error_message()));
   }
 
-  // Every (call, part) of `calls`, flattened: request k is calls[call[k]].parts[part[k]].
+  // Every (call, part) of `calls`, flattened: request k is
+  // calls[where[k].first].parts[where[k].second], on shards[k], for tables[k].
   struct Flat {
     std::vector<int> shards;
     std::vector<absl::string_view> tables;
