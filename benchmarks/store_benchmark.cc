@@ -1,7 +1,11 @@
 // Store lookup and Adagrad update throughput beside the floor: a plain gather of the same rows
 // from a flat float array, on the same Zipf(1.05) ids over 10M rows, in the same binary.
 //
-//   build/benchmarks/store_benchmark [--rows=10000000] [--dims=16,64,128] [--benchmark_min_time=1]
+//   build/benchmarks/store_benchmark [--rows=10000000] [--dims=16,64,128] [--unbounded]
+//                                    [--benchmark_min_time=1]
+//
+// The store's capacity is `rows` (bounded: every access keeps LRU order), or none with
+// --unbounded (the embedded default's store: no LRU upkeep).
 //
 // Ids: Zipf rank r -> row index (r * 2654435761) mod rows (a fixed scattering, so hot rows are
 // spread over memory in both the array and the store) -> feature id Mix64(index).
@@ -38,6 +42,7 @@ struct Data {
 };
 
 Data* g_data = nullptr;
+bool g_unbounded = false;
 uint64_t g_store_rss_bytes = 0;
 
 // Resident set size of this process, from /proc/self/statm.
@@ -72,7 +77,7 @@ void BuildData(Data& d, int dim, uint64_t rows) {
   table.dim = dim;
   table.optimizer.kind = hyrec::embedding_ps::OptimizerKind::kAdagrad;
   options.tables = {table};
-  options.capacity_rows = rows;
+  options.capacity_rows = g_unbounded ? 0 : rows;
   d.store = std::move(*EmbeddingShardStore::Create(options));
   // Every row present, inserted in a scattered order.
   std::vector<uint64_t> batch;
@@ -140,6 +145,8 @@ int main(int argc, char** argv) {
     const std::string arg = argv[i];
     if (arg.rfind("--rows=", 0) == 0) {
       (void)absl::SimpleAtoi(arg.substr(7), &rows);
+    } else if (arg == "--unbounded") {
+      g_unbounded = true;
     } else if (arg.rfind("--dims=", 0) == 0) {
       dims.clear();
       for (absl::string_view s : absl::StrSplit(arg.substr(7), ',')) {

@@ -283,6 +283,7 @@ class StripedStore final : public EmbeddingShardStore {
                                    const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
       stripe.counters[t].lookups += positions.size();
       VisitRows(stripe, t, ids, positions, hashes, /*create=*/true,
+                static_cast<uint32_t>(sizeof(SlotHeader) + row_bytes),
                 [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
                   float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
                   if (handle == kNoHandle) {
@@ -346,7 +347,7 @@ class StripedStore final : public EmbeddingShardStore {
     const bool create_absent = config.admission.AdmitsEverything();
     ForEachStripeGroup(t, ids, [&](Stripe& stripe, absl::Span<const uint32_t> positions,
                                    const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-      VisitRows(stripe, t, ids, positions, hashes, create_absent,
+      VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
                 [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
                   if (handle == kNoHandle) {
                     ++stripe.counters[t].dropped_updates;
@@ -455,31 +456,50 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
   // Calls row(position, handle) for each position of one stripe's group, with the row's handle
-  // (kNoHandle when the id has no row and none is created). Existing rows are found first, with
-  // their index buckets and slots prefetched in chunks, and moved to the LRU front; absent ids
-  // are then created (when `create` allows and admission agrees), so that creating one can never
-  // evict a row found earlier in the group before it was used.
+  // (kNoHandle when the id has no row and none is created). The group is walked in chunks, as a
+  // pipeline of prefetches that lets the cache misses of many ids overlap: the index buckets of
+  // chunk i + 2, then the slots their tags point at for chunk i + 1 (the first `touch_bytes` of
+  // each), then, for chunk i, the LRU neighbours that moving its rows to the front writes.
+  // Within a chunk, existing rows are found and moved to the LRU front first; absent ids are then
+  // created (when `create` allows and admission agrees), so that creating one can never evict a
+  // row found earlier in the chunk before it was used.
   template <typename RowFn>
   void VisitRows(Stripe& stripe, int t, absl::Span<const uint64_t> ids,
                  absl::Span<const uint32_t> positions, const uint64_t* hashes, bool create,
-                 RowFn&& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    constexpr size_t kChunk = 32;
-    uint32_t handles[kChunk];
-    // Index buckets are prefetched one chunk ahead so that their misses overlap. (Prefetching the
-    // candidate rows as well was measured slower: it crowds out the bucket misses.)
-    for (size_t k = 0; k < std::min(kChunk, positions.size()); ++k) {
-      stripe.index.Prefetch(hashes[positions[k]]);
-    }
-    for (size_t base = 0; base < positions.size(); base += kChunk) {
-      const size_t count = std::min(kChunk, positions.size() - base);
-      const uint32_t* chunk = positions.data() + base;
-      for (size_t k = base + kChunk; k < std::min(base + 2 * kChunk, positions.size()); ++k) {
+                 uint32_t touch_bytes, RowFn&& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    constexpr size_t kChunk = 16;
+    const size_t n = positions.size();
+    auto prefetch_buckets = [&](size_t begin) {
+      for (size_t k = begin; k < std::min(begin + kChunk, n); ++k) {
         stripe.index.Prefetch(hashes[positions[k]]);
       }
+    };
+    // A hint only: the candidate may be another key's slot (a tag collision), or none.
+    auto prefetch_slots = [&](size_t begin) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+      for (size_t k = begin; k < std::min(begin + kChunk, n); ++k) {
+        const uint32_t candidate = stripe.index.Candidate(hashes[positions[k]]);
+        if (candidate == kNoHandle) continue;
+        const char* slot = reinterpret_cast<const char*>(Header(stripe, candidate));
+        PrefetchLine(slot);
+        for (uint32_t line = 64 - (reinterpret_cast<uintptr_t>(slot) & 63); line < touch_bytes;
+             line += 64) {
+          PrefetchLine(slot + line);
+        }
+      }
+    };
+    uint32_t handles[kChunk];
+    prefetch_buckets(0);
+    prefetch_buckets(kChunk);
+    prefetch_slots(0);
+    for (size_t base = 0; base < n; base += kChunk) {
+      const size_t count = std::min(kChunk, n - base);
+      const uint32_t* chunk = positions.data() + base;
+      prefetch_buckets(base + 2 * kChunk);
+      prefetch_slots(base + kChunk);
       for (size_t k = 0; k < count; ++k) {
         const uint32_t p = chunk[k];
         handles[k] = FindLocked(stripe, t, ids[p], hashes[p]);
-        if (handles[k] != kNoHandle) {
+        if (handles[k] != kNoHandle && evicts_) {
           // The LRU neighbours are written by the move to the front: fetch them for writing now.
           const SlotHeader* h = Header(stripe, handles[k]);
           if (h->prev != kNoHandle) PrefetchLine(Header(stripe, h->prev));
@@ -574,8 +594,10 @@ class StripedStore final : public EmbeddingShardStore {
     if (stripe.lru_tail == kNoHandle) stripe.lru_tail = handle;
   }
 
+  // A no-op in an unbounded store, which never evicts (its list stays in insertion order): the
+  // move writes two more random lines per row.
   void MoveToFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    if (stripe.lru_head == handle) return;
+    if (!evicts_ || stripe.lru_head == handle) return;
     UnlinkLocked(stripe, handle);
     PushFrontLocked(stripe, handle);
   }
@@ -632,6 +654,7 @@ class StripedStore final : public EmbeddingShardStore {
 
   const uint64_t capacity_rows_;
   const uint64_t capacity_bytes_;
+  const bool evicts_ = capacity_rows_ > 0 || capacity_bytes_ > 0;  // Bounded: keeps LRU order.
   const int num_stripes_;
   const std::vector<TableLayout> layouts_;
   HugePageArena arena_;  // Before stripes_: outlives every slab.
