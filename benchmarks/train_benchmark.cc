@@ -2,6 +2,8 @@
 // 13 dense, dim 16, bottom 512-256, top 512-256, batch 2048) and an embedding-heavy shape
 // (dim 64, 10 ids per slot, MLPs 64-32):
 //   (a) embedded hybrid (staleness 4)      (b) embedded sync (staleness 0)
+//       [hyrec train's embedded job (RunTrainJob) on the batches preloaded for (e) and (f); also
+//        reported with its own loader generating them on the same cores]
 //   (c) processes hybrid                   (d) processes sync      [hyrec train --processes]
 //   (e) reference: one LibTorch process with torch::nn::EmbeddingBag tables (sparse gradients,
 //       hashing trick) and the same MLPs, batches pre-loaded in memory
@@ -69,15 +71,38 @@ dense_worker::TrainJobConfig Job(const Shape& shape, int staleness, int batches)
   return c;
 }
 
-double Embedded(const Shape& shape, int staleness, int batches) {
-  auto report = dense_worker::RunTrainJob(Job(shape, staleness, batches), nullptr, false);
+// The preloaded batches as a worker's stream.
+class PreloadedStream : public data_loader::BatchStream {
+ public:
+  explicit PreloadedStream(const std::vector<data_loader::Batch>& batches) : batches_(batches) {}
+  absl::Status Next(data_loader::Batch* batch, absl::Duration) override {
+    if (next_ == batches_.size()) return absl::OutOfRangeError("end of the preloaded batches");
+    *batch = batches_[next_++];
+    return absl::OkStatus();
+  }
+  data_loader::ReaderPosition Position() const override { return {}; }
+
+ private:
+  const std::vector<data_loader::Batch>& batches_;
+  size_t next_ = 0;
+};
+
+// hyrec train's embedded job (RunTrainJob): its loader generating the batches on the same cores,
+// or, given `preloaded`, trained from those batches in memory, as (e) and (f) are.
+double Embedded(const Shape& shape, int staleness, int batches,
+                const std::vector<data_loader::Batch>* preloaded = nullptr) {
+  std::unique_ptr<PreloadedStream> stream;
+  if (preloaded != nullptr) stream = std::make_unique<PreloadedStream>(*preloaded);
+  auto report = dense_worker::RunTrainJob(Job(shape, staleness, batches), nullptr, false, nullptr,
+                                          stream != nullptr ? std::vector<data_loader::BatchStream*>{stream.get()}
+                                                            : std::vector<data_loader::BatchStream*>{});
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
     return 0;
   }
-  std::printf("  staleness %d: observed %.2f, waited %.2f ms/batch for rows, lookup %.1f ms, update %.1f ms\n",
-              staleness, report->stats.observed_staleness, report->stats.wait_for_rows_ms, report->stats.lookup_ms,
-              report->stats.update_ms);
+  std::printf("  staleness %d%s: observed %.2f, waited %.2f ms/batch for rows, lookup %.1f ms, update %.1f ms\n",
+              staleness, preloaded != nullptr ? ", preloaded" : ", loader", report->stats.observed_staleness,
+              report->stats.wait_for_rows_ms, report->stats.lookup_ms, report->stats.update_ms);
   // After the same warm-up as (e) and (f) (kWarmup batches).
   return report->steady_samples_per_second;
 }
@@ -132,8 +157,7 @@ struct Reference : torch::nn::Module {
 };
 
 std::vector<data_loader::Batch> Preload(const Shape& shape, int batches) {
-  data_loader::LoaderOptions o = Job(shape, 0, batches).loader;
-  o.num_shards = 1;
+  data_loader::LoaderOptions o = Job(shape, 0, batches).loader;  // Ids grouped for the job's 2 PS shards.
   auto loader = *data_loader::Loader::Start(o, {});
   std::vector<data_loader::Batch> out;
   data_loader::Batch b;
@@ -211,12 +235,14 @@ void ThroughputTable(const Shape& shape, int batches, bool processes) {
   // Each of (f), (e), (a), (b) runs `kRounds` times, interleaved, and the best is kept: this
   // machine's speed drifts by tens of percent over minutes, which one run each would mix into the
   // ratios.
-  double f = 0, e = 0, a = 0, b = 0;
+  double f = 0, e = 0, a = 0, b = 0, a_loader = 0, b_loader = 0;
   for (int round = 0; round < kRounds; ++round) {
     std::thread([&] { f = std::max(f, DenseCeiling(shape, preloaded)); }).join();
     std::thread([&] { e = std::max(e, EmbeddingBagReference(shape, preloaded)); }).join();
-    a = std::max(a, Embedded(shape, 4, batches));
-    b = std::max(b, Embedded(shape, 0, batches));
+    a = std::max(a, Embedded(shape, 4, batches, &preloaded));
+    b = std::max(b, Embedded(shape, 0, batches, &preloaded));
+    a_loader = std::max(a_loader, Embedded(shape, 4, batches));
+    b_loader = std::max(b_loader, Embedded(shape, 0, batches));
   }
   const bool with_processes = g_device.is_cpu() && processes;
   const double c = with_processes ? Processes(shape, 4, batches) : 0;
@@ -225,6 +251,8 @@ void ThroughputTable(const Shape& shape, int batches, bool processes) {
   auto row = [&](const char* name, double v) { std::printf("%-52s %12.0f %10.2f\n", name, v, v / f); };
   row(g_device.is_cpu() ? "(a) embedded hybrid, staleness 4" : "(a) embedded hybrid, staleness 4, NCCL world 1", a);
   row("(b) embedded sync, staleness 0", b);
+  row("(a) with its loader generating the batches", a_loader);
+  row("(b) with its loader generating the batches", b_loader);
   if (with_processes) {
     row("(c) processes hybrid (2 PS, loader, 1 worker)", c);
     row("(d) processes sync", d);

@@ -92,6 +92,40 @@ TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {
   EXPECT_GT(report->final_eval.auc, report->teacher_auc - 0.02);
 }
 
+// Batches handed to RunTrainJob as a stream (train_benchmark's preloaded batches) are trained
+// instead of the config's loader's, each exactly once.
+TEST(HybridTraining, TrainsTheStreamsItIsGiven) {
+  TrainJobConfig config = SmallJob(4, 1);
+  data_loader::LoaderOptions source = config.loader;
+  source.source.synthetic.num_samples = 30 * 512;
+  auto loader = data_loader::Loader::Start(source, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<data_loader::Batch> batches;
+  for (data_loader::Batch b; (*loader)->stream(0)->Next(&b, absl::Seconds(30)).ok();) batches.push_back(b);
+  ASSERT_EQ(batches.size(), 30u);
+  struct Stream : data_loader::BatchStream {
+    std::vector<data_loader::Batch>* batches;
+    size_t next = 0;
+    absl::Status Next(data_loader::Batch* b, absl::Duration) override {
+      if (next == batches->size()) return absl::OutOfRangeError("done");
+      *b = (*batches)[next++];
+      return absl::OkStatus();
+    }
+    data_loader::ReaderPosition Position() const override { return {}; }
+  } stream;
+  stream.batches = &batches;
+  config.eval_samples = 2048;
+  auto report = RunTrainJob(config, nullptr, false, nullptr, {&stream});
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->samples, 30u * 512);  // Not the config's 600,000.
+  EXPECT_EQ(stream.next, 30u);
+  EXPECT_EQ(report->stats.update_count, 30u);
+  auto mismatched = RunTrainJob(config, nullptr, false, nullptr, {&stream, &stream});
+  ASSERT_FALSE(mismatched.ok());
+  EXPECT_NE(mismatched.status().message().find("2 batch streams given for 1 workers"), std::string::npos)
+      << mismatched.status();
+}
+
 TEST(HybridTraining, BadConfigsNameTheKey) {
   auto root = ParseYaml("loader: {source: {format: synthetic}}\nmodel: {kind: dlrm, embeding_dim: 8}\n", "job.yaml");
   auto config = ParseTrainJobConfig(*root, "job.yaml");

@@ -251,8 +251,13 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
 }
 
 absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* log, bool terminal,
-                                        MetricsRegistry* metrics) {
+                                        MetricsRegistry* metrics,
+                                        const std::vector<data_loader::BatchStream*>& streams) {
   HYREC_RETURN_IF_ERROR(c.Validate());
+  if (!streams.empty() && streams.size() != static_cast<size_t>(c.workers)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(streams.size(), " batch streams given for ", c.workers, " workers"));
+  }
   TuneTrainingProcess();  // Idle BLAS threads sleep, freed tensors stay mapped (process_tuning.h).
   const int num_tables = c.loader.num_tables();
   // PS: one table per loader table, all shards in this process.
@@ -289,7 +294,10 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
   // The loader shares the machine with the dense step: its threads run on the cores it leaves idle.
   data_loader::LoaderOptions loader_options = c.loader;
   loader_options.thread_nice = kIdleNice;
-  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(loader_options, {}));
+  std::unique_ptr<data_loader::Loader> loader;
+  if (streams.empty()) {
+    HYREC_ASSIGN_OR_RETURN(loader, data_loader::Loader::Start(loader_options, {}));
+  }
   const bool synthetic = c.loader.source.format == data_loader::Format::kSynthetic;
   TrainReport report;
   if (synthetic) report.teacher_auc = data_loader::SyntheticSource(c.loader.source.synthetic).TeacherAuc(c.eval_samples);
@@ -325,7 +333,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
       auto fail = [&](const absl::Status& s) {
         std::lock_guard<std::mutex> lock(mu);
         if (failure.ok()) failure = Annotate(s, absl::StrCat("worker ", w));
-        loader->Stop();  // Unblocks the other workers' streams.
+        if (loader != nullptr) loader->Stop();  // Unblocks the other workers' streams.
       };
       std::shared_ptr<DenseModelImpl> model;
       {
@@ -353,7 +361,8 @@ absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& c, std::ostream* l
         sync->AttachToParameters(model->parameters());
       }
       auto optimizer = MakeOptimizer(c, *model);
-      TrainingContext ctx(options, loader->stream(w), ps.get(), sync.get(), model, optimizer.get());
+      TrainingContext ctx(options, loader != nullptr ? loader->stream(w) : streams[w], ps.get(), sync.get(), model,
+                          optimizer.get());
       for (TrainBatch* batch = nullptr; ctx.Next(&batch);) {
         torch::Tensor loss = torch::binary_cross_entropy_with_logits(ctx.Forward(*batch), batch->labels);
         const double loss_value = loss.item<double>();

@@ -87,8 +87,13 @@ absl::StatusOr<TrainJobConfig> ParseTrainJobConfig(const YAML::Node& root, absl:
 // when `metrics` is given, to it at every log interval (PublishTrainerMetrics, PublishPsMetrics,
 // PublishEvaluation; plus hyrec_train_samples_total, hyrec_train_samples_per_second and
 // hyrec_train_loss).
+// `streams`, when not empty, holds one stream per worker that replaces the config's training
+// loader (whose source then only sizes the progress line and feeds the held-out split), e.g.
+// batches already in memory: train_benchmark times the training step without the loader's work,
+// as its LibTorch references are timed. The streams must outlive the call.
 absl::StatusOr<TrainReport> RunTrainJob(const TrainJobConfig& config, std::ostream* log, bool terminal,
-                                        MetricsRegistry* metrics = nullptr);
+                                        MetricsRegistry* metrics = nullptr,
+                                        const std::vector<data_loader::BatchStream*>& streams = {});
 
 // hyrec_train_samples_total (counter), hyrec_train_samples_per_second and hyrec_train_loss
 // (gauges), labelled with `labels`.
