@@ -71,19 +71,20 @@ dense_worker::TrainJobConfig Job(const Shape& shape, int staleness, int batches)
   return c;
 }
 
-// The preloaded batches as a worker's stream.
+// The preloaded batches as a worker's stream: copied when it is made (before the job's clock
+// starts), then handed out by move, as the loader's queue hands out its batches.
 class PreloadedStream : public data_loader::BatchStream {
  public:
   explicit PreloadedStream(const std::vector<data_loader::Batch>& batches) : batches_(batches) {}
   absl::Status Next(data_loader::Batch* batch, absl::Duration) override {
     if (next_ == batches_.size()) return absl::OutOfRangeError("end of the preloaded batches");
-    *batch = batches_[next_++];
+    *batch = std::move(batches_[next_++]);
     return absl::OkStatus();
   }
   data_loader::ReaderPosition Position() const override { return {}; }
 
  private:
-  const std::vector<data_loader::Batch>& batches_;
+  std::vector<data_loader::Batch> batches_;
   size_t next_ = 0;
 };
 

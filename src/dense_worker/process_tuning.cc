@@ -36,12 +36,15 @@ bool RetainFreedMemory() {
 #if defined(__GLIBC__)
     const char* tunables = std::getenv("GLIBC_TUNABLES");
     if (std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
+        std::getenv("MALLOC_ARENA_MAX") != nullptr ||
         (tunables != nullptr &&
-         (std::strstr(tunables, "mmap_threshold") != nullptr || std::strstr(tunables, "trim_threshold") != nullptr))) {
+         (std::strstr(tunables, "mmap_threshold") != nullptr || std::strstr(tunables, "trim_threshold") != nullptr ||
+          std::strstr(tunables, "arena_max") != nullptr))) {
       return;  // The user's choice stands.
     }
     // 32 MiB: glibc's ceiling for the mmap threshold on 64-bit (half a non-main arena's heap).
-    applied = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1;
+    applied = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1 && mallopt(M_TRIM_THRESHOLD, 1 << 30) == 1 &&
+              mallopt(M_ARENA_MAX, 1) == 1;
 #endif
   });
   return applied;
