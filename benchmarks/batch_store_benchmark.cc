@@ -12,8 +12,6 @@
 //                scattering, huge pages as the store's), into the same output
 //   lookup       EmbeddingShardStore::Lookup, one call per table
 //   update       EmbeddingShardStore::Update (Adagrad), one call per table
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -26,6 +24,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench_util.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/embedding_store.h"
@@ -76,27 +75,6 @@ std::vector<Batch> MakeBatches(const Options& o) {
   return out;
 }
 
-// `floats` floats backed by transparent huge pages where the kernel allows, as the store's rows
-// are: the floor then pays the same address translation as the store.
-class HugeFloats {
- public:
-  explicit HugeFloats(size_t floats) : bytes_(((floats * sizeof(float)) | ((2u << 20) - 1)) + 1) {
-    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) std::abort();
-    madvise(p, bytes_, MADV_HUGEPAGE);
-    data_ = static_cast<float*>(p);
-    std::fill(data_, data_ + floats, 0.01f);
-  }
-  ~HugeFloats() { munmap(data_, bytes_); }
-  HugeFloats(const HugeFloats&) = delete;
-  HugeFloats& operator=(const HugeFloats&) = delete;
-  const float* data() const { return data_; }
-
- private:
-  size_t bytes_;
-  float* data_;
-};
-
 // Writes `buffer` so that what an operation reads afterwards comes from memory.
 void Flush(std::vector<char>& buffer) {
   for (size_t i = 0; i < buffer.size(); i += 64) buffer[i] = static_cast<char>(buffer[i] + 1);
@@ -142,12 +120,12 @@ int main(int argc, char** argv) {
     options.tables.push_back(table);
   }
   auto store = std::move(*EmbeddingShardStore::Create(options));
-  std::vector<std::unique_ptr<HugeFloats>> flat(o.tables);
+  std::vector<std::unique_ptr<hyrec::bench::HugeFloats>> flat(o.tables);
   {
     std::vector<uint64_t> ids;
     std::vector<float> out;
     for (int t = 0; t < o.tables; ++t) {
-      flat[t] = std::make_unique<HugeFloats>(o.vocabulary * o.dim);
+      flat[t] = std::make_unique<hyrec::bench::HugeFloats>(o.vocabulary * o.dim, 0.01f);
       ids.clear();
       for (uint32_t r = 0; r < o.vocabulary; ++r) ids.push_back(IdOf(t, r));
       out.resize(ids.size() * o.dim);

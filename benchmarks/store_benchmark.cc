@@ -1,5 +1,6 @@
 // Store lookup and Adagrad update throughput beside the floor: a plain gather of the same rows
-// from a flat float array, on the same Zipf(1.05) ids over 10M rows, in the same binary.
+// from a flat float array (on huge pages, as the store's rows are), on the same Zipf(1.05) ids
+// over 10M rows, in the same binary.
 //
 //   build/benchmarks/store_benchmark [--rows=10000000] [--dims=16,64,128] [--unbounded]
 //                                    [--benchmark_min_time=1]
@@ -35,7 +36,8 @@ constexpr size_t kIdPool = 1 << 22;
 struct Data {
   int dim = 0;
   uint64_t rows = 0;
-  std::vector<float> flat;          // rows * dim
+  std::unique_ptr<hyrec::bench::HugeFloats> flat;  // rows * dim, on huge pages as the store's rows
+
   std::vector<uint32_t> indices;    // Zipf-drawn row indices (kIdPool)
   std::vector<uint64_t> ids;        // Mix64(index)
   std::unique_ptr<EmbeddingShardStore> store;
@@ -59,8 +61,8 @@ uint64_t ResidentBytes() {
 void BuildData(Data& d, int dim, uint64_t rows) {
   d.dim = dim;
   d.rows = rows;
-  d.flat.assign(rows * dim, 0.0f);
-  for (size_t k = 0; k < d.flat.size(); ++k) d.flat[k] = static_cast<float>(k % 97) * 1e-3f;
+  d.flat = std::make_unique<hyrec::bench::HugeFloats>(rows * dim);
+  for (size_t k = 0; k < d.flat->size(); ++k) d.flat->data()[k] = static_cast<float>(k % 97) * 1e-3f;
   const hyrec::ZipfDistribution zipf(rows, 1.05);
   std::mt19937_64 rng(2024);
   d.indices.resize(kIdPool);
@@ -104,7 +106,7 @@ void BM_FlatGather(benchmark::State& state) {
     const uint32_t* idx = d.indices.data() + Offset(state, iteration++);
     for (int i = 0; i < kBatch; ++i) {
       std::memcpy(out.data() + static_cast<size_t>(i) * d.dim,
-                  d.flat.data() + static_cast<size_t>(idx[i]) * d.dim, sizeof(float) * d.dim);
+                  d.flat->data() + static_cast<size_t>(idx[i]) * d.dim, sizeof(float) * d.dim);
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
