@@ -80,12 +80,14 @@ void Flush(std::vector<char>& buffer) {
   for (size_t i = 0; i < buffer.size(); i += 64) buffer[i] = static_cast<char>(buffer[i] + 1);
 }
 
-// Mean ns per row of op(batch) over all batches, each after a flush.
-template <typename Op>
-double NsPerRow(const std::vector<Batch>& batches, std::vector<char>& flush, Op&& op) {
+// Mean ns per row of op(batch) over all batches, each after prepare(batch) and a flush, both
+// untimed.
+template <typename Prepare, typename Op>
+double NsPerRow(const std::vector<Batch>& batches, std::vector<char>& flush, Prepare&& prepare, Op&& op) {
   double ns = 0;
   size_t rows = 0;
   for (const Batch& b : batches) {
+    prepare(b);
     Flush(flush);
     const auto start = Clock::now();
     op(b);
@@ -142,15 +144,14 @@ int main(int argc, char** argv) {
   std::vector<char> flush(static_cast<size_t>(o.flush_mb) << 20, 1);
   std::vector<std::vector<float>> out(o.tables);
   std::vector<std::vector<float>> grads(o.tables);
-  auto size_buffers = [&](const Batch& b) {
+  auto size_buffers = [&](const Batch& b) {  // The output and gradients of every table.
     for (int t = 0; t < o.tables; ++t) {
       out[t].resize(b.ids[t].size() * o.dim);
       grads[t].assign(b.ids[t].size() * o.dim, 1e-4f);
     }
   };
 
-  const double floor = NsPerRow(batches, flush, [&](const Batch& b) {
-    size_buffers(b);
+  const double floor = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       float* dst = out[t].data();
       for (uint32_t row : b.rows[t]) {
@@ -159,14 +160,12 @@ int main(int argc, char** argv) {
       }
     }
   });
-  const double lookup = NsPerRow(batches, flush, [&](const Batch& b) {
-    size_buffers(b);
+  const double lookup = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       if (!store->Lookup(t, b.ids[t], absl::MakeSpan(out[t]), nullptr).ok()) std::abort();
     }
   });
-  const double update = NsPerRow(batches, flush, [&](const Batch& b) {
-    size_buffers(b);
+  const double update = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       if (!store->Update(t, b.ids[t], grads[t], {}, nullptr).ok()) std::abort();
     }

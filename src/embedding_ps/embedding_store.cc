@@ -459,7 +459,8 @@ class StripedStore final : public EmbeddingShardStore {
   // (kNoHandle when the id has no row and none is created). The group is walked in chunks, as a
   // pipeline of prefetches that lets the cache misses of many ids overlap: the index buckets of
   // chunk i + 2, then the slots their tags point at for chunk i + 1 (the first `touch_bytes` of
-  // each), then, for chunk i, the LRU neighbours that moving its rows to the front writes.
+  // each), then, for chunk i in a bounded store, the LRU neighbours that moving its rows to the
+  // front writes.
   // Within a chunk, existing rows are found and moved to the LRU front first; absent ids are then
   // created (when `create` allows and admission agrees), so that creating one can never evict a
   // row found earlier in the chunk before it was used.
