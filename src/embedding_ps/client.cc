@@ -263,25 +263,27 @@ class InProcessClient final : public ShardedClient {
 
  private:
   absl::Status LookupParts(absl::Span<TableCall> calls) override {
-    for (TableCall& call : calls) {
-      for (ShardPart& part : call.parts) {
-        EmbeddingShardStore& store = *stores_[part.shard];
-        absl::StatusOr<int> t = store.TableIndex(call.table);
-        if (!t.ok()) return t.status();
-        absl::Status status = store.Lookup(*t, part.ids, absl::MakeSpan(part.values), nullptr);
-        if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
-      }
-    }
-    return absl::OkStatus();
+    return ForEachPart(calls, [](EmbeddingShardStore& store, int t, ShardPart& part) {
+      return store.Lookup(t, part.ids, absl::MakeSpan(part.values), nullptr);
+    });
   }
 
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
+    return ForEachPart(calls, [update_id](EmbeddingShardStore& store, int t, ShardPart& part) {
+      return store.Update(t, part.ids, part.values, update_id, nullptr);
+    });
+  }
+
+  // Runs fn(store, table index, part) for every part of every call on its shard's store; the
+  // first error stops it, annotated with the shard.
+  template <typename Fn>
+  absl::Status ForEachPart(absl::Span<TableCall> calls, Fn&& fn) {
     for (TableCall& call : calls) {
       for (ShardPart& part : call.parts) {
         EmbeddingShardStore& store = *stores_[part.shard];
         absl::StatusOr<int> t = store.TableIndex(call.table);
         if (!t.ok()) return t.status();
-        absl::Status status = store.Update(*t, part.ids, part.values, update_id, nullptr);
+        absl::Status status = fn(store, *t, part);
         if (!status.ok()) return Annotate(status, absl::StrCat("shard ", part.shard));
       }
     }
