@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/subprocess.h"
@@ -47,6 +48,24 @@ TEST(Fp16, BulkConversionMatchesScalar) {
     ASSERT_EQ(halves[i], FloatToHalf(in[i])) << i << " " << in[i];
     const float expected = HalfToFloat(halves[i]);
     ASSERT_EQ(std::memcmp(&back[i], &expected, sizeof(float)), 0) << i;
+  }
+}
+
+TEST(FirstNonFinite, FindsTheFirstNanOrInfinityAnywhere) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::signaling_NaN()};
+  for (size_t n : {0, 1, 15, 16, 17, 33, 100}) {
+    std::vector<float> data(n);
+    for (size_t i = 0; i < n; ++i) data[i] = (i % 2 ? -1.0f : 1.0f) * std::numeric_limits<float>::max() / (i + 1);
+    EXPECT_EQ(FirstNonFinite(data.data(), n), n) << "all finite, n " << n;
+    for (size_t at = 0; at < n; ++at) {
+      for (float b : bad) {
+        std::vector<float> copy = data;
+        copy[at] = b;
+        if (at + 1 < n) copy[n - 1] = b;  // A later one must not win.
+        EXPECT_EQ(FirstNonFinite(copy.data(), n), at) << "n " << n << ", at " << at << ", value " << b;
+      }
+    }
   }
 }
 

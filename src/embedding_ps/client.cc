@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "hyrec/common/finite.h"
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/hash.h"
 #include "src/embedding_ps/wire.h"
@@ -19,11 +20,17 @@
 namespace hyrec::embedding_ps {
 namespace {
 
-// The ids one shard must serve in one call, and where its rows go.
+// The ids one shard must serve in one call, and where its rows go or its gradients come from
+// (ids.size() * dim floats). For pre-grouped ids (the Sharded calls) these are ranges of the
+// caller's own buffers, neither copied nor moved; for Lookup and Update, which deduplicate and
+// place ids themselves, the part's own storage.
 struct ShardPart {
   int shard = 0;
-  std::vector<uint64_t> ids;
-  std::vector<float> values;  // ids.size() * dim: rows read, or gradients to send.
+  absl::Span<const uint64_t> ids;
+  absl::Span<float> out;          // Lookups: rows read.
+  absl::Span<const float> grads;  // Updates: gradients to send.
+  std::vector<uint64_t> own_ids;
+  std::vector<float> own_values;
 };
 
 // One table's per-shard parts of a call.
@@ -61,13 +68,17 @@ class ShardedClient : public EmbeddingClient {
     std::vector<ShardPart> parts;
     std::vector<std::pair<uint32_t, uint32_t>> where;
     Partition(ids, &parts, &where);
-    for (ShardPart& part : parts) part.values.resize(part.ids.size() * dim);
+    for (ShardPart& part : parts) {
+      part.own_values.resize(part.own_ids.size() * dim);
+      part.ids = part.own_ids;
+      part.out = absl::MakeSpan(part.own_values);
+    }
     TableCall call{table, static_cast<int>(dim), std::move(parts)};
     absl::Status status = LookupParts(absl::MakeSpan(&call, 1));
     if (!status.ok()) return status;
     for (size_t i = 0; i < ids.size(); ++i) {
       const auto [p, row] = where[i];
-      std::memcpy(out.data() + i * dim, call.parts[p].values.data() + row * dim, dim * sizeof(float));
+      std::memcpy(out.data() + i * dim, call.parts[p].own_values.data() + row * dim, dim * sizeof(float));
     }
     return absl::OkStatus();
   }
@@ -84,11 +95,15 @@ class ShardedClient : public EmbeddingClient {
     std::vector<std::pair<uint32_t, uint32_t>> where;
     Partition(ids, &parts, &where);
     // Each part's gradients: the sum over the positions of its ids (duplicates summed).
-    for (ShardPart& part : parts) part.values.assign(part.ids.size() * dim, 0.0f);
+    for (ShardPart& part : parts) part.own_values.assign(part.own_ids.size() * dim, 0.0f);
     for (size_t i = 0; i < ids.size(); ++i) {
       const float* g = grads.data() + i * dim;
-      float* sum = parts[where[i].first].values.data() + where[i].second * dim;
+      float* sum = parts[where[i].first].own_values.data() + where[i].second * dim;
       for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
+    }
+    for (ShardPart& part : parts) {
+      part.ids = part.own_ids;
+      part.grads = part.own_values;
     }
     TableCall call{table, static_cast<int>(dim), std::move(parts)};
     return UpdateParts(absl::MakeSpan(&call, 1), update_id);
@@ -118,21 +133,13 @@ class ShardedClient : public EmbeddingClient {
       TableCall call{l.table, *dim, {}};
       absl::Status status = SplitSharded(l.table, l.ids, l.shard_offsets, *dim, l.out.size(), &call.parts);
       if (!status.ok()) return status;
-      if (call.parts.empty()) continue;  // No ids.
-      calls.push_back(std::move(call));
-      lookup_of.push_back(k);
+      for (ShardPart& part : call.parts) {
+        part.out = l.out.subspan(static_cast<size_t>(l.shard_offsets[part.shard]) * *dim, part.ids.size() * *dim);
+      }
+      if (!call.parts.empty()) calls.push_back(std::move(call));
     }
     if (calls.empty()) return absl::OkStatus();
-    absl::Status status = LookupParts(absl::MakeSpan(calls));
-    if (!status.ok()) return status;
-    for (size_t c = 0; c < calls.size(); ++c) {
-      const ShardedLookup& l = lookups[lookup_of[c]];
-      for (const ShardPart& part : calls[c].parts) {
-        std::memcpy(l.out.data() + static_cast<size_t>(l.shard_offsets[part.shard]) * calls[c].dim,
-                    part.values.data(), part.values.size() * sizeof(float));
-      }
-    }
-    return absl::OkStatus();
+    return LookupParts(absl::MakeSpan(calls));
   }
 
   absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates, UpdateId update_id) override {
@@ -147,8 +154,7 @@ class ShardedClient : public EmbeddingClient {
       status = SplitSharded(u.table, u.ids, u.shard_offsets, *dim, u.grads.size(), &call.parts);
       if (!status.ok()) return status;
       for (ShardPart& part : call.parts) {
-        const float* g = u.grads.data() + static_cast<size_t>(u.shard_offsets[part.shard]) * *dim;
-        part.values.assign(g, g + part.values.size());
+        part.grads = u.grads.subspan(static_cast<size_t>(u.shard_offsets[part.shard]) * *dim, part.ids.size() * *dim);
       }
       if (!call.parts.empty()) calls.push_back(std::move(call));
     }
@@ -165,16 +171,15 @@ class ShardedClient : public EmbeddingClient {
       return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient holds ", grads.size(),
                                                      " floats, expected ", ids.size(), " ids x dim ", dim));
     }
-    for (size_t k = 0; k < grads.size(); ++k) {
-      if (!std::isfinite(grads[k])) {
-        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / dim],
-                                                       " (row ", k / dim, ") is ", grads[k], "; nothing was sent"));
-      }
+    const size_t k = FirstNonFinite(grads.data(), grads.size());
+    if (k < grads.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / dim],
+                                                     " (row ", k / dim, ") is ", grads[k], "; nothing was sent"));
     }
     return absl::OkStatus();
   }
 
-  // One part per non-empty shard range of pre-grouped ids; values sized for their rows.
+  // One part per non-empty shard range of pre-grouped ids, its ids a range of `ids`.
   absl::Status SplitSharded(absl::string_view table, absl::Span<const uint64_t> ids,
                             absl::Span<const uint32_t> shard_offsets, int dim, size_t floats,
                             std::vector<ShardPart>* parts) const {
@@ -195,15 +200,14 @@ class ShardedClient : public EmbeddingClient {
       if (shard_offsets[s] == shard_offsets[s + 1]) continue;
       ShardPart part;
       part.shard = s;
-      part.ids.assign(ids.begin() + shard_offsets[s], ids.begin() + shard_offsets[s + 1]);
-      part.values.resize(part.ids.size() * dim);
+      part.ids = ids.subspan(shard_offsets[s], shard_offsets[s + 1] - shard_offsets[s]);
       parts->push_back(std::move(part));
     }
     return absl::OkStatus();
   }
 
-  // Deduplicates `ids` and places each distinct id on its shard's part, in first-seen order;
-  // where[i] = (part, row in part) of ids[i].
+  // Deduplicates `ids` and places each distinct id in its shard's part's own_ids, in first-seen
+  // order; where[i] = (part, row in part) of ids[i].
   void Partition(absl::Span<const uint64_t> ids, std::vector<ShardPart>* parts,
                  std::vector<std::pair<uint32_t, uint32_t>>* where) const {
     std::vector<int> part_of_shard(num_shards_, -1);
@@ -216,20 +220,21 @@ class ShardedClient : public EmbeddingClient {
         const int shard = ShardForId(ids[i], num_shards_);
         if (part_of_shard[shard] < 0) {
           part_of_shard[shard] = static_cast<int>(parts->size());
-          parts->push_back(ShardPart{shard, {}, {}});
+          parts->push_back(ShardPart{});
+          parts->back().shard = shard;
         }
         ShardPart& part = (*parts)[part_of_shard[shard]];
         it->second = {static_cast<uint32_t>(part_of_shard[shard]),
-                      static_cast<uint32_t>(part.ids.size())};
-        part.ids.push_back(ids[i]);
+                      static_cast<uint32_t>(part.own_ids.size())};
+        part.own_ids.push_back(ids[i]);
       }
       (*where)[i] = it->second;
     }
   }
 
-  // Reads part.ids into part.values for every part of every call; all must succeed.
+  // Reads part.ids into part.out for every part of every call; all must succeed.
   virtual absl::Status LookupParts(absl::Span<TableCall> calls) = 0;
-  // Applies part.values as gradients of part.ids for every part of every call.
+  // Applies part.grads as gradients of part.ids for every part of every call.
   virtual absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) = 0;
 
   const int num_shards_;
@@ -264,13 +269,13 @@ class InProcessClient final : public ShardedClient {
  private:
   absl::Status LookupParts(absl::Span<TableCall> calls) override {
     return ForEachPart(calls, [](EmbeddingShardStore& store, int t, ShardPart& part) {
-      return store.Lookup(t, part.ids, absl::MakeSpan(part.values), nullptr);
+      return store.Lookup(t, part.ids, part.out, nullptr);
     });
   }
 
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
     return ForEachPart(calls, [update_id](EmbeddingShardStore& store, int t, ShardPart& part) {
-      return store.Update(t, part.ids, part.values, update_id, nullptr);
+      return store.Update(t, part.ids, part.grads, update_id, nullptr);
     });
   }
 
@@ -487,7 +492,7 @@ class GrpcClient final : public ShardedClient {
                                                 " for table '", calls[c].table, "', expected ", calls[c].dim));
       }
       absl::Status decoded =
-          wire::DecodeValues(r.values(), r.precision(), "values", absl::MakeSpan(calls[c].parts[p].values));
+          wire::DecodeValues(r.values(), r.precision(), "values", calls[c].parts[p].out);
       if (!decoded.ok()) {
         return absl::InternalError(
             absl::StrCat("PS shard ", flat.shards[k], ", table '", calls[c].table, "': ", decoded.message()));
@@ -507,7 +512,7 @@ class GrpcClient final : public ShardedClient {
       requests[k].set_worker_id(update_id.worker_id);
       requests[k].set_sequence(update_id.sequence);
       wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
-      wire::EncodeValues(calls[c].parts[p].values, precision_, requests[k].mutable_grads());
+      wire::EncodeValues(calls[c].parts[p].grads, precision_, requests[k].mutable_grads());
     }
     return RunOnShards(
         flat.shards, "Update",

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "hyrec/common/finite.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/embedding_ps/optimizer.h"
 #include "src/embedding_ps/huge_page_arena.h"
@@ -308,14 +309,12 @@ class StripedStore final : public EmbeddingShardStore {
           absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
                        " floats, expected ", ids.size(), " ids x dim ", layout.dim));
     }
-    for (size_t k = 0; k < grads.size(); ++k) {
-      if (!std::isfinite(grads[k])) {
-        rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
-        const size_t row = k / layout.dim;
-        return absl::InvalidArgumentError(absl::StrCat(
-            "table '", config.name, "': gradient of id ", ids[row], " (row ", row, ", element ",
-            k % layout.dim, ") is ", grads[k], "; the update was rejected and nothing written"));
-      }
+    if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
+      rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
+      const size_t row = k / layout.dim;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", config.name, "': gradient of id ", ids[row], " (row ", row, ", element ",
+          k % layout.dim, ") is ", grads[k], "; the update was rejected and nothing written"));
     }
     UpdateResult local;
     if (update_id.sequence != 0) {
@@ -644,9 +643,14 @@ class StripedStore final : public EmbeddingShardStore {
     float* weights = reinterpret_cast<float*>(h + 1);
     InitialRow(table(t), id, weights);
     InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
-    stripe.index.Insert(hash, handle, [&](uint32_t other) {
-      return Hash(HandleTable(other), Header(stripe, other)->id);
-    });
+    stripe.index.Insert(
+        hash, handle,
+        [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+          return Hash(HandleTable(other), Header(stripe, other)->id);
+        },
+        [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+          PrefetchLine(Header(stripe, other));
+        });
     PushFrontLocked(stripe, handle);
     ++stripe.rows;
     ++stripe.counters[t].rows;

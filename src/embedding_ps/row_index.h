@@ -83,16 +83,21 @@ class RowIndex {
     return kNoHandle;
   }
 
-  // Adds a handle that is not present. `rehash(handle)` returns the hash of any stored handle; it
-  // is called only when the index grows.
-  template <typename Rehash>
-  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash) {
+  // Adds a handle that is not present. `rehash(handle)` returns the hash of any stored handle and
+  // `prefetch_key(handle)` starts fetching what rehash(handle) reads; both are called only when
+  // the index grows (doubling), which rehashes every stored handle.
+  template <typename Rehash, typename PrefetchKey>
+  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash, PrefetchKey&& prefetch_key) {
     if (static_cast<double>(size_ + 1) >
         kMaxLoad * static_cast<double>(num_buckets_ * kEntriesPerBucket)) {
-      Grow(num_buckets_ + num_buckets_ / 2 + 1, rehash);
+      Grow(2 * num_buckets_, rehash, prefetch_key);
     }
     Place(hash, handle);
     ++size_;
+  }
+  template <typename Rehash>
+  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash) {
+    Insert(hash, handle, rehash, [](uint32_t) {});
   }
 
   // Removes a handle that is present, given its hash.
@@ -171,16 +176,47 @@ class RowIndex {
     }
   }
 
-  template <typename Rehash>
-  void Grow(uint64_t buckets, Rehash&& rehash) {
+  // Moves every entry into a new array of `buckets` buckets. Rehashing reads each handle's key, a
+  // cache miss per entry (the rows lie all over the store), so the entries flow through a
+  // pipeline in which the misses of many overlap: entry i's key is prefetched at step i, its hash
+  // taken and its new home bucket prefetched at step i + kAhead, and it is placed at step
+  // i + 2 kAhead. (One entry at a time, growing cost ~300 cycles an entry, ~2.5 ms a batch of
+  // the default DLRM's new rows.)
+  template <typename Rehash, typename PrefetchKey>
+  void Grow(uint64_t buckets, Rehash&& rehash, PrefetchKey&& prefetch_key) {
     Bucket* old = buckets_;
     const uint64_t old_count = num_buckets_;
     Allocate(buckets);
+    constexpr uint64_t kAhead = 16;
+    constexpr uint64_t kRing = 4 * kAhead;  // Holds entries i - 2 kAhead .. i.
+    struct Entry {
+      uint32_t handle;
+      uint64_t hash;
+    };
+    Entry ring[kRing];
+    // Steps i's later stages for the first `known` entries.
+    const auto advance = [&](uint64_t i, uint64_t known) {
+      if (i >= kAhead && i - kAhead < known) {
+        Entry& e = ring[(i - kAhead) % kRing];
+        e.hash = rehash(e.handle);
+        Prefetch(e.hash);
+      }
+      if (i >= 2 * kAhead && i - 2 * kAhead < known) {
+        const Entry& e = ring[(i - 2 * kAhead) % kRing];
+        Place(e.hash, e.handle);
+      }
+    };
+    uint64_t n = 0;
     for (uint64_t b = 0; b < old_count; ++b) {
       for (int e = 0; e < kEntriesPerBucket; ++e) {
-        if (old[b].tags[e] != 0) Place(rehash(old[b].handles[e]), old[b].handles[e]);
+        if (old[b].tags[e] == 0) continue;
+        ring[n % kRing].handle = old[b].handles[e];
+        prefetch_key(old[b].handles[e]);
+        advance(n, n + 1);
+        ++n;
       }
     }
+    for (uint64_t i = n; i < n + 2 * kAhead; ++i) advance(i, n);
     FreeLargeArray(old, old_count * sizeof(Bucket));
   }
 
