@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hyrec/embedding_ps/optimizer.h"
 
@@ -14,19 +15,38 @@ const std::vector<std::vector<double>> kGrads = {
     {0.5, -1.0, 0.25}, {0.1, 0.2, -0.3}, {-0.7, 0.0, 2.0}, {1.5, -0.5, 0.05}, {0.3, 0.3, -0.9}};
 const std::vector<double> kInit = {0.1, -0.2, 0.05};
 
+// Steps of gradients for one row, and the row's initial weights (of the same dim).
+struct Problem {
+  std::vector<std::vector<double>> grads = kGrads;
+  std::vector<double> init = kInit;
+  int dim() const { return static_cast<int>(init.size()); }
+};
+
+// A row of `dim` weights and `steps` gradients, every coordinate different, some past the
+// clipping bounds the tests use.
+Problem WideProblem(int dim, int steps) {
+  Problem p;
+  p.init.resize(dim);
+  p.grads.assign(steps, std::vector<double>(dim));
+  for (int i = 0; i < dim; ++i) p.init[i] = 0.1 * std::sin(1.0 + i);
+  for (int s = 0; s < steps; ++s)
+    for (int i = 0; i < dim; ++i) p.grads[s][i] = 1.3 * std::cos(0.7 * i + 2.1 * s);
+  return p;
+}
+
 struct OptimizerRun {
   std::vector<float> w;
   std::vector<float> state;
 };
 
-OptimizerRun RunOptimizer(const OptimizerConfig& config) {
+OptimizerRun RunOptimizer(const OptimizerConfig& config, const Problem& p = Problem()) {
   OptimizerRun r;
-  r.w.assign(kInit.begin(), kInit.end());
-  r.state.resize(OptimizerStateFloats(config.kind, kDim));
-  InitOptimizerState(config, kDim, r.state.data());
-  for (const auto& g : kGrads) {
+  r.w.assign(p.init.begin(), p.init.end());
+  r.state.resize(OptimizerStateFloats(config.kind, p.dim()));
+  InitOptimizerState(config, p.dim(), r.state.data());
+  for (const auto& g : p.grads) {
     std::vector<float> gf(g.begin(), g.end());
-    ApplyOptimizer(config, kDim, gf.data(), r.w.data(), r.state.data());
+    ApplyOptimizer(config, p.dim(), gf.data(), r.w.data(), r.state.data());
   }
   return r;
 }
@@ -41,17 +61,19 @@ double PostClip(const OptimizerConfig& c, double w) {
   return w;
 }
 
-std::vector<double> ReferenceSgd(const OptimizerConfig& c) {
-  std::vector<double> w = kInit;
-  for (const auto& g : kGrads)
-    for (int i = 0; i < kDim; ++i) w[i] = PostClip(c, w[i] - c.learning_rate * Preprocess(c, g[i], w[i]));
+std::vector<double> ReferenceSgd(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init;
+  for (const auto& g : p.grads)
+    for (int i = 0; i < dim; ++i) w[i] = PostClip(c, w[i] - c.learning_rate * Preprocess(c, g[i], w[i]));
   return w;
 }
 
-std::vector<double> ReferenceAdagrad(const OptimizerConfig& c) {
-  std::vector<double> w = kInit, a(kDim, c.initial_accumulator);
-  for (const auto& g : kGrads)
-    for (int i = 0; i < kDim; ++i) {
+std::vector<double> ReferenceAdagrad(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init, a(dim, c.initial_accumulator);
+  for (const auto& g : p.grads)
+    for (int i = 0; i < dim; ++i) {
       const double gi = Preprocess(c, g[i], w[i]);
       a[i] += gi * gi;
       w[i] = PostClip(c, w[i] - c.learning_rate * gi / (std::sqrt(a[i]) + c.epsilon));
@@ -59,12 +81,13 @@ std::vector<double> ReferenceAdagrad(const OptimizerConfig& c) {
   return w;
 }
 
-std::vector<double> ReferenceAdam(const OptimizerConfig& c) {
-  std::vector<double> w = kInit, m(kDim, 0), v(kDim, 0);
+std::vector<double> ReferenceAdam(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init, m(dim, 0), v(dim, 0);
   int t = 0;
-  for (const auto& g : kGrads) {
+  for (const auto& g : p.grads) {
     ++t;
-    for (int i = 0; i < kDim; ++i) {
+    for (int i = 0; i < dim; ++i) {
       const double gi = Preprocess(c, g[i], w[i]);
       m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi;
       v[i] = c.beta2 * v[i] + (1 - c.beta2) * gi * gi;
@@ -76,11 +99,12 @@ std::vector<double> ReferenceAdam(const OptimizerConfig& c) {
   return w;
 }
 
-std::vector<double> ReferenceFtrl(const OptimizerConfig& c) {
-  std::vector<double> w = kInit, z(kDim, 0), n(kDim, c.initial_accumulator);
+std::vector<double> ReferenceFtrl(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init, z(dim, 0), n(dim, c.initial_accumulator);
   const double alpha = c.learning_rate;
-  for (const auto& g : kGrads)
-    for (int i = 0; i < kDim; ++i) {
+  for (const auto& g : p.grads)
+    for (int i = 0; i < dim; ++i) {
       const double gi = Preprocess(c, g[i], w[i]);
       const double sigma = (std::sqrt(n[i] + gi * gi) - std::sqrt(n[i])) / alpha;
       z[i] += gi - sigma * w[i];
@@ -206,6 +230,40 @@ TEST(Optimizer, WeightDecayAndClippingWrapEveryOptimizer) {
     SCOPED_TRACE(std::string(OptimizerName(kind)));
     ExpectClose(r.w, want);
     for (float w : r.w) EXPECT_LE(std::fabs(w), 0.15f + 1e-7f);
+  }
+}
+
+// Rows as wide as real tables: the optimizer loops are vectorized (SSE, and AVX2 where the CPU
+// has it), so dims that fill whole vectors, and dims that leave a scalar remainder, must both
+// match the scalar reference, plain and with clipping and decay.
+TEST(Optimizer, EveryOptimizerMatchesReferenceAtVectorWidths) {
+  for (int dim : {1, 7, 8, 16, 17, 64}) {
+    const Problem p = WideProblem(dim, 6);
+    for (bool adjust : {false, true}) {
+      for (OptimizerKind kind :
+           {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
+        OptimizerConfig c;
+        c.kind = kind;
+        c.learning_rate = 0.05f;
+        c.ftrl_beta = 1.0f;
+        c.ftrl_l1 = 0.05f;
+        c.ftrl_l2 = 0.01f;
+        if (adjust) {
+          c.weight_decay = 0.01f;
+          c.grad_clip = 0.9f;
+          c.value_clip = 0.12f;
+        }
+        std::vector<double> want;
+        switch (kind) {
+          case OptimizerKind::kSgd: want = ReferenceSgd(c, p); break;
+          case OptimizerKind::kAdagrad: want = ReferenceAdagrad(c, p); break;
+          case OptimizerKind::kAdam: want = ReferenceAdam(c, p); break;
+          case OptimizerKind::kFtrl: want = ReferenceFtrl(c, p); break;
+        }
+        SCOPED_TRACE(absl::StrCat(OptimizerName(kind), " dim ", dim, adjust ? " clipped, decayed" : ""));
+        ExpectClose(RunOptimizer(c, p).w, want);
+      }
+    }
   }
 }
 
