@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/thread_priority.h"
@@ -21,6 +23,11 @@ torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
   return device.is_cpu() ? t.clone() : t.to(device);
 }
 
+// `t` (host memory the tensor owns) on `device`: itself on the CPU.
+torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device) {
+  return device.is_cpu() ? t : t.to(device);
+}
+
 // Sum pooling of `rows` into bags on the CPU, optionally weighted per id (mean and sqrt-n pooling
 // come as weights). `index` holds the `ids` row numbers, then one start offset per bag. The
 // forward is LibTorch's embedding_bag; the backward is a plain scatter-add of each bag's gradient
@@ -28,9 +35,10 @@ torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
 // batch of the default DLRM on one core, this ~1 ms.
 struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
   // `weights`: one per id, or an empty tensor for plain sums (an undefined tensor cannot be an
-  // input of a custom autograd function in LibTorch 1.13).
+  // input of a custom autograd function in LibTorch 1.13). `grad_buffer`: memory for the rows'
+  // gradient ([rows, dim] float; any other shape, e.g. empty, and backward allocates its own).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor rows, torch::Tensor index,
-                               int64_t ids, torch::Tensor weights) {
+                               int64_t ids, torch::Tensor weights, torch::Tensor grad_buffer) {
     namespace F = torch::nn::functional;
     const int64_t bags = index.size(0) - ids;
     auto options = F::EmbeddingBagFuncOptions().offsets(index.narrow(0, ids, bags)).mode(torch::kSum);
@@ -38,6 +46,7 @@ struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
     ctx->save_for_backward({index, weights});
     ctx->saved_data["ids"] = ids;
     ctx->saved_data["rows"] = rows.size(0);
+    ctx->saved_data["grad_buffer"] = grad_buffer;
     return F::embedding_bag(index.narrow(0, 0, ids), rows, options);
   }
 
@@ -46,8 +55,14 @@ struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
     const int64_t ids = ctx->saved_data["ids"].toInt();
     const torch::Tensor grad_out = grads[0].contiguous();
-    const int64_t bags = grad_out.size(0), dim = grad_out.size(1);
-    torch::Tensor grad_rows = torch::zeros({ctx->saved_data["rows"].toInt(), dim}, grad_out.options());
+    const int64_t bags = grad_out.size(0), dim = grad_out.size(1), rows = ctx->saved_data["rows"].toInt();
+    torch::Tensor grad_rows = ctx->saved_data["grad_buffer"].toTensor();
+    if (grad_rows.dim() == 2 && grad_rows.size(0) == rows && grad_rows.size(1) == dim &&
+        grad_rows.scalar_type() == torch::kFloat) {
+      grad_rows.zero_();
+    } else {
+      grad_rows = torch::zeros({rows, dim}, grad_out.options());
+    }
     const int64_t* index = saved[0].data_ptr<int64_t>();
     const int64_t* offsets = index + ids;
     const float* weights = saved[1].numel() > 0 ? saved[1].data_ptr<float>() : nullptr;
@@ -62,18 +77,89 @@ struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
         for (int64_t d = 0; d < dim; ++d) dst[d] += scale * gb[d];
       }
     }
-    return {grad_rows, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_rows, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 }  // namespace
+
+// Host memory for the tensors a context allocates for every batch (rows, bag indices, row
+// gradients): the storage of a freed tensor comes back here and serves the next request it fits,
+// so a batch reuses pages already mapped instead of faulting in new ones. It matters above glibc's
+// largest mmap threshold (32 MiB), where every allocation maps fresh zero pages: the
+// embedding-heavy shape's rows and their gradients are ~50 MB each a batch. Thread-safe (lookups
+// take buffers on their own threads, updates free them on theirs); tensors may outlive the
+// context, as each holds the pool.
+class TrainingContext::HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
+ public:
+  ~HostBufferPool() {
+    for (const Block& b : free_) std::free(b.data);
+  }
+
+  // An uninitialized host tensor of `sizes`, contiguous, 64-byte aligned.
+  torch::Tensor Take(std::vector<int64_t> sizes, torch::ScalarType dtype) {
+    int64_t numel = 1;
+    for (int64_t d : sizes) numel *= d;
+    const size_t need = static_cast<size_t>(numel) * c10::elementSize(dtype);
+    if (need == 0) return torch::empty(sizes, torch::TensorOptions().dtype(dtype));
+    Block block{nullptr, 0};
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      size_t best = free_.size();
+      for (size_t i = 0; i < free_.size(); ++i) {  // The smallest free block that fits, wasting < half.
+        if (free_[i].bytes >= need && free_[i].bytes <= 2 * need &&
+            (best == free_.size() || free_[i].bytes < free_[best].bytes)) {
+          best = i;
+        }
+      }
+      if (best < free_.size()) {
+        block = free_[best];
+        free_[best] = free_.back();
+        free_.pop_back();
+      }
+    }
+    if (block.data == nullptr) {
+      // 1/8 headroom, so that the next batches' slightly larger requests fit too.
+      block.bytes = (need + need / 8 + 4095) & ~size_t{4095};
+      block.data = std::aligned_alloc(64, block.bytes);
+      if (block.data == nullptr) throw std::bad_alloc();
+    }
+    std::shared_ptr<HostBufferPool> self = shared_from_this();
+    return torch::from_blob(
+        block.data, sizes, [self, block](void*) { self->Give(block); }, torch::TensorOptions().dtype(dtype));
+  }
+
+ private:
+  struct Block {
+    void* data;
+    size_t bytes;
+  };
+  // Batches in flight hold a few buffers each (rows, index, weights, gradients); a window of
+  // staleness 4 keeps ~7 batches alive.
+  static constexpr size_t kMaxFree = 32;
+
+  void Give(Block block) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kMaxFree) {
+        free_.push_back(block);
+        return;
+      }
+    }
+    std::free(block.data);
+  }
+
+  std::mutex mu_;
+  std::vector<Block> free_;  // Guarded by mu_.
+};
 
 TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
                                  embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
                                  std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer)
     : options_(std::move(options)), stream_(stream), ps_(ps), sync_(sync), model_(std::move(model)),
       optimizer_(dense_optimizer), lookup_us_(std::make_shared<std::atomic<int64_t>>(0)),
-      update_us_(std::make_shared<std::atomic<int64_t>>(0)) {
+      update_us_(std::make_shared<std::atomic<int64_t>>(0)),
+      buffers_(std::make_shared<HostBufferPool>()) {
   for (const std::string& name : options_.table_names) {
     absl::StatusOr<int> dim = ps_->TableDim(name);
     dims_.push_back(dim.ok() ? *dim : 0);
@@ -113,7 +199,7 @@ absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
       tb->table_row_offset[t] = rows;
       rows += static_cast<int64_t>(b.tables[t].unique_ids.size());
     }
-    tb->rows[g].resize(static_cast<size_t>(rows) * groups_[g].dim);
+    tb->rows[g] = buffers_->Take({rows, groups_[g].dim}, torch::kFloat);
   }
   // All tables in one call: against remote shards every request is in flight at once (round
   // trips overlap instead of adding up); in process the lookups run one after another here.
@@ -122,7 +208,7 @@ absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
   for (size_t t = 0; t < b.tables.size(); ++t) {
     const data_loader::TableIds& ids = b.tables[t];
     if (ids.unique_ids.empty()) continue;
-    float* out = tb->rows[table_group_[t]].data() + tb->table_row_offset[t] * dims_[t];
+    float* out = tb->rows[table_group_[t]].data_ptr<float>() + tb->table_row_offset[t] * dims_[t];
     lookups.push_back({options_.table_names[t], ids.unique_ids, ids.shard_offsets,
                        absl::MakeSpan(out, ids.unique_ids.size() * dims_[t])});
   }
@@ -238,10 +324,11 @@ void TrainingContext::PrepareBags(TrainBatch* tb) const {
       ids += static_cast<int64_t>(b.slots[s].ids.size());
       if (!options_.pooling.empty() && options_.pooling[s] != Pooling::kSum) weighted = true;
     }
-    bag.index.resize(ids + bags);
-    bag.weights.resize(weighted ? ids : 0);
-    int64_t* indices = bag.index.data();
-    int64_t* offsets = bag.index.data() + ids;
+    bag.index = buffers_->Take({ids + bags}, torch::kLong);
+    bag.weights = buffers_->Take({weighted ? ids : 0}, torch::kFloat);
+    int64_t* indices = bag.index.data_ptr<int64_t>();
+    int64_t* offsets = indices + ids;
+    float* weights = bag.weights.data_ptr<float>();
     int64_t next = 0;
     for (size_t k = 0; k < group.slots.size(); ++k) {
       const int s = group.slots[k];
@@ -258,7 +345,7 @@ void TrainingContext::PrepareBags(TrainBatch* tb) const {
         if (end > begin && pooling == Pooling::kSqrtN) scale = 1.0f / std::sqrt(static_cast<float>(end - begin));
         for (uint32_t j = begin; j < end; ++j, ++next) {
           indices[next] = base + inverse[j];
-          if (weighted) bag.weights[next] = scale;
+          if (weighted) weights[next] = scale;
         }
       }
     }
@@ -274,30 +361,28 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
   std::vector<torch::Tensor> pooled(b.slots.size());
   for (size_t g = 0; g < groups_.size(); ++g) {
     const RowGroup& group = groups_[g];
-    const int64_t rows = static_cast<int64_t>(tb.rows[g].size()) / group.dim;
-    torch::Tensor r = ToDevice(torch::from_blob(tb.rows[g].data(), {rows, group.dim}, torch::kFloat), options_.device);
+    const int64_t rows = tb.rows[g].size(0);
+    // On the CPU the batch's own rows tensor is the leaf whose gradient goes to the PS.
+    torch::Tensor r = OnDevice(tb.rows[g], options_.device);
     if (requires_grad) {
       r.requires_grad_(true);
       tb.row_tensors[g] = r;
     }
     const TrainBatch::Bags& bag = tb.bags[g];
     const int64_t bags = static_cast<int64_t>(group.slots.size()) * batch_size;
-    const int64_t ids = static_cast<int64_t>(bag.index.size()) - bags;
-    const bool weighted = !bag.weights.empty();
+    const int64_t ids = bag.index.numel() - bags;
+    const bool weighted = bag.weights.numel() > 0;
     torch::Tensor out;
     if (ids == 0) {
       out = torch::zeros({bags, group.dim}, r.options().requires_grad(false));
     } else {
       // One host buffer (ids, then offsets), so one copy reaches the device.
-      torch::Tensor all = ToDevice(
-          torch::from_blob(const_cast<int64_t*>(bag.index.data()), {ids + bags}, torch::kLong), options_.device);
-      // Empty when unweighted (CpuBagSum's convention).
-      torch::Tensor weights =
-          weighted ? ToDevice(torch::from_blob(const_cast<float*>(bag.weights.data()), {ids}, torch::kFloat),
-                              options_.device)
-                   : torch::empty({0});
+      torch::Tensor all = OnDevice(bag.index, options_.device);
+      torch::Tensor weights = OnDevice(bag.weights, options_.device);  // Empty when unweighted.
       if (options_.device.is_cpu()) {
-        out = CpuBagSum::apply(r, all, ids, weights);
+        torch::Tensor grad_buffer =
+            requires_grad ? buffers_->Take({rows, group.dim}, torch::kFloat) : torch::empty({0});
+        out = CpuBagSum::apply(r, all, ids, weights, grad_buffer);
       } else {
         auto bag_options = F::EmbeddingBagFuncOptions().offsets(all.narrow(0, ids, bags)).mode(torch::kSum);
         if (weighted) bag_options.per_sample_weights(weights);
@@ -342,7 +427,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
     torch::Tensor grad;
     if (g < current_->row_tensors.size() && current_->row_tensors[g].defined()) grad = current_->row_tensors[g].grad();
     grads->push_back(grad.defined() ? grad.to(torch::kCPU).contiguous()
-                                    : torch::zeros({static_cast<int64_t>(current_->rows[g].size())}));
+                                    : torch::zeros_like(current_->rows[g]));
   }
   auto batch = std::shared_ptr<TrainBatch>(current_.release());
   const uint64_t sequence = ++sequence_;

@@ -73,18 +73,18 @@ struct TrainBatch {
   data_loader::Batch batch;
   torch::Tensor labels;                  // [B] float, on the context's device
   // Unique rows, per group of tables with the same dim (the context's row groups): group g holds
-  // its tables' unique rows one table after another, [rows_g x dim_g] row-major; table t's rows
-  // start at row table_row_offset[t] of its group.
-  std::vector<std::vector<float>> rows;
+  // its tables' unique rows one table after another, a [rows_g, dim_g] float tensor in host
+  // memory; table t's rows start at row table_row_offset[t] of its group.
+  std::vector<torch::Tensor> rows;
   std::vector<int64_t> table_row_offset;
   uint64_t index = 0;                    // Position in this worker's sequence of batches.
-  // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread):
-  // `index` holds the group's ids (row numbers in the group, slot-major) and then one offset per
-  // (slot, sample) bag; `weights` the per-id pooling scales when a slot pools by mean or sqrt-n
-  // (empty when every slot of the group sums).
+  // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread),
+  // in host memory: `index` (int64) holds the group's ids (row numbers in the group, slot-major)
+  // and then one offset per (slot, sample) bag; `weights` (float) the per-id pooling scales when
+  // a slot pools by mean or sqrt-n (empty when every slot of the group sums).
   struct Bags {
-    std::vector<int64_t> index;
-    std::vector<float> weights;
+    torch::Tensor index;
+    torch::Tensor weights;
   };
   std::vector<Bags> bags;
   // Set by Pool: per row group, the leaf tensor whose gradient goes back to the PS.
@@ -147,6 +147,8 @@ class TrainingContext {
     std::vector<int> slots;  // Slots reading these tables, in slot order.
   };
   absl::Status PopOldestUpdate();
+  // Per-batch host buffers (rows, bag indices, row gradients), recycled (trainer.cc).
+  class HostBufferPool;
   // Waits for the updates of batches < index, then takes the acknowledgements already there.
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
@@ -180,6 +182,7 @@ class TrainingContext {
   double lookup_ms_total_ = 0, update_ms_total_ = 0, wait_ms_total_ = 0, staleness_total_ = 0;
   uint64_t lookups_ = 0, updates_acked_ = 0;
   std::shared_ptr<std::atomic<int64_t>> lookup_us_, update_us_;
+  std::shared_ptr<HostBufferPool> buffers_;
 };
 
 // Exact AUC and mean log loss of a model over a stream (no training, no PS updates).
