@@ -3,6 +3,7 @@
 //
 //   build/benchmarks/batch_store_benchmark [--tables=26] [--vocabulary=100000] [--batch=2048]
 //                                          [--dim=16] [--batches=200] [--flush_mb=64]
+//                                          [--stripes=64]
 //
 // Each table holds `vocabulary` rows (scattered over memory in insertion order); each batch draws
 // `batch` ids per table from Zipf(1.05) and keeps the unique ones (~1,000 per table for the
@@ -41,6 +42,7 @@ struct Options {
   int dim = 16;
   int batches = 200;
   int flush_mb = 64;
+  int stripes = hyrec::embedding_ps::StoreOptions().num_stripes;
 };
 
 // One batch: per table, unique row indices (into the flat arrays) and their ids.
@@ -108,12 +110,13 @@ int main(int argc, char** argv) {
       return arg.rfind(prefix, 0) == 0 && absl::SimpleAtoi(arg.substr(prefix.size()), out);
     };
     if (!(value("tables", &o.tables) || value("vocabulary", &o.vocabulary) || value("batch", &o.batch) ||
-          value("dim", &o.dim) || value("batches", &o.batches) || value("flush_mb", &o.flush_mb))) {
+          value("dim", &o.dim) || value("batches", &o.batches) || value("flush_mb", &o.flush_mb) || value("stripes", &o.stripes))) {
       std::fprintf(stderr, "unknown or malformed argument: %s\n", argv[i]);
       return 2;
     }
   }
   hyrec::embedding_ps::StoreOptions options;
+  options.num_stripes = o.stripes;
   for (int t = 0; t < o.tables; ++t) {
     hyrec::embedding_ps::TableConfig table;
     table.name = absl::StrCat("t", t);

@@ -10,7 +10,7 @@
 //   (f) ceiling: the same MLPs on pre-materialized embeddings (the dense step alone)
 // then the added-PS-latency sweep (processes, batch 512).
 //
-//   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency|embedded] [--blas_spin]
+//   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency|embedded|a|f|heavy_a] [--blas_spin]
 //   build/benchmarks/train_benchmark 100 --device=cuda   # CUDA build: (a), (b), (e), (f) on GPU 0,
 //                                                         # the dense sync through ProcessGroupNCCL
 #include <chrono>
@@ -321,6 +321,18 @@ int main(int argc, char** argv) {
   const bool retained = dense_worker::RetainFreedMemory();
   std::printf("malloc: %s\n", retained ? "freed blocks up to 32 MiB stay mapped (set by RetainFreedMemory)"
                                        : "glibc's defaults or the environment's thresholds");
+  if (only == "a" || only == "f" || only == "heavy_a") {  // One configuration alone, once: for profilers.
+    const Shape& shape = only == "heavy_a" ? kHeavy : kDefault;
+    const std::vector<data_loader::Batch> preloaded = Preload(shape, batches);
+    if (only != "f") {
+      std::printf("(a) embedded hybrid, staleness 4: %.0f samples/s\n", Embedded(shape, 4, batches, &preloaded));
+    } else {
+      double f = 0;
+      std::thread([&] { f = DenseCeiling(shape, preloaded); }).join();
+      std::printf("(f) dense step alone: %.0f samples/s\n", f);
+    }
+    return 0;
+  }
   if (only.empty() || only == "default" || only == "embedded") ThroughputTable(kDefault, batches, only != "embedded");
   if (only.empty() || only == "heavy") ThroughputTable(kHeavy, batches, true);
   if (g_device.is_cpu() && (only.empty() || only == "latency")) LatencySweep(batches);
