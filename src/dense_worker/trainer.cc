@@ -2,8 +2,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/thread_priority.h"
@@ -153,6 +155,59 @@ class TrainingContext::HostBufferPool : public std::enable_shared_from_this<Host
   std::vector<Block> free_;  // Guarded by mu_.
 };
 
+// The threads that run a context's lookups and updates, started once at the priority of its PS
+// calls (a thread started per call cost a clone, a priority change and an exit a batch each, on
+// the training thread's side too). There are as many as tasks can be in flight together, so a
+// task never waits for a thread: lookups of the window overlap, as against remote shards they
+// must. Tasks run in any order; the destructor runs what is queued, then joins.
+class TrainingContext::TaskThreads {
+ public:
+  TaskThreads(int threads, int nice) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, nice] { Loop(nice); });
+  }
+  ~TaskThreads() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  std::future<absl::Status> Run(std::function<absl::Status()> task) {
+    std::packaged_task<absl::Status()> packaged(std::move(task));
+    std::future<absl::Status> done = packaged.get_future();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(packaged));
+    }
+    cv_.notify_one();
+    return done;
+  }
+
+ private:
+  void Loop(int nice) {
+    LowerThisThreadsPriority(nice);
+    for (;;) {
+      std::packaged_task<absl::Status()> task;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // Stopping, nothing left.
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      task();  // Its captures (a batch, its gradients) are released here, on this thread.
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<absl::Status()>> queue_;  // Guarded by mu_.
+  bool stop_ = false;                                     // Guarded by mu_.
+  std::vector<std::thread> threads_;
+};
+
 TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
                                  embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
                                  std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer)
@@ -181,6 +236,12 @@ TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStrea
     }
     groups_[table_group_[t]].slots.push_back(static_cast<int>(s));
   }
+  // In flight at once: the window's lookups, and up to staleness + 2 updates (Fill waits for the
+  // updates of batches < n - s before looking up batch n, which may be two batches past the one
+  // training).
+  const int s = std::max(0, options_.embedding_staleness);
+  const int lookups = std::max(1, (s + 1) / 2);
+  tasks_ = std::make_unique<TaskThreads>(options_.read_only ? lookups : lookups + s + 2, BackgroundNice());
 }
 
 // Looks up every table's unique rows of a batch (grouped by shard as the loader delivered them)
@@ -275,8 +336,7 @@ void TrainingContext::Fill() {
     ++lookups_;
     TrainBatch* raw = tb.get();
     auto lookup_us = lookup_us_;
-    std::future<absl::Status> rows = std::async(std::launch::async, [this, raw, lookup_us] {
-      LowerThisThreadsPriority(BackgroundNice());
+    std::future<absl::Status> rows = tasks_->Run([this, raw, lookup_us] {
       const absl::Time start = absl::Now();
       absl::Status st = LookupRows(raw);
       *lookup_us += absl::ToInt64Microseconds(absl::Now() - start);
@@ -432,8 +492,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   auto batch = std::shared_ptr<TrainBatch>(current_.release());
   const uint64_t sequence = ++sequence_;
   auto update_us = update_us_;
-  std::future<absl::Status> done = std::async(std::launch::async, [this, batch, grads, sequence, update_us] {
-    LowerThisThreadsPriority(BackgroundNice());
+  std::future<absl::Status> done = tasks_->Run([this, batch, grads, sequence, update_us] {
     const absl::Time start = absl::Now();
     std::vector<embedding_ps::EmbeddingClient::ShardedUpdate> updates;
     updates.reserve(batch->batch.tables.size());

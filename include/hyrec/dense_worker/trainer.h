@@ -149,6 +149,8 @@ class TrainingContext {
   absl::Status PopOldestUpdate();
   // Per-batch host buffers (rows, bag indices, row gradients), recycled (trainer.cc).
   class HostBufferPool;
+  // The threads that run lookups and updates (trainer.cc).
+  class TaskThreads;
   // Waits for the updates of batches < index, then takes the acknowledgements already there.
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
@@ -183,6 +185,8 @@ class TrainingContext {
   uint64_t lookups_ = 0, updates_acked_ = 0;
   std::shared_ptr<std::atomic<int64_t>> lookup_us_, update_us_;
   std::shared_ptr<HostBufferPool> buffers_;
+  // Last: destroyed first, once the destructor has waited for every lookup and update.
+  std::unique_ptr<TaskThreads> tasks_;
 };
 
 // Exact AUC and mean log loss of a model over a stream (no training, no PS updates).
