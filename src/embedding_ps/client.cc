@@ -69,8 +69,7 @@ class ShardedClient : public EmbeddingClient {
     std::vector<std::pair<uint32_t, uint32_t>> where;
     Partition(ids, &parts, &where);
     for (ShardPart& part : parts) {
-      part.own_values.resize(part.own_ids.size() * dim);
-      part.ids = part.own_ids;
+      part.own_values.resize(part.ids.size() * dim);
       part.out = absl::MakeSpan(part.own_values);
     }
     TableCall call{table, static_cast<int>(dim), std::move(parts)};
@@ -95,16 +94,13 @@ class ShardedClient : public EmbeddingClient {
     std::vector<std::pair<uint32_t, uint32_t>> where;
     Partition(ids, &parts, &where);
     // Each part's gradients: the sum over the positions of its ids (duplicates summed).
-    for (ShardPart& part : parts) part.own_values.assign(part.own_ids.size() * dim, 0.0f);
+    for (ShardPart& part : parts) part.own_values.assign(part.ids.size() * dim, 0.0f);
     for (size_t i = 0; i < ids.size(); ++i) {
       const float* g = grads.data() + i * dim;
       float* sum = parts[where[i].first].own_values.data() + where[i].second * dim;
       for (size_t j = 0; j < dim; ++j) sum[j] += g[j];
     }
-    for (ShardPart& part : parts) {
-      part.ids = part.own_ids;
-      part.grads = part.own_values;
-    }
+    for (ShardPart& part : parts) part.grads = part.own_values;
     TableCall call{table, static_cast<int>(dim), std::move(parts)};
     return UpdateParts(absl::MakeSpan(&call, 1), update_id);
   }
@@ -124,10 +120,8 @@ class ShardedClient : public EmbeddingClient {
 
   absl::Status LookupShardedTables(absl::Span<const ShardedLookup> lookups) override {
     std::vector<TableCall> calls;
-    std::vector<size_t> lookup_of;  // calls[c] serves lookups[lookup_of[c]].
     calls.reserve(lookups.size());
-    for (size_t k = 0; k < lookups.size(); ++k) {
-      const ShardedLookup& l = lookups[k];
+    for (const ShardedLookup& l : lookups) {
       absl::StatusOr<int> dim = TableDim(l.table);
       if (!dim.ok()) return dim.status();
       TableCall call{l.table, *dim, {}};
@@ -206,8 +200,8 @@ class ShardedClient : public EmbeddingClient {
     return absl::OkStatus();
   }
 
-  // Deduplicates `ids` and places each distinct id in its shard's part's own_ids, in first-seen
-  // order; where[i] = (part, row in part) of ids[i].
+  // Deduplicates `ids` and places each distinct id in its shard's part (own_ids, which `ids`
+  // then spans), in first-seen order; where[i] = (part, row in part) of ids[i].
   void Partition(absl::Span<const uint64_t> ids, std::vector<ShardPart>* parts,
                  std::vector<std::pair<uint32_t, uint32_t>>* where) const {
     std::vector<int> part_of_shard(num_shards_, -1);
@@ -230,6 +224,7 @@ class ShardedClient : public EmbeddingClient {
       }
       (*where)[i] = it->second;
     }
+    for (ShardPart& part : *parts) part.ids = part.own_ids;
   }
 
   // Reads part.ids into part.out for every part of every call; all must succeed.
