@@ -119,6 +119,17 @@ std::vector<double> ReferenceFtrl(const OptimizerConfig& c, const Problem& p = P
   return w;
 }
 
+// The reference of the config's optimizer.
+std::vector<double> Reference(const OptimizerConfig& c, const Problem& p = Problem()) {
+  switch (c.kind) {
+    case OptimizerKind::kSgd: return ReferenceSgd(c, p);
+    case OptimizerKind::kAdagrad: return ReferenceAdagrad(c, p);
+    case OptimizerKind::kAdam: return ReferenceAdam(c, p);
+    case OptimizerKind::kFtrl: return ReferenceFtrl(c, p);
+  }
+  return {};
+}
+
 void ExpectClose(const std::vector<float>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-6) << "element " << i;
@@ -220,15 +231,8 @@ TEST(Optimizer, WeightDecayAndClippingWrapEveryOptimizer) {
     c.grad_clip = 0.6f;
     c.value_clip = 0.15f;
     OptimizerRun r = RunOptimizer(c);
-    std::vector<double> want;
-    switch (kind) {
-      case OptimizerKind::kSgd: want = ReferenceSgd(c); break;
-      case OptimizerKind::kAdagrad: want = ReferenceAdagrad(c); break;
-      case OptimizerKind::kAdam: want = ReferenceAdam(c); break;
-      case OptimizerKind::kFtrl: want = ReferenceFtrl(c); break;
-    }
     SCOPED_TRACE(std::string(OptimizerName(kind)));
-    ExpectClose(r.w, want);
+    ExpectClose(r.w, Reference(c));
     for (float w : r.w) EXPECT_LE(std::fabs(w), 0.15f + 1e-7f);
   }
 }
@@ -253,15 +257,8 @@ TEST(Optimizer, EveryOptimizerMatchesReferenceAtVectorWidths) {
           c.grad_clip = 0.9f;
           c.value_clip = 0.12f;
         }
-        std::vector<double> want;
-        switch (kind) {
-          case OptimizerKind::kSgd: want = ReferenceSgd(c, p); break;
-          case OptimizerKind::kAdagrad: want = ReferenceAdagrad(c, p); break;
-          case OptimizerKind::kAdam: want = ReferenceAdam(c, p); break;
-          case OptimizerKind::kFtrl: want = ReferenceFtrl(c, p); break;
-        }
         SCOPED_TRACE(absl::StrCat(OptimizerName(kind), " dim ", dim, adjust ? " clipped, decayed" : ""));
-        ExpectClose(RunOptimizer(c, p).w, want);
+        ExpectClose(RunOptimizer(c, p).w, Reference(c, p));
       }
     }
   }
