@@ -124,7 +124,12 @@ int main(int argc, char** argv) {
     table.optimizer.kind = hyrec::embedding_ps::OptimizerKind::kAdagrad;
     options.tables.push_back(table);
   }
-  auto store = std::move(*EmbeddingShardStore::Create(options));
+  auto created = EmbeddingShardStore::Create(options);
+  if (!created.ok()) {
+    std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
+    return 2;
+  }
+  auto store = std::move(*created);
   std::vector<std::unique_ptr<hyrec::bench::HugeFloats>> flat(o.tables);
   {
     std::vector<uint64_t> ids;

@@ -13,6 +13,7 @@
 //   build/benchmarks/train_benchmark [batches=150] [--only=default|heavy|latency|embedded|a|f|heavy_a] [--blas_spin]
 //   build/benchmarks/train_benchmark 100 --device=cuda   # CUDA build: (a), (b), (e), (f) on GPU 0,
 //                                                         # the dense sync through ProcessGroupNCCL
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -312,6 +313,17 @@ int main(int argc, char** argv) {
     } else {
       batches = std::atoi(argv[i]);
     }
+  }
+  const std::vector<std::string> kOnly = {"", "default", "heavy", "latency", "embedded", "a", "f", "heavy_a"};
+  if (std::find(kOnly.begin(), kOnly.end(), only) == kOnly.end()) {
+    std::fprintf(stderr, "train_benchmark: --only must be one of default, heavy, latency, embedded, a, f, heavy_a; "
+                         "got '%s'\n", only.c_str());
+    return 2;
+  }
+  if (batches <= static_cast<int>(kWarmup)) {
+    std::fprintf(stderr, "train_benchmark: batches must be more than the %zu warm-up ones; got %d\n", kWarmup,
+                 batches);
+    return 2;
   }
   // Every configuration, (e) and (f) included, runs with the BLAS and malloc settings the trainer uses.
   const bool asleep = dense_worker::SleepIdleBlasThreads();
