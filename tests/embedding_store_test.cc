@@ -141,6 +141,47 @@ TEST(EmbeddingShardStore, CapacityBoundsRowsAcrossStripesAndTables) {
   EXPECT_EQ(stats.tables[0].evictions + stats.tables[1].evictions, 19000u);
 }
 
+TEST(EmbeddingShardStore, ATableCapacityEvictsOnlyThatTablesRows) {
+  TableConfig bounded = Table("bounded", 2);
+  bounded.capacity_rows = 3;
+  bounded.initializer.kind = InitializerKind::kZeros;
+  auto store = MakeStore({bounded, Table("free", 2)}, /*capacity_rows=*/0, /*stripes=*/1);
+  for (uint64_t id = 1; id <= 50; ++id) Row(*store, 1, id);  // The unbounded table's rows stay.
+  for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(Push(*store, 0, id, -static_cast<float>(id)).ok());
+  Row(*store, 0, 1);                                 // LRU order of the bounded table: 2, 3, 1.
+  Row(*store, 0, 4);                                 // Evicts 2, its own least recently used.
+  StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.tables[0].rows, 3u);
+  EXPECT_EQ(stats.tables[0].evictions, 1u);
+  EXPECT_EQ(stats.tables[0].capacity_rows, 3u);
+  EXPECT_EQ(stats.tables[1].rows, 50u);
+  EXPECT_EQ(stats.tables[1].evictions, 0u);
+  EXPECT_EQ(Row(*store, 0, 1), (std::vector<float>{1, 1}));
+  EXPECT_EQ(Row(*store, 0, 3), (std::vector<float>{3, 3}));
+  EXPECT_EQ(Row(*store, 0, 2), (std::vector<float>{0, 0}));  // Re-created from init.
+}
+
+TEST(EmbeddingShardStore, AFullStoreEvictsTheNewRowsOwnTableFirst) {
+  TableConfig a = Table("a", 2), b = Table("b", 2);
+  a.initializer.kind = b.initializer.kind = InitializerKind::kZeros;
+  auto store = MakeStore({a, b}, /*capacity_rows=*/4, /*stripes=*/1);
+  ASSERT_TRUE(Push(*store, 1, 100, -1.0f).ok());     // b's one row, the oldest of the store.
+  for (uint64_t id = 1; id <= 3; ++id) Row(*store, 0, id);
+  Row(*store, 0, 4);                                 // Full: a evicts its own LRU row (1), not b's.
+  StoreStats stats = store->Stats();
+  EXPECT_EQ(stats.rows, 4u);
+  EXPECT_EQ(stats.tables[0].evictions, 1u);
+  EXPECT_EQ(stats.tables[1].evictions, 0u);
+  EXPECT_EQ(Row(*store, 1, 100), (std::vector<float>{1, 1}));
+  // A table without a row in the stripe takes one from the stripe's largest table.
+  auto empty_b = MakeStore({a, b}, /*capacity_rows=*/2, /*stripes=*/1);
+  Row(*empty_b, 0, 1);
+  Row(*empty_b, 0, 2);
+  Row(*empty_b, 1, 7);
+  EXPECT_EQ(empty_b->Stats().rows, 2u);
+  EXPECT_EQ(empty_b->Stats().tables[0].evictions, 1u);
+}
+
 TEST(EmbeddingShardStore, CapacityBytesBoundsMemory) {
   TableConfig t = Table("t", 32, OptimizerKind::kAdagrad);  // 16 + 4 * 64 = 272 bytes a slot.
   auto store = MakeStore({t}, 0, 4, /*capacity_bytes=*/280 * 500);

@@ -4,6 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
+
 namespace hyrec {
 namespace {
 
@@ -55,7 +57,11 @@ absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
                                                    YamlWhere(node), "): expected a mapping"));
   }
   for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(path.empty() ? "config" : path, " (", YamlWhere(entry.first),
+                                                     "): a key must be a plain word, not a list or mapping"));
+    }
+    const std::string key = entry.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
     std::string message =
         absl::StrCat(JoinKey(path, key), " (", YamlWhere(entry.first), "): unknown key");
@@ -64,6 +70,80 @@ absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
     return absl::InvalidArgumentError(message);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The element of a list, as a string; InvalidArgument unless it is a non-empty scalar.
+absl::Status ListElement(const YAML::Node& list, size_t i, absl::string_view where, std::string* out) {
+  const YAML::Node element = list[i];
+  const std::string at = absl::StrCat(where, "[", i, "] (", YamlWhere(element), ")");
+  if (element.IsNull()) return absl::InvalidArgumentError(absl::StrCat(at, ": empty entry (~ or nothing)"));
+  if (!element.IsScalar()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(at, ": expected a plain value, found a ", element.IsSequence() ? "list" : "mapping"));
+  }
+  *out = element.Scalar();
+  if (out->empty()) return absl::InvalidArgumentError(absl::StrCat(at, ": empty string"));
+  return absl::OkStatus();
+}
+
+// map[key] when it is a list or absent (an invalid node); InvalidArgument otherwise. (A yaml-cpp
+// Node is a reference: assigning an absent one to another throws, so it is returned by value.)
+absl::StatusOr<YAML::Node> ListNode(const YAML::Node& map, absl::string_view key, absl::string_view path) {
+  const YAML::Node list = map[std::string(key)];
+  if (list && !list.IsSequence()) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), " (", YamlWhere(list), "): expected a list"));
+  }
+  return list;
+}
+
+}  // namespace
+
+absl::Status ReadStringList(const YAML::Node& map, absl::string_view key, absl::string_view path,
+                            std::vector<std::string>* out) {
+  absl::StatusOr<YAML::Node> list = ListNode(map, key, path);
+  if (!list.ok()) return list.status();
+  if (!*list) return absl::OkStatus();
+  std::vector<std::string> values(list->size());
+  for (size_t i = 0; i < list->size(); ++i) {
+    absl::Status s = ListElement(*list, i, JoinKey(path, key), &values[i]);
+    if (!s.ok()) return s;
+  }
+  *out = std::move(values);
+  return absl::OkStatus();
+}
+
+absl::Status ReadIntList(const YAML::Node& map, absl::string_view key, absl::string_view path, int min, int max,
+                         std::vector<int>* out) {
+  absl::StatusOr<YAML::Node> list = ListNode(map, key, path);
+  if (!list.ok()) return list.status();
+  if (!*list) return absl::OkStatus();
+  std::vector<int> values(list->size());
+  const std::string where = JoinKey(path, key);
+  for (size_t i = 0; i < list->size(); ++i) {
+    std::string text;
+    absl::Status s = ListElement(*list, i, where, &text);
+    if (!s.ok()) return s;
+    int64_t v = 0;
+    const std::string at = absl::StrCat(where, "[", i, "] (", YamlWhere((*list)[i]), ")");
+    if (!absl::SimpleAtoi(text, &v)) return absl::InvalidArgumentError(absl::StrCat(at, ": '", text, "' is not an integer"));
+    if (v < min || v > max) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", v, " is not in [", min, ", ", max, "]"));
+    }
+    values[i] = static_cast<int>(v);
+  }
+  *out = std::move(values);
+  return absl::OkStatus();
+}
+
+absl::Status CatchYamlErrors(absl::string_view what, const std::function<absl::Status()>& read) {
+  try {
+    return read();
+  } catch (const YAML::Exception& e) {
+    const std::string where = e.mark.line >= 0 ? absl::StrCat(" (line ", e.mark.line + 1, ")") : "";
+    return absl::InvalidArgumentError(absl::StrCat(what, where, ": unexpected shape: ", e.msg));
+  }
 }
 
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view source_name) {

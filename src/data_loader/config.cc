@@ -8,9 +8,9 @@
 
 namespace hyrec::data_loader {
 
-absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::string_view path) {
-  LoaderOptions o;
-  const std::string p(path);
+namespace {
+
+absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
   HYREC_RETURN_IF_ERROR(CheckKeys(
       node, p,
       {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window",
@@ -28,22 +28,7 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "min_lines_for_bad_check", p, &o.min_lines_for_bad_check));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "prefetch_batches", p, &o.prefetch_batches));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "drop_last", p, &o.drop_last));
-  if (const YAML::Node tables = node["slot_tables"]) {
-    if (!tables.IsSequence()) {
-      return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "slot_tables"), " (", YamlWhere(tables),
-                                                     "): expected a list of table indices"));
-    }
-    for (size_t i = 0; i < tables.size(); ++i) {
-      int t = 0;
-      try {
-        t = tables[i].as<int>();
-      } catch (const YAML::Exception&) {
-        return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "slot_tables"), "[", i, "] (",
-                                                       YamlWhere(tables[i]), "): not an integer"));
-      }
-      o.slot_tables.push_back(t);
-    }
-  }
+  HYREC_RETURN_IF_ERROR(ReadIntList(node, "slot_tables", p, 0, 4095, &o.slot_tables));
   const YAML::Node source = node["source"];
   if (!source) return absl::InvalidArgumentError(absl::StrCat(p, ": missing key 'source'"));
   const std::string sp = JoinKey(p, "source");
@@ -62,12 +47,7 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
     return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "format"), " (", YamlWhere(source["format"]),
                                                    "): '", format, "' is not criteo, libsvm, libffm or synthetic"));
   }
-  if (const YAML::Node files = source["files"]) {
-    if (!files.IsSequence()) {
-      return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "files"), " (", YamlWhere(files), "): expected a list"));
-    }
-    for (size_t i = 0; i < files.size(); ++i) o.source.files.push_back(files[i].as<std::string>());
-  }
+  HYREC_RETURN_IF_ERROR(ReadStringList(source, "files", sp, &o.source.files));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "missing_id_for_empty", sp, &o.source.criteo.missing_id_for_empty));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "num_slots", sp, &o.source.libsvm.num_slots));
   if (const YAML::Node syn = source["synthetic"]) {
@@ -90,6 +70,15 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
   }
   absl::Status valid = o.Validate();
   if (!valid.ok()) return Annotate(valid, absl::StrCat(p, " (", YamlWhere(node), ")"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::string_view path) {
+  LoaderOptions o;
+  const std::string p(path);
+  HYREC_RETURN_IF_ERROR(CatchYamlErrors(p.empty() ? "loader" : p, [&] { return ReadLoaderOptions(node, p, o); }));
   return o;
 }
 

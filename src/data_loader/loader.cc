@@ -67,6 +67,16 @@ absl::Status LoaderOptions::Validate() const {
   if (source.format == Format::kLibsvm || source.format == Format::kLibffm) {
     if (source.libsvm.num_slots < 1) return absl::InvalidArgumentError("loader.num_slots must be >= 1");
   }
+  for (const HashSlots* hash_slots : {&source.criteo.hash_slots, &source.libsvm.hash_slots}) {
+    if (hash_slots->empty()) continue;
+    if (static_cast<int>(hash_slots->size()) != source.num_slots()) {
+      return absl::InvalidArgumentError(absl::StrCat("loader: ", hash_slots->size(), " hash slots for ",
+                                                     source.num_slots(), " slots"));
+    }
+    for (int s : *hash_slots) {
+      if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a hash slot is out of range");
+    }
+  }
   if (!slot_tables.empty()) {
     if (static_cast<int>(slot_tables.size()) != source.num_slots()) {
       return absl::InvalidArgumentError(absl::StrCat("loader.slot_tables has ", slot_tables.size(),

@@ -101,6 +101,10 @@ absl::Status LineTooLong(absl::string_view line) {
       absl::StrCat("line of ", line.size(), " bytes exceeds the limit of ", kMaxLineBytes));
 }
 
+int HashSlot(const HashSlots& hash_slots, int slot) {
+  return static_cast<size_t>(slot) < hash_slots.size() ? hash_slots[slot] : slot;
+}
+
 }  // namespace
 
 uint64_t HashToken(int slot, absl::string_view token) {
@@ -146,12 +150,12 @@ absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& option
     } else if (field <= kCriteoDense + kCriteoSlots) {
       const int slot = field - kCriteoDense - 1;
       if (value.empty()) {
-        if (options.missing_id_for_empty) out->ids.push_back(MissingId(slot));
+        if (options.missing_id_for_empty) out->ids.push_back(MissingId(HashSlot(options.hash_slots, slot)));
       } else if (value.size() > 16 || hex == 0) {
         return absl::InvalidArgumentError(absl::StrCat("field ", field + 1, " (C", slot + 1, "): '",
                                                        Printable(value), "' is not a hex token"));
       } else {
-        out->ids.push_back(HashToken(slot, value));
+        out->ids.push_back(HashToken(HashSlot(options.hash_slots, slot), value));
       }
       out->slot_offsets[slot + 1] = static_cast<uint32_t>(out->ids.size());
     }
@@ -239,7 +243,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
                                                        " is beyond num_slots ", options.num_slots));
       return false;
     }
-    features.emplace_back(static_cast<uint32_t>(slot), HashToken(static_cast<int>(slot), idx));
+    features.emplace_back(static_cast<uint32_t>(slot),
+                          HashToken(HashSlot(options.hash_slots, static_cast<int>(slot)), idx));
     return true;
   });
   if (!status.ok()) return status;

@@ -218,7 +218,11 @@ struct alignas(64) Stripe {
   Stripe(HugePageArena* arena, const std::vector<TableLayout>& layouts,
          const std::vector<TableConfig>& configs, uint64_t expected_rows, uint32_t sketch_width,
          uint64_t seed)
-      : index(expected_rows), counters(layouts.size()), rng_state(seed) {
+      : index(expected_rows),
+        counters(layouts.size()),
+        lru_head(layouts.size(), kNoHandle),
+        lru_tail(layouts.size(), kNoHandle),
+        rng_state(seed) {
     const int chunk_shift = ChunkShiftFor(expected_rows);
     for (size_t t = 0; t < layouts.size(); ++t) {
       slabs.emplace_back(arena, layouts[t].slot_bytes, chunk_shift);
@@ -231,8 +235,9 @@ struct alignas(64) Stripe {
   std::vector<Slab> slabs ABSL_GUARDED_BY(mu);
   std::vector<CountMinSketch> sketches ABSL_GUARDED_BY(mu);
   std::vector<TableCounters> counters ABSL_GUARDED_BY(mu);
-  uint32_t lru_head ABSL_GUARDED_BY(mu) = kNoHandle;  // Most recently used.
-  uint32_t lru_tail ABSL_GUARDED_BY(mu) = kNoHandle;  // Least recently used.
+  // Per table: its rows in this stripe from the most (head) to the least (tail) recently used.
+  std::vector<uint32_t> lru_head ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> lru_tail ABSL_GUARDED_BY(mu);
   uint64_t rows ABSL_GUARDED_BY(mu) = 0;
   uint64_t rng_state ABSL_GUARDED_BY(mu);
 };
@@ -246,7 +251,8 @@ class StripedStore final : public EmbeddingShardStore {
         num_stripes_(options.num_stripes),
         layouts_(std::move(layouts)),
         rejected_nonfinite_(layouts_.size()),
-        duplicates_(layouts_.size()) {
+        duplicates_(layouts_.size()),
+        table_rows_(layouts_.size()) {
     uint64_t expected = 0;
     if (capacity_rows_ > 0) {
       expected = capacity_rows_;
@@ -384,6 +390,7 @@ class StripedStore final : public EmbeddingShardStore {
       ts.dim = layouts_[t].dim;
       ts.optimizer = std::string(OptimizerName(table(t).optimizer.kind));
       ts.row_bytes = layouts_[t].slot_bytes;
+      ts.capacity_rows = table(t).capacity_rows;
       ts.rejected_nonfinite = rejected_nonfinite_[t].load(std::memory_order_relaxed);
       ts.duplicate_updates = duplicates_[t].load(std::memory_order_relaxed);
     }
@@ -571,33 +578,36 @@ class StripedStore final : public EmbeddingShardStore {
     return true;
   }
 
+  // The links of a row stay within its table's list.
   void UnlinkLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
     SlotHeader* h = Header(stripe, handle);
     if (h->prev != kNoHandle) {
       Header(stripe, h->prev)->next = h->next;
     } else {
-      stripe.lru_head = h->next;
+      stripe.lru_head[t] = h->next;
     }
     if (h->next != kNoHandle) {
       Header(stripe, h->next)->prev = h->prev;
     } else {
-      stripe.lru_tail = h->prev;
+      stripe.lru_tail[t] = h->prev;
     }
   }
 
   void PushFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
     SlotHeader* h = Header(stripe, handle);
     h->prev = kNoHandle;
-    h->next = stripe.lru_head;
-    if (stripe.lru_head != kNoHandle) Header(stripe, stripe.lru_head)->prev = handle;
-    stripe.lru_head = handle;
-    if (stripe.lru_tail == kNoHandle) stripe.lru_tail = handle;
+    h->next = stripe.lru_head[t];
+    if (stripe.lru_head[t] != kNoHandle) Header(stripe, stripe.lru_head[t])->prev = handle;
+    stripe.lru_head[t] = handle;
+    if (stripe.lru_tail[t] == kNoHandle) stripe.lru_tail[t] = handle;
   }
 
-  // A no-op in an unbounded store, which never evicts (its list stays in insertion order): the
+  // A no-op in an unbounded store, which never evicts (its lists stay in insertion order): the
   // move writes two more random lines per row.
   void MoveToFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    if (!evicts_ || stripe.lru_head == handle) return;
+    if (!evicts_ || stripe.lru_head[HandleTable(handle)] == handle) return;
     UnlinkLocked(stripe, handle);
     PushFrontLocked(stripe, handle);
   }
@@ -608,8 +618,27 @@ class StripedStore final : public EmbeddingShardStore {
             total_charged_.load(std::memory_order_relaxed) > capacity_bytes_);
   }
 
-  void EvictOneLocked(Stripe& stripe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    const uint32_t victim = stripe.lru_tail;
+  bool TableOverCapacity(int t) const {
+    const uint64_t capacity = table(t).capacity_rows;
+    return capacity > 0 && table_rows_[t].load(std::memory_order_relaxed) > capacity;
+  }
+
+  // The table whose row the store's capacity evicts for a new row of table t: t itself when it
+  // has rows in this stripe, else the table with the most rows there; -1 when the stripe is empty.
+  int VictimTableLocked(const Stripe& stripe, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (stripe.lru_tail[t] != kNoHandle) return t;
+    int victim = -1;
+    for (int u = 0; u < num_tables(); ++u) {
+      if (stripe.lru_tail[u] != kNoHandle && (victim < 0 || stripe.counters[u].rows > stripe.counters[victim].rows)) {
+        victim = u;
+      }
+    }
+    return victim;
+  }
+
+  // Evicts the least recently used row of table t in this stripe (which must have one).
+  void EvictOneLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint32_t victim = stripe.lru_tail[t];
     const int vt = HandleTable(victim);
     SlotHeader* h = Header(stripe, victim);
     stripe.index.Erase(Hash(vt, h->id), victim);
@@ -619,20 +648,27 @@ class StripedStore final : public EmbeddingShardStore {
     --stripe.counters[vt].rows;
     ++stripe.counters[vt].evictions;
     total_rows_.fetch_sub(1, std::memory_order_relaxed);
+    table_rows_[vt].fetch_sub(1, std::memory_order_relaxed);
     total_charged_.fetch_sub(layouts_[vt].charge, std::memory_order_relaxed);
   }
 
   // Creates the row of (t, id), evicting least recently used rows of this stripe to stay within
-  // capacity. Returns kNoHandle when the stripe's slab for t is full.
+  // the table's capacity (its own rows) and the store's (the table's own rows first; see
+  // StoreOptions). Returns kNoHandle when the stripe's slab for t is full.
   uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const TableLayout& layout = layouts_[t];
     total_rows_.fetch_add(1, std::memory_order_relaxed);
+    table_rows_[t].fetch_add(1, std::memory_order_relaxed);
     total_charged_.fetch_add(layout.charge, std::memory_order_relaxed);
-    while (OverCapacity() && stripe.lru_tail != kNoHandle) EvictOneLocked(stripe);
+    while (TableOverCapacity(t) && stripe.lru_tail[t] != kNoHandle) EvictOneLocked(stripe, t);
+    for (int victim = 0; OverCapacity() && (victim = VictimTableLocked(stripe, t)) >= 0;) {
+      EvictOneLocked(stripe, victim);
+    }
     const uint32_t slot = stripe.slabs[t].Allocate();
     if (slot == kNoHandle) {
       total_rows_.fetch_sub(1, std::memory_order_relaxed);
+      table_rows_[t].fetch_sub(1, std::memory_order_relaxed);
       total_charged_.fetch_sub(layout.charge, std::memory_order_relaxed);
       ++stripe.counters[t].admission_rejections;
       return kNoHandle;
@@ -659,7 +695,10 @@ class StripedStore final : public EmbeddingShardStore {
 
   const uint64_t capacity_rows_;
   const uint64_t capacity_bytes_;
-  const bool evicts_ = capacity_rows_ > 0 || capacity_bytes_ > 0;  // Bounded: keeps LRU order.
+  // Bounded (the store or any table): keeps LRU order.
+  const bool evicts_ = capacity_rows_ > 0 || capacity_bytes_ > 0 ||
+                       std::any_of(tables().begin(), tables().end(),
+                                   [](const TableConfig& c) { return c.capacity_rows > 0; });
   const int num_stripes_;
   const std::vector<TableLayout> layouts_;
   HugePageArena arena_;  // Before stripes_: outlives every slab.
@@ -670,6 +709,7 @@ class StripedStore final : public EmbeddingShardStore {
   std::atomic<uint64_t> rejected_requests_{0};
   std::vector<std::atomic<uint64_t>> rejected_nonfinite_;
   std::vector<std::atomic<uint64_t>> duplicates_;
+  std::vector<std::atomic<uint64_t>> table_rows_;  // Per table, over all stripes.
   absl::Mutex dedup_mu_;
   // Per worker id, one window per table: a worker's update of one batch carries the same
   // sequence to every table, and its tables' updates may arrive in any order.
@@ -696,6 +736,8 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
   m->Describe("hyrec_ps_dropped_updates_total", MetricType::kCounter, "Row updates dropped: the id has no row.");
   m->Describe("hyrec_ps_bytes", MetricType::kGauge, "Bytes allocated by a PS shard's store.");
   m->Describe("hyrec_ps_capacity_rows", MetricType::kGauge, "Most rows a PS shard holds (0: unbounded).");
+  m->Describe("hyrec_ps_table_capacity_rows", MetricType::kGauge,
+              "Most rows a PS shard holds of one table (0: bounded by the shard's capacity only).");
   for (const TableStats& t : stats.tables) {
     MetricLabels table_labels = labels;
     table_labels.emplace_back("table", t.name);
@@ -707,6 +749,7 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
     m->Set("hyrec_ps_rejected_nonfinite_total", table_labels, static_cast<double>(t.rejected_nonfinite));
     m->Set("hyrec_ps_duplicate_updates_total", table_labels, static_cast<double>(t.duplicate_updates));
     m->Set("hyrec_ps_dropped_updates_total", table_labels, static_cast<double>(t.dropped_updates));
+    m->Set("hyrec_ps_table_capacity_rows", table_labels, static_cast<double>(t.capacity_rows));
   }
   m->Set("hyrec_ps_bytes", labels, static_cast<double>(stats.bytes));
   m->Set("hyrec_ps_capacity_rows", labels, static_cast<double>(stats.capacity_rows));

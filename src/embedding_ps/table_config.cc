@@ -46,6 +46,18 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
       absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad, adam or ftrl)"));
 }
 
+absl::string_view InitializerName(InitializerKind kind) {
+  switch (kind) {
+    case InitializerKind::kUniform:
+      return "uniform";
+    case InitializerKind::kNormal:
+      return "normal";
+    case InitializerKind::kZeros:
+      return "zeros";
+  }
+  return "unknown";
+}
+
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name) {
   if (name == "uniform") return InitializerKind::kUniform;
   if (name == "normal") return InitializerKind::kNormal;
@@ -110,6 +122,72 @@ absl::Status TableConfig::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A plain word where a mapping may stand: its kind.
+bool ReadKindWord(const YAML::Node& node, std::string* kind) {
+  if (!node.IsScalar()) return false;
+  *kind = node.Scalar();
+  return true;
+}
+
+}  // namespace
+
+absl::Status ReadInitializerConfig(const YAML::Node& node, absl::string_view path, InitializerConfig* out) {
+  std::string kind(InitializerName(out->kind));
+  const bool word = ReadKindWord(node, &kind);
+  if (!word) {
+    HYREC_RETURN_IF_ERROR(CheckKeys(node, path, {"kind", "low", "high", "mean", "stddev"}));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
+  }
+  auto parsed = ParseInitializerKind(kind);
+  if (!parsed.ok()) {
+    return Annotate(parsed.status(), absl::StrCat(word ? std::string(path) : JoinKey(path, "kind"), " (",
+                                                  YamlWhere(word ? node : node["kind"]), ")"));
+  }
+  out->kind = *parsed;
+  if (word) return absl::OkStatus();
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "low", path, &out->low));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "high", path, &out->high));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "mean", path, &out->mean));
+  return ReadScalar(node, "stddev", path, &out->stddev);
+}
+
+absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path, OptimizerConfig* out) {
+  std::string kind(OptimizerName(out->kind));
+  const bool word = ReadKindWord(node, &kind);
+  if (!word) {
+    HYREC_RETURN_IF_ERROR(CheckKeys(node, path,
+                                    {"kind", "learning_rate", "weight_decay", "grad_clip", "value_clip", "epsilon",
+                                     "initial_accumulator", "beta1", "beta2", "ftrl_beta", "ftrl_l1", "ftrl_l2"}));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
+  }
+  auto parsed = ParseOptimizerKind(kind);
+  if (!parsed.ok()) {
+    return Annotate(parsed.status(), absl::StrCat(word ? std::string(path) : JoinKey(path, "kind"), " (",
+                                                  YamlWhere(word ? node : node["kind"]), ")"));
+  }
+  out->kind = *parsed;
+  if (word) return absl::OkStatus();
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", path, &out->learning_rate));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "weight_decay", path, &out->weight_decay));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "grad_clip", path, &out->grad_clip));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "value_clip", path, &out->value_clip));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "epsilon", path, &out->epsilon));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "initial_accumulator", path, &out->initial_accumulator));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "beta1", path, &out->beta1));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "beta2", path, &out->beta2));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "ftrl_beta", path, &out->ftrl_beta));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "ftrl_l1", path, &out->ftrl_l1));
+  return ReadScalar(node, "ftrl_l2", path, &out->ftrl_l2);
+}
+
+absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, path, {"probability", "min_count"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "probability", path, &out->probability));
+  return ReadScalar(node, "min_count", path, &out->min_count);
+}
+
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,
                                                            absl::string_view path) {
   if (!node.IsSequence()) {
@@ -121,54 +199,21 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& nod
     const YAML::Node t = node[k];
     const std::string where = absl::StrCat(path, "[", k, "]");
     HYREC_RETURN_IF_ERROR(CheckKeys(
-        t, where, {"name", "dim", "seed", "initializer", "optimizer", "admission"}));
+        t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission"}));
     TableConfig table;
     table.seed = k;
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "name", where, &table.name));
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "dim", where, &table.dim));
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "seed", where, &table.seed));
+    HYREC_RETURN_IF_ERROR(ReadScalar(t, "capacity_rows", where, &table.capacity_rows));
     if (const YAML::Node init = t["initializer"]) {
-      const std::string p = JoinKey(where, "initializer");
-      HYREC_RETURN_IF_ERROR(CheckKeys(init, p, {"kind", "low", "high", "mean", "stddev"}));
-      std::string kind = "uniform";
-      HYREC_RETURN_IF_ERROR(ReadScalar(init, "kind", p, &kind));
-      auto parsed = ParseInitializerKind(kind);
-      if (!parsed.ok()) return Annotate(parsed.status(), JoinKey(p, "kind"));
-      table.initializer.kind = *parsed;
-      HYREC_RETURN_IF_ERROR(ReadScalar(init, "low", p, &table.initializer.low));
-      HYREC_RETURN_IF_ERROR(ReadScalar(init, "high", p, &table.initializer.high));
-      HYREC_RETURN_IF_ERROR(ReadScalar(init, "mean", p, &table.initializer.mean));
-      HYREC_RETURN_IF_ERROR(ReadScalar(init, "stddev", p, &table.initializer.stddev));
+      HYREC_RETURN_IF_ERROR(ReadInitializerConfig(init, JoinKey(where, "initializer"), &table.initializer));
     }
     if (const YAML::Node opt = t["optimizer"]) {
-      const std::string p = JoinKey(where, "optimizer");
-      HYREC_RETURN_IF_ERROR(CheckKeys(
-          opt, p,
-          {"kind", "learning_rate", "weight_decay", "grad_clip", "value_clip", "epsilon",
-           "initial_accumulator", "beta1", "beta2", "ftrl_beta", "ftrl_l1", "ftrl_l2"}));
-      std::string kind = "adagrad";
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "kind", p, &kind));
-      auto parsed = ParseOptimizerKind(kind);
-      if (!parsed.ok()) return Annotate(parsed.status(), JoinKey(p, "kind"));
-      OptimizerConfig& o = table.optimizer;
-      o.kind = *parsed;
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "learning_rate", p, &o.learning_rate));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "weight_decay", p, &o.weight_decay));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "grad_clip", p, &o.grad_clip));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "value_clip", p, &o.value_clip));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "epsilon", p, &o.epsilon));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "initial_accumulator", p, &o.initial_accumulator));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "beta1", p, &o.beta1));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "beta2", p, &o.beta2));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_beta", p, &o.ftrl_beta));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_l1", p, &o.ftrl_l1));
-      HYREC_RETURN_IF_ERROR(ReadScalar(opt, "ftrl_l2", p, &o.ftrl_l2));
+      HYREC_RETURN_IF_ERROR(ReadOptimizerConfig(opt, JoinKey(where, "optimizer"), &table.optimizer));
     }
     if (const YAML::Node adm = t["admission"]) {
-      const std::string p = JoinKey(where, "admission");
-      HYREC_RETURN_IF_ERROR(CheckKeys(adm, p, {"probability", "min_count"}));
-      HYREC_RETURN_IF_ERROR(ReadScalar(adm, "probability", p, &table.admission.probability));
-      HYREC_RETURN_IF_ERROR(ReadScalar(adm, "min_count", p, &table.admission.min_count));
+      HYREC_RETURN_IF_ERROR(ReadAdmissionConfig(adm, JoinKey(where, "admission"), &table.admission));
     }
     absl::Status valid = table.Validate();
     if (!valid.ok()) return Annotate(valid, absl::StrCat(where, " (", YamlWhere(t), ")"));

@@ -12,13 +12,14 @@
 #ifndef HYREC_COMMON_YAML_CONFIG_H_
 #define HYREC_COMMON_YAML_CONFIG_H_
 
+#include <functional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "yaml-cpp/yaml.h"
 
 namespace hyrec {
@@ -57,6 +58,21 @@ absl::Status ReadScalar(const YAML::Node& map, absl::string_view key, absl::stri
   }
   return absl::OkStatus();
 }
+
+// Reads map[key], a list of non-empty strings, into *out when present (replacing its contents);
+// absent leaves *out untouched. Anything but a list of scalars (a nested list, a mapping, a null
+// `~`, an empty string) is InvalidArgument naming the key path, the element and its line.
+absl::Status ReadStringList(const YAML::Node& map, absl::string_view key, absl::string_view path,
+                            std::vector<std::string>* out);
+
+// Reads map[key], a list of integers each in [min, max], into *out when present (replacing its
+// contents); otherwise as ReadStringList.
+absl::Status ReadIntList(const YAML::Node& map, absl::string_view key, absl::string_view path, int min,
+                         int max, std::vector<int>* out);
+
+// Runs `read` (code that walks YAML nodes) and turns any yaml-cpp exception it lets escape into
+// InvalidArgument naming `what` and the line, so that no document shape aborts a process.
+absl::Status CatchYamlErrors(absl::string_view what, const std::function<absl::Status()>& read);
 
 // Parses YAML text; a syntax error is InvalidArgument with `source_name:line`.
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view source_name);

@@ -4,8 +4,9 @@
 //
 //   Criteo (Kaggle DAC, Terabyte): label \t I1..I13 \t C1..C26, any field may be empty.
 //     dense  k = log(1 + max(I_k, 0)); a missing integer is 0.
-//     slot   k = the 26 categorical hex tokens, each hashed with xxhash64 (seeded by the slot),
-//            so the same token in two slots gives two ids. An empty token is skipped (the slot
+//     slot   k = the 26 categorical hex tokens, each hashed with xxhash64 (seeded by the slot,
+//            or by hash_slots[k]), so the same token in two slots gives two ids unless the two
+//            share a table. An empty token is skipped (the slot
 //            has no id) or becomes the slot's "missing" id, per CriteoOptions.
 //   libsvm / libFM: label idx:val ... ; the k-th feature on a line is slot k, its id is
 //     idx hashed with the slot, its value is ignored (one-hot features); labels 0/1 or -1/+1.
@@ -14,6 +15,7 @@
 #define HYREC_DATA_LOADER_PARSERS_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -27,12 +29,19 @@ inline constexpr int kCriteoDense = 13;
 inline constexpr int kCriteoSlots = 26;
 inline constexpr size_t kMaxLineBytes = 1 << 16;
 
+// Per slot, the slot whose seed hashes its tokens into ids: features that share an embedding
+// table give the same token the same id. Empty: every slot hashes with its own seed. A slot
+// beyond the list hashes with its own. Set by the job plan (include/hyrec/job/job_plan.h).
+using HashSlots = std::vector<int>;
+
 struct CriteoOptions {
   bool missing_id_for_empty = false;  // false: an empty token adds no id to its slot.
+  HashSlots hash_slots;
 };
 
 struct LibsvmOptions {
   int num_slots = 39;  // Features beyond the last slot are an error.
+  HashSlots hash_slots;
 };
 
 // The id of `token` in `slot`: xxhash64(token, seed = Mix64(slot + 1)). Shared by the parsers

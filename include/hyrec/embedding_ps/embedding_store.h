@@ -2,8 +2,11 @@
 //
 // The store maps (table, uint64 id) to a row of `dim` weights followed by the table's optimizer
 // state, contiguous in memory. The id space is unbounded; memory is bounded by a capacity in rows
-// and/or bytes for the whole store. When an insert would exceed it, the least recently used row
-// of the id's stripe is evicted (a lookup or an update makes a row the most recently used).
+// and/or bytes for the whole store, and by a capacity in rows per table (TableConfig). Each
+// stripe keeps one LRU list per table (a lookup or an update makes a row the most recently used).
+// When an insert would exceed its table's capacity, the table's least recently used row in the
+// id's stripe is evicted; when it would exceed the store's, the least recently used row of the
+// same table in that stripe (or, when the table has none there, of the stripe's largest table).
 //
 // New rows are initialized from (table seed, id) alone, so an id gets the same initial vector on
 // any PS, in any run, for any number of PS shards.
@@ -43,7 +46,9 @@
 namespace hyrec::embedding_ps {
 
 struct StoreOptions {
-  std::vector<TableConfig> tables;  // At most 256 tables, unique names.
+  std::vector<TableConfig> tables;  // At most 256 tables, unique names; each may bound its rows.
+  // Bounds of the whole store. Rows are counted as they are created, so a stripe whose table has
+  // no row to evict may go one row over a bound until its next insert.
   uint64_t capacity_rows = 0;       // 0: no bound on rows.
   uint64_t capacity_bytes = 0;      // 0: no bound; each row is charged its slot bytes + 8 (index).
   int num_stripes = 64;             // Lock stripes; each holds at most 2^24 - 1 rows per table.
@@ -80,6 +85,7 @@ struct TableStats {
   uint64_t rows = 0;
   uint64_t bytes = 0;       // Slot bytes held by this table's rows (allocated chunks).
   uint64_t row_bytes = 0;   // Bytes of one slot: 16 + 4 * (dim + state floats).
+  uint64_t capacity_rows = 0;  // The table's own bound (TableConfig::capacity_rows).
   uint64_t lookups = 0;     // Ids looked up.
   uint64_t updates = 0;     // Rows updated.
   uint64_t evictions = 0;
@@ -104,7 +110,9 @@ struct StoreStats {
 // Publishes a store's statistics as Prometheus families, every sample labelled with `labels`
 // (e.g. {{"shard", "0"}}) plus table="<name>" where per table: hyrec_ps_rows,
 // hyrec_ps_evictions_total, hyrec_ps_lookups_total, hyrec_ps_updates_total,
-// hyrec_ps_admission_rejections_total, hyrec_ps_rejected_nonfinite_total; and per store
+// hyrec_ps_admission_rejections_total, hyrec_ps_rejected_nonfinite_total,
+// hyrec_ps_duplicate_updates_total, hyrec_ps_dropped_updates_total,
+// hyrec_ps_table_capacity_rows; and per store
 // hyrec_ps_bytes and hyrec_ps_capacity_rows.
 void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* metrics);
 
@@ -118,6 +126,7 @@ class EmbeddingShardStore {
   EmbeddingShardStore& operator=(const EmbeddingShardStore&) = delete;
 
   int num_tables() const { return static_cast<int>(tables_.size()); }
+  const std::vector<TableConfig>& tables() const { return tables_; }
   const TableConfig& table(int index) const { return tables_[index]; }
   // NotFound naming the table when there is none of that name.
   absl::StatusOr<int> TableIndex(absl::string_view name) const;

@@ -17,11 +17,11 @@
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace YAML {
 class Node;
@@ -77,6 +77,9 @@ struct TableConfig {
   std::string name;
   int dim = 0;
   uint64_t seed = 0;  // Row initialization is a pure function of (seed, id).
+  // Most rows of this table one store holds; 0: bounded by the store's capacity only. A job's
+  // table capacity is split evenly among its PS shards (include/hyrec/job/job_plan.h).
+  uint64_t capacity_rows = 0;
   InitializerConfig initializer;
   OptimizerConfig optimizer;
   AdmissionConfig admission;
@@ -87,10 +90,19 @@ struct TableConfig {
 
 absl::string_view OptimizerName(OptimizerKind kind);
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
+absl::string_view InitializerName(InitializerKind kind);
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name);
 
 // Number of optimizer-state floats stored after the `dim` weights of a row.
 int OptimizerStateFloats(OptimizerKind kind, int dim);
+
+// Read one part of a table's YAML over *out's current values (its defaults): the keys present
+// replace fields, strictly (unknown keys, wrong types are InvalidArgument naming `path`, the key
+// and the line). An initializer or optimizer may also be a plain word, its kind
+// (`optimizer: sgd`). Range checks are TableConfig::Validate's.
+absl::Status ReadInitializerConfig(const YAML::Node& node, absl::string_view path, InitializerConfig* out);
+absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path, OptimizerConfig* out);
+absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out);
 
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,

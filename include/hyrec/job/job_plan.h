@@ -1,0 +1,117 @@
+// JobPlan: every role's complete settings, derived once from a JobSpec.
+//
+// Every way hyrec runs takes its settings from the plan: the embedded `hyrec train` (all roles
+// in one process), `hyrec train --processes` (each role its own process, started with the job
+// file and its role and index), hand-started `hyrec ps --config`, `hyrec loader --config` and
+// `hyrec worker --config`, and the Kubernetes renderer to come. Table names, the slot-to-table
+// map and every table's full configuration are assigned here, once; a role that needs one of
+// them reads it from its plan, never from a copy of its own.
+//
+//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(path));
+//   HYREC_ASSIGN_OR_RETURN(JobPlan plan, Plan(spec));
+//   const PsShardPlan& shard = plan.ps[1];        // shard 1's store: tables, capacity, stripes
+//   const WorkerPlan& worker = plan.workers[0];   // model, optimizer, staleness, table per slot
+//   std::string ps0 = plan.endpoints.ps[0];       // where shard 0 listens
+//
+// Endpoints come from the job's `cluster` section; a launcher that picks ports at run time
+// (`--processes`) or a role given addresses on its command line replaces them with
+// SetEndpoints, which changes nothing else.
+#ifndef HYREC_JOB_JOB_PLAN_H_
+#define HYREC_JOB_JOB_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/job/job_spec.h"
+
+namespace hyrec::job {
+
+struct Endpoints {
+  std::vector<std::string> ps;  // "host:port" of shard i, in shard order.
+  std::string loader;           // "host:port"
+  std::string master_addr;      // Worker 0's c10d rendezvous.
+  int master_port = 29500;
+};
+
+struct PsShardPlan {
+  int shard_index = 0;
+  int num_shards = 1;
+  // Every table's full configuration (the table's capacity as this shard's share), the shard's
+  // capacity, stripes and admission sketch size.
+  embedding_ps::StoreOptions store;
+  uint64_t max_ids_per_request = 1 << 22;
+  int threads = 0;
+};
+
+struct LoaderPlan {
+  // The source and batching as the job gives them, with num_workers, num_shards, the slot-to-
+  // table map and the id namespaces of shared tables filled in.
+  data_loader::LoaderOptions options;
+};
+
+struct WorkerPlan {
+  int rank = 0;
+  int world_size = 1;
+  // Per table (the loader's table index): its PS name and dim.
+  std::vector<std::string> table_names;
+  std::vector<int> table_dims;
+  // Per slot (sparse feature, in source order): its name, table, pooling and dim.
+  std::vector<std::string> feature_names;
+  std::vector<int> slot_tables;
+  std::vector<Pooling> pooling;
+  std::vector<int> slot_dims;
+  int num_dense = 0;
+  int embedding_staleness = 4;
+  ModelSpec model;
+  DenseOptimizerSpec dense_optimizer;  // schedule.decay_steps resolved when it was 0
+  uint64_t seed = 1;
+  std::string device = "cpu";
+  int log_every_batches = 100;
+  double sync_timeout_seconds = 60;
+  double batch_timeout_seconds = 120;
+  // Optimizer steps this worker takes and samples the whole job trains, when the source says
+  // (synthetic data, a set number of epochs); 0: unknown.
+  int64_t planned_steps = 0;
+  uint64_t planned_samples = 0;
+  EvalSpec eval;
+  // The held-out split, read by worker 0 alone: the synthetic teacher's samples from index 2^40
+  // (eval.samples of them), or eval.files in the training format; one epoch, no shuffle.
+  data_loader::LoaderOptions eval_loader;
+  bool has_eval_data = false;  // A synthetic source or eval.files.
+  bool synthetic = false;      // The teacher's AUC (the best reachable) is known.
+};
+
+struct JobPlan {
+  JobSpec spec;
+  std::vector<PsShardPlan> ps;  // One per shard.
+  LoaderPlan loader;
+  std::vector<WorkerPlan> workers;  // One per rank.
+  Endpoints endpoints;
+};
+
+// Plans a validated spec (ValidateJobSpec is run again): InvalidArgument naming the key when the
+// combination cannot run (a schedule that needs a step count the source cannot give, a dense
+// model too large to build).
+absl::StatusOr<JobPlan> Plan(const JobSpec& spec);
+
+// Loads, parses and plans a job file.
+absl::StatusOr<JobPlan> PlanJobFile(const std::string& path);
+
+// Replaces the endpoints; empty arguments (and master_port 0) keep the current ones. The number
+// of PS addresses must equal the shard count.
+absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader,
+                          const std::string& master_addr, int master_port, JobPlan* plan);
+
+// Dense parameters of the built-in models (dlrm, dcn) for a worker's plan; 0 for other kinds.
+uint64_t DenseParameterCount(const WorkerPlan& worker);
+
+// Splits "host:port"; InvalidArgument naming `what` when it is not of that shape.
+absl::Status SplitHostPort(const std::string& address, absl::string_view what, std::string* host, int* port);
+
+}  // namespace hyrec::job
+
+#endif  // HYREC_JOB_JOB_PLAN_H_

@@ -1,0 +1,162 @@
+// JobSpec: one training job as its YAML file describes it, parsed and validated.
+//
+// A job names its input features (the source's sparse columns, in order) and its embedding
+// tables: each table has a name, the features it serves (a feature may share a table with
+// others, a shared vocabulary, or have its own), a dim, a pooling per feature, a sparse
+// optimizer with its settings, an initializer, an admission policy and a capacity. The rest is
+// the data source, the dense model, the dense optimizer with its learning-rate schedule, the PS
+// shards, the workers and the endpoints of hand-started roles.
+//
+//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/two-tables.yaml"));
+//   for (const TableSpec& t : spec.tables) std::cout << t.config.name << " " << t.config.dim << "\n";
+//   HYREC_ASSIGN_OR_RETURN(JobPlan plan, Plan(spec));   // job_plan.h: every role's settings
+//
+// Parsing is strict: an unknown key, a value of the wrong type or shape, or one out of range is
+// InvalidArgument naming the key path and the line (with a suggestion for a misspelled key), and
+// no document shape throws. docs/configuration.md lists every key with its default. The older
+// flat keys (model.embedding_dim, model.pooling, ps.optimizer, ps.learning_rate, ps.init_stddev,
+// train.dense_learning_rate) stay as shorthand: they are the defaults of every table and of the
+// dense optimizer, and a job without `tables` gets one table per feature, named after it.
+//
+// This target links neither LibTorch nor gRPC, so tools that only read jobs (the Kubernetes
+// renderer, a capacity planner) link it alone.
+#ifndef HYREC_JOB_JOB_SPEC_H_
+#define HYREC_JOB_JOB_SPEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/embedding_ps/table_config.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace hyrec::job {
+
+// How a feature's ids within one sample are combined into one vector.
+enum class Pooling { kSum, kMean, kSqrtN };
+absl::string_view PoolingName(Pooling pooling);
+absl::StatusOr<Pooling> ParsePooling(absl::string_view name);
+
+// One feature a table serves, and how its ids pool.
+struct TableFeature {
+  std::string name;
+  Pooling pooling = Pooling::kSum;
+};
+
+struct TableSpec {
+  // name, dim, seed (default: the table's position), initializer, optimizer, admission.
+  embedding_ps::TableConfig config;
+  std::vector<TableFeature> features;
+  // Most rows of the whole table (all shards together; each shard holds its share, rounded up);
+  // 0: bounded only by ps.capacity_rows.
+  uint64_t capacity_rows = 0;
+};
+
+// The dense optimizer's learning rate over optimizer steps: a linear warm-up from 0 over
+// `warmup_steps`, then constant, or a linear or cosine decay that reaches
+// `final_fraction` x the base rate at step `decay_steps` and stays there.
+struct LrSchedule {
+  enum class Kind { kConstant, kLinear, kCosine };
+  Kind kind = Kind::kConstant;
+  int64_t warmup_steps = 0;
+  // Step at which the decay ends (counted from the first step, warm-up included); 0: the job's
+  // planned steps per worker (known only for a synthetic source with a set number of epochs).
+  int64_t decay_steps = 0;
+  double final_fraction = 0.0;
+
+  // The multiplier of the base rate for optimizer step `step` (0-based), in (0, 1].
+  double Factor(int64_t step) const;
+};
+absl::string_view LrScheduleName(LrSchedule::Kind kind);
+
+struct DenseOptimizerSpec {
+  std::string kind = "adam";  // adam | adamw | adagrad | sgd
+  double learning_rate = 1e-3;
+  double weight_decay = 0.0;  // L2 added to the gradient; adamw: decoupled from it
+  double momentum = 0.0;      // sgd
+  double beta1 = 0.9;         // adam, adamw
+  double beta2 = 0.999;       // adam, adamw
+  double epsilon = 1e-8;      // adam, adamw, adagrad
+  LrSchedule schedule;
+};
+
+struct ModelSpec {
+  std::string kind = "dlrm";       // dlrm | dcn | a kind registered by the program
+  int embedding_dim = 16;          // Default table dim; DLRM's interaction dim.
+  std::vector<int> bottom = {512, 256};
+  std::vector<int> top = {512, 256};
+  int cross_layers = 3;            // dcn
+  // model.options, for a registered model: its own settings, kept as YAML text (a mapping).
+  std::string options_yaml;
+};
+
+struct EvalSpec {
+  uint64_t samples = 50'000;         // Held-out synthetic samples.
+  std::vector<std::string> files;    // Held-out files (file sources).
+  int every_batches = 0;             // 0: at the end only.
+  double timeout_seconds = 600;      // Other workers wait this long for worker 0's evaluation.
+};
+
+struct PsSpec {
+  int shards = 2;
+  uint64_t capacity_rows = 0;      // Per shard, all tables; 0: unbounded.
+  uint64_t capacity_bytes = 0;     // Per shard; 0: unbounded.
+  int num_stripes = 64;
+  uint32_t admission_sketch_counters = 1 << 20;
+  uint64_t max_ids_per_request = 1 << 22;
+  int threads = 0;                 // gRPC polling threads of a PS process; 0: one per core.
+};
+
+struct TrainSpec {
+  int workers = 1;
+  int embedding_staleness = 4;
+  DenseOptimizerSpec dense_optimizer;
+  int log_every_batches = 100;
+  uint64_t seed = 1;               // Dense initialization.
+  std::string device = "cpu";      // cpu | cuda | auto
+  double sync_timeout_seconds = 60;   // Rendezvous and every collective.
+  double batch_timeout_seconds = 120; // A worker waits this long for its next batch.
+};
+
+// Where hand-started roles (and, later, Kubernetes pods) find each other: "host:port" each.
+struct ClusterSpec {
+  std::vector<std::string> ps;     // One per shard, in shard order; default 127.0.0.1:7000+i.
+  std::string loader = "127.0.0.1:7100";
+  std::string master = "127.0.0.1:29500";  // Worker 0 hosts the c10d rendezvous here.
+};
+
+struct JobSpec {
+  std::string source_name;                  // The file the spec came from (for messages).
+  data_loader::LoaderOptions loader;        // As parsed; the plan sets workers, shards, tables.
+  std::vector<std::string> features;        // Sparse features, in the source's slot order.
+  std::vector<TableSpec> tables;
+  EvalSpec eval;
+  ModelSpec model;
+  PsSpec ps;
+  TrainSpec train;
+  ClusterSpec cluster;
+};
+
+// The feature names a source has when the job names none: C1..C26 for Criteo (its columns'
+// names), f0, f1, ... otherwise.
+std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& source);
+
+// Parses and validates a job. `source_name` prefixes every message.
+absl::StatusOr<JobSpec> ParseJobSpec(const YAML::Node& root, absl::string_view source_name);
+// Reads, parses and validates a job file.
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& yaml, absl::string_view source_name);
+
+// Cross-field checks (every feature in exactly one table, unique names, ranges); ParseJobSpec
+// calls it, and so does Plan for a spec built in code.
+absl::Status ValidateJobSpec(const JobSpec& spec);
+
+}  // namespace hyrec::job
+
+#endif  // HYREC_JOB_JOB_SPEC_H_

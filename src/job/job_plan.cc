@@ -1,0 +1,253 @@
+#include "hyrec/job/job_plan.h"
+
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec::job {
+namespace {
+
+constexpr uint64_t kEvalFirstIndex = 1ULL << 40;  // Held-out synthetic samples start here.
+// Larger built-in dense models are refused before anything is allocated: with Adam's state they
+// would need tens of GiB per worker.
+constexpr uint64_t kMaxDenseParameters = 1ULL << 31;
+
+uint64_t LinearParameters(uint64_t in, uint64_t out) { return in * out + out; }
+
+uint64_t MlpParameters(uint64_t in, const std::vector<int>& hidden, uint64_t out) {
+  uint64_t total = 0;
+  for (int h : hidden) {
+    total += LinearParameters(in, static_cast<uint64_t>(h));
+    in = static_cast<uint64_t>(h);
+  }
+  return total + LinearParameters(in, out);
+}
+
+// Optimizer steps each worker takes and samples the job trains, for a synthetic source with a set
+// number of epochs: the workers stop together when the first runs out of batches, so each takes
+// floor(batches / workers) steps and the job trains the first steps x workers batches. 0, 0 when
+// the source cannot say.
+std::pair<int64_t, uint64_t> PlannedSteps(const data_loader::LoaderOptions& o, int workers) {
+  if (o.source.format != data_loader::Format::kSynthetic || o.epochs == 0) return {0, 0};
+  const uint64_t n = o.source.synthetic.num_samples;
+  const uint64_t b = static_cast<uint64_t>(o.batch_size);
+  const uint64_t tail = n % b;  // Samples of each epoch's last batch when it is partial.
+  const uint64_t per_epoch = o.drop_last ? n / b : (n + b - 1) / b;
+  if (per_epoch == 0) return {0, 0};
+  const uint64_t batches = per_epoch * o.epochs;
+  const uint64_t steps = batches / static_cast<uint64_t>(workers);
+  const uint64_t trained = steps * static_cast<uint64_t>(workers);
+  const uint64_t partials = (o.drop_last || tail == 0) ? 0 : trained / per_epoch;
+  return {static_cast<int64_t>(steps), trained * b - partials * (b - tail)};
+}
+
+data_loader::LoaderOptions HeldOut(const JobSpec& spec, const data_loader::LoaderOptions& training) {
+  data_loader::LoaderOptions o = training;
+  o.source.synthetic.first_index = kEvalFirstIndex;
+  o.source.synthetic.num_samples = spec.eval.samples;
+  if (training.source.format != data_loader::Format::kSynthetic) o.source.files = spec.eval.files;
+  o.num_workers = 1;
+  o.epochs = 1;
+  o.shuffle = false;
+  o.drop_last = false;
+  return o;
+}
+
+}  // namespace
+
+absl::Status SplitHostPort(const std::string& address, absl::string_view what, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  int p = 0;
+  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(address.substr(colon + 1), &p) || p < 0 ||
+      p > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": '", address, "' is not host:port"));
+  }
+  *host = address.substr(0, colon);
+  *port = p;
+  return absl::OkStatus();
+}
+
+uint64_t DenseParameterCount(const WorkerPlan& w) {
+  const uint64_t slots = w.slot_dims.size();
+  if (w.model.kind == "dlrm") {
+    const uint64_t d = static_cast<uint64_t>(w.model.embedding_dim);
+    uint64_t total = 0;
+    if (w.num_dense > 0) total += MlpParameters(static_cast<uint64_t>(w.num_dense), w.model.bottom, d);
+    for (int dim : w.slot_dims) {
+      if (static_cast<uint64_t>(dim) != d) total += static_cast<uint64_t>(dim) * d;  // Projection, no bias.
+    }
+    const uint64_t features = slots + (w.num_dense > 0 ? 1 : 0);
+    const uint64_t pairs = features * (features - 1) / 2;
+    return total + MlpParameters((w.num_dense > 0 ? d : 0) + pairs, w.model.top, 1);
+  }
+  if (w.model.kind == "dcn") {
+    uint64_t width = static_cast<uint64_t>(w.num_dense);
+    for (int dim : w.slot_dims) width += static_cast<uint64_t>(dim);
+    const std::vector<int> hidden(w.model.top.begin(), w.model.top.end() - 1);
+    const uint64_t deep_out = static_cast<uint64_t>(w.model.top.back());
+    return static_cast<uint64_t>(w.model.cross_layers) * LinearParameters(width, width) +
+           MlpParameters(width, hidden, deep_out) + LinearParameters(width + deep_out, 1);
+  }
+  return 0;
+}
+
+absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
+  HYREC_RETURN_IF_ERROR(Annotate(ValidateJobSpec(spec), spec.source_name));
+  JobPlan plan;
+  plan.spec = spec;
+  const int slots = static_cast<int>(spec.features.size());
+  const int tables = static_cast<int>(spec.tables.size());
+
+  // Per slot: its table and pooling; per table: the slot whose hash seeds its ids (its first
+  // feature in slot order), so that the features of a shared table give one token one id.
+  std::map<std::string, int> slot_of;
+  for (int s = 0; s < slots; ++s) slot_of[spec.features[s]] = s;
+  std::vector<int> slot_tables(slots, -1), hash_slots(slots, -1), namespace_of(tables, slots);
+  std::vector<Pooling> pooling(slots, Pooling::kSum);
+  for (int t = 0; t < tables; ++t) {
+    for (const TableFeature& f : spec.tables[t].features) {
+      const int s = slot_of.at(f.name);
+      slot_tables[s] = t;
+      pooling[s] = f.pooling;
+      namespace_of[t] = std::min(namespace_of[t], s);
+    }
+  }
+  bool shared = false;
+  for (int s = 0; s < slots; ++s) {
+    hash_slots[s] = namespace_of[slot_tables[s]];
+    shared = shared || hash_slots[s] != s;
+  }
+
+  data_loader::LoaderOptions& loader = plan.loader.options;
+  loader = spec.loader;
+  loader.num_workers = spec.train.workers;
+  loader.num_shards = spec.ps.shards;
+  loader.slot_tables = slot_tables;
+  if (shared) {
+    loader.source.criteo.hash_slots = hash_slots;
+    loader.source.libsvm.hash_slots = hash_slots;
+  }
+  HYREC_RETURN_IF_ERROR(Annotate(loader.Validate(), spec.source_name));
+
+  for (int i = 0; i < spec.ps.shards; ++i) {
+    PsShardPlan shard;
+    shard.shard_index = i;
+    shard.num_shards = spec.ps.shards;
+    shard.store.capacity_rows = spec.ps.capacity_rows;
+    shard.store.capacity_bytes = spec.ps.capacity_bytes;
+    shard.store.num_stripes = spec.ps.num_stripes;
+    shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
+    for (const TableSpec& t : spec.tables) {
+      embedding_ps::TableConfig config = t.config;
+      // Each shard holds its share of the table's rows, rounded up.
+      config.capacity_rows = (t.capacity_rows + spec.ps.shards - 1) / spec.ps.shards;
+      shard.store.tables.push_back(config);
+    }
+    shard.max_ids_per_request = spec.ps.max_ids_per_request;
+    shard.threads = spec.ps.threads;
+    plan.ps.push_back(std::move(shard));
+  }
+
+  const auto [steps, samples] = PlannedSteps(loader, spec.train.workers);
+  WorkerPlan worker;
+  worker.world_size = spec.train.workers;
+  for (const TableSpec& t : spec.tables) {
+    worker.table_names.push_back(t.config.name);
+    worker.table_dims.push_back(t.config.dim);
+  }
+  worker.feature_names = spec.features;
+  worker.slot_tables = slot_tables;
+  worker.pooling = pooling;
+  for (int s = 0; s < slots; ++s) worker.slot_dims.push_back(spec.tables[slot_tables[s]].config.dim);
+  worker.num_dense = spec.loader.source.num_dense();
+  worker.embedding_staleness = spec.train.embedding_staleness;
+  worker.model = spec.model;
+  worker.dense_optimizer = spec.train.dense_optimizer;
+  worker.seed = spec.train.seed;
+  worker.device = spec.train.device;
+  worker.log_every_batches = spec.train.log_every_batches;
+  worker.sync_timeout_seconds = spec.train.sync_timeout_seconds;
+  worker.batch_timeout_seconds = spec.train.batch_timeout_seconds;
+  worker.planned_steps = steps;
+  worker.planned_samples = samples;
+  worker.eval = spec.eval;
+  worker.synthetic = spec.loader.source.format == data_loader::Format::kSynthetic;
+  worker.has_eval_data = worker.synthetic ? spec.eval.samples > 0 : !spec.eval.files.empty();
+  worker.eval_loader = HeldOut(spec, loader);
+  LrSchedule& schedule = worker.dense_optimizer.schedule;
+  if (schedule.kind != LrSchedule::Kind::kConstant && schedule.decay_steps == 0) {
+    if (steps == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          spec.source_name, ": train.dense_optimizer.schedule.decay_steps must be set: the job's number of steps "
+          "is known in advance only for a synthetic source with loader.epochs > 0"));
+    }
+    schedule.decay_steps = steps;
+    if (schedule.decay_steps <= schedule.warmup_steps) {
+      return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": train.dense_optimizer.schedule.warmup_steps (",
+                                                     schedule.warmup_steps, ") is not below the job's ", steps,
+                                                     " steps per worker"));
+    }
+  }
+  const uint64_t parameters = DenseParameterCount(worker);
+  if (parameters > kMaxDenseParameters) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.source_name, ": model (", spec.model.kind, ", model.bottom/top/embedding_dim) would have ", parameters,
+        " dense parameters, more than ", kMaxDenseParameters, "; make its layers narrower"));
+  }
+  for (int r = 0; r < spec.train.workers; ++r) {
+    worker.rank = r;
+    plan.workers.push_back(worker);
+  }
+
+  plan.endpoints.ps = spec.cluster.ps;
+  for (int i = static_cast<int>(plan.endpoints.ps.size()); i < spec.ps.shards; ++i) {
+    plan.endpoints.ps.push_back(absl::StrCat("127.0.0.1:", 7000 + i));
+  }
+  plan.endpoints.loader = spec.cluster.loader;
+  std::string host;
+  int port = 0;
+  for (size_t i = 0; i < plan.endpoints.ps.size(); ++i) {
+    HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.ps[i], absl::StrCat("cluster.ps[", i, "]"), &host, &port));
+  }
+  HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &port));
+  HYREC_RETURN_IF_ERROR(SplitHostPort(spec.cluster.master, "cluster.master", &plan.endpoints.master_addr,
+                                      &plan.endpoints.master_port));
+  return plan;
+}
+
+absl::StatusOr<JobPlan> PlanJobFile(const std::string& path) {
+  HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(path));
+  return Plan(spec);
+}
+
+absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader,
+                          const std::string& master_addr, int master_port, JobPlan* plan) {
+  std::string host;
+  int port = 0;
+  if (!ps.empty()) {
+    if (ps.size() != plan->ps.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ps.size(), " PS addresses given for the job's ", plan->ps.size(), " shards (ps.shards)"));
+    }
+    for (size_t i = 0; i < ps.size(); ++i) {
+      HYREC_RETURN_IF_ERROR(SplitHostPort(ps[i], absl::StrCat("PS address ", i), &host, &port));
+    }
+    plan->endpoints.ps = ps;
+  }
+  if (!loader.empty()) {
+    HYREC_RETURN_IF_ERROR(SplitHostPort(loader, "loader address", &host, &port));
+    plan->endpoints.loader = loader;
+  }
+  if (!master_addr.empty()) plan->endpoints.master_addr = master_addr;
+  if (master_port != 0) {
+    if (master_port < 1 || master_port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("master port ", master_port, " is not in [1, 65535]"));
+    }
+    plan->endpoints.master_port = master_port;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hyrec::job

@@ -1,0 +1,350 @@
+// The job spec and plan: what a job file says, what every role is planned to run, and the errors
+// a wrong file gets (key, line, what was wrong; never an exception).
+#include <cmath>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/job/job_spec.h"
+
+namespace hyrec::job {
+namespace {
+
+constexpr char kTwoTables[] = R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 10000, num_slots: 4, num_dense: 3, vocabulary: 100}
+  batch_size: 100
+features: [user, item, history, context]
+tables:
+  - name: users
+    features: [user]
+    dim: 8
+    optimizer: {kind: adam, learning_rate: 0.01}
+    initializer: {kind: normal, stddev: 0.05}
+    admission: {min_count: 2}
+    capacity_rows: 1001
+  - name: items
+    features: [item, {name: history, pooling: mean}]
+    dim: 16
+  - name: context
+    features: [context]
+    pooling: sqrtn
+    optimizer: sgd
+model: {kind: dcn, embedding_dim: 16, top: [32, 16]}
+ps: {shards: 2, optimizer: adagrad, learning_rate: 0.07, init_stddev: 0.02, capacity_rows: 500}
+train:
+  workers: 2
+  embedding_staleness: 0
+  dense_optimizer: {kind: sgd, learning_rate: 0.1, momentum: 0.5, schedule: {kind: cosine, warmup_steps: 5}}
+  seed: 9
+)";
+
+absl::StatusOr<JobSpec> Parse(const std::string& text) { return ParseJobSpecText(text, "job.yaml"); }
+
+// The message of a job that must fail, or a marker when it parsed.
+std::string Error(const std::string& text) {
+  auto spec = Parse(text);
+  if (!spec.ok()) return std::string(spec.status().message());
+  auto plan = Plan(*spec);
+  return plan.ok() ? "<parsed and planned>" : std::string(plan.status().message());
+}
+
+TEST(JobSpec, ShorthandGivesEveryFeatureATableNamedAfterIt) {
+  auto spec = Parse(R"(loader: {source: {format: criteo, files: [day_0.gz]}}
+model: {embedding_dim: 8, pooling: mean}
+ps: {optimizer: ftrl, learning_rate: 0.2}
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->features.size(), 26u);
+  EXPECT_EQ(spec->features[0], "C1");
+  EXPECT_EQ(spec->features[25], "C26");
+  ASSERT_EQ(spec->tables.size(), 26u);
+  for (size_t k = 0; k < spec->tables.size(); ++k) {
+    const TableSpec& t = spec->tables[k];
+    EXPECT_EQ(t.config.name, spec->features[k]);
+    EXPECT_EQ(t.config.dim, 8);
+    EXPECT_EQ(t.config.seed, k);
+    EXPECT_EQ(t.config.optimizer.kind, embedding_ps::OptimizerKind::kFtrl);
+    EXPECT_FLOAT_EQ(t.config.optimizer.learning_rate, 0.2f);
+    ASSERT_EQ(t.features.size(), 1u);
+    EXPECT_EQ(t.features[0].pooling, Pooling::kMean);
+  }
+  auto synthetic = Parse("loader: {source: {format: synthetic, synthetic: {num_slots: 3}}}\n");
+  ASSERT_TRUE(synthetic.ok()) << synthetic.status();
+  EXPECT_EQ(synthetic->features, (std::vector<std::string>{"f0", "f1", "f2"}));
+  EXPECT_EQ(synthetic->tables[2].config.name, "f2");
+  EXPECT_EQ(synthetic->train.dense_optimizer.kind, "adam");
+  EXPECT_EQ(synthetic->tables[0].config.optimizer.kind, embedding_ps::OptimizerKind::kAdagrad);
+  EXPECT_FLOAT_EQ(synthetic->tables[0].config.optimizer.learning_rate, 0.05f);
+}
+
+TEST(JobSpec, NamedTablesCarryTheirOwnSettings) {
+  auto spec = Parse(kTwoTables);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->tables.size(), 3u);
+  const TableSpec& users = spec->tables[0];
+  EXPECT_EQ(users.config.dim, 8);
+  EXPECT_EQ(users.config.optimizer.kind, embedding_ps::OptimizerKind::kAdam);
+  EXPECT_FLOAT_EQ(users.config.optimizer.learning_rate, 0.01f);
+  EXPECT_EQ(users.config.initializer.kind, embedding_ps::InitializerKind::kNormal);
+  EXPECT_FLOAT_EQ(users.config.initializer.stddev, 0.05f);
+  EXPECT_EQ(users.config.admission.min_count, 2u);
+  EXPECT_EQ(users.capacity_rows, 1001u);
+  const TableSpec& items = spec->tables[1];
+  EXPECT_EQ(items.config.dim, 16);
+  EXPECT_EQ(items.config.optimizer.kind, embedding_ps::OptimizerKind::kAdagrad);  // ps shorthand
+  EXPECT_FLOAT_EQ(items.config.optimizer.learning_rate, 0.07f);
+  EXPECT_EQ(items.config.initializer.kind, embedding_ps::InitializerKind::kNormal);  // ps.init_stddev
+  EXPECT_FLOAT_EQ(items.config.initializer.stddev, 0.02f);
+  ASSERT_EQ(items.features.size(), 2u);
+  EXPECT_EQ(items.features[0].pooling, Pooling::kSum);
+  EXPECT_EQ(items.features[1].name, "history");
+  EXPECT_EQ(items.features[1].pooling, Pooling::kMean);
+  const TableSpec& context = spec->tables[2];
+  EXPECT_EQ(context.features[0].pooling, Pooling::kSqrtN);
+  EXPECT_EQ(context.config.optimizer.kind, embedding_ps::OptimizerKind::kSgd);
+  EXPECT_EQ(context.config.seed, 2u);
+  const DenseOptimizerSpec& dense = spec->train.dense_optimizer;
+  EXPECT_EQ(dense.kind, "sgd");
+  EXPECT_DOUBLE_EQ(dense.learning_rate, 0.1);
+  EXPECT_DOUBLE_EQ(dense.momentum, 0.5);
+  EXPECT_EQ(dense.schedule.kind, LrSchedule::Kind::kCosine);
+  EXPECT_EQ(dense.schedule.warmup_steps, 5);
+}
+
+TEST(JobPlan, EveryRoleGetsTheTablesOfTheSpec) {
+  auto spec = Parse(kTwoTables);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // PS: both shards hold every table with its full configuration; table capacities are shared out.
+  ASSERT_EQ(plan->ps.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    const PsShardPlan& shard = plan->ps[i];
+    EXPECT_EQ(shard.shard_index, i);
+    EXPECT_EQ(shard.num_shards, 2);
+    EXPECT_EQ(shard.store.capacity_rows, 500u);
+    ASSERT_EQ(shard.store.tables.size(), 3u);
+    EXPECT_EQ(shard.store.tables[0].name, "users");
+    EXPECT_EQ(shard.store.tables[0].capacity_rows, 501u);  // 1001 over 2 shards, rounded up.
+    EXPECT_EQ(shard.store.tables[1].capacity_rows, 0u);
+    EXPECT_EQ(shard.store.tables[0].admission.min_count, 2u);
+    EXPECT_EQ(shard.store.tables[0].optimizer.kind, embedding_ps::OptimizerKind::kAdam);
+  }
+  // Loader: workers, shards and the slot-to-table map from the spec.
+  const data_loader::LoaderOptions& loader = plan->loader.options;
+  EXPECT_EQ(loader.num_workers, 2);
+  EXPECT_EQ(loader.num_shards, 2);
+  EXPECT_EQ(loader.slot_tables, (std::vector<int>{0, 1, 1, 2}));
+  EXPECT_EQ(loader.num_tables(), 3);
+  // Workers: the same tables, per slot dims and pooling, the dense optimizer with its schedule.
+  ASSERT_EQ(plan->workers.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const WorkerPlan& w = plan->workers[r];
+    EXPECT_EQ(w.rank, r);
+    EXPECT_EQ(w.world_size, 2);
+    EXPECT_EQ(w.table_names, (std::vector<std::string>{"users", "items", "context"}));
+    EXPECT_EQ(w.table_dims, (std::vector<int>{8, 16, 16}));
+    EXPECT_EQ(w.slot_tables, loader.slot_tables);
+    EXPECT_EQ(w.slot_dims, (std::vector<int>{8, 16, 16, 16}));
+    EXPECT_EQ(w.pooling, (std::vector<Pooling>{Pooling::kSum, Pooling::kSum, Pooling::kMean, Pooling::kSqrtN}));
+    EXPECT_EQ(w.feature_names, spec->features);
+    EXPECT_EQ(w.num_dense, 3);
+    EXPECT_EQ(w.embedding_staleness, 0);
+    EXPECT_EQ(w.seed, 9u);
+    EXPECT_EQ(w.model.kind, "dcn");
+    EXPECT_EQ(w.planned_steps, 50);  // 100 batches over 2 workers.
+    EXPECT_EQ(w.planned_samples, 10000u);
+    EXPECT_EQ(w.dense_optimizer.schedule.decay_steps, 50);  // 0 in the spec: the planned steps.
+    EXPECT_TRUE(w.synthetic);
+    EXPECT_TRUE(w.has_eval_data);
+    EXPECT_EQ(w.eval_loader.source.synthetic.first_index, 1ULL << 40);
+    EXPECT_EQ(w.eval_loader.num_workers, 1);
+    EXPECT_FALSE(w.eval_loader.shuffle);
+  }
+  // Endpoints: defaults on loopback, replaced as a whole by SetEndpoints.
+  EXPECT_EQ(plan->endpoints.ps, (std::vector<std::string>{"127.0.0.1:7000", "127.0.0.1:7001"}));
+  EXPECT_EQ(plan->endpoints.loader, "127.0.0.1:7100");
+  EXPECT_EQ(plan->endpoints.master_port, 29500);
+  ASSERT_TRUE(SetEndpoints({"a:1", "b:2"}, "c:3", "d", 4, &*plan).ok());
+  EXPECT_EQ(plan->endpoints.ps[1], "b:2");
+  EXPECT_EQ(plan->endpoints.loader, "c:3");
+  EXPECT_EQ(plan->endpoints.master_addr, "d");
+  EXPECT_EQ(plan->endpoints.master_port, 4);
+  EXPECT_NE(SetEndpoints({"a:1"}, "", "", 0, &*plan).message().find("1 PS addresses given for the job's 2 shards"),
+            std::string::npos);
+  EXPECT_FALSE(SetEndpoints({}, "nohost", "", 0, &*plan).ok());
+}
+
+TEST(JobPlan, FeaturesOfASharedTableShareTheirIdsHash) {
+  auto plan = Plan(*Parse(R"(loader: {source: {format: libsvm, num_slots: 3, files: [a.txt]}}
+features: [query, title, body]
+tables:
+  - {name: words, features: [title, body]}
+  - {name: queries, features: [query]}
+)"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->loader.options.slot_tables, (std::vector<int>{1, 0, 0}));
+  EXPECT_EQ(plan->loader.options.source.libsvm.hash_slots, (std::vector<int>{0, 1, 1}));
+  // Own tables: every slot hashes with its own seed, as without a plan.
+  auto own = Plan(*Parse("loader: {source: {format: libsvm, num_slots: 3, files: [a.txt]}}\n"));
+  ASSERT_TRUE(own.ok());
+  EXPECT_TRUE(own->loader.options.source.libsvm.hash_slots.empty());
+  EXPECT_FALSE(own->workers[0].has_eval_data);
+}
+
+TEST(JobPlan, PlannedStepsCountWhatTheWorkersTrainTogether) {
+  auto plan = Plan(*Parse(R"(loader:
+  source: {format: synthetic, synthetic: {num_samples: 1050}}
+  batch_size: 100
+  epochs: 2
+train: {workers: 3}
+)"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // 11 batches an epoch (the last of 50), 22 in all: 7 steps each, 21 batches, one of them partial.
+  EXPECT_EQ(plan->workers[0].planned_steps, 7);
+  EXPECT_EQ(plan->workers[0].planned_samples, 21u * 100 - 50);
+  auto forever = Plan(*Parse("loader: {source: {format: synthetic}, epochs: 0}\n"));
+  ASSERT_TRUE(forever.ok());
+  EXPECT_EQ(forever->workers[0].planned_steps, 0);
+}
+
+TEST(LrSchedule, WarmsUpThenDecaysToTheFinalFraction) {
+  LrSchedule s;
+  EXPECT_DOUBLE_EQ(s.Factor(0), 1.0);
+  s.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(s.Factor(0), 0.25);
+  EXPECT_DOUBLE_EQ(s.Factor(3), 1.0);
+  EXPECT_DOUBLE_EQ(s.Factor(100), 1.0);
+  s.kind = LrSchedule::Kind::kLinear;
+  s.decay_steps = 14;
+  s.final_fraction = 0.1;
+  EXPECT_DOUBLE_EQ(s.Factor(4), 1.0);
+  EXPECT_NEAR(s.Factor(9), 0.55, 1e-12);
+  EXPECT_NEAR(s.Factor(14), 0.1, 1e-12);
+  EXPECT_NEAR(s.Factor(1000), 0.1, 1e-12);
+  s.kind = LrSchedule::Kind::kCosine;
+  EXPECT_NEAR(s.Factor(9), 0.55, 1e-12);  // Half way: the cosine's midpoint too.
+  EXPECT_NEAR(s.Factor(6), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.2)), 1e-12);
+  EXPECT_NEAR(s.Factor(14), 0.1, 1e-12);
+}
+
+TEST(JobSpec, ErrorsNameTheKeyAndLine) {
+  const std::string base = "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\n";
+  EXPECT_EQ(Error(base + "modle: {}\n"), "job.yaml: modle (line 2): unknown key; did you mean 'model'?");
+  EXPECT_EQ(Error(base + "tables: [{name: a, features: [f0, f1], dimm: 4}]\n"),
+            "job.yaml: tables[0].dimm (line 2): unknown key; did you mean 'dim'?");
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0]}]\n").find("no table serves feature(s) f1"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1]}, {name: b, features: [f1]}]\n")
+                .find("tables[1] 'b': feature 'f1' is already served by another table"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1, f9]}]\n").find("feature 'f9' is not one of"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0]}, {name: a, features: [f1]}]\n")
+                .find("a table of that name is defined before"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1], pooling: max}]\n")
+                .find("tables[0].pooling (line 2): 'max' is not sum, mean or sqrtn"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1], dim: 0}]\n").find("dim must be in"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "features: [a]\n").find("features (line 2): 1 names for the source's 2 sparse features"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "features: [a, a]\n").find("'a' is named twice"), std::string::npos);
+  EXPECT_NE(Error(base + "train: {dense_optimizer: rmsprop}\n").find("'rmsprop' is not adam, adamw, adagrad or sgd"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "train: {dense_optimizer: {kind: adam, learning_rate: 0.1}, dense_learning_rate: 0.2}\n")
+                .find("given twice"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "train: {dense_optimizer: {schedule: {kind: step}}}\n").find("'step' is not constant"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "ps: {optimizer: {kind: adagrad, learnig_rate: 1}}\n")
+                .find("ps.optimizer.learnig_rate (line 2): unknown key; did you mean 'learning_rate'?"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "cluster: {ps: [a:1]}\n").find("cluster.ps lists 1 addresses for ps.shards 2"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "cluster: {loader: nowhere}\n").find("cluster.loader: 'nowhere' is not host:port"),
+            std::string::npos);
+  // Keys the plan sets are refused with what sets them.
+  EXPECT_NE(Error("loader: {source: {format: synthetic}, num_workers: 2}\n")
+                .find("loader.num_workers (line 1): not a job key: train.workers sets it"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}, slot_tables: [0]}\n").find("under `tables`"),
+            std::string::npos);
+  EXPECT_NE(Error("model: {kind: dlrm}\n").find("missing key 'loader'"), std::string::npos);
+}
+
+TEST(JobSpec, NoDocumentShapeThrows) {
+  // Each of these once aborted `hyrec train` with an uncaught yaml-cpp exception or became a file
+  // named "null".
+  EXPECT_EQ(Error("loader: {source: {format: criteo, files: [[a]]}}\n"),
+            "job.yaml: loader.source.files[0] (line 1): expected a plain value, found a list");
+  EXPECT_EQ(Error("loader: {source: {format: criteo, files: [~]}}\n"),
+            "job.yaml: loader.source.files[0] (line 1): empty entry (~ or nothing)");
+  EXPECT_EQ(Error("loader: {source: {format: criteo, files: [a]}}\neval: {files: [{x: 1}]}\n"),
+            "job.yaml: eval.files[0] (line 2): expected a plain value, found a mapping");
+  EXPECT_NE(Error("loader: {source: {format: criteo, files: a}}\n").find("loader.source.files (line 1): expected a list"),
+            std::string::npos);
+  EXPECT_NE(Error("? [a, b]\n: 1\nloader: {source: {format: synthetic}}\n").find("a key must be a plain word"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: [1, 2]\n").find("loader (line 1): expected a mapping"), std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: [a]}\n")
+                .find("model.bottom[0] (line 2): 'a' is not an integer"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: 5}\n").find("model.bottom (line 2): expected a list"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {top: [[1]]}\n").find("found a list"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {kind: [dlrm]}\n")
+                .find("model.kind (line 2): expected a scalar value"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\ntables: {a: 1}\n").find("expected a non-empty list of tables"),
+            std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nfeatures: [[x]]\n").find("found a list"),
+            std::string::npos);
+  EXPECT_NE(Error("- 1\n- 2\n").find("expected a mapping"), std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {options: [1]}\n").find("model.options (line 2)"),
+            std::string::npos);
+}
+
+TEST(JobPlan, RefusesWhatCannotRun) {
+  // A dense model far too large to allocate is refused before anything is built.
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: [65536, 65536], top: [65536, 65536]}\n")
+                .find("dense parameters, more than"),
+            std::string::npos);
+  // A decaying schedule needs a step count that a file source cannot give in advance.
+  EXPECT_NE(Error("loader: {source: {format: criteo, files: [a]}}\n"
+                  "train: {dense_optimizer: {schedule: {kind: linear}}}\n")
+                .find("schedule.decay_steps must be set"),
+            std::string::npos);
+  EXPECT_EQ(Error("loader: {source: {format: criteo, files: [a]}}\n"
+                  "train: {dense_optimizer: {schedule: {kind: linear, decay_steps: 10}}}\n"),
+            "<parsed and planned>");
+  EXPECT_NE(Error("loader: {source: {format: synthetic, synthetic: {num_samples: 1000}}, batch_size: 100}\n"
+                  "train: {dense_optimizer: {schedule: {kind: cosine, warmup_steps: 10}}}\n")
+                .find("is not below the job's 10 steps"),
+            std::string::npos);
+}
+
+TEST(JobPlan, DenseParameterCountsMatchTheModelsLayers) {
+  WorkerPlan w;
+  w.num_dense = 13;
+  w.slot_dims.assign(26, 16);
+  w.model.kind = "dlrm";
+  w.model.embedding_dim = 16;
+  w.model.bottom = {512, 256};
+  w.model.top = {512, 256};
+  // Bottom 13-512-256-16, 27 features (351 pairs), top (16 + 351)-512-256-1.
+  const uint64_t bottom = (13 * 512 + 512) + (512 * 256 + 256) + (256 * 16 + 16);
+  const uint64_t top = (367 * 512 + 512) + (512 * 256 + 256) + (256 + 1);
+  EXPECT_EQ(DenseParameterCount(w), bottom + top);
+  w.slot_dims[0] = 8;  // Projected to the interaction dim.
+  EXPECT_EQ(DenseParameterCount(w), bottom + top + 8 * 16);
+  w.model.kind = "my_model";
+  EXPECT_EQ(DenseParameterCount(w), 0u);
+}
+
+}  // namespace
+}  // namespace hyrec::job
