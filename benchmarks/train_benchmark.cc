@@ -27,6 +27,7 @@
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/job/job_plan.h"
 
 namespace {
 
@@ -53,23 +54,25 @@ torch::Device g_device = torch::kCPU;
 
 double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
-dense_worker::TrainJobConfig Job(const Shape& shape, int staleness, int batches) {
-  dense_worker::TrainJobConfig c;
-  c.loader.source.format = data_loader::Format::kSynthetic;
-  c.loader.source.synthetic.num_samples = static_cast<uint64_t>(batches) * shape.batch;
-  c.loader.source.synthetic.vocabulary = 100000;
-  c.loader.source.synthetic.ids_per_sample = shape.ids_per_slot;
-  c.loader.batch_size = shape.batch;
-  c.loader.threads = 1;
-  c.eval_samples = 2048;
-  c.embedding_dim = shape.dim;
-  c.bottom = shape.bottom;
-  c.top = shape.top;
-  c.embedding_staleness = staleness;
-  c.log_every_batches = 1 << 30;
-  c.loader.num_shards = c.ps_shards;
-  c.device = g_device.is_cuda() ? "cuda" : "cpu";
-  return c;
+// The job of a configuration, as a job file says it: what (a)-(d) run.
+std::string JobYaml(const Shape& shape, int staleness, int batches) {
+  return absl::StrCat("loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: ",
+                      static_cast<uint64_t>(batches) * shape.batch, ", vocabulary: 100000, ids_per_sample: ",
+                      shape.ids_per_slot, "}\n  batch_size: ", shape.batch,
+                      "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: ", shape.dim, ", bottom: [",
+                      absl::StrJoin(shape.bottom, ", "), "], top: [", absl::StrJoin(shape.top, ", "),
+                      "]}\ntrain: {embedding_staleness: ", staleness, ", log_every_batches: 100000, device: ",
+                      g_device.is_cuda() ? "cuda" : "cpu", "}\n");
+}
+
+job::JobPlan Job(const Shape& shape, int staleness, int batches) {
+  auto spec = job::ParseJobSpecText(JobYaml(shape, staleness, batches), "train_benchmark");
+  auto plan = spec.ok() ? job::Plan(*spec) : spec.status();
+  if (!plan.ok()) {
+    std::fprintf(stderr, "train_benchmark: %s\n", plan.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *plan;
 }
 
 // The preloaded batches as a worker's stream: copied when it is made (before the job's clock
@@ -95,9 +98,9 @@ double Embedded(const Shape& shape, int staleness, int batches,
                 const std::vector<data_loader::Batch>* preloaded = nullptr) {
   std::unique_ptr<PreloadedStream> stream;
   if (preloaded != nullptr) stream = std::make_unique<PreloadedStream>(*preloaded);
-  auto report = dense_worker::RunTrainJob(Job(shape, staleness, batches), nullptr, false, nullptr,
-                                          stream != nullptr ? std::vector<data_loader::BatchStream*>{stream.get()}
-                                                            : std::vector<data_loader::BatchStream*>{});
+  dense_worker::TrainJobOptions options;
+  if (stream != nullptr) options.streams = {stream.get()};
+  auto report = dense_worker::RunTrainJob(Job(shape, staleness, batches), options);
   if (!report.ok()) {
     std::fprintf(stderr, "%s\n", report.status().ToString().c_str());
     return 0;
@@ -113,22 +116,18 @@ double Embedded(const Shape& shape, int staleness, int batches,
 // waited for its rows (PS latency that the pipeline did not hide).
 double Processes(const Shape& shape, int staleness, int batches, double latency_ms = -1, double* waited_ms = nullptr) {
   const std::string config = "/tmp/hyrec_train_benchmark.yaml";
-  std::ofstream(config) << "loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: "
-                        << batches * shape.batch << ", vocabulary: 100000, ids_per_sample: " << shape.ids_per_slot
-                        << "}\n  batch_size: " << shape.batch
-                        << "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: " << shape.dim
-                        << ", bottom: [" << absl::StrJoin(shape.bottom, ", ") << "], top: ["
-                        << absl::StrJoin(shape.top, ", ") << "]}\ntrain: {embedding_staleness: " << staleness
-                        << ", log_every_batches: 100000}\n";
-  auto p = Subprocess::Spawn({ExecutableDirectory() + "/../hyrec-train", "--processes", "--config=" + config,
-                              absl::StrCat("--ps_latency_ms=", latency_ms)});
+  std::ofstream(config) << JobYaml(shape, staleness, batches);
+  std::vector<std::string> argv = {ExecutableDirectory() + "/../hyrec-train", "--processes", "--config=" + config,
+                                   "--progress=lines", "--plot="};
+  if (latency_ms >= 0) argv.push_back(absl::StrCat("--ps_latency_ms=", latency_ms));
+  auto p = Subprocess::Spawn(argv);
   if (!p.ok()) return 0;
   double rate = 0;
   for (;;) {
     auto line = (*p)->ReadLine(absl::Minutes(10));
     if (!line.ok()) break;
     unsigned long long samples = 0;
-    if (std::sscanf(line->c_str(), "summary: %llu samples on worker 0, %lf", &samples, &rate) == 2) continue;
+    if (std::sscanf(line->c_str(), "summary: %llu samples, %lf", &samples, &rate) == 2) continue;
     const size_t waited = line->find("waited ");
     if (waited_ms != nullptr && waited != std::string::npos) *waited_ms = std::atof(line->c_str() + waited + 7);
   }
@@ -159,7 +158,7 @@ struct Reference : torch::nn::Module {
 };
 
 std::vector<data_loader::Batch> Preload(const Shape& shape, int batches) {
-  data_loader::LoaderOptions o = Job(shape, 0, batches).loader;  // Ids grouped for the job's 2 PS shards.
+  data_loader::LoaderOptions o = Job(shape, 0, batches).loader.options;  // Ids grouped for the job's 2 PS shards.
   auto loader = *data_loader::Loader::Start(o, {});
   std::vector<data_loader::Batch> out;
   data_loader::Batch b;

@@ -9,29 +9,34 @@
 #include <random>
 #include <thread>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/metrics_server.h"
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
 
-ABSL_FLAG(std::string, ps_binary, "", "Path of hyrec-ps (default: beside this binary).");
-ABSL_FLAG(int, shards, 2, "PS processes to start.");
-ABSL_FLAG(int, dim, 16, "Embedding dimension.");
-ABSL_FLAG(int, batch, 4096, "Ids per lookup/update call.");
-ABSL_FLAG(int, threads, 2, "Client threads.");
-ABSL_FLAG(double, seconds, 3.0, "Seconds per phase.");
-ABSL_FLAG(uint64_t, vocabulary, 10'000'000, "Distinct ids (Zipf ranks).");
-ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of the ids.");
-ABSL_FLAG(bool, fp16, false, "fp16 transport of rows and gradients.");
-ABSL_FLAG(uint64_t, capacity_rows, 300'000, "Rows each PS shard holds before evicting.");
-
 namespace {
 
 using namespace hyrec::embedding_ps;
+
+struct DemoFlags {
+  std::string ps_binary;
+  int shards = 2;
+  int dim = 16;
+  int batch = 4096;
+  int threads = 2;
+  double seconds = 3.0;
+  uint64_t vocabulary = 10'000'000;
+  double zipf = 1.05;
+  bool fp16 = false;
+  uint64_t capacity_rows = 300'000;
+  hyrec::CommonFlags common;
+};
+DemoFlags g_flags;
 
 struct PhaseResult {
   double rows_per_second = 0;
@@ -41,11 +46,11 @@ struct PhaseResult {
 
 // Each thread repeats: look up a Zipf batch, then push a gradient for it.
 absl::StatusOr<PhaseResult> Drive(EmbeddingClient& client, int worker_base) {
-  const int dim = absl::GetFlag(FLAGS_dim);
-  const int batch = absl::GetFlag(FLAGS_batch);
-  const int threads = absl::GetFlag(FLAGS_threads);
-  const absl::Duration duration = absl::Seconds(absl::GetFlag(FLAGS_seconds));
-  const hyrec::ZipfDistribution zipf(absl::GetFlag(FLAGS_vocabulary), absl::GetFlag(FLAGS_zipf));
+  const int dim = g_flags.dim;
+  const int batch = g_flags.batch;
+  const int threads = g_flags.threads;
+  const absl::Duration duration = absl::Seconds(g_flags.seconds);
+  const hyrec::ZipfDistribution zipf(g_flags.vocabulary, g_flags.zipf);
   std::atomic<uint64_t> rows{0};
   absl::Mutex mu;
   absl::Status first_error;
@@ -89,37 +94,44 @@ absl::StatusOr<PhaseResult> Drive(EmbeddingClient& client, int worker_base) {
   return r;
 }
 
-std::string SelfDirectory() {
-  char buffer[4096];
-  const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  std::string path(buffer, n > 0 ? static_cast<size_t>(n) : 0);
-  return path.substr(0, path.rfind('/'));
-}
-
 absl::Status Run() {
-  const int shards = absl::GetFlag(FLAGS_shards);
-  const int dim = absl::GetFlag(FLAGS_dim);
+  const int shards = g_flags.shards;
+  const int dim = g_flags.dim;
   const std::string tables = absl::StrCat("demo:", dim, ":adagrad:0.05");
   PsClusterOptions cluster_options;
-  cluster_options.binary = absl::GetFlag(FLAGS_ps_binary);
-  if (cluster_options.binary.empty()) cluster_options.binary = SelfDirectory() + "/hyrec-ps";
+  cluster_options.binary = g_flags.ps_binary;
+  if (cluster_options.binary.empty()) cluster_options.binary = hyrec::ExecutableDirectory() + "/hyrec-ps";
   cluster_options.num_shards = shards;
   // Capacity below the ids the workload touches, so the LRU evicts as a real PS would.
   cluster_options.args = {"--tables=" + tables,
-                          absl::StrCat("--capacity_rows=", absl::GetFlag(FLAGS_capacity_rows)),
-                          "--log_level=warn"};
+                          absl::StrCat("--capacity_rows=", g_flags.capacity_rows),
+                          "--log_level=" + std::string(g_flags.common.log_level == "info" ? "warn" : g_flags.common.log_level)};
   std::printf("starting %d PS shard process(es): %s\n", shards, cluster_options.binary.c_str());
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return cluster.status();
   ClientOptions client_options;
-  client_options.precision = absl::GetFlag(FLAGS_fp16) ? Precision::kFp16 : Precision::kFp32;
+  client_options.precision = g_flags.fp16 ? Precision::kFp16 : Precision::kFp32;
   auto remote = ConnectEmbeddingClient((*cluster)->addresses(), client_options);
   if (!remote.ok()) return remote.status();
   for (const std::string& a : (*cluster)->addresses()) std::printf("  PS at %s\n", a.c_str());
+  // --metrics_port: the shards' figures, read from them at each scrape.
+  hyrec::MetricsRegistry metrics;
+  std::unique_ptr<hyrec::MetricsHttpServer> metrics_server;
+  if (g_flags.common.metrics_port >= 0) {
+    EmbeddingClient* client = remote->get();
+    metrics.AddCollector([client](hyrec::MetricsRegistry* m) {
+      auto stats = client->Stats();
+      if (!stats.ok()) return;
+      for (const ShardStats& s : *stats) PublishStoreMetrics(s.store, {{"shard", std::to_string(s.shard_index)}}, m);
+    });
+    auto server = hyrec::MetricsHttpServer::Start(g_flags.common.metrics_host, g_flags.common.metrics_port, &metrics);
+    if (!server.ok()) return server.status();
+    metrics_server = std::move(*server);
+    std::printf("metrics: http://%s:%d/metrics\n", g_flags.common.metrics_host.c_str(), metrics_server->port());
+  }
 
   std::printf("workload: %d thread(s), lookup+update of %d Zipf(%.2f) ids over %llu, dim %d, Adagrad\n",
-              absl::GetFlag(FLAGS_threads), absl::GetFlag(FLAGS_batch), absl::GetFlag(FLAGS_zipf),
-              static_cast<unsigned long long>(absl::GetFlag(FLAGS_vocabulary)), dim);
+              g_flags.threads, g_flags.batch, g_flags.zipf, static_cast<unsigned long long>(g_flags.vocabulary), dim);
   auto grpc_result = Drive(**remote, 0);
   if (!grpc_result.ok()) return grpc_result.status();
 
@@ -127,7 +139,7 @@ absl::Status Run() {
   auto specs = ParseTableSpecs(tables);
   if (!specs.ok()) return specs.status();
   store_options.tables = *specs;
-  store_options.capacity_rows = absl::GetFlag(FLAGS_capacity_rows);
+  store_options.capacity_rows = g_flags.capacity_rows;
   std::vector<std::shared_ptr<EmbeddingShardStore>> stores;
   for (int s = 0; s < shards; ++s) {
     auto store = EmbeddingShardStore::Create(store_options);
@@ -166,11 +178,26 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
-  absl::Status status = Run();
-  if (!status.ok()) {
-    std::fprintf(stderr, "ps-demo: %s\n", status.ToString().c_str());
-    return 1;
+  DemoFlags& f = g_flags;
+  hyrec::FlagSet flags("hyrec ps-demo", "Start PS shards as processes, drive Zipf lookups and Adagrad updates through "
+                                        "the gRPC client, then the same on the in-process client.");
+  flags.String("ps_binary", &f.ps_binary, "PATH", "Path of hyrec-ps (default: beside this binary).");
+  flags.Int("shards", &f.shards, "PS processes to start.", 1, 64);
+  flags.Int("dim", &f.dim, "Embedding dimension.", 1, 4096);
+  flags.Int("batch", &f.batch, "Ids per lookup/update call.", 1, 1 << 22);
+  flags.Int("threads", &f.threads, "Client threads.", 1, 256);
+  flags.Double("seconds", &f.seconds, "Seconds per phase.", 0.01, 3600);
+  flags.Uint64("vocabulary", &f.vocabulary, "Distinct ids (Zipf ranks).");
+  flags.Double("zipf", &f.zipf, "Zipf exponent of the ids.", 0.0, 10.0);
+  flags.Bool("fp16", &f.fp16, "fp16 transport of rows and gradients.");
+  flags.Uint64("capacity_rows", &f.capacity_rows, "Rows each PS shard holds before evicting.");
+  flags.AddCommon(&f.common);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  if (f.vocabulary == 0) {
+    std::fprintf(stderr, "hyrec ps-demo: --vocabulary must be at least 1\n");
+    return hyrec::kExitInvalidInput;
   }
-  return 0;
+  absl::Status status = Run();
+  if (!status.ok()) std::fprintf(stderr, "hyrec ps-demo: %s\n", status.ToString().c_str());
+  return hyrec::ExitCodeFor(status);
 }

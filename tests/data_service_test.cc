@@ -11,21 +11,24 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
+#include "hyrec/job/job_plan.h"
 #include "stream_test_util.h"
 
 namespace hyrec::data_loader {
 namespace {
 
-constexpr char kConfig[] = R"(source:
-  format: synthetic
-  synthetic: {num_samples: 3000, vocabulary: 5000, seed: 5}
-batch_size: 100
-threads: 2
-num_workers: 2
-epochs: 2
-shuffle_window: 500
-num_shards: 3
-prefetch_batches: 2
+// Two workers, three PS shards: the loader groups each batch's ids for three shards.
+constexpr char kConfig[] = R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 3000, vocabulary: 5000, seed: 5}
+  batch_size: 100
+  threads: 2
+  epochs: 2
+  shuffle_window: 500
+  prefetch_batches: 2
+ps: {shards: 3}
+train: {workers: 2}
 )";
 
 std::string WriteConfig(const std::string& name, const std::string& text) {
@@ -34,11 +37,15 @@ std::string WriteConfig(const std::string& name, const std::string& text) {
   return path;
 }
 
+// What the loader process runs: the loader's plan of the same job file.
 LoaderOptions Options() {
-  auto root = ParseYaml(kConfig, "test");
-  auto options = ParseLoaderConfig(*root, "");
-  EXPECT_TRUE(options.ok()) << options.status();
-  return *options;
+  auto spec = job::ParseJobSpecText(kConfig, "test");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  auto plan = job::Plan(*spec);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->loader.options.num_workers, 2);
+  EXPECT_EQ(plan->loader.options.num_shards, 3);
+  return plan->loader.options;
 }
 
 struct LoaderProcess {
@@ -193,15 +200,17 @@ TEST(DataService, ConnectHasADeadline) {
 }
 
 TEST(DataService, BadConfigsAreReportedWithKeyAndLine) {
-  const std::string path = WriteConfig("bad_loader.yaml", "source:\n  format: synthetic\nbatch_sise: 10\n");
+  const std::string path =
+      WriteConfig("bad_loader.yaml", "loader:\n  source:\n    format: synthetic\n  batch_sise: 10\n");
   std::string command = std::string(HYREC_LOADER_BINARY) + " --config=" + path + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   char buffer[512];
   while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
   const int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 1);
-  EXPECT_NE(output.find("batch_sise (line 3): unknown key; did you mean 'batch_size'?"), std::string::npos) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 2);  // Invalid configuration.
+  EXPECT_NE(output.find("loader.batch_sise (line 4): unknown key; did you mean 'batch_size'?"), std::string::npos)
+      << output;
   auto root = ParseYaml("source: {format: parquet}\n", "t");
   EXPECT_NE(ParseLoaderConfig(*root, "").status().message().find("'parquet' is not"), std::string::npos);
   root = ParseYaml("source: {format: criteo}\n", "t");

@@ -507,37 +507,55 @@ TEST(PsBinary, ReportsBadFlagsAndConfigs) {
   EXPECT_NE(out.find("unknown role 'nosuchrole'"), std::string::npos) << out;
 
   out = RunAndCapture({HYREC_LAUNCHER_BINARY, "ps", "--tables=emb:abc"}, &code);
-  EXPECT_EQ(code, 1);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("dim 'abc' is not an integer"), std::string::npos) << out;
 
   out = RunAndCapture({HYREC_PS_BINARY, "--tables=emb:8:rmsprop"}, &code);
-  EXPECT_EQ(code, 1);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown optimizer 'rmsprop'"), std::string::npos) << out;
 
   const std::string path = ::testing::TempDir() + "/ps_bad.yaml";
-  std::ofstream(path) << "capacity_rows: 1000\ntables:\n  - name: emb\n    dim: 8\n    optimiser:\n      kind: sgd\n";
+  const std::string loader = "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n";
+  std::ofstream(path) << loader << "tables:\n  - name: emb\n    features: [f0]\n    optimiser:\n      kind: sgd\n";
   out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
-  EXPECT_EQ(code, 1);
-  EXPECT_NE(out.find("tables[0].optimiser (line 5): unknown key; did you mean 'optimizer'?"),
-            std::string::npos) << out;
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("tables[0].optimiser (line 5): unknown key; did you mean 'optimizer'?"), std::string::npos)
+      << out;
 
-  std::ofstream(path) << "tables:\n  - name: emb\n    dim: 8\n    optimizer: {kind: adam, beta1: 1.5}\n";
+  std::ofstream(path) << loader << "tables:\n  - name: emb\n    features: [f0]\n    optimizer: {kind: adam, beta1: 1.5}\n";
   out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
-  EXPECT_EQ(code, 1);
+  EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("beta1"), std::string::npos) << out;
-  EXPECT_NE(out.find("line 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("line 3"), std::string::npos) << out;
+
+  // Settings the job file holds are not flags beside it.
+  std::ofstream(path) << loader;
+  out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path, "--capacity_rows=5"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--capacity_rows with --config: the job file sets it"), std::string::npos) << out;
+  out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path, "--shard_index=2"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--shard_index 2: the job has 2 PS shards"), std::string::npos) << out;
+  out = RunAndCapture({HYREC_PS_BINARY, "--port=70000"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("--port=70000: not in [-1, 65535]"), std::string::npos) << out;
 }
 
-TEST(PsBinary, ServesTablesFromAConfigFile) {
+TEST(PsBinary, ServesTheTablesOfItsShardOfTheJob) {
   const std::string path = ::testing::TempDir() + "/ps_good.yaml";
-  std::ofstream(path) << "capacity_rows: 5000\nnum_stripes: 4\ntables:\n"
-                         "  - name: emb\n    dim: 8\n    seed: 3\n"
+  std::ofstream(path) << "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\n"
+                         "ps: {shards: 2, capacity_rows: 5000, num_stripes: 4}\n"
+                         "tables:\n"
+                         "  - name: emb\n    features: [f0]\n    dim: 8\n    seed: 3\n"
                          "    initializer: {kind: normal, stddev: 0.1}\n"
                          "    optimizer: {kind: ftrl, learning_rate: 0.05, ftrl_l1: 0.001}\n"
-                         "    admission: {min_count: 2}\n";
+                         "    admission: {min_count: 2}\n"
+                         "  - {name: other, features: [f1], dim: 4, capacity_rows: 10}\n";
   PsClusterOptions options;
   options.binary = HYREC_PS_BINARY;
-  options.args = {"--config=" + path, "--log_level=error"};
+  options.job_config = path;
+  options.num_shards = 2;
+  options.args = {"--log_level=error"};
   auto cluster = PsCluster::Launch(options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   auto client = ConnectEmbeddingClient((*cluster)->addresses(), ClientOptions());
@@ -557,9 +575,14 @@ TEST(PsBinary, ServesTablesFromAConfigFile) {
   EXPECT_EQ(row, expected);
   auto stats = (*client)->Stats();
   ASSERT_TRUE(stats.ok());
-  EXPECT_EQ((*stats)[0].store.capacity_rows, 5000u);
-  EXPECT_EQ((*stats)[0].store.tables[0].optimizer, "ftrl");
-  EXPECT_EQ((*stats)[0].store.tables[0].admission_rejections, 1u);
+  ASSERT_EQ(stats->size(), 2u);
+  for (const ShardStats& s : *stats) {
+    EXPECT_EQ(s.num_shards, 2);
+    EXPECT_EQ(s.store.capacity_rows, 5000u);
+    EXPECT_EQ(s.store.tables[0].optimizer, "ftrl");
+    EXPECT_EQ(s.store.tables[1].capacity_rows, 5u);  // 10 over 2 shards.
+  }
+  EXPECT_EQ((*stats)[0].store.tables[0].admission_rejections + (*stats)[1].store.tables[0].admission_rejections, 1u);
 }
 
 }  // namespace

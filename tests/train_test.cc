@@ -6,7 +6,8 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "hyrec/common/yaml_config.h"
+#include "hyrec/dense_worker/monitor.h"
+#include "hyrec/job/job_plan.h"
 
 namespace hyrec::dense_worker {
 namespace {
@@ -15,8 +16,8 @@ namespace {
 // that hybrid ends within ~0.001 AUC of sync even when every lookup misses the full 4 batches of
 // updates (a loaded machine, where the update threads run late): measured 0.0002-0.0007 there,
 // against 0.0011 with 400k samples at learning rate 0.05.
-TrainJobConfig SmallJob(int staleness, int workers) {
-  auto root = ParseYaml(R"(
+job::JobPlan SmallJob(int staleness, int workers, double dense_learning_rate = 0.002) {
+  auto spec = job::ParseJobSpecText(R"(
 loader:
   source:
     format: synthetic
@@ -27,22 +28,32 @@ loader:
 eval: {samples: 40000}
 model: {kind: dlrm, embedding_dim: 16, bottom: [64, 32], top: [64, 32]}
 ps: {shards: 2, optimizer: adagrad, learning_rate: 0.03}
-train: {dense_optimizer: adam, dense_learning_rate: 0.002, log_every_batches: 1000}
+train: {dense_optimizer: adam, log_every_batches: 1000}
 )", "test");
-  EXPECT_TRUE(root.ok());
-  auto config = ParseTrainJobConfig(*root, "test");
-  EXPECT_TRUE(config.ok()) << config.status();
-  config->embedding_staleness = staleness;
-  config->workers = workers;
-  config->loader.num_workers = workers;
-  return *config;
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  spec->train.embedding_staleness = staleness;
+  spec->train.workers = workers;
+  spec->train.dense_optimizer.learning_rate = dense_learning_rate;
+  auto plan = job::Plan(*spec);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+TrainJobOptions WithMetrics(MetricsRegistry* metrics, TrainObserver* observer) {
+  TrainJobOptions o;
+  o.metrics = metrics;
+  o.observer = observer;
+  return o;
 }
 
 TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
   MetricsRegistry metrics;
-  auto hybrid = RunTrainJob(SmallJob(4, 1), nullptr, false, &metrics);
+  MonitorOptions monitor_options;
+  monitor_options.metrics = &metrics;
+  JobMonitor monitor(monitor_options);
+  auto hybrid = RunTrainJob(SmallJob(4, 1), WithMetrics(&metrics, &monitor));
   ASSERT_TRUE(hybrid.ok()) << hybrid.status();
-  auto sync = RunTrainJob(SmallJob(0, 1), nullptr, false);
+  auto sync = RunTrainJob(SmallJob(0, 1), {});
   ASSERT_TRUE(sync.ok()) << sync.status();
   std::printf("teacher AUC %.4f, hybrid %.4f (observed staleness %.2f), sync %.4f (observed staleness %.2f)\n",
               hybrid->teacher_auc, hybrid->final_eval.auc, hybrid->stats.observed_staleness, sync->final_eval.auc,
@@ -65,27 +76,26 @@ TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
   EXPECT_GT(metrics.Get("hyrec_train_loss", {}), 0);
   EXPECT_GT(metrics.Get("hyrec_ps_lookup_seconds", {{"worker", "0"}, {"__suffix", "_count"}}), 700);
   double rows = 0;
-  for (const char* shard : {"0", "1"}) rows += metrics.Get("hyrec_ps_rows", {{"shard", shard}, {"table", "t0"}});
-  EXPECT_GT(rows, 100);  // Table t0 has 500 ids, most of them seen.
+  for (const char* shard : {"0", "1"}) rows += metrics.Get("hyrec_ps_rows", {{"shard", shard}, {"table", "f0"}});
+  EXPECT_GT(rows, 100);  // Table f0 has 500 ids, most of them seen.
   EXPECT_LE(rows, 500);
   // Every update was applied: none taken for a repeat, however the update threads were ordered.
   double duplicates = 0;
   for (const char* shard : {"0", "1"}) {
     for (int t = 0; t < 26; ++t) {
-      duplicates += metrics.Get("hyrec_ps_duplicate_updates_total", {{"shard", shard}, {"table", "t" + std::to_string(t)}},
+      duplicates += metrics.Get("hyrec_ps_duplicate_updates_total", {{"shard", shard}, {"table", "f" + std::to_string(t)}},
                                 std::nan(""));  // Never published: NaN, and the test fails.
     }
   }
   EXPECT_EQ(duplicates, 0);
   EXPECT_FALSE(hybrid->losses.empty());
   const std::string text = metrics.Render();
-  EXPECT_NE(text.find("hyrec_ps_evictions_total{shard=\"1\",table=\"t25\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("hyrec_ps_evictions_total{shard=\"1\",table=\"f25\"} 0"), std::string::npos) << text;
 }
 
 TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {
-  TrainJobConfig config = SmallJob(4, 2);
-  config.dense_learning_rate *= 2;  // Twice the samples per dense step, half the steps.
-  auto report = RunTrainJob(config, nullptr, false);
+  // Twice the samples per dense step, half the steps: twice the learning rate.
+  auto report = RunTrainJob(SmallJob(4, 2, 0.004), {});
   ASSERT_TRUE(report.ok()) << report.status();
   std::printf("2 workers: AUC %.4f, teacher %.4f\n", report->final_eval.auc, report->teacher_auc);
   EXPECT_EQ(report->samples, 600000u);
@@ -95,8 +105,8 @@ TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {
 // Batches handed to RunTrainJob as a stream (train_benchmark's preloaded batches) are trained
 // instead of the config's loader's, each exactly once.
 TEST(HybridTraining, TrainsTheStreamsItIsGiven) {
-  TrainJobConfig config = SmallJob(4, 1);
-  data_loader::LoaderOptions source = config.loader;
+  job::JobPlan plan = SmallJob(4, 1);
+  data_loader::LoaderOptions source = plan.loader.options;
   source.source.synthetic.num_samples = 30 * 512;
   auto loader = data_loader::Loader::Start(source, {});
   ASSERT_TRUE(loader.ok()) << loader.status();
@@ -114,41 +124,31 @@ TEST(HybridTraining, TrainsTheStreamsItIsGiven) {
     data_loader::ReaderPosition Position() const override { return {}; }
   } stream;
   stream.batches = &batches;
-  config.eval_samples = 2048;
-  auto report = RunTrainJob(config, nullptr, false, nullptr, {&stream});
+  plan.workers[0].eval_loader.source.synthetic.num_samples = 2048;
+  TrainJobOptions options;
+  options.streams = {&stream};
+  auto report = RunTrainJob(plan, options);
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_EQ(report->samples, 30u * 512);  // Not the config's 600,000.
   EXPECT_EQ(stream.next, 30u);
   EXPECT_EQ(report->stats.update_count, 30u);
-  auto mismatched = RunTrainJob(config, nullptr, false, nullptr, {&stream, &stream});
+  options.streams = {&stream, &stream};
+  auto mismatched = RunTrainJob(plan, options);
   ASSERT_FALSE(mismatched.ok());
   EXPECT_NE(mismatched.status().message().find("2 batch streams given for 1 workers"), std::string::npos)
       << mismatched.status();
 }
 
-TEST(HybridTraining, BadConfigsNameTheKey) {
-  auto root = ParseYaml("loader: {source: {format: synthetic}}\nmodel: {kind: dlrm, embeding_dim: 8}\n", "job.yaml");
-  auto config = ParseTrainJobConfig(*root, "job.yaml");
-  ASSERT_FALSE(config.ok());
-  EXPECT_NE(config.status().message().find("model.embeding_dim (line 2): unknown key; did you mean 'embedding_dim'?"),
-            std::string::npos) << config.status();
-  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {embedding_staleness: -1}\n", "job.yaml");
-  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("embedding_staleness"), std::string::npos);
-  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {workers: two}\n", "job.yaml");
-  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("train.workers (line 2)"), std::string::npos);
-  root = ParseYaml("loader: {source: {format: synthetic}}\ntrain: {device: gpu}\n", "job.yaml");
-  EXPECT_NE(ParseTrainJobConfig(*root, "job.yaml").status().message().find("train.device 'gpu' is not cpu, cuda or auto"),
-            std::string::npos);
+TEST(HybridTraining, AskingForAMissingGpuFailsBeforeTraining) {
   EXPECT_FALSE(ResolveDevice("tpu", 0).ok());
   EXPECT_EQ(ResolveDevice("auto", 0)->is_cuda(), torch::cuda::is_available());
-  if (!torch::cuda::is_available()) {  // Asking for a GPU that is not there fails before training.
-    TrainJobConfig config = SmallJob(4, 1);
-    config.device = "cuda";
-    auto report = RunTrainJob(config, nullptr, false);
-    ASSERT_FALSE(report.ok());
-    EXPECT_TRUE(absl::IsFailedPrecondition(report.status())) << report.status();
-    EXPECT_NE(report.status().message().find("train.device is cuda but no GPU"), std::string::npos);
-  }
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a GPU";
+  job::JobPlan plan = SmallJob(4, 1);
+  for (job::WorkerPlan& w : plan.workers) w.device = "cuda";
+  auto report = RunTrainJob(plan, {});
+  ASSERT_FALSE(report.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(report.status())) << report.status();
+  EXPECT_NE(report.status().message().find("train.device is cuda but no GPU"), std::string::npos);
 }
 
 }  // namespace

@@ -8,46 +8,60 @@
 #include <string>
 #include <vector>
 
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/common/yaml_config.h"
+
 namespace {
 
 constexpr const char* kRoles[][2] = {
-    {"ps", "run one embedding parameter-server shard (gRPC)"},
-    {"train", "train on one machine: PS, loader and dense workers in one process"},
-    {"worker", "one dense worker of a cluster (remote PS and loader, c10d sync)"},
-    {"loader", "stream training batches to dense workers (gRPC DataService)"},
+    {"train", "train a job on one machine: every role in one process, or each its own (--processes)"},
+    {"ps", "one embedding parameter-server shard (gRPC)"},
+    {"loader", "stream a job's training batches to its dense workers (gRPC DataService)"},
+    {"worker", "one dense worker of a job (remote PS and loader, c10d sync)"},
     {"ps-demo", "start PS shards and drive lookups and updates through the client"},
 };
 
 void Usage(FILE* out) {
-  std::fprintf(out, "usage: hyrec <role> [flags]   (hyrec <role> --help for the role's flags)\n\nroles:\n");
-  for (const auto& role : kRoles) std::fprintf(out, "  %-10s %s\n", role[0], role[1]);
-}
-
-std::string SelfDirectory() {
-  std::vector<char> buffer(4096);
-  const ssize_t n = readlink("/proc/self/exe", buffer.data(), buffer.size() - 1);
-  if (n <= 0) return ".";
-  std::string path(buffer.data(), static_cast<size_t>(n));
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
+  std::fprintf(out,
+               "usage: hyrec <role> [flags]     (hyrec <role> --help lists the role's flags)\n"
+               "       hyrec --version\n\nroles:\n");
+  for (const auto& role : kRoles) std::fprintf(out, "  %-9s %s\n", role[0], role[1]);
+  std::fprintf(out,
+               "\nexit codes: 0 success; 1 unexpected failure; 2 invalid configuration, flags or input (do not "
+               "retry);\n3 transient failure (a peer lost, a deadline passed: retry); 130 interrupted.\n"
+               "docs/configuration.md documents the job file and every flag.\n");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
-    Usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    Usage(stderr);
+    return hyrec::kExitInvalidInput;
   }
   const std::string role = argv[1];
-  bool known = false;
-  for (const auto& r : kRoles) known = known || role == r[0];
-  if (!known) {
-    std::fprintf(stderr, "hyrec: unknown role '%s'\n\n", role.c_str());
-    Usage(stderr);
-    return 2;
+  if (role == "--help" || role == "-h" || role == "help") {
+    Usage(stdout);
+    return hyrec::kExitOk;
   }
-  const std::string binary = SelfDirectory() + "/hyrec-" + role;
+  if (role == "--version" || role == "version") {
+    std::printf("hyrec %s\n", hyrec::VersionString().c_str());
+    return hyrec::kExitOk;
+  }
+  std::vector<std::string> names;
+  for (const auto& r : kRoles) names.push_back(r[0]);
+  bool known = false;
+  for (const std::string& name : names) known = known || role == name;
+  if (!known) {
+    const std::string close = hyrec::ClosestWord(role, names);
+    std::fprintf(stderr, "hyrec: unknown role '%s'%s\n\n", role.c_str(),
+                 close.empty() ? "" : ("; did you mean '" + close + "'?").c_str());
+    Usage(stderr);
+    return hyrec::kExitInvalidInput;
+  }
+  const std::string binary = hyrec::ExecutableDirectory() + "/hyrec-" + role;
   std::vector<char*> args;
   std::string arg0 = "hyrec-" + role;
   args.push_back(arg0.data());
@@ -55,5 +69,5 @@ int main(int argc, char** argv) {
   args.push_back(nullptr);
   execv(binary.c_str(), args.data());
   std::fprintf(stderr, "hyrec: cannot run %s: %s\n", binary.c_str(), std::strerror(errno));
-  return 127;
+  return hyrec::kExitFailure;
 }

@@ -17,7 +17,8 @@
 
 namespace hyrec {
 
-absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<std::string>& argv) {
+absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<std::string>& argv,
+                                                             const SpawnOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("Spawn needs a program");
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -38,6 +39,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
     // Child: only async-signal-safe calls until exec.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    if (options.new_process_group) setpgid(0, 0);
     dup2(pipe_fds[1], STDOUT_FILENO);
     sigset_t none;
     sigemptyset(&none);
@@ -128,11 +130,14 @@ int PickFreeLoopbackPort() {
   return port;
 }
 
-std::string ExecutableDirectory() {
+std::string ExecutablePath() {
   char buffer[4096];
   const ssize_t n = readlink("/proc/self/exe", buffer, sizeof(buffer) - 1);
-  if (n <= 0) return ".";
-  const std::string path(buffer, static_cast<size_t>(n));
+  return n > 0 ? std::string(buffer, static_cast<size_t>(n)) : std::string();
+}
+
+std::string ExecutableDirectory() {
+  const std::string path = ExecutablePath();
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }

@@ -15,10 +15,22 @@ torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out) {
 }
 
 DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
-  bottom_ = register_module("bottom", Mlp(options.num_dense, options.bottom, options.embedding_dim));
-  const int features = options.num_slots + 1;
+  if (options.num_dense > 0) {
+    bottom_ = register_module("bottom", Mlp(options.num_dense, options.bottom, options.embedding_dim));
+  }
+  if (!options.slot_dims.empty() && static_cast<int>(options.slot_dims.size()) != options.num_slots) {
+    throw std::invalid_argument("DlrmOptions: slot_dims needs one dim per slot");
+  }
+  projections_.resize(options.num_slots, torch::nn::Linear(nullptr));
+  for (size_t s = 0; s < options.slot_dims.size(); ++s) {
+    if (options.slot_dims[s] == options.embedding_dim) continue;
+    projections_[s] = register_module(
+        "project" + std::to_string(s),
+        torch::nn::Linear(torch::nn::LinearOptions(options.slot_dims[s], options.embedding_dim).bias(false)));
+  }
+  const int features = options.num_slots + (options.num_dense > 0 ? 1 : 0);
   const int pairs = features * (features - 1) / 2;
-  top_ = register_module("top", Mlp(options.embedding_dim + pairs, options.top, 1));
+  top_ = register_module("top", Mlp((options.num_dense > 0 ? options.embedding_dim : 0) + pairs, options.top, 1));
   auto indices = torch::triu_indices(features, features, /*offset=*/1);
   // Buffers, so that model->to(device) moves them with the parameters.
   pair_rows_ = register_buffer("pair_rows", indices[0].contiguous());
@@ -26,13 +38,19 @@ DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
 }
 
 torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) {
-  torch::Tensor x = torch::relu(bottom_->forward(dense));  // [B, d]
-  std::vector<torch::Tensor> features = {x};
-  features.insert(features.end(), pooled.begin(), pooled.end());
+  std::vector<torch::Tensor> features;
+  torch::Tensor x;
+  if (options_.num_dense > 0) {
+    x = torch::relu(bottom_->forward(dense));  // [B, d]
+    features.push_back(x);
+  }
+  for (size_t s = 0; s < pooled.size(); ++s) {
+    features.push_back(s < projections_.size() && projections_[s] ? projections_[s]->forward(pooled[s]) : pooled[s]);
+  }
   torch::Tensor t = torch::stack(features, 1);               // [B, F, d]
   torch::Tensor z = torch::bmm(t, t.transpose(1, 2));        // [B, F, F]
   torch::Tensor interactions = z.index({torch::indexing::Slice(), pair_rows_, pair_cols_});  // [B, P]
-  return top_->forward(torch::cat({x, interactions}, 1)).squeeze(1);
+  return top_->forward(x.defined() ? torch::cat({x, interactions}, 1) : interactions).squeeze(1);
 }
 
 DcnV2Impl::DcnV2Impl(const DcnOptions& options) {

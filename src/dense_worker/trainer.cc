@@ -1,5 +1,6 @@
 #include "hyrec/dense_worker/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -33,8 +34,8 @@ torch::Tensor OnDevice(const torch::Tensor& t, const torch::Device& device) {
 // Sum pooling of `rows` into bags on the CPU, optionally weighted per id (mean and sqrt-n pooling
 // come as weights). `index` holds the `ids` row numbers, then one start offset per bag. The
 // forward is LibTorch's embedding_bag; the backward is a plain scatter-add of each bag's gradient
-// into its rows: LibTorch 1.13's CPU embedding_bag backward sorts the indices and costs ~9 ms a
-// batch of the default DLRM on one core, this ~1 ms.
+// into its rows: LibTorch 1.13's CPU embedding_bag backward sorts the indices, which costs several
+// times more (docs/benchmarks.md).
 struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
   // `weights`: one per id, or an empty tensor for plain sums (an undefined tensor cannot be an
   // input of a custom autograd function in LibTorch 1.13). `grad_buffer`: memory for the rows'
@@ -88,8 +89,8 @@ struct CpuBagSum : public torch::autograd::Function<CpuBagSum> {
 // Host memory for the tensors a context allocates for every batch (rows, bag indices, row
 // gradients): the storage of a freed tensor comes back here and serves the next request it fits,
 // so a batch reuses pages already mapped instead of faulting in new ones. It matters above glibc's
-// largest mmap threshold (32 MiB), where every allocation maps fresh zero pages: the
-// embedding-heavy shape's rows and their gradients are ~50 MB each a batch. Thread-safe (lookups
+// largest mmap threshold (32 MiB), where every allocation maps fresh zero pages, as the rows and
+// gradients of an embedding-heavy batch do. Thread-safe (lookups
 // take buffers on their own threads, updates free them on theirs); tensors may outlive the
 // context, as each holds the pool.
 class TrainingContext::HostBufferPool : public std::enable_shared_from_this<HostBufferPool> {
@@ -137,7 +138,7 @@ class TrainingContext::HostBufferPool : public std::enable_shared_from_this<Host
     size_t bytes;
   };
   // Batches in flight hold a few buffers each (rows, index, weights, gradients); a window of
-  // staleness 4 keeps ~7 batches alive.
+  // staleness s keeps about s + 3 batches alive.
   static constexpr size_t kMaxFree = 32;
 
   void Give(Block block) {
@@ -244,14 +245,51 @@ TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStrea
   tasks_ = std::make_unique<TaskThreads>(options_.read_only ? lookups : lookups + s + 2, BackgroundNice());
 }
 
+absl::Status TrainingContext::CheckBatch(const Batch& b) const {
+  const auto bad = [&](auto... what) {
+    return absl::InvalidArgumentError(absl::StrCat("batch ", b.batch_id, ": ", what...));
+  };
+  const size_t samples = static_cast<size_t>(std::max(b.batch_size, 0));
+  if (b.batch_size < 1) return bad("no samples");
+  if (b.labels.size() != samples) return bad(b.labels.size(), " labels for ", samples, " samples");
+  if (b.num_dense < 0 || b.dense.size() != samples * static_cast<size_t>(b.num_dense)) {
+    return bad(b.dense.size(), " dense values for ", samples, " samples of ", b.num_dense);
+  }
+  if (b.tables.size() != dims_.size()) return bad(b.tables.size(), " tables, the job has ", dims_.size());
+  const size_t slots = options_.slot_tables.empty() ? dims_.size() : options_.slot_tables.size();
+  if (b.slots.size() != slots) return bad(b.slots.size(), " slots, the job has ", slots);
+  for (size_t t = 0; t < b.tables.size(); ++t) {
+    const data_loader::TableIds& table = b.tables[t];
+    const std::vector<uint32_t>& offsets = table.shard_offsets;
+    if (offsets.size() != static_cast<size_t>(ps_->num_shards()) + 1 || offsets.front() != 0 ||
+        offsets.back() != table.unique_ids.size() || !std::is_sorted(offsets.begin(), offsets.end())) {
+      return bad("table ", t, "'s ids are not grouped by the ", ps_->num_shards(), " PS shards");
+    }
+  }
+  for (size_t s = 0; s < slots; ++s) {
+    const data_loader::SlotIds& slot = b.slots[s];
+    if (slot.offsets.size() != samples + 1 || slot.offsets.front() != 0 || slot.offsets.back() != slot.ids.size() ||
+        !std::is_sorted(slot.offsets.begin(), slot.offsets.end())) {
+      return bad("slot ", s, "'s offsets do not delimit its ", slot.ids.size(), " ids in ", samples, " samples");
+    }
+    const data_loader::TableIds& table = b.tables[TableOfSlot(options_, static_cast<int>(s))];
+    if (s >= table.inverse.size() || table.inverse[s].size() != slot.ids.size()) {
+      return bad("slot ", s, " has no inverse map into its table ", TableOfSlot(options_, static_cast<int>(s)),
+                 " (the loader's slot-to-table map differs from the trainer's)");
+    }
+    const size_t unique = table.unique_ids.size();
+    for (uint32_t u : table.inverse[s]) {
+      if (u >= unique) return bad("slot ", s, " refers to unique id ", u, " of ", unique);
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Looks up every table's unique rows of a batch (grouped by shard as the loader delivered them)
 // into the batch's row groups.
 absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
   const Batch& b = tb->batch;
-  if (b.tables.size() != dims_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("batch has ", b.tables.size(), " tables, the context ",
-                                                   dims_.size()));
-  }
+  if (absl::Status s = CheckBatch(b); !s.ok()) return s;
   tb->rows.resize(groups_.size());
   tb->table_row_offset.assign(dims_.size(), 0);
   for (size_t g = 0; g < groups_.size(); ++g) {
@@ -450,8 +488,7 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
       }
     }
     // unbind, not out[k]: its backward stacks the slots' gradients in one operation, where each
-    // out[k] would back-propagate a zero-filled gradient of the whole group (26 x 3.4 MB a batch
-    // for the default DLRM).
+    // out[k] would back-propagate a zero-filled gradient of the whole group, once per slot.
     std::vector<torch::Tensor> slots =
         out.view({static_cast<int64_t>(group.slots.size()), batch_size, group.dim}).unbind(0);
     for (size_t k = 0; k < group.slots.size(); ++k) pooled[group.slots[k]] = slots[k];

@@ -357,6 +357,7 @@ class GrpcClient final : public ShardedClient {
         t.dropped_updates = p.dropped_updates();
         t.rejected_nonfinite = p.rejected_nonfinite();
         t.duplicate_updates = p.duplicate_updates();
+        t.capacity_rows = p.capacity_rows();
         stats.store.tables.push_back(std::move(t));
       }
     }

@@ -11,8 +11,9 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Launch(const PsClusterOpti
   std::unique_ptr<PsCluster> cluster(new PsCluster(options));
   for (int s = 0; s < options.num_shards; ++s) {
     std::vector<std::string> argv = {options.binary, "--port=0", "--host=" + options.host,
-                                     absl::StrCat("--shard_index=", s),
-                                     absl::StrCat("--num_shards=", options.num_shards)};
+                                     absl::StrCat("--shard_index=", s)};
+    argv.push_back(options.job_config.empty() ? absl::StrCat("--num_shards=", options.num_shards)
+                                              : "--config=" + options.job_config);
     argv.insert(argv.end(), options.args.begin(), options.args.end());
     auto process = Subprocess::Spawn(argv);
     if (!process.ok()) return process.status();

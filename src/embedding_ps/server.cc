@@ -38,6 +38,7 @@ void FillStats(const EmbeddingShardStore& store, const ServerOptions& options,
     p->set_dropped_updates(t.dropped_updates);
     p->set_rejected_nonfinite(t.rejected_nonfinite);
     p->set_duplicate_updates(t.duplicate_updates);
+    p->set_capacity_rows(t.capacity_rows);
   }
 }
 

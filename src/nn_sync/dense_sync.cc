@@ -75,7 +75,23 @@ class C10dSync final : public DenseSync {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<int> AllMin(int value, absl::Duration timeout) override {
+    // A float holds every int up to 2^24 exactly, on every backend.
+    torch::Tensor vote = torch::full({1}, static_cast<float>(value), torch::TensorOptions().device(device_));
+    try {
+      std::vector<torch::Tensor> t = {vote};
+      c10d::AllreduceOptions allreduce;
+      allreduce.reduceOp = c10d::ReduceOp::MIN;
+      allreduce.timeout = ToChrono(timeout);
+      group_->allreduce(t, allreduce)->wait(ToChrono(timeout));
+    } catch (const std::exception& e) {
+      return CollectiveError("agreeing on the next step", e);
+    }
+    return static_cast<int>(std::lround(vote.item<float>()));
+  }
+
   void AttachToParameters(const std::vector<torch::Tensor>& params) override {
+    if (!params.empty()) device_ = params.front().device();
     // Reverse order: the last layers' gradients are ready first.
     Bucket* bucket = nullptr;
     for (auto it = params.rbegin(); it != params.rend(); ++it) {
@@ -194,6 +210,7 @@ class C10dSync final : public DenseSync {
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Group> group_;
   const std::string backend_;
+  torch::Device device_ = torch::kCPU;  // Where the parameters live (AllAgree's vote goes there).
   std::mutex mu_;
   std::vector<Bucket> buckets_;
   std::vector<Slot> slots_;

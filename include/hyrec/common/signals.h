@@ -1,31 +1,28 @@
-// Clean shutdown of role processes: block SIGTERM/SIGINT before any thread starts (threads
-// inherit the mask, so no thread is interrupted), then wait for one in the main thread.
+// Stop signals of role processes: SIGINT and SIGTERM are noted by a handler on a pipe (the
+// handler only writes one byte, which is async-signal-safe), so whichever thread of the process
+// receives one (a gRPC, Gloo or BLAS thread included) the process goes on, and a thread of its own
+// choosing waits for it.
 //
-//   sigset_t stop = hyrec::BlockStopSignals();
+//   hyrec::InstallStopSignalHandlers();      // early in main
 //   ... start servers ...
-//   int signal = hyrec::WaitForStopSignal(stop);
+//   int signal = hyrec::WaitForStopSignal(); // blocks until SIGINT or SIGTERM
+//
+// Each signal is delivered once, to one waiter (WaitForStopSignal, or a reader of
+// StopSignalFd()). Installing twice is harmless.
 #ifndef HYREC_COMMON_SIGNALS_H_
 #define HYREC_COMMON_SIGNALS_H_
 
-#include <pthread.h>
-#include <signal.h>
-
 namespace hyrec {
 
-inline sigset_t BlockStopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
+// Installs the handlers of SIGINT and SIGTERM (SA_RESTART).
+void InstallStopSignalHandlers();
 
-inline int WaitForStopSignal(const sigset_t& set) {
-  int signal = 0;
-  sigwait(&set, &signal);
-  return signal;
-}
+// Blocks until a stop signal arrives and returns its number.
+int WaitForStopSignal();
+
+// The pipe's read end: readable when a stop signal is waiting; read one byte (the signal number)
+// to take it. -1 before InstallStopSignalHandlers.
+int StopSignalFd();
 
 }  // namespace hyrec
 

@@ -7,7 +7,8 @@
 //   HYREC_ASSIGN_OR_RETURN(int exit_code, ps->Wait(absl::Seconds(5)));
 //
 // The child's stderr is inherited. The destructor SIGKILLs and reaps a child still running, so a
-// failing test never leaves processes behind. Not thread-safe.
+// failing test never leaves processes behind. Not thread-safe, except that one thread may read
+// lines while another signals and waits.
 #ifndef HYREC_COMMON_SUBPROCESS_H_
 #define HYREC_COMMON_SUBPROCESS_H_
 
@@ -22,10 +23,17 @@
 
 namespace hyrec {
 
+struct SpawnOptions {
+  // The child leads a process group of its own, so that a terminal's Ctrl-C reaches only the
+  // parent, which decides how its children stop.
+  bool new_process_group = false;
+};
+
 class Subprocess {
  public:
   // Starts argv[0] (a path) with the given arguments. The child dies with its parent (SIGKILL).
-  static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv);
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv,
+                                                           const SpawnOptions& options = {});
 
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
@@ -59,7 +67,8 @@ class Subprocess {
 // in advance, such as c10d's TCPStore; servers that can bind port 0 should do that instead).
 int PickFreeLoopbackPort();
 
-// The folder of the running executable (where the hyrec-<role> binaries live).
+// The path of the running executable, and its folder (where the hyrec-<role> binaries live).
+std::string ExecutablePath();
 std::string ExecutableDirectory();
 
 // Reads lines until one contains "listening on HOST:PORT" and returns PORT.

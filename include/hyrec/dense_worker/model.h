@@ -8,7 +8,8 @@
 //
 // Two are provided: DLRM (Naumov et al. 2019: bottom MLP on dense features, pairwise dot
 // interactions of the bottom output and the slot embeddings, top MLP) and DCN-v2 (Wang et al.
-// 2021: cross layers x_{l+1} = x0 * (W x_l + b) + x_l beside a deep MLP).
+// 2021: cross layers x_{l+1} = x0 * (W x_l + b) + x_l beside a deep MLP). A program registers
+// models of its own under a name (model_registry.h), which `model.kind` then selects.
 #ifndef HYREC_DENSE_WORKER_MODEL_H_
 #define HYREC_DENSE_WORKER_MODEL_H_
 
@@ -25,9 +26,12 @@ class DenseModelImpl : public torch::nn::Module {
 };
 
 struct DlrmOptions {
-  int num_dense = 13;
+  int num_dense = 13;               // 0: no bottom MLP; the embeddings interact alone.
   int num_slots = 26;
-  int embedding_dim = 16;           // Every slot's pooled embedding has this dim.
+  int embedding_dim = 16;           // The interaction dim.
+  // Per slot, its pooled embedding's dim; empty: embedding_dim for every slot. A slot of another
+  // dim is projected to embedding_dim by a learned linear map (no bias) before the interactions.
+  std::vector<int> slot_dims;
   std::vector<int> bottom = {512, 256};  // Hidden sizes; a last layer maps to embedding_dim.
   std::vector<int> top = {512, 256};     // Hidden sizes; a last layer maps to 1.
 };
@@ -40,6 +44,7 @@ class DlrmImpl : public DenseModelImpl {
  private:
   DlrmOptions options_;
   torch::nn::Sequential bottom_{nullptr};
+  std::vector<torch::nn::Linear> projections_;  // Per slot; empty modules for slots of embedding_dim.
   torch::nn::Sequential top_{nullptr};
   torch::Tensor pair_rows_, pair_cols_;  // Upper-triangle indices of the interaction matrix.
 };

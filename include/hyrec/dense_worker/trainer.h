@@ -23,6 +23,10 @@
 // - Backward: backward, the dense gradient allreduce (DenseSync, when given), the dense optimizer
 //   step, then the embedding gradients per unique id pushed to the PS without waiting, tagged
 //   (worker id, sequence) so a retry is applied once.
+// - Every batch is checked against the options before its rows are looked up (labels and dense
+//   sizes, per-slot offsets, the inverse maps within the table's unique ids, the shard groups): a
+//   malformed batch is InvalidArgument naming the batch and the slot, never a read out of bounds.
+// The options come from the job plan (TrainerOptionsFor in worker.h); RunWorker runs this loop.
 // - CPU workers sharing cores with in-process PS shards or a loader: call TuneTrainingProcess
 //   (process_tuning.h) at the start of main, as hyrec train and hyrec worker do.
 #ifndef HYREC_DENSE_WORKER_TRAINER_H_
@@ -43,11 +47,12 @@
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/model.h"
 #include "hyrec/embedding_ps/client.h"
+#include "hyrec/job/job_spec.h"
 #include "hyrec/nn_sync/dense_sync.h"
 
 namespace hyrec::dense_worker {
 
-enum class Pooling { kSum, kMean, kSqrtN };
+using Pooling = job::Pooling;
 
 struct TrainerOptions {
   std::vector<std::string> table_names;  // PS table of each loader table index.
@@ -63,7 +68,7 @@ struct TrainerOptions {
   // SCHED_IDLE (common/thread_priority.h). Against in-process stores those threads do the store's
   // CPU work: SCHED_IDLE by default. Against remote shards they mostly wait for a reply and must
   // take it as soon as it comes, which a SCHED_IDLE thread does not when the machine's cores are
-  // busy (measured: a processes-hybrid batch waited 30 ms for its rows against ~6 at nice 10).
+  // busy (docs/benchmarks.md has the measurement).
   int background_nice = kIdleNice;       // With an in-process EmbeddingClient.
   int remote_background_nice = 10;       // With a remote one.
 };
@@ -155,6 +160,7 @@ class TrainingContext {
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
   absl::Status LookupRows(TrainBatch* tb);
+  absl::Status CheckBatch(const data_loader::Batch& b) const;
   void PrepareBags(TrainBatch* tb) const;
   // The nice increment of the lookup and update threads for this context's PS client.
   int BackgroundNice() const { return ps_->remote() ? options_.remote_background_nice : options_.background_nice; }

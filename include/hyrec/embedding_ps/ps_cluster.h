@@ -4,7 +4,7 @@
 //   PsClusterOptions options;
 //   options.binary = "build/hyrec-ps";
 //   options.num_shards = 2;
-//   options.args = {"--tables=user:16:adagrad", "--capacity_rows=1000000"};
+//   options.args = {"--tables=user:16:adagrad", "--capacity_rows=1000000"};   // or job_config
 //   HYREC_ASSIGN_OR_RETURN(auto cluster, PsCluster::Launch(options));
 //   HYREC_ASSIGN_OR_RETURN(auto client, ConnectEmbeddingClient(cluster->addresses(), {}));
 //
@@ -25,8 +25,11 @@ namespace hyrec::embedding_ps {
 
 struct PsClusterOptions {
   std::string binary;              // Path of hyrec-ps.
+  // The job file every shard serves (`--config`, with its --shard_index); its ps.shards must be
+  // num_shards. Empty: `args` give the tables (`--tables`), and --num_shards is passed.
+  std::string job_config;
   int num_shards = 1;
-  std::vector<std::string> args;   // Passed to every shard (tables, capacity, threads...).
+  std::vector<std::string> args;   // Passed to every shard (tables, capacity, log level...).
   std::string host = "127.0.0.1";
   absl::Duration start_timeout = absl::Seconds(30);
   absl::Duration stop_timeout = absl::Seconds(5);

@@ -84,6 +84,12 @@ class DenseSync {
 
   // Averages `values` across ranks in place (metrics, evaluation counts).
   virtual absl::Status AllreduceMean(torch::Tensor values) = 0;
+
+  // The smallest of every rank's `value` (one allreduce of one small integer, on the parameters'
+  // device once AttachToParameters ran): how ranks agree, e.g. whether all of them go on. Every
+  // rank must call it at the same point; `timeout` bounds the wait for the slowest rank (one that
+  // was evaluating, say).
+  virtual absl::StatusOr<int> AllMin(int value, absl::Duration timeout) = 0;
 };
 
 }  // namespace hyrec::nn_sync

@@ -1,0 +1,61 @@
+// The model registry: dense models by name, as `model.kind` selects them.
+//
+// A program registers its own torch::nn::Module (a DenseModelImpl, model.h) under a name and then
+// runs hyrec's entry point (train_main.h); a job with `model.kind: <name>` trains it with
+// everything `hyrec train` offers (flags, YAML, progress, metrics, plot, evaluation, several
+// workers, --processes):
+//
+//   absl::Status s = hyrec::dense_worker::RegisterModel(
+//       "two_tower", [](const hyrec::dense_worker::ModelContext& c)
+//                        -> absl::StatusOr<std::shared_ptr<hyrec::dense_worker::DenseModelImpl>> {
+//         int width = 128;
+//         HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(c.options, "width", "model.options", &width));
+//         return std::make_shared<TwoTower>(c.num_dense, c.slot_dims, width);
+//       });
+//   return hyrec::dense_worker::TrainMain(argc, argv);
+//
+// dlrm and dcn are registered from the start. Thread-safe.
+#ifndef HYREC_DENSE_WORKER_MODEL_REGISTRY_H_
+#define HYREC_DENSE_WORKER_MODEL_REGISTRY_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/dense_worker/model.h"
+#include "hyrec/job/job_plan.h"
+#include "yaml-cpp/yaml.h"
+
+namespace hyrec::dense_worker {
+
+// What a model is built from: the job's features and their dims, and the model section.
+struct ModelContext {
+  int num_dense = 0;                       // Dense features per sample (0 for sparse-only data).
+  std::vector<std::string> feature_names;  // Per slot, in the order forward's `pooled` has them.
+  std::vector<int> slot_dims;              // Per slot: the dim of its pooled embedding.
+  job::ModelSpec spec;                     // kind, embedding_dim, bottom, top, cross_layers.
+  YAML::Node options;                      // model.options (a mapping; null when absent).
+};
+
+using ModelFactory = std::function<absl::StatusOr<std::shared_ptr<DenseModelImpl>>(const ModelContext&)>;
+
+// Registers `factory` as model kind `kind` (a non-empty name). AlreadyExists when taken.
+absl::Status RegisterModel(const std::string& kind, ModelFactory factory);
+
+// Registered kinds, sorted.
+std::vector<std::string> RegisteredModels();
+bool IsRegisteredModel(const std::string& kind);
+
+// The context a worker's plan gives its model.
+ModelContext ContextFor(const job::WorkerPlan& plan);
+
+// Builds the worker's model with the factory its plan names. NotFound (naming the registered
+// kinds) for an unknown kind; a LibTorch exception or std::exception from the factory (a shape
+// error, an allocation that fails) becomes InvalidArgument or ResourceExhausted naming the model.
+absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeModel(const job::WorkerPlan& plan);
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_MODEL_REGISTRY_H_

@@ -1,0 +1,82 @@
+// JobMonitor: what a person and Prometheus see of a training job, the same in every way it runs
+// (embedded, --processes, a hand-started worker 0): the progress line, evaluations, metrics and
+// the summary.
+//
+//   MonitorOptions options;
+//   options.out = &std::cout;
+//   options.live = isatty(1);          // one line rewritten in place instead of a line per report
+//   options.metrics = &registry;       // optional: Prometheus families (docs/configuration.md)
+//   JobMonitor monitor(options);
+//   worker_options.observer = &monitor;
+//   ... RunWorker ...
+//
+// On a terminal the live line shows samples (of the planned total), samples/s, the loss, the last
+// held-out AUC, the elapsed time and the ETA; it is cleared before any other line is printed
+// (evaluations, notes, the summary). Otherwise every report is a line of its own with the PS
+// figures. Thread-safe: Note may come from another thread (a signal handler's).
+#ifndef HYREC_DENSE_WORKER_MONITOR_H_
+#define HYREC_DENSE_WORKER_MONITOR_H_
+
+#include <mutex>
+#include <ostream>
+#include <string>
+
+#include "hyrec/common/metrics.h"
+#include "hyrec/dense_worker/worker.h"
+#include "hyrec/embedding_ps/client.h"
+
+namespace hyrec::dense_worker {
+
+struct MonitorOptions {
+  std::ostream* out = nullptr;                  // null: nothing printed.
+  bool live = false;                            // A live line (a terminal) rather than plain lines.
+  MetricsRegistry* metrics = nullptr;           // null: no metrics.
+  embedding_ps::EmbeddingClient* ps = nullptr;  // Shards whose statistics go to `metrics` at each report.
+  uint32_t worker = 0;                          // The worker whose figures these are (metric label).
+};
+
+class JobMonitor : public TrainObserver {
+ public:
+  explicit JobMonitor(MonitorOptions options);
+  ~JobMonitor() override;
+
+  void OnProgress(const Progress& progress) override;
+  void OnEvaluation(uint64_t samples, const Evaluation& evaluation) override;
+  void OnFinish(const TrainReport& report) override;
+
+  // Prints `line` on a line of its own (above the live line, which the next report redraws).
+  void Note(const std::string& line);
+  // Publishes the teacher's AUC (synthetic data) as hyrec_teacher_auc.
+  void SetTeacherAuc(double auc);
+
+ private:
+  void PrintLocked(const std::string& line);
+  void EndLiveLineLocked();
+
+  const MonitorOptions options_;
+  std::mutex mu_;
+  bool live_line_shown_ = false;  // Guarded by mu_.
+  double last_auc_ = -1;          // Guarded by mu_.
+};
+
+// The summary `hyrec train` prints at the end.
+void PrintSummary(const TrainReport& report, std::ostream& out);
+
+// hyrec_train_samples_total (counter), hyrec_train_samples_per_second and hyrec_train_loss
+// (gauges), labelled with `labels`.
+void PublishProgress(double samples, double samples_per_second, double loss, const MetricLabels& labels,
+                     MetricsRegistry* metrics);
+// Metric families (docs/configuration.md lists them), labelled worker="<id>":
+//   hyrec_ps_lookup_seconds, hyrec_ps_update_seconds, hyrec_wait_for_rows_seconds (summaries:
+//   per batch), hyrec_observed_staleness (gauge: mean batches of updates unapplied at lookup),
+//   hyrec_worker_batches_total.
+void PublishTrainerMetrics(const TrainerStats& stats, uint32_t worker, MetricsRegistry* metrics);
+// Every PS shard's PublishStoreMetrics (rows, evictions, lookups, updates per table), labelled
+// shard="<index>". Errors (a shard down) are returned.
+absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry* metrics);
+// hyrec_eval_auc, hyrec_eval_log_loss, hyrec_eval_samples (gauges).
+void PublishEvaluation(const Evaluation& evaluation, MetricsRegistry* metrics);
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_MONITOR_H_

@@ -1,0 +1,128 @@
+// RunWorker: one dense worker's training loop, the same in every way hyrec runs: the embedded
+// `hyrec train` (a thread per worker, in-process PS and loader), `hyrec train --processes` and
+// hand-started `hyrec worker` processes (remote PS and loader), and programs built on the C++
+// API. Everything it does comes from the worker's plan (include/hyrec/job/job_plan.h).
+//
+//   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile("job.yaml"));
+//   WorkerOptions options;
+//   options.stream = loader->stream(0);
+//   options.ps = ps_client.get();
+//   options.observer = &monitor;               // worker 0's progress, evaluations, summary
+//   HYREC_ASSIGN_OR_RETURN(TrainReport report, RunWorker(plan.workers[0], plan.endpoints, options));
+//
+// Per step, the workers first agree that every one of them has a batch and none was asked to
+// stop (one small allreduce when there are several), so they stop together: at the end of the
+// data (the last batches of a worker whose peers have none are not trained), on a stop request
+// (options.stop, e.g. from SIGINT) after the current batch, or when one of them cannot get its
+// next batch. Then: the learning rate of the dense optimizer's schedule, forward, the loss
+// (NaN/Inf is an error naming the batch), backward with the dense gradients' allreduce, the dense
+// step, and the embedding gradients to the PS (TrainingContext, trainer.h). Worker 0 reports
+// progress every train.log_every_batches, evaluates every eval.every_batches (the others wait for
+// it, up to eval.timeout_seconds) and at the end.
+//
+// Every LibTorch exception (a model's shape error, an allocation that fails) is caught and
+// returned as a Status naming the batch and the operation.
+#ifndef HYREC_DENSE_WORKER_WORKER_H_
+#define HYREC_DENSE_WORKER_WORKER_H_
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/dense_worker/model.h"
+#include "hyrec/dense_worker/trainer.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/job/job_plan.h"
+
+namespace hyrec::dense_worker {
+
+// Worker 0's view of the job at a log interval.
+struct Progress {
+  uint64_t samples = 0;          // Samples the job has trained (worker 0's times the workers).
+  uint64_t planned_samples = 0;  // The job's total when the source says; 0: unknown.
+  uint64_t batches = 0;          // Worker 0's steps.
+  double elapsed_seconds = 0;
+  double samples_per_second = 0;
+  double loss = 0;               // Worker 0's mean training loss over the interval.
+  TrainerStats stats;            // Worker 0's.
+  bool last = false;             // The final (possibly shorter) interval.
+};
+
+struct TrainReport {
+  uint64_t samples = 0;               // Trained by the whole job.
+  uint64_t planned_samples = 0;       // 0: unknown.
+  double elapsed_seconds = 0;
+  double samples_per_second = 0;      // From the start of training to the end.
+  // From the end of worker 0's batch kWarmupBatches to the end (0 for shorter runs): the steady
+  // rate, without the first lookups into an empty PS and LibTorch's first-call costs.
+  double steady_samples_per_second = 0;
+  static constexpr uint64_t kWarmupBatches = 5;
+  double first_loss = 0;              // Worker 0's loss on its first batch.
+  double mean_loss_last = 0;          // Over the last log interval.
+  std::vector<std::pair<uint64_t, double>> losses;     // (samples trained, mean loss of the interval)
+  std::vector<std::pair<uint64_t, Evaluation>> evals;  // (samples trained, evaluation)
+  bool has_final_eval = false;        // False without held-out data or when interrupted.
+  Evaluation final_eval;
+  double teacher_auc = 0;             // Synthetic sources: the best reachable (0: unknown).
+  bool interrupted = false;           // Stopped on request before the end of the data.
+  uint64_t dense_fingerprint = 0;     // DenseFingerprint of the trained dense parameters.
+  double dense_sum = 0;               // Sum of every dense parameter (for tolerances).
+  TrainerStats stats;                 // Worker 0's.
+};
+
+// What worker 0 reports as training goes; called on its training thread.
+class TrainObserver {
+ public:
+  virtual ~TrainObserver() = default;
+  virtual void OnProgress(const Progress& progress) = 0;
+  virtual void OnEvaluation(uint64_t samples, const Evaluation& evaluation) = 0;
+  virtual void OnFinish(const TrainReport& report) = 0;
+};
+
+struct WorkerOptions {
+  data_loader::BatchStream* stream = nullptr;  // This worker's batches (required).
+  embedding_ps::EmbeddingClient* ps = nullptr; // The PS shards (required).
+  TrainObserver* observer = nullptr;           // Worker 0's reports; may be null.
+  // When it becomes true, the workers stop after their current batch; may be null.
+  const std::atomic<bool>* stop = nullptr;
+  // LibTorch intra-op threads of the calling thread; 0: LibTorch's default. Workers that are
+  // threads of one process give each a share of the cores.
+  int intra_op_threads = 0;
+};
+
+// Trains worker `plan.rank` of the job to the end of its data or a stop request. Returns this
+// worker's report (worker 0's carries the job's samples, progress and evaluations).
+absl::StatusOr<TrainReport> RunWorker(const job::WorkerPlan& plan, const job::Endpoints& endpoints,
+                                      const WorkerOptions& options);
+
+// The device of worker `rank` for a `device` setting (cpu | cuda | auto): cuda:(rank mod GPUs).
+// FailedPrecondition when cuda is asked for and there is no GPU (or LibTorch has no CUDA).
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank);
+
+// The trainer's options for a worker's plan on `device`.
+TrainerOptions TrainerOptionsFor(const job::WorkerPlan& plan, torch::Device device);
+
+// The dense optimizer of a plan over `parameters`, at its base learning rate.
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeDenseOptimizer(
+    const job::DenseOptimizerSpec& spec, const std::vector<torch::Tensor>& parameters);
+
+// Sets every parameter group's learning rate.
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);
+
+// FNV-1a over the bytes of every parameter of `model`, in order (copied to the CPU): equal
+// fingerprints mean bit-identical dense parameters.
+uint64_t DenseFingerprint(DenseModelImpl& model);
+
+// Exact AUC and mean log loss of `model` on the plan's held-out split (worker 0's job).
+absl::StatusOr<Evaluation> EvaluateHeldOut(const job::WorkerPlan& plan, embedding_ps::EmbeddingClient* ps,
+                                           const TrainerOptions& options, DenseModelImpl& model);
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_WORKER_H_

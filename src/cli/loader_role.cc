@@ -1,0 +1,129 @@
+// `hyrec loader`: the job's data loader as a process. Streams each dense worker its batches over
+// gRPC (DataService); on SIGTERM it writes every worker's stream position to --positions_out so
+// that a new loader can resume exactly (--resume).
+//
+//   hyrec loader --config=job.yaml                     # listens on the job's cluster.loader port
+//   hyrec loader --config=job.yaml --resume=positions.txt
+#include <csignal>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/metrics_server.h"
+#include "hyrec/common/signals.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/data_loader/config.h"
+#include "hyrec/data_loader/data_service.h"
+#include "hyrec/data_loader/synthetic.h"
+#include "hyrec/job/job_plan.h"
+#include "src/cli/logging.h"
+#include "src/cli/roles.h"
+
+namespace hyrec::cli {
+namespace {
+
+using data_loader::ReaderPosition;
+
+struct LoaderFlags {
+  std::string config;
+  std::string host = "0.0.0.0";
+  int port = -1;
+  std::string resume;
+  std::string positions_out;
+  int replay_batches = 16;
+  CommonFlags common;
+};
+
+absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& path) {
+  if (path.empty()) return std::vector<ReaderPosition>();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read --resume file '", path, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = data_loader::ParsePositions(text.str());
+  if (!parsed.ok()) return Annotate(parsed.status(), path);
+  return parsed;
+}
+
+void PublishLoaderMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m) {
+  m->Describe("hyrec_loader_lines_total", MetricType::kCounter, "Lines read (file sources).");
+  m->Describe("hyrec_loader_bad_lines_total", MetricType::kCounter, "Lines skipped as malformed.");
+  m->Describe("hyrec_loader_samples_total", MetricType::kCounter, "Samples delivered in batches.");
+  m->Describe("hyrec_loader_batches_total", MetricType::kCounter, "Batches delivered.");
+  m->Set("hyrec_loader_lines_total", {}, static_cast<double>(s.lines));
+  m->Set("hyrec_loader_bad_lines_total", {}, static_cast<double>(s.bad_lines));
+  m->Set("hyrec_loader_samples_total", {}, static_cast<double>(s.samples));
+  m->Set("hyrec_loader_batches_total", {}, static_cast<double>(s.batches));
+}
+
+absl::Status Serve(const LoaderFlags& f) {
+  if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  const data_loader::LoaderOptions& options = plan.loader.options;
+  HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume));
+  std::string host;
+  int planned_port = 0;
+  HYREC_RETURN_IF_ERROR(job::SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &planned_port));
+  InstallStopSignalHandlers();
+  if (options.source.format == data_loader::Format::kSynthetic) {
+    const double auc = data_loader::SyntheticSource(options.source.synthetic).TeacherAuc(200'000);
+    spdlog::info("synthetic source: the teacher's AUC (the best any model can reach) is {:.4f}", auc);
+  }
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(options, resume));
+  data_loader::Loader* raw_loader = loader.get();
+  data_loader::DataServerOptions server_options;
+  server_options.host = f.host;
+  server_options.port = f.port >= 0 ? f.port : planned_port;
+  server_options.replay_batches = f.replay_batches;
+  HYREC_ASSIGN_OR_RETURN(auto server, data_loader::DataServer::Start(std::move(loader), options, resume, server_options));
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (f.common.metrics_port >= 0) {
+    metrics.AddCollector([raw_loader](MetricsRegistry* m) { PublishLoaderMetrics(raw_loader->Stats(), m); });
+    HYREC_ASSIGN_OR_RETURN(metrics_server,
+                           MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
+    std::cout << "hyrec loader metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
+  }
+  std::cout << "hyrec loader for " << options.num_workers << " worker(s) listening on " << server_options.host << ":"
+            << server->port() << std::endl;
+  const int signal = WaitForStopSignal();
+  spdlog::info("signal {}: shutting down", signal);
+  if (metrics_server != nullptr) metrics_server->Stop();
+  absl::Status written;
+  if (!f.positions_out.empty()) {
+    std::vector<ReaderPosition> positions;
+    for (int w = 0; w < options.num_workers; ++w) positions.push_back(raw_loader->stream(w)->Position());
+    std::ofstream out(f.positions_out);
+    out << data_loader::FormatPositions(positions);
+    out.close();
+    if (!out) written = absl::UnavailableError(absl::StrCat("cannot write --positions_out '", f.positions_out, "'"));
+  }
+  server->Shutdown(absl::Seconds(2));
+  server->Wait();
+  return written;
+}
+
+}  // namespace
+
+int LoaderMain(int argc, char** argv) {
+  LoaderFlags f;
+  FlagSet flags("hyrec loader", "The job's data loader: streams each dense worker its batches (gRPC DataService).");
+  flags.String("config", &f.config, "FILE", "The job's YAML file (required); its loader section and plan.");
+  flags.String("host", &f.host, "HOST", "Address to listen on.");
+  flags.Int("port", &f.port, "Port; 0 picks a free one (printed); -1: the job's cluster.loader port.", -1, 65535);
+  flags.String("resume", &f.resume, "FILE", "Per-worker positions to resume from (written by --positions_out).");
+  flags.String("positions_out", &f.positions_out, "FILE", "Where to write the workers' positions on shutdown.");
+  flags.Int("replay_batches", &f.replay_batches,
+            "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);
+  flags.AddCommon(&f.common);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("loader", f.common.log_level);
+  const absl::Status status = Serve(f);
+  if (!status.ok()) std::cerr << "hyrec loader: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+}  // namespace hyrec::cli

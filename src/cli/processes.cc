@@ -1,0 +1,223 @@
+#include "src/cli/processes.h"
+
+#include <csignal>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/latency_proxy.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/embedding_ps/client.h"
+#include "src/dense_worker/events.h"
+
+namespace hyrec::cli {
+namespace {
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+constexpr absl::Duration kStopTimeout = absl::Seconds(10);
+
+std::vector<std::string> Command(const std::vector<std::string>& role, std::vector<std::string> args) {
+  std::vector<std::string> argv = role;
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+// The processes of one run and the threads that read their output.
+class Cluster {
+ public:
+  explicit Cluster(const ProcessesOptions& options) : options_(options) {}
+
+  ~Cluster() {
+    for (auto& w : workers_) w->Signal(SIGKILL);
+    StopServers();
+    done_ = true;
+    for (std::thread& t : readers_) t.join();
+  }
+
+  absl::StatusOr<ProcessesResult> Run() {
+    HYREC_RETURN_IF_ERROR(StartServers());
+    HYREC_RETURN_IF_ERROR(StartWorkers());
+    ProcessesResult result;
+    HYREC_ASSIGN_OR_RETURN(result.exit_code, WaitForWorkers());
+    StopServers();
+    done_ = true;
+    for (std::thread& t : readers_) t.join();
+    readers_.clear();
+    if (result.exit_code == kExitOk || result.exit_code == kExitInterrupted) {
+      if (!events_->finished()) return absl::InternalError("worker 0 exited without its summary");
+      result.report = events_->report();
+      monitor_->OnFinish(result.report);
+    }
+    return result;
+  }
+
+ private:
+  const job::JobPlan& plan() const { return *options_.plan; }
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv) {
+    SpawnOptions spawn;
+    spawn.new_process_group = true;  // Ctrl-C reaches the launcher, which stops the roles in order.
+    auto process = Subprocess::Spawn(argv, spawn);
+    if (!process.ok()) return Annotate(process.status(), absl::StrCat("starting ", argv[0]));
+    return process;
+  }
+
+  absl::StatusOr<int> Listening(Subprocess& process, const std::string& what) {
+    absl::StatusOr<int> port = WaitForListeningPort(process, kStartTimeout);
+    if (port.ok()) return port;
+    auto code = process.Wait(absl::Seconds(1));
+    const int exit_code = code.ok() ? *code : kExitTransient;
+    return absl::Status(exit_code == kExitInvalidInput ? absl::StatusCode::kInvalidArgument
+                                                      : absl::StatusCode::kUnavailable,
+                        absl::StrCat(what, " did not start (", code.ok() ? absl::StrCat("exit code ", *code)
+                                                                         : std::string(port.status().message()),
+                                     "); its error is above"));
+  }
+
+  absl::Status StartServers() {
+    const std::vector<std::string> common = {"--config=" + options_.config_path, "--host=127.0.0.1", "--port=0",
+                                             "--log_level=" + options_.log_level};
+    for (size_t i = 0; i < plan().ps.size(); ++i) {
+      std::vector<std::string> args = common;
+      args.push_back(absl::StrCat("--shard_index=", i));
+      HYREC_ASSIGN_OR_RETURN(auto ps, Spawn(Command(options_.roles.ps, args)));
+      ps_.push_back(std::move(ps));
+    }
+    HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common)));
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
+      std::string address = absl::StrCat("127.0.0.1:", port);
+      if (options_.ps_latency_ms >= 0) {
+        HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", port,
+                                                               absl::Microseconds(options_.ps_latency_ms * 500)));
+        address = absl::StrCat("127.0.0.1:", proxy->port());
+        proxies_.push_back(std::move(proxy));
+      }
+      ps_addresses_.push_back(address);
+    }
+    HYREC_ASSIGN_OR_RETURN(int loader_port, Listening(*loader_, "the loader"));
+    loader_address_ = absl::StrCat("127.0.0.1:", loader_port);
+    dense_worker::MonitorOptions monitor = options_.monitor;
+    if (monitor.metrics != nullptr) {  // The PS figures, read from the shards at each report.
+      HYREC_ASSIGN_OR_RETURN(metrics_client_,
+                             embedding_ps::ConnectEmbeddingClient(ps_addresses_, embedding_ps::ClientOptions()));
+      monitor.ps = metrics_client_.get();
+    }
+    monitor_ = std::make_unique<dense_worker::JobMonitor>(monitor);
+    events_ = std::make_unique<dense_worker::EventReader>(monitor_.get());
+    for (auto& ps : ps_) Drain(ps.get(), /*events=*/false);
+    Drain(loader_.get(), /*events=*/false);
+    monitor_->Note(absl::StrCat("processes: ", ps_.size(), " PS (", absl::StrJoin(ps_addresses_, ","), "), loader ",
+                               loader_address_, ", ", plan().workers.size(), " worker(s)"));
+    return absl::OkStatus();
+  }
+
+  absl::Status StartWorkers() {
+    const int master_port = PickFreeLoopbackPort();
+    for (size_t r = 0; r < plan().workers.size(); ++r) {
+      HYREC_ASSIGN_OR_RETURN(
+          auto worker, Spawn(Command(options_.roles.worker,
+                                     {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
+                                      "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
+                                      "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
+                                      r == 0 ? "--progress=events" : "--progress=none", "--plot=",
+                                      "--log_level=" + options_.log_level})));
+      workers_.push_back(std::move(worker));
+      Drain(workers_.back().get(), /*events=*/r == 0);
+    }
+    return absl::OkStatus();
+  }
+
+  // Reads a child's stdout until it closes: worker 0's events go to the monitor, other lines are
+  // shown as they are. Nothing a child writes can fill its pipe and block it.
+  void Drain(Subprocess* process, bool events) {
+    readers_.emplace_back([this, process, events] {
+      while (!done_) {
+        absl::StatusOr<std::string> line = process->ReadLine(absl::Milliseconds(200));
+        if (absl::IsDeadlineExceeded(line.status())) continue;
+        if (!line.ok()) return;
+        if (events) {
+          absl::StatusOr<bool> event = events_->Read(*line);
+          if (event.ok() && *event) continue;
+          if (!event.ok()) monitor_->Note(absl::StrCat("(unreadable worker event: ", event.status().message(), ")"));
+        }
+        monitor_->Note(*line);
+      }
+    });
+  }
+
+  // The workers' exit: kExitOk when all succeeded, kExitInterrupted when they were stopped, else
+  // the first failure's code (the others are then stopped).
+  absl::StatusOr<int> WaitForWorkers() {
+    bool forwarded = false;
+    int result = kExitOk;
+    absl::Time kill_at = absl::InfiniteFuture();
+    for (;;) {
+      if (options_.stop != nullptr && options_.stop->load() && !forwarded) {
+        for (auto& w : workers_) w->Signal(SIGINT);
+        forwarded = true;
+      }
+      bool running = false;
+      for (size_t r = 0; r < workers_.size(); ++r) {
+        absl::StatusOr<int> code = workers_[r]->Wait(absl::ZeroDuration());
+        if (!code.ok()) {
+          running = true;
+          continue;
+        }
+        if (*code == kExitOk || (*code == kExitInterrupted && result == kExitOk)) {
+          if (*code == kExitInterrupted) result = kExitInterrupted;
+          continue;
+        }
+        if (result == kExitOk || result == kExitInterrupted) {
+          result = *code;
+          monitor_->Note(absl::StrCat("worker ", r, " failed (exit code ", *code, "); stopping the others"));
+          for (auto& w : workers_) w->Signal(SIGTERM);
+          kill_at = absl::Now() + absl::Seconds(plan().workers[0].sync_timeout_seconds) + kStopTimeout;
+        }
+      }
+      if (!running) return result;
+      if (absl::Now() > kill_at) {
+        for (auto& w : workers_) w->Signal(SIGKILL);
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  void StopServers() {
+    std::vector<Subprocess*> servers;
+    if (loader_ != nullptr) servers.push_back(loader_.get());
+    for (auto& p : ps_) servers.push_back(p.get());
+    for (Subprocess* s : servers) s->Signal(SIGTERM);
+    for (Subprocess* s : servers) {
+      if (s->Wait(kStopTimeout).ok()) continue;
+      s->Signal(SIGKILL);
+      (void)s->Wait(kStopTimeout);
+    }
+  }
+
+  const ProcessesOptions& options_;
+  std::unique_ptr<dense_worker::JobMonitor> monitor_;     // Once the servers are up.
+  std::unique_ptr<dense_worker::EventReader> events_;     // Worker 0's events, into monitor_.
+  std::vector<std::unique_ptr<Subprocess>> ps_;
+  std::unique_ptr<Subprocess> loader_;
+  std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::unique_ptr<LatencyProxy>> proxies_;
+  std::unique_ptr<embedding_ps::EmbeddingClient> metrics_client_;
+  std::vector<std::string> ps_addresses_;
+  std::string loader_address_;
+  std::atomic<bool> done_{false};
+  std::vector<std::thread> readers_;
+};
+
+}  // namespace
+
+absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options) {
+  if (options.plan == nullptr) return absl::InvalidArgumentError("RunProcesses needs the job's plan");
+  Cluster cluster(options);
+  return cluster.Run();
+}
+
+}  // namespace hyrec::cli

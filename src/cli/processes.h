@@ -1,0 +1,41 @@
+// `hyrec train --processes`: the job's roles as processes on this machine (PS shards, the
+// loader, the workers) with real gRPC and Gloo on loopback, every one started with the job file
+// and its role and index, so that each runs from the same plan as the embedded job does.
+#ifndef HYREC_SRC_CLI_PROCESSES_H_
+#define HYREC_SRC_CLI_PROCESSES_H_
+
+#include <atomic>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "hyrec/dense_worker/monitor.h"
+#include "hyrec/job/job_plan.h"
+#include "src/cli/roles.h"
+
+namespace hyrec::cli {
+
+struct ProcessesOptions {
+  std::string config_path;              // The job file every role reads.
+  const job::JobPlan* plan = nullptr;   // Its plan (for the counts and timeouts).
+  RoleCommands roles;
+  // Milliseconds added to every PS round trip by a delaying TCP proxy in front of each PS (half
+  // each way); 0: the proxies with no delay; negative: no proxies.
+  double ps_latency_ms = -1;
+  std::string log_level = "warn";       // Of the child processes.
+  dense_worker::MonitorOptions monitor; // Worker 0's reports are shown through a JobMonitor.
+  const std::atomic<bool>* stop = nullptr;  // Set: the workers stop after their current batch.
+};
+
+struct ProcessesResult {
+  dense_worker::TrainReport report;  // Worker 0's, from its events.
+  int exit_code = 0;                 // kExitOk, or the first failed worker's.
+};
+
+// Starts every role, relays worker 0's reports, waits for the workers, then stops the loader and
+// the PS shards. A worker that fails ends the run with its exit code (the others are stopped); a
+// stop request is passed on to the workers as SIGINT.
+absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options);
+
+}  // namespace hyrec::cli
+
+#endif  // HYREC_SRC_CLI_PROCESSES_H_

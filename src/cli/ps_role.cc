@@ -1,0 +1,160 @@
+// `hyrec ps`: one embedding parameter-server shard.
+//
+//   hyrec ps --config=job.yaml --shard_index=1        # shard 1 of the job's plan
+//   hyrec ps --tables=user:16:adagrad:0.05,item:32 --capacity_rows=1000000   # without a job
+//
+// Prints "hyrec ps shard I of N listening on HOST:PORT" on stdout once serving; stops cleanly on
+// SIGTERM or SIGINT (in-flight requests get --shutdown_grace_ms to finish) and exits 0.
+#include <csignal>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/metrics_server.h"
+#include "hyrec/common/signals.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/embedding_ps/server.h"
+#include "hyrec/job/job_plan.h"
+#include "src/cli/logging.h"
+#include "src/cli/roles.h"
+
+namespace hyrec::cli {
+namespace {
+
+struct PsFlags {
+  std::string config;
+  int shard_index = 0;
+  std::string host = "0.0.0.0";
+  int port = -1;
+  std::string tables;
+  int num_shards = 1;
+  uint64_t capacity_rows = 0;
+  uint64_t capacity_bytes = 0;
+  int stripes = 64;
+  int threads = 0;
+  uint64_t max_ids_per_request = 1 << 22;
+  int shutdown_grace_ms = 2000;
+  CommonFlags common;
+};
+
+// What a PS started without a job (--tables) serves.
+absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreOptions* store,
+                             embedding_ps::ServerOptions* server) {
+  auto tables = embedding_ps::ParseTableSpecs(f.tables);
+  if (!tables.ok()) return Annotate(tables.status(), "--tables");
+  store->tables = std::move(*tables);
+  store->capacity_rows = f.capacity_rows;
+  store->capacity_bytes = f.capacity_bytes;
+  store->num_stripes = f.stripes;
+  server->port = f.port < 0 ? 0 : f.port;
+  server->threads = f.threads;
+  server->shard_index = f.shard_index;
+  server->num_shards = f.num_shards;
+  server->max_ids_per_request = f.max_ids_per_request;
+  if (f.shard_index >= f.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat("--shard_index ", f.shard_index, " is not below --num_shards ",
+                                                   f.num_shards));
+  }
+  return absl::OkStatus();
+}
+
+// Shard --shard_index of the job's plan. Settings the plan holds are not flags here.
+absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreOptions* store,
+                          embedding_ps::ServerOptions* server) {
+  for (const char* planned :
+       {"tables", "num_shards", "capacity_rows", "capacity_bytes", "stripes", "threads", "max_ids_per_request"}) {
+    if (flags.WasSet(planned)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", planned, " with --config: the job file sets it (ps and tables "
+                                                     "sections); give one or the other"));
+    }
+  }
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  if (f.shard_index >= static_cast<int>(plan.ps.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("--shard_index ", f.shard_index, ": the job has ", plan.ps.size(),
+                                                   " PS shards (ps.shards)"));
+  }
+  const job::PsShardPlan& shard = plan.ps[f.shard_index];
+  *store = shard.store;
+  std::string host;
+  int planned_port = 0;
+  HYREC_RETURN_IF_ERROR(job::SplitHostPort(plan.endpoints.ps[f.shard_index], "cluster.ps", &host, &planned_port));
+  server->port = f.port >= 0 ? f.port : planned_port;
+  server->threads = shard.threads;
+  server->shard_index = shard.shard_index;
+  server->num_shards = shard.num_shards;
+  server->max_ids_per_request = shard.max_ids_per_request;
+  return absl::OkStatus();
+}
+
+absl::Status Serve(FlagSet& flags, const PsFlags& f) {
+  embedding_ps::StoreOptions store_options;
+  embedding_ps::ServerOptions server_options;
+  if (f.config.empty() == f.tables.empty()) {
+    return absl::InvalidArgumentError(
+        "give --config=JOB.yaml (with --shard_index) or --tables=name:dim[:optimizer[:lr]],... (a PS without a job)");
+  }
+  HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
+                                         : PlannedShard(flags, f, &store_options, &server_options));
+  server_options.host = f.host;
+  HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
+
+  InstallStopSignalHandlers();
+  std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
+  HYREC_ASSIGN_OR_RETURN(auto server, embedding_ps::EmbeddingServer::Start(shared_store, server_options));
+  MetricsRegistry metrics;
+  std::unique_ptr<MetricsHttpServer> metrics_server;
+  if (f.common.metrics_port >= 0) {
+    const MetricLabels shard = {{"shard", std::to_string(server_options.shard_index)}};
+    metrics.AddCollector([shared_store, shard](MetricsRegistry* m) {
+      embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, m);
+    });
+    HYREC_ASSIGN_OR_RETURN(metrics_server,
+                           MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
+    std::cout << "hyrec ps metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
+  }
+  std::cout << "hyrec ps shard " << server_options.shard_index << " of " << server_options.num_shards
+            << " listening on " << server_options.host << ":" << server->port() << std::endl;
+  spdlog::info("shard {}/{}: {} table(s), capacity {} rows / {} bytes, {} stripes", server_options.shard_index,
+               server_options.num_shards, store_options.tables.size(), store_options.capacity_rows,
+               store_options.capacity_bytes, store_options.num_stripes);
+  const int signal = WaitForStopSignal();
+  spdlog::info("signal {}: shutting down", signal);
+  if (metrics_server != nullptr) metrics_server->Stop();
+  server->Shutdown(absl::Milliseconds(f.shutdown_grace_ms));
+  server->Wait();
+  spdlog::info("stopped");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PsMain(int argc, char** argv) {
+  PsFlags f;
+  FlagSet flags("hyrec ps", "One embedding parameter-server shard: of a job (--config, --shard_index), or one "
+                            "without a job (--tables).");
+  flags.String("config", &f.config, "FILE", "The job's YAML file; the shard serves its plan's tables and capacity.");
+  flags.Int("shard_index", &f.shard_index, "This shard's index in [0, shards).", 0, 1023);
+  flags.String("host", &f.host, "HOST", "Address to listen on.");
+  flags.Int("port", &f.port, "Port to listen on; 0 picks a free one (printed); -1: the job's cluster.ps port "
+                             "(with --config), else 0.", -1, 65535);
+  flags.String("tables", &f.tables, "SPECS", "Without --config: tables as name:dim[:optimizer[:learning_rate]],...");
+  flags.Int("num_shards", &f.num_shards, "Without --config: the number of PS shards.", 1, 1024);
+  flags.Uint64("capacity_rows", &f.capacity_rows, "Without --config: most rows held (all tables); 0: unbounded.");
+  flags.Uint64("capacity_bytes", &f.capacity_bytes, "Without --config: most bytes held (all tables); 0: unbounded.");
+  flags.Int("stripes", &f.stripes, "Without --config: lock stripes of the store.", 1, 65536);
+  flags.Int("threads", &f.threads, "Without --config: gRPC polling threads; 0: one per core.", 0, 1024);
+  flags.Uint64("max_ids_per_request", &f.max_ids_per_request, "Without --config: larger requests get "
+                                                              "RESOURCE_EXHAUSTED.");
+  flags.Int("shutdown_grace_ms", &f.shutdown_grace_ms, "Time in-flight requests get to finish on SIGTERM.", 0,
+            600000);
+  flags.AddCommon(&f.common);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("ps", f.common.log_level);
+  const absl::Status status = Serve(flags, f);
+  if (!status.ok()) std::cerr << "hyrec ps: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+}  // namespace hyrec::cli

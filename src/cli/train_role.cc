@@ -1,0 +1,292 @@
+// `hyrec train` (the job on one machine: embedded, or every role a process with --processes) and
+// `hyrec worker` (one dense worker against remote PS shards and a remote loader). Both run the
+// job's plan through RunWorker, so they show the same progress line, evaluations, metrics, plot
+// and summary.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/metrics_server.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/data_loader/data_service.h"
+#include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/dense_worker/monitor.h"
+#include "hyrec/dense_worker/process_tuning.h"
+#include "hyrec/dense_worker/train_job.h"
+#include "src/cli/logging.h"
+#include "src/cli/plot.h"
+#include "src/cli/processes.h"
+#include "src/cli/roles.h"
+#include "src/cli/stop_signals.h"
+#include "src/dense_worker/events.h"
+
+namespace hyrec::cli {
+namespace {
+
+using dense_worker::TrainReport;
+
+// Flags of both training roles.
+struct TrainingFlags {
+  std::string config;
+  std::string progress = "auto";
+  std::string plot;
+  std::string report;
+  CommonFlags common;
+};
+
+void AddTrainingFlags(FlagSet& flags, TrainingFlags* f, std::vector<std::string> progress_modes) {
+  flags.String("config", &f->config, "FILE", "The job's YAML file (required; docs/configuration.md).");
+  flags.Choice("progress", &f->progress, std::move(progress_modes),
+               "How progress is shown: auto (a live line on a terminal, else a line per report), live, lines"
+               " (or, for a worker started by a launcher, events or none).");
+  flags.String("plot", &f->plot, "PNG",
+               "When gnuplot is installed: held-out AUC and training loss against samples, written at the end "
+               "(empty: no plot).");
+  flags.String("report", &f->report, "FILE",
+               "Also write the summary as YAML (samples, losses, AUC, the dense parameters' fingerprint).");
+  flags.AddCommon(&f->common);
+}
+
+absl::Status WriteReport(const TrainReport& r, const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::ofstream out(path);
+  out << absl::StrFormat(
+      "samples: %d\nplanned_samples: %d\nsamples_per_second: %.17g\nfirst_loss: %.17g\nmean_loss_last: %.17g\n"
+      "interrupted: %s\nhas_final_eval: %s\nauc: %.17g\nlog_loss: %.17g\neval_samples: %d\nteacher_auc: %.17g\n"
+      "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\nbatches: %d\nobserved_staleness: %.17g\n",
+      r.samples, r.planned_samples, r.samples_per_second, r.first_loss, r.mean_loss_last,
+      r.interrupted ? "true" : "false", r.has_final_eval ? "true" : "false", r.final_eval.auc, r.final_eval.log_loss,
+      r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.stats.batches,
+      r.stats.observed_staleness);
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
+  return absl::OkStatus();
+}
+
+bool LiveProgress(const std::string& mode) { return mode == "live" || (mode == "auto" && isatty(1) != 0); }
+
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const CommonFlags& common, MetricsRegistry* m,
+                                                                      const std::string& who) {
+  if (common.metrics_port < 0) return std::unique_ptr<MetricsHttpServer>();
+  HYREC_ASSIGN_OR_RETURN(auto server, MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m));
+  std::cout << who << " metrics: http://" << common.metrics_host << ":" << server->port() << "/metrics" << std::endl;
+  return server;
+}
+
+absl::StatusOr<job::JobPlan> PlanForTraining(const std::string& config) {
+  if (config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(config));
+  if (!dense_worker::IsRegisteredModel(plan.spec.model.kind)) {
+    return absl::InvalidArgumentError(absl::StrCat(config, ": model.kind '", plan.spec.model.kind,
+                                                   "' is not a registered model (",
+                                                   absl::StrJoin(dense_worker::RegisteredModels(), ", "), ")"));
+  }
+  return plan;
+}
+
+// ---- hyrec train ----
+
+struct TrainFlags {
+  TrainingFlags training;
+  bool processes = false;
+  double ps_latency_ms = -1;
+};
+
+absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, PlanForTraining(f.training.config));
+  const job::JobSpec& spec = plan.spec;
+  std::cout << "hyrec train: " << spec.model.kind << ", " << spec.train.workers << " worker(s), " << spec.ps.shards
+            << " PS shard(s), " << spec.tables.size() << " table(s), embedding staleness "
+            << spec.train.embedding_staleness << ", batch " << spec.loader.batch_size
+            << (f.processes ? ", every role a process" : "") << std::endl;
+  StopSignals signals(
+      [](int) {
+        std::cerr << "\nhyrec train: stopping after the current batch (interrupt again to stop at once)" << std::endl;
+      },
+      nullptr);
+  MetricsRegistry metrics;
+  HYREC_ASSIGN_OR_RETURN(auto metrics_server, MaybeServeMetrics(f.training.common, &metrics, "hyrec train"));
+  dense_worker::MonitorOptions monitor_options;
+  monitor_options.out = &std::cout;
+  monitor_options.live = LiveProgress(f.training.progress);
+  monitor_options.metrics = metrics_server != nullptr ? &metrics : nullptr;
+  TrainReport report;
+  int code = kExitOk;
+  if (f.processes) {
+    ProcessesOptions options;
+    options.config_path = f.training.config;
+    options.plan = &plan;
+    options.roles = roles;
+    options.ps_latency_ms = f.ps_latency_ms;
+    options.log_level = f.training.common.log_level == "info" ? "warn" : f.training.common.log_level;
+    options.monitor = monitor_options;
+    options.stop = signals.flag();
+    HYREC_ASSIGN_OR_RETURN(ProcessesResult result, RunProcesses(options));
+    if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) return result.exit_code;
+    report = result.report;
+    code = result.exit_code;
+  } else {
+    dense_worker::JobMonitor monitor(monitor_options);
+    dense_worker::TrainJobOptions options;
+    options.observer = &monitor;
+    options.metrics = monitor_options.metrics;
+    options.stop = signals.flag();
+    HYREC_ASSIGN_OR_RETURN(report, dense_worker::RunTrainJob(plan, options));
+    code = report.interrupted ? kExitInterrupted : kExitOk;
+  }
+  PlotIfAsked(report, f.training.plot, std::cout);
+  HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
+  return code;
+}
+
+// ---- hyrec worker ----
+
+struct WorkerFlags {
+  TrainingFlags training;
+  int rank = -1;
+  std::string ps;
+  std::string loader;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+// The worker's rank and endpoints: flags, else the environment Kubernetes jobs and torchrun set
+// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else the plan's.
+absl::Status ApplyPlacement(const WorkerFlags& f, job::JobPlan* plan, int* rank) {
+  int env_rank = -1, env_world = -1, env_port = 0;
+  for (auto [name, out] : {std::pair<const char*, int*>{"RANK", &env_rank}, {"WORLD_SIZE", &env_world},
+                           {"MASTER_PORT", &env_port}}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && !absl::SimpleAtoi(value, out)) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", value, "' is not an integer"));
+    }
+  }
+  const int world = static_cast<int>(plan->workers.size());
+  if (env_world >= 0 && env_world != world) {
+    return absl::InvalidArgumentError(absl::StrCat("WORLD_SIZE=", env_world, " but the job has train.workers ", world));
+  }
+  *rank = f.rank >= 0 ? f.rank : env_rank >= 0 ? env_rank : 0;
+  if (*rank >= world) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", *rank, " is not below the job's ", world,
+                                                   " workers (train.workers)"));
+  }
+  const char* env_addr = std::getenv("MASTER_ADDR");
+  const std::string master_addr = !f.master_addr.empty() ? f.master_addr : env_addr != nullptr ? env_addr : "";
+  const int master_port = f.master_port > 0 ? f.master_port : env_port;
+  std::vector<std::string> ps = absl::StrSplit(f.ps, ',', absl::SkipEmpty());
+  return job::SetEndpoints(ps, f.loader, master_addr, master_port, plan);
+}
+
+absl::StatusOr<int> Work(const WorkerFlags& f) {
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training.config));
+  int rank = 0;
+  HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
+  StopSignals signals(
+      [rank](int) {
+        std::cerr << "hyrec worker " << rank << ": stopping after the current batch (signal again to stop at once)"
+                  << std::endl;
+      },
+      nullptr);
+  MetricsRegistry metrics;
+  HYREC_ASSIGN_OR_RETURN(auto metrics_server,
+                         MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank)));
+  HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, embedding_ps::ClientOptions()));
+  HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, {}));
+  std::unique_ptr<dense_worker::TrainObserver> observer;
+  const std::string& mode = f.training.progress;
+  if (mode == "events") {
+    observer = std::make_unique<dense_worker::EventWriter>(&std::cout);
+  } else if (mode != "none" || metrics_server != nullptr) {
+    dense_worker::MonitorOptions monitor;
+    monitor.out = mode == "none" ? nullptr : &std::cout;
+    monitor.live = LiveProgress(mode);
+    monitor.metrics = metrics_server != nullptr ? &metrics : nullptr;
+    monitor.ps = metrics_server != nullptr ? ps.get() : nullptr;
+    monitor.worker = static_cast<uint32_t>(rank);
+    observer = std::make_unique<dense_worker::JobMonitor>(monitor);
+  }
+  dense_worker::WorkerOptions options;
+  options.stream = stream.get();
+  options.ps = ps.get();
+  options.observer = observer.get();
+  options.stop = signals.flag();
+  HYREC_ASSIGN_OR_RETURN(TrainReport report, dense_worker::RunWorker(plan.workers[rank], plan.endpoints, options));
+  if (rank == 0) {
+    PlotIfAsked(report, f.training.plot, std::cout);
+    HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
+  }
+  return report.interrupted ? kExitInterrupted : kExitOk;
+}
+
+int Finish(const std::string& program, const absl::StatusOr<int>& result) {
+  if (result.ok()) return *result;
+  std::cerr << program << ": " << result.status().message() << std::endl;
+  return ExitCodeFor(result.status());
+}
+
+}  // namespace
+
+RoleCommands SiblingRoleCommands() {
+  const std::string dir = ExecutableDirectory();
+  return RoleCommands{{dir + "/hyrec-ps"}, {dir + "/hyrec-loader"}, {dir + "/hyrec-worker"}};
+}
+
+RoleCommands SelfRoleCommands() {
+  const std::string self = ExecutablePath();
+  return RoleCommands{{self, "ps"}, {self, "loader"}, {self, "worker"}};
+}
+
+int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
+  dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
+  TrainFlags f;
+  f.training.plot = "hyrec-train.png";
+  FlagSet flags("hyrec train", "Train a job on one machine: every role in this process (the default), or each "
+                               "one a process of its own (--processes).");
+  AddTrainingFlags(flags, &f.training, {"auto", "live", "lines"});
+  flags.Bool("processes", &f.processes,
+             "Run every role as its own process on loopback (PS shards, the loader, the workers) with real gRPC "
+             "and Gloo: the cluster topology on one machine.");
+  flags.Double("ps_latency_ms", &f.ps_latency_ms,
+               "With --processes: milliseconds added to every PS round trip by a delaying TCP proxy in front of "
+               "each PS (half each way); 0 puts the proxy in with no delay (a latency sweep's baseline); -1: no "
+               "proxy.",
+               -1, 60000);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  if (f.ps_latency_ms >= 0 && !f.processes) {
+    std::cerr << "hyrec train: --ps_latency_ms needs --processes (the embedded PS has no network)\n";
+    return kExitInvalidInput;
+  }
+  SetUpLogging("train", f.training.common.log_level);
+  return Finish("hyrec train", Train(f, roles));
+}
+
+int WorkerMain(int argc, char** argv) {
+  dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
+  WorkerFlags f;
+  FlagSet flags("hyrec worker", "One dense worker of a job: its batches from the job's loader, its rows from the "
+                                "job's PS shards, its dense gradients synchronised with the other workers (c10d).");
+  AddTrainingFlags(flags, &f.training, {"auto", "live", "lines", "events", "none"});
+  flags.Int("rank", &f.rank, "This worker's rank (default: $RANK, else 0).", -1, 1023);
+  flags.String("ps", &f.ps, "ADDRESSES", "PS addresses in shard order, comma-separated (default: the job's cluster.ps).");
+  flags.String("loader", &f.loader, "ADDRESS", "The loader's address (default: the job's cluster.loader).");
+  flags.String("master_addr", &f.master_addr, "HOST",
+               "Worker 0's rendezvous host (default: $MASTER_ADDR, else the job's cluster.master).");
+  flags.Int("master_port", &f.master_port,
+            "Worker 0's rendezvous port (default: $MASTER_PORT, else the job's cluster.master).", 0, 65535);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("worker", f.training.common.log_level);
+  return Finish("hyrec worker", Work(f));
+}
+
+}  // namespace hyrec::cli

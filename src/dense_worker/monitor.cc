@@ -1,0 +1,182 @@
+#include "hyrec/dense_worker/monitor.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+constexpr char kClearLine[] = "\r\x1b[K";  // Carriage return, then erase to the end of the line.
+
+std::string Duration(double seconds) {
+  if (seconds < 120) return absl::StrFormat("%.0f s", seconds);
+  if (seconds < 7200) return absl::StrFormat("%.0f min %02.0f s", std::floor(seconds / 60), std::fmod(seconds, 60));
+  return absl::StrFormat("%.0f h %02.0f min", std::floor(seconds / 3600), std::floor(std::fmod(seconds, 3600) / 60));
+}
+
+}  // namespace
+
+JobMonitor::JobMonitor(MonitorOptions options) : options_(options) {}
+
+JobMonitor::~JobMonitor() {
+  std::lock_guard<std::mutex> lock(mu_);
+  EndLiveLineLocked();
+}
+
+void JobMonitor::EndLiveLineLocked() {
+  if (live_line_shown_ && options_.out != nullptr) *options_.out << kClearLine << std::flush;
+  live_line_shown_ = false;
+}
+
+void JobMonitor::PrintLocked(const std::string& line) {
+  if (options_.out == nullptr) return;
+  EndLiveLineLocked();
+  *options_.out << line << "\n" << std::flush;
+}
+
+void JobMonitor::Note(const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PrintLocked(line);
+}
+
+void JobMonitor::SetTeacherAuc(double auc) {
+  if (options_.metrics == nullptr) return;
+  options_.metrics->Describe("hyrec_teacher_auc", MetricType::kGauge,
+                             "Synthetic data: the teacher's AUC, the best reachable.");
+  options_.metrics->Set("hyrec_teacher_auc", {}, auc);
+}
+
+void JobMonitor::OnProgress(const Progress& p) {
+  if (options_.metrics != nullptr) {
+    PublishProgress(static_cast<double>(p.samples), p.samples_per_second, p.loss, {}, options_.metrics);
+    PublishTrainerMetrics(p.stats, options_.worker, options_.metrics);
+    if (options_.ps != nullptr) (void)PublishPsMetrics(options_.ps, options_.metrics);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (options_.out == nullptr) return;
+  std::string line = absl::StrCat("samples ", p.samples);
+  if (p.planned_samples > 0) absl::StrAppend(&line, "/", p.planned_samples);
+  absl::StrAppend(&line, absl::StrFormat("  %.0f samples/s  loss %.4f", p.samples_per_second, p.loss));
+  const bool eta = p.planned_samples > 0 && p.samples_per_second > 0 && !p.last;
+  const double eta_seconds =
+      eta ? std::max(0.0, (static_cast<double>(p.planned_samples) - p.samples) / p.samples_per_second) : 0;
+  if (options_.live) {
+    if (last_auc_ >= 0) absl::StrAppend(&line, absl::StrFormat("  AUC %.4f", last_auc_));
+    absl::StrAppend(&line, "  elapsed ", Duration(p.elapsed_seconds));
+    if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
+    *options_.out << kClearLine << line << std::flush;
+    live_line_shown_ = true;
+    return;
+  }
+  absl::StrAppend(&line, absl::StrFormat("  lookup %.1f ms  update %.1f ms  waited %.1f ms  staleness %.2f",
+                                         p.stats.lookup_ms, p.stats.update_ms, p.stats.wait_for_rows_ms,
+                                         p.stats.observed_staleness));
+  if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
+  PrintLocked(line);
+}
+
+void JobMonitor::OnEvaluation(uint64_t samples, const Evaluation& e) {
+  PublishEvaluation(e, options_.metrics);
+  std::lock_guard<std::mutex> lock(mu_);
+  last_auc_ = e.auc;
+  PrintLocked(absl::StrFormat("eval at %d samples: AUC %.4f  log loss %.4f (%d held-out samples)", samples, e.auc,
+                              e.log_loss, e.samples));
+}
+
+void JobMonitor::OnFinish(const TrainReport& report) {
+  if (options_.metrics != nullptr) {
+    PublishProgress(static_cast<double>(report.samples), report.samples_per_second, report.mean_loss_last, {},
+                    options_.metrics);
+    PublishTrainerMetrics(report.stats, options_.worker, options_.metrics);
+    if (report.has_final_eval) PublishEvaluation(report.final_eval, options_.metrics);
+    if (report.teacher_auc > 0) SetTeacherAuc(report.teacher_auc);
+    if (options_.ps != nullptr) (void)PublishPsMetrics(options_.ps, options_.metrics);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  EndLiveLineLocked();
+  if (options_.out != nullptr) PrintSummary(report, *options_.out);
+}
+
+void PrintSummary(const TrainReport& r, std::ostream& out) {
+  out << absl::StrFormat("\nsummary: %d samples, %.0f samples/s, %s", r.samples, r.samples_per_second,
+                         Duration(r.elapsed_seconds));
+  if (r.interrupted) out << " (interrupted: stopped after the current batch)";
+  out << "\n";
+  if (r.has_final_eval) {
+    out << absl::StrFormat("  held-out AUC %.4f, log loss %.4f (%d samples)\n", r.final_eval.auc,
+                           r.final_eval.log_loss, r.final_eval.samples);
+  } else if (!r.evals.empty()) {
+    const auto& [samples, e] = r.evals.back();
+    out << absl::StrFormat("  last held-out AUC %.4f, log loss %.4f (at %d samples trained)\n", e.auc, e.log_loss,
+                           samples);
+  } else {
+    out << (r.interrupted ? "  no held-out evaluation (interrupted before any)\n"
+                          : "  no held-out data (eval.files is empty)\n");
+  }
+  if (r.teacher_auc > 0) {
+    out << absl::StrFormat("  teacher AUC  %.4f (the best any model can reach on this data)", r.teacher_auc);
+    if (r.has_final_eval) out << absl::StrFormat("; gap %.4f", r.teacher_auc - r.final_eval.auc);
+    out << "\n";
+  }
+  out << absl::StrFormat(
+      "  PS lookup %.2f ms, update %.2f ms per batch; waited %.2f ms per batch for rows; observed staleness %.2f "
+      "batches\n",
+      r.stats.lookup_ms, r.stats.update_ms, r.stats.wait_for_rows_ms, r.stats.observed_staleness);
+  out << std::flush;
+}
+
+void PublishProgress(double samples, double samples_per_second, double loss, const MetricLabels& labels,
+                     MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_train_samples_total", MetricType::kCounter, "Samples trained.");
+  m->Describe("hyrec_train_samples_per_second", MetricType::kGauge, "Samples trained per second since the start.");
+  m->Describe("hyrec_train_loss", MetricType::kGauge, "Mean training loss over the last log interval.");
+  m->Set("hyrec_train_samples_total", labels, samples);
+  m->Set("hyrec_train_samples_per_second", labels, samples_per_second);
+  m->Set("hyrec_train_loss", labels, loss);
+}
+
+void PublishTrainerMetrics(const TrainerStats& st, uint32_t worker, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  const MetricLabels labels = {{"worker", std::to_string(worker)}};
+  m->Describe("hyrec_ps_lookup_seconds", MetricType::kSummary, "Wall time of a batch's PS lookups (all tables).");
+  m->Describe("hyrec_ps_update_seconds", MetricType::kSummary,
+              "Wall time of a batch's PS update, until acknowledged (all tables).");
+  m->Describe("hyrec_wait_for_rows_seconds", MetricType::kSummary,
+              "Time a batch waited for its looked-up rows: PS latency not hidden by the pipeline.");
+  m->Describe("hyrec_observed_staleness", MetricType::kGauge,
+              "Mean batches whose updates were unacknowledged when a lookup was issued.");
+  m->Describe("hyrec_worker_batches_total", MetricType::kCounter, "Batches trained by the worker.");
+  m->SetSummary("hyrec_ps_lookup_seconds", labels, st.lookup_ms * st.lookup_count / 1000.0,
+                static_cast<double>(st.lookup_count));
+  m->SetSummary("hyrec_ps_update_seconds", labels, st.update_ms * st.update_count / 1000.0,
+                static_cast<double>(st.update_count));
+  m->SetSummary("hyrec_wait_for_rows_seconds", labels, st.wait_for_rows_ms * st.lookup_count / 1000.0,
+                static_cast<double>(st.lookup_count));
+  m->Set("hyrec_observed_staleness", labels, st.observed_staleness);
+  m->Set("hyrec_worker_batches_total", labels, static_cast<double>(st.batches));
+}
+
+absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry* m) {
+  if (m == nullptr || ps == nullptr) return absl::OkStatus();
+  HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardStats> shards, ps->Stats());
+  for (const embedding_ps::ShardStats& shard : shards) {
+    embedding_ps::PublishStoreMetrics(shard.store, {{"shard", std::to_string(shard.shard_index)}}, m);
+  }
+  return absl::OkStatus();
+}
+
+void PublishEvaluation(const Evaluation& e, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_eval_auc", MetricType::kGauge, "AUC on the held-out split, at the last evaluation.");
+  m->Describe("hyrec_eval_log_loss", MetricType::kGauge, "Mean log loss on the held-out split.");
+  m->Describe("hyrec_eval_samples", MetricType::kGauge, "Held-out samples of the last evaluation.");
+  m->Set("hyrec_eval_auc", {}, e.auc);
+  m->Set("hyrec_eval_log_loss", {}, e.log_loss);
+  m->Set("hyrec_eval_samples", {}, static_cast<double>(e.samples));
+}
+
+}  // namespace hyrec::dense_worker

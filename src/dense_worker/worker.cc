@@ -1,0 +1,326 @@
+#include "hyrec/dense_worker/worker.h"
+
+#include <cmath>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/data_loader/synthetic.h"
+#include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/nn_sync/dense_sync.h"
+#include "src/dense_worker/torch_status.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
+
+// Module initialization draws from LibTorch's global generator: workers that are threads of one
+// process seed it and build their models one at a time, so every replica starts the same.
+std::mutex& ModelInitMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+// One worker's run: set-up, the step loop, the end. Rank 0 also keeps the job's record.
+class WorkerLoop {
+ public:
+  WorkerLoop(const job::WorkerPlan& plan, const job::Endpoints& endpoints, const WorkerOptions& options)
+      : plan_(plan), endpoints_(endpoints), options_(options), leader_(plan.rank == 0) {}
+
+  absl::StatusOr<TrainReport> Run() {
+    HYREC_RETURN_IF_ERROR(SetUp());
+    TrainingContext ctx(trainer_options_, options_.stream, options_.ps, sync_.get(), model_, optimizer_.get());
+    if (!ctx.status().ok()) return ctx.status();
+    start_ = absl::Now();
+    for (;;) {
+      TrainBatch* batch = nullptr;
+      HYREC_ASSIGN_OR_RETURN(const bool go, NextStep(ctx, &batch));
+      if (!go) break;
+      HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
+      Record(ctx);
+      HYREC_RETURN_IF_ERROR(MaybeEvaluate(ctx));
+    }
+    HYREC_RETURN_IF_ERROR(ctx.Finish());
+    return Finish(ctx);
+  }
+
+ private:
+  absl::Status SetUp() {
+    if (options_.stream == nullptr || options_.ps == nullptr) {
+      return absl::InvalidArgumentError("RunWorker needs a batch stream and a PS client");
+    }
+    if (options_.intra_op_threads > 0) torch::set_num_threads(options_.intra_op_threads);
+    HYREC_ASSIGN_OR_RETURN(device_, ResolveDevice(plan_.device, plan_.rank));
+    {
+      std::lock_guard<std::mutex> lock(ModelInitMutex());
+      torch::manual_seed(plan_.seed);
+      HYREC_ASSIGN_OR_RETURN(model_, MakeModel(plan_));
+    }
+    HYREC_RETURN_IF_ERROR(GuardTorch(absl::StrCat("moving model '", plan_.model.kind, "' to ", device_.str()), [&] {
+      model_->to(device_);
+      return absl::OkStatus();
+    }));
+    if (plan_.world_size > 1 || device_.is_cuda()) {
+      nn_sync::SyncOptions sync;
+      sync.rank = plan_.rank;
+      sync.world_size = plan_.world_size;
+      sync.master_addr = endpoints_.master_addr;
+      sync.master_port = endpoints_.master_port;
+      sync.timeout = Seconds(plan_.sync_timeout_seconds);
+      sync.device_is_cuda = device_.is_cuda();
+      HYREC_ASSIGN_OR_RETURN(sync_, nn_sync::DenseSync::Create(sync));
+      HYREC_RETURN_IF_ERROR(sync_->BroadcastParameters(model_->parameters()));
+      sync_->AttachToParameters(model_->parameters());
+    }
+    HYREC_ASSIGN_OR_RETURN(optimizer_, MakeDenseOptimizer(plan_.dense_optimizer, model_->parameters()));
+    trainer_options_ = TrainerOptionsFor(plan_, device_);
+    return absl::OkStatus();
+  }
+
+  // Votes of the step agreement; the smallest wins.
+  static constexpr int kVoteStop = 0;  // Asked to stop.
+  static constexpr int kVoteEnd = 1;   // No batch (the end of its data, or an error getting one).
+  static constexpr int kVoteGo = 2;
+
+  // The next batch, once every worker has one and none was asked to stop.
+  absl::StatusOr<bool> NextStep(TrainingContext& ctx, TrainBatch** batch) {
+    const bool has_batch = ctx.Next(batch);
+    const bool stop = options_.stop != nullptr && options_.stop->load();
+    int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
+    if (sync_ != nullptr) {
+      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.batch_timeout_seconds)));
+    }
+    if (!ctx.status().ok()) return ctx.status();  // The others stop with this worker.
+    interrupted_ = vote == kVoteStop;
+    return vote == kVoteGo;
+  }
+
+  absl::Status Step(TrainingContext& ctx, TrainBatch& batch) {
+    const uint64_t step = ctx.stats().batches;
+    if (plan_.dense_optimizer.schedule.kind != job::LrSchedule::Kind::kConstant ||
+        plan_.dense_optimizer.schedule.warmup_steps > 0) {
+      SetLearningRate(*optimizer_, plan_.dense_optimizer.learning_rate *
+                                       plan_.dense_optimizer.schedule.Factor(static_cast<int64_t>(step)));
+    }
+    torch::Tensor loss;
+    HYREC_RETURN_IF_ERROR(GuardTorch(absl::StrCat("batch ", step, ": forward of model '", plan_.model.kind, "'"), [&] {
+      loss = torch::binary_cross_entropy_with_logits(ctx.Forward(batch), batch.labels);
+      loss_value_ = loss.item<double>();
+      return absl::OkStatus();
+    }));
+    if (!std::isfinite(loss_value_)) {
+      return absl::InvalidArgumentError(absl::StrCat("batch ", step, " (global batch ", batch.batch.batch_id,
+                                                     "): the loss became ", loss_value_,
+                                                     "; lower the learning rates or check the data"));
+    }
+    absl::Status backward;
+    HYREC_RETURN_IF_ERROR(GuardTorch(absl::StrCat("batch ", step, ": backward and dense step"), [&] {
+      backward = ctx.Backward(loss);
+      return absl::OkStatus();
+    }));
+    return Annotate(backward, absl::StrCat("batch ", step));
+  }
+
+  // The loss window, the warm-up mark and the progress report (to the observer, when given).
+  void Record(const TrainingContext& ctx) {
+    const TrainerStats st = ctx.stats();
+    if (st.batches == 1) report_.first_loss = loss_value_;
+    loss_window_ += loss_value_;
+    ++loss_count_;
+    const uint64_t samples = st.samples * static_cast<uint64_t>(plan_.world_size);
+    if (st.batches == TrainReport::kWarmupBatches) {
+      warm_start_ = absl::Now();
+      warm_samples_ = samples;
+    }
+    if (st.batches % static_cast<uint64_t>(plan_.log_every_batches) == 0) Report(st, samples, /*last=*/false);
+  }
+
+  void Report(const TrainerStats& st, uint64_t samples, bool last) {
+    if (loss_count_ == 0) return;
+    Progress p;
+    p.samples = samples;
+    p.planned_samples = plan_.planned_samples;
+    p.batches = st.batches;
+    p.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+    p.samples_per_second = samples / std::max(p.elapsed_seconds, 1e-9);
+    p.loss = loss_window_ / loss_count_;
+    p.stats = st;
+    p.last = last;
+    report_.mean_loss_last = p.loss;
+    report_.losses.emplace_back(samples, p.loss);
+    loss_window_ = 0;
+    loss_count_ = 0;
+    if (options_.observer != nullptr) options_.observer->OnProgress(p);
+  }
+
+  // Every eval.every_batches steps: worker 0 evaluates while the others wait for it.
+  absl::Status MaybeEvaluate(const TrainingContext& ctx) {
+    const uint64_t every = static_cast<uint64_t>(plan_.eval.every_batches);
+    if (every == 0 || !plan_.has_eval_data || ctx.stats().batches % every != 0) return absl::OkStatus();
+    if (leader_) {
+      HYREC_ASSIGN_OR_RETURN(Evaluation e, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      const uint64_t samples = ctx.stats().samples * static_cast<uint64_t>(plan_.world_size);
+      report_.evals.emplace_back(samples, e);
+      if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
+    }
+    if (sync_ != nullptr) HYREC_RETURN_IF_ERROR(sync_->AllMin(kVoteGo, Seconds(plan_.eval.timeout_seconds)).status());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<TrainReport> Finish(const TrainingContext& ctx) {
+    const absl::Time end = absl::Now();
+    const TrainerStats st = ctx.stats();
+    report_.stats = st;
+    report_.interrupted = interrupted_;
+    report_.samples = st.samples;
+    if (sync_ != nullptr) {  // The job's samples: every worker's.
+      torch::Tensor samples = torch::full({1}, static_cast<double>(st.samples),
+                                          torch::TensorOptions().dtype(torch::kDouble).device(device_));
+      HYREC_RETURN_IF_ERROR(sync_->AllreduceMean(samples));
+      report_.samples = static_cast<uint64_t>(std::llround(samples.item<double>() * plan_.world_size));
+    }
+    report_.planned_samples = plan_.planned_samples;
+    report_.elapsed_seconds = absl::ToDoubleSeconds(end - start_);
+    report_.samples_per_second = report_.samples / std::max(report_.elapsed_seconds, 1e-9);
+    if (warm_start_ != absl::InfinitePast() && report_.samples > warm_samples_) {
+      report_.steady_samples_per_second =
+          (report_.samples - warm_samples_) / std::max(absl::ToDoubleSeconds(end - warm_start_), 1e-9);
+    }
+    HYREC_RETURN_IF_ERROR(GuardTorch("reading the dense parameters", [&] {
+      report_.dense_fingerprint = DenseFingerprint(*model_);
+      double sum = 0;
+      for (const torch::Tensor& p : model_->parameters()) sum += p.detach().to(torch::kCPU).to(torch::kDouble).sum().item<double>();
+      report_.dense_sum = sum;
+      return absl::OkStatus();
+    }));
+    if (!leader_) return report_;
+    Report(st, report_.samples, /*last=*/true);
+    if (plan_.synthetic) {
+      report_.teacher_auc = data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
+    }
+    if (plan_.has_eval_data && !interrupted_) {
+      HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      report_.has_final_eval = true;
+      report_.evals.emplace_back(report_.samples, report_.final_eval);
+      if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
+    }
+    if (options_.observer != nullptr) options_.observer->OnFinish(report_);
+    return report_;
+  }
+
+  const job::WorkerPlan& plan_;
+  const job::Endpoints& endpoints_;
+  const WorkerOptions& options_;
+  const bool leader_;
+  torch::Device device_ = torch::kCPU;
+  std::shared_ptr<DenseModelImpl> model_;
+  std::unique_ptr<nn_sync::DenseSync> sync_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  TrainerOptions trainer_options_;
+  absl::Time start_ = absl::Now();
+  absl::Time warm_start_ = absl::InfinitePast();
+  uint64_t warm_samples_ = 0;
+  double loss_value_ = 0;
+  double loss_window_ = 0;
+  uint64_t loss_count_ = 0;
+  bool interrupted_ = false;
+  TrainReport report_;
+};
+
+}  // namespace
+
+absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank) {
+  if (device != "cpu" && device != "cuda" && device != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
+  }
+  const bool cuda = torch::cuda::is_available();
+  if (device == "cpu" || (device == "auto" && !cuda)) return torch::Device(torch::kCPU);
+  if (!cuda) {
+    return absl::FailedPreconditionError(
+        "train.device is cuda but no GPU is usable (no device, or this LibTorch was built without CUDA)");
+  }
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(rank % gpus));
+}
+
+TrainerOptions TrainerOptionsFor(const job::WorkerPlan& plan, torch::Device device) {
+  TrainerOptions o;
+  o.table_names = plan.table_names;
+  o.slot_tables = plan.slot_tables;
+  o.pooling = plan.pooling;
+  o.embedding_staleness = plan.embedding_staleness;
+  o.worker_id = static_cast<uint32_t>(plan.rank);
+  o.batch_timeout = Seconds(plan.batch_timeout_seconds);
+  o.device = device;
+  return o;
+}
+
+absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeDenseOptimizer(
+    const job::DenseOptimizerSpec& s, const std::vector<torch::Tensor>& parameters) {
+  namespace optim = torch::optim;
+  if (s.kind == "sgd") {
+    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::SGD>(
+        parameters, optim::SGDOptions(s.learning_rate).momentum(s.momentum).weight_decay(s.weight_decay)));
+  }
+  if (s.kind == "adagrad") {
+    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adagrad>(
+        parameters, optim::AdagradOptions(s.learning_rate).weight_decay(s.weight_decay).eps(s.epsilon)));
+  }
+  if (s.kind == "adam") {
+    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adam>(
+        parameters, optim::AdamOptions(s.learning_rate)
+                        .betas(std::make_tuple(s.beta1, s.beta2))
+                        .eps(s.epsilon)
+                        .weight_decay(s.weight_decay)));
+  }
+  if (s.kind == "adamw") {
+    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(
+        parameters, optim::AdamWOptions(s.learning_rate)
+                        .betas(std::make_tuple(s.beta1, s.beta2))
+                        .eps(s.epsilon)
+                        .weight_decay(s.weight_decay)));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("train.dense_optimizer '", s.kind, "' is not adam, adamw, adagrad or sgd"));
+}
+
+void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) group.options().set_lr(learning_rate);
+}
+
+uint64_t DenseFingerprint(DenseModelImpl& model) {
+  uint64_t h = 1469598103934665603ULL;
+  for (const torch::Tensor& p : model.parameters()) {
+    const torch::Tensor t = p.detach().to(torch::kCPU).contiguous();
+    const auto* bytes = static_cast<const unsigned char*>(t.data_ptr());
+    const size_t n = static_cast<size_t>(t.numel()) * t.element_size();
+    for (size_t i = 0; i < n; ++i) h = (h ^ bytes[i]) * 1099511628211ULL;
+  }
+  return h;
+}
+
+absl::StatusOr<Evaluation> EvaluateHeldOut(const job::WorkerPlan& plan, embedding_ps::EmbeddingClient* ps,
+                                           const TrainerOptions& options, DenseModelImpl& model) {
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(plan.eval_loader, {}));
+  absl::StatusOr<Evaluation> e;
+  HYREC_RETURN_IF_ERROR(GuardTorch("evaluating on the held-out data", [&] {
+    e = Evaluate(loader->stream(0), ps, options, model);
+    return absl::OkStatus();
+  }));
+  return e;
+}
+
+absl::StatusOr<TrainReport> RunWorker(const job::WorkerPlan& plan, const job::Endpoints& endpoints,
+                                      const WorkerOptions& options) {
+  WorkerLoop loop(plan, endpoints, options);
+  absl::StatusOr<TrainReport> report;
+  absl::Status guarded = GuardTorch(absl::StrCat("worker ", plan.rank), [&] {
+    report = loop.Run();
+    return absl::OkStatus();
+  });
+  if (!guarded.ok()) return guarded;
+  return report;
+}
+
+}  // namespace hyrec::dense_worker
