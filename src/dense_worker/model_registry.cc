@@ -78,7 +78,7 @@ ModelContext ContextFor(const job::WorkerPlan& plan) {
   c.feature_names = plan.feature_names;
   c.slot_dims = plan.slot_dims;
   c.spec = plan.model;
-  if (!plan.model.options_yaml.empty()) c.options = YAML::Load(plan.model.options_yaml);
+  c.options = plan.model.options_yaml.empty() ? YAML::Node(YAML::NodeType::Map) : YAML::Load(plan.model.options_yaml);
   return c;
 }
 

@@ -36,7 +36,7 @@ struct ModelContext {
   std::vector<std::string> feature_names;  // Per slot, in the order forward's `pooled` has them.
   std::vector<int> slot_dims;              // Per slot: the dim of its pooled embedding.
   job::ModelSpec spec;                     // kind, embedding_dim, bottom, top, cross_layers.
-  YAML::Node options;                      // model.options (a mapping; null when absent).
+  YAML::Node options;                      // model.options: a mapping (empty when absent).
 };
 
 using ModelFactory = std::function<absl::StatusOr<std::shared_ptr<DenseModelImpl>>(const ModelContext&)>;

@@ -1,0 +1,145 @@
+// Models of one's own: registered by name, built from the job's features, trained by hyrec's
+// entry point with everything `hyrec train` offers (embedded and --processes); and every way a
+// model can fail (a shape error in forward, an allocation that fails, a factory's own error, an
+// unknown kind) is a clear error with its exit code, never an abort.
+#include "hyrec/dense_worker/model_registry.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/dense_worker/train_job.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+constexpr char kData[] = R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 40960, num_slots: 3, num_dense: 4, vocabulary: 200, seed: 4}
+  batch_size: 256
+  threads: 1
+features: [user, item, category]
+eval: {samples: 4000}
+ps: {shards: 2}
+)";
+
+std::string Job(const std::string& name, const std::string& model, int workers = 1) {
+  const std::string path = ::testing::TempDir() + "/registry_" + name + ".yaml";
+  std::ofstream(path) << kData << model << "train: {workers: " << workers
+                      << ", dense_learning_rate: 0.005, log_every_batches: 40}\n";
+  return path;
+}
+
+struct Outcome {
+  int code = -1;
+  std::string out;  // stdout and stderr
+};
+
+Outcome RunTrainer(const std::vector<std::string>& args) {
+  std::string command = HYREC_CUSTOM_TRAINER;
+  for (const std::string& a : args) command += " '" + a + "'";
+  command += " 2>&1";
+  Outcome r;
+  FILE* pipe = popen(command.c_str(), "r");
+  char buffer[4096];
+  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) r.out += buffer;
+  const int status = pclose(pipe);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+double HeldOutAuc(const std::string& out) {
+  const size_t at = out.find("held-out AUC ");
+  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + 13);
+}
+
+TEST(ModelRegistry, AProgramsOwnModelTrainsAsHyrecTrainDoes) {
+  const std::string job =
+      Job("tiny", "model: {kind: tiny_two_tower, options: {width: 24, user_features: 1}}\n");
+  Outcome r = RunTrainer({"--config=" + job, "--plot=", "--progress=lines"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "tiny_two_tower: width 24, 1 user feature(s) of 3")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "hyrec train: tiny_two_tower, 1 worker(s)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "summary: 40960 samples")) << r.out;
+  EXPECT_GT(HeldOutAuc(r.out), 0.6) << r.out;
+  // The same program is every role of --processes: its workers know its models.
+  const std::string two = Job("tiny_two", "model: {kind: tiny_two_tower, options: {width: 24}}\n", 2);
+  r = RunTrainer({"--config=" + two, "--processes", "--plot=", "--progress=lines"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "processes: 2 PS")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "summary: 40960 samples")) << r.out;
+  EXPECT_GT(HeldOutAuc(r.out), 0.6) << r.out;
+  // Its roles take hyrec's flags.
+  r = RunTrainer({"ps", "--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "usage: hyrec ps")) << r.out;
+  r = RunTrainer({"--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "--processes")) << r.out;
+}
+
+TEST(ModelRegistry, ModelFailuresAreErrorsWithTheirExitCodes) {
+  // A shape error in forward: invalid input (2), naming the batch and the model.
+  Outcome r = RunTrainer({"--config=" + Job("bad", "model: {kind: bad_shape}\n"), "--plot="});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "batch 0: forward of model 'bad_shape'")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "cannot be multiplied")) << r.out;
+  // The same in a worker thread of an embedded job with two workers (once std::terminate).
+  r = RunTrainer({"--config=" + Job("bad_two", "model: {kind: bad_shape}\n", 2), "--plot="});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "forward of model 'bad_shape'")) << r.out;
+  // An allocation that fails while the model is built: transient (3), the next machine may do.
+  r = RunTrainer({"--config=" + Job("huge", "model: {kind: huge}\n"), "--plot="});
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "building model 'huge'")) << r.out;
+  // The model's own settings are checked by its factory.
+  r = RunTrainer({"--config=" + Job("options", "model: {kind: tiny_two_tower, options: {widht: 3}}\n"), "--plot="});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "model.options.widht")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "did you mean 'width'?")) << r.out;
+  // An unknown kind is refused before anything starts, naming what there is.
+  r = RunTrainer({"--config=" + Job("unknown", "model: {kind: three_tower}\n"), "--plot="});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "model.kind 'three_tower' is not a registered model (bad_shape, dcn, dlrm, huge, "
+                                       "tiny_two_tower)"))
+      << r.out;
+}
+
+TEST(ModelRegistry, RegistersOnceAndBuildsFromThePlan) {
+  EXPECT_TRUE(IsRegisteredModel("dlrm"));
+  EXPECT_TRUE(IsRegisteredModel("dcn"));
+  EXPECT_EQ(RegisterModel("dlrm", [](const ModelContext&) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+              return absl::InternalError("never");
+            }).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(RegisterModel("", nullptr).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(RegisterModel("refuses", [](const ModelContext& c) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+                return absl::InvalidArgumentError(absl::StrCat("needs 2 features, has ", c.slot_dims.size()));
+              }).ok());
+  ASSERT_TRUE(RegisterModel("throws", [](const ModelContext&) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+                throw std::runtime_error("a user's exception");
+              }).ok());
+  auto plan = job::Plan(*job::ParseJobSpecText(std::string(kData) + "model: {kind: refuses}\n", "job.yaml"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  auto made = MakeModel(plan->workers[0]);
+  EXPECT_EQ(made.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(made.status().message(), "building model 'refuses': needs 2 features, has 3");
+  plan->workers[0].model.kind = "throws";
+  made = MakeModel(plan->workers[0]);
+  EXPECT_EQ(made.status().message(), "building model 'throws': a user's exception");
+  plan->workers[0].model.kind = "dlrm";
+  ModelContext c = ContextFor(plan->workers[0]);
+  EXPECT_EQ(c.feature_names, (std::vector<std::string>{"user", "item", "category"}));
+  EXPECT_EQ(c.slot_dims, (std::vector<int>{16, 16, 16}));
+  EXPECT_EQ(c.num_dense, 4);
+  EXPECT_TRUE(c.options.IsMap());
+  made = MakeModel(plan->workers[0]);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_GT((*made)->parameters().size(), 4u);
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker

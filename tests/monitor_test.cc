@@ -1,0 +1,158 @@
+// What a person sees of a job: the live line (cleared before any other line, with the elapsed
+// time and the last AUC), plain lines off a terminal, the summary; and worker 0's events, which
+// carry its reports to a launcher exactly.
+#include "hyrec/dense_worker/monitor.h"
+
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "src/dense_worker/events.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+Progress SomeProgress(uint64_t samples) {
+  Progress p;
+  p.samples = samples;
+  p.planned_samples = 100000;
+  p.batches = samples / 100;
+  p.elapsed_seconds = samples / 1000.0;
+  p.samples_per_second = 1000;
+  p.loss = 0.4567;
+  p.stats.lookup_ms = 1.5;
+  p.stats.observed_staleness = 2.5;
+  return p;
+}
+
+TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
+  std::ostringstream out;
+  MonitorOptions options;
+  options.out = &out;
+  options.live = true;
+  {
+    JobMonitor monitor(options);
+    monitor.OnProgress(SomeProgress(5000));
+    EXPECT_EQ(out.str(), "\r\x1b[Ksamples 5000/100000  1000 samples/s  loss 0.4567  elapsed 5 s  ETA 95 s");
+    out.str("");
+    Evaluation e;
+    e.auc = 0.7123;
+    e.log_loss = 0.5;
+    e.samples = 2000;
+    monitor.OnEvaluation(5000, e);
+    // The live line is erased first, so nothing of it is left beside the evaluation.
+    EXPECT_EQ(out.str(), "\r\x1b[Keval at 5000 samples: AUC 0.7123  log loss 0.5000 (2000 held-out samples)\n");
+    out.str("");
+    monitor.OnProgress(SomeProgress(6000));
+    EXPECT_TRUE(absl::StrContains(out.str(), "AUC 0.7123  elapsed 6 s  ETA 94 s")) << out.str();
+    out.str("");
+    monitor.Note("a note");
+    EXPECT_EQ(out.str(), "\r\x1b[Ka note\n");
+    monitor.OnProgress(SomeProgress(200000));
+    out.str("");
+  }
+  EXPECT_EQ(out.str(), "\r\x1b[K");  // Nothing of the live line is left behind.
+}
+
+TEST(JobMonitor, OffATerminalEveryReportIsALineWithThePsFigures) {
+  std::ostringstream out;
+  MonitorOptions options;
+  options.out = &out;
+  MetricsRegistry metrics;
+  options.metrics = &metrics;
+  JobMonitor monitor(options);
+  monitor.OnProgress(SomeProgress(5000));
+  EXPECT_EQ(out.str(),
+            "samples 5000/100000  1000 samples/s  loss 0.4567  lookup 1.5 ms  update 0.0 ms  waited 0.0 ms  "
+            "staleness 2.50  ETA 95 s\n");
+  EXPECT_EQ(metrics.Get("hyrec_train_samples_total", {}), 5000);
+  EXPECT_EQ(metrics.Get("hyrec_observed_staleness", {{"worker", "0"}}), 2.5);
+}
+
+TEST(JobMonitor, TheSummarySaysWhatWasTrainedAndEvaluated) {
+  TrainReport r;
+  r.samples = 1234;
+  r.samples_per_second = 100;
+  r.elapsed_seconds = 12.3;
+  std::ostringstream out;
+  PrintSummary(r, out);
+  EXPECT_TRUE(absl::StrContains(out.str(), "summary: 1234 samples, 100 samples/s, 12 s\n")) << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "no held-out data")) << out.str();
+  EXPECT_FALSE(absl::StrContains(out.str(), "AUC 0.0000")) << out.str();
+  r.interrupted = true;
+  r.evals.emplace_back(1000, Evaluation{0.7, 0.5, 100});
+  out.str("");
+  PrintSummary(r, out);
+  EXPECT_TRUE(absl::StrContains(out.str(), "(interrupted: stopped after the current batch)")) << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "last held-out AUC 0.7000, log loss 0.5000 (at 1000 samples trained)"))
+      << out.str();
+  r.has_final_eval = true;
+  r.final_eval = Evaluation{0.81234, 0.4, 500};
+  r.teacher_auc = 0.9;
+  out.str("");
+  PrintSummary(r, out);
+  EXPECT_TRUE(absl::StrContains(out.str(), "held-out AUC 0.8123, log loss 0.4000 (500 samples)")) << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "gap 0.0877")) << out.str();
+}
+
+// Records what it is given.
+struct Recorder : TrainObserver {
+  std::vector<Progress> progress;
+  std::vector<std::pair<uint64_t, Evaluation>> evals;
+  void OnProgress(const Progress& p) override { progress.push_back(p); }
+  void OnEvaluation(uint64_t samples, const Evaluation& e) override { evals.emplace_back(samples, e); }
+  void OnFinish(const TrainReport&) override {}
+};
+
+TEST(Events, CarryWorkerReportsExactly) {
+  std::ostringstream wire;
+  EventWriter writer(&wire);
+  Progress p = SomeProgress(5000);
+  p.loss = 1.0 / 3.0;
+  p.stats.update_ms = 0.1 + 0.2;
+  writer.OnProgress(p);
+  writer.OnEvaluation(5000, Evaluation{0.123456789012345, 2.0 / 7.0, 999});
+  TrainReport r;
+  r.samples = 10000;
+  r.first_loss = 0.6931471805599453;
+  r.dense_fingerprint = 0xfedcba9876543210ULL;
+  r.dense_sum = -1e-300;
+  r.has_final_eval = true;
+  r.final_eval.auc = 0.75;
+  r.interrupted = true;
+  r.stats.batches = 100;
+  writer.OnFinish(r);
+
+  Recorder recorder;
+  EventReader reader(&recorder);
+  std::istringstream lines(wire.str());
+  for (std::string line; std::getline(lines, line);) {
+    auto read = reader.Read(line);
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_TRUE(*read) << line;
+  }
+  ASSERT_EQ(recorder.progress.size(), 1u);
+  EXPECT_EQ(recorder.progress[0].loss, 1.0 / 3.0);
+  EXPECT_EQ(recorder.progress[0].stats.update_ms, 0.1 + 0.2);
+  EXPECT_EQ(recorder.progress[0].samples, 5000u);
+  ASSERT_EQ(recorder.evals.size(), 1u);
+  EXPECT_EQ(recorder.evals[0].second.auc, 0.123456789012345);
+  EXPECT_EQ(recorder.evals[0].second.samples, 999u);
+  ASSERT_TRUE(reader.finished());
+  const TrainReport& got = reader.report();
+  EXPECT_EQ(got.first_loss, r.first_loss);
+  EXPECT_EQ(got.dense_fingerprint, r.dense_fingerprint);
+  EXPECT_EQ(got.dense_sum, r.dense_sum);
+  EXPECT_TRUE(got.interrupted);
+  EXPECT_TRUE(got.has_final_eval);
+  EXPECT_EQ(got.stats.batches, 100u);
+  EXPECT_EQ(got.losses.size(), 1u);  // The progress and evaluations seen before the end.
+  EXPECT_EQ(got.evals.size(), 1u);
+  // Other lines are not events; a malformed event is an error.
+  EXPECT_FALSE(*reader.Read("hyrec worker 0 metrics: http://0.0.0.0:1/metrics"));
+  EXPECT_FALSE(reader.Read("hyrec-event progress samples=x").ok());
+  EXPECT_FALSE(reader.Read("hyrec-event launch").ok());
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker
