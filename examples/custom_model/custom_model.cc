@@ -1,59 +1,70 @@
-// A custom dense model trained with hyrec's C++ API: the PS, the loader, the staleness window and
-// the dense sync stay behind TrainingContext. Run: build/hyrec-custom-model
-#include <cstdio>
+// A two-tower model of one's own, trained by hyrec with everything `hyrec train` offers: the
+// program registers it under a name and hands its command line to hyrec; a job with
+// `model.kind: two_tower` then trains it (embedded or --processes, with progress, metrics, the
+// plot and evaluations). See README.md.
+#include <algorithm>
+#include <iostream>
 
-#include "hyrec/dense_worker/process_tuning.h"
-#include "hyrec/dense_worker/trainer.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/yaml_config.h"
+#include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/dense_worker/train_main.h"
 
-using namespace hyrec;
+namespace {
 
-// Concatenates the pooled slot embeddings with the dense features; two hidden layers.
-struct WideModel : dense_worker::DenseModelImpl {
-  WideModel(int dense, int slots, int dim) {
-    mlp = register_module("mlp", dense_worker::Mlp(dense + slots * dim, {128, 64}, 1));
+using hyrec::dense_worker::DenseModelImpl;
+using hyrec::dense_worker::ModelContext;
+
+// The user tower reads the features named in model.options.user_features, the item tower the
+// others (each with the dense features); the logit is the dot product of the two towers' outputs.
+class TwoTower : public DenseModelImpl {
+ public:
+  TwoTower(const ModelContext& c, const std::vector<std::string>& user_features, int width) {
+    int user_in = c.num_dense, item_in = c.num_dense;
+    for (size_t s = 0; s < c.feature_names.size(); ++s) {
+      const bool user = std::find(user_features.begin(), user_features.end(), c.feature_names[s]) != user_features.end();
+      is_user_.push_back(user);
+      (user ? user_in : item_in) += c.slot_dims[s];
+    }
+    user_ = register_module("user", hyrec::dense_worker::Mlp(user_in, {width}, width));
+    item_ = register_module("item", hyrec::dense_worker::Mlp(item_in, {width}, width));
   }
+
   torch::Tensor forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) override {
-    std::vector<torch::Tensor> parts = {dense};
-    parts.insert(parts.end(), pooled.begin(), pooled.end());
-    return mlp->forward(torch::cat(parts, 1)).squeeze(1);
+    std::vector<torch::Tensor> user = {dense}, item = {dense};
+    for (size_t s = 0; s < pooled.size(); ++s) (is_user_[s] ? user : item).push_back(pooled[s]);
+    return (user_->forward(torch::cat(user, 1)) * item_->forward(torch::cat(item, 1))).sum(1);
   }
-  torch::nn::Sequential mlp{nullptr};
+
+ private:
+  std::vector<bool> is_user_;  // Per feature.
+  torch::nn::Sequential user_{nullptr}, item_{nullptr};
 };
 
-int main() {
-  dense_worker::TuneTrainingProcess();                  // Idle BLAS threads sleep, freed memory stays.
-  data_loader::LoaderOptions data;                      // The synthetic teacher, 26 slots.
-  data.source.synthetic.num_samples = 300'000;
-  data.source.synthetic.vocabulary = 1000;
-  data.batch_size = 512;
-  embedding_ps::StoreOptions ps_options;                // One PS table per slot, dim 8.
-  dense_worker::TrainerOptions options;
-  for (int s = 0; s < 26; ++s) {
-    embedding_ps::TableConfig table;
-    table.name = "slot" + std::to_string(s);
-    table.dim = 8;
-    table.optimizer.learning_rate = 0.05f;              // Adagrad on the PS.
-    ps_options.tables.push_back(table);
-    options.table_names.push_back(table.name);
+absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeTwoTower(const ModelContext& c) {
+  std::vector<std::string> user_features;
+  int width = 64;
+  HYREC_RETURN_IF_ERROR(hyrec::CheckKeys(c.options, "model.options", {"user_features", "width"}));
+  HYREC_RETURN_IF_ERROR(hyrec::ReadStringList(c.options, "user_features", "model.options", &user_features));
+  HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(c.options, "width", "model.options", &width));
+  for (const std::string& f : user_features) {
+    if (std::find(c.feature_names.begin(), c.feature_names.end(), f) == c.feature_names.end()) {
+      return absl::InvalidArgumentError("model.options.user_features: '" + f + "' is not a feature of the job");
+    }
   }
-  auto ps = *embedding_ps::NewInProcessEmbeddingClient({*embedding_ps::EmbeddingShardStore::Create(ps_options)});
-  auto loader = *data_loader::Loader::Start(data, {});
-  auto model = std::make_shared<WideModel>(13, 26, 8);
-  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(2e-3));
-  options.embedding_staleness = 4;                      // Hybrid: lookups run ahead of updates.
-
-  dense_worker::TrainingContext ctx(options, loader->stream(0), ps.get(), /*sync=*/nullptr, model, &optimizer);
-  for (dense_worker::TrainBatch* batch = nullptr; ctx.Next(&batch);) {
-    torch::Tensor loss = torch::binary_cross_entropy_with_logits(ctx.Forward(*batch), batch->labels);
-    if (!ctx.Backward(loss).ok()) return 1;
+  if (user_features.empty() || user_features.size() == c.feature_names.size()) {
+    return absl::InvalidArgumentError("model.options.user_features: name some of the job's features, not none or all");
   }
-  if (!ctx.Finish().ok()) return 1;
+  return std::make_shared<TwoTower>(c, user_features, width);
+}
 
-  data.source.synthetic.first_index = 1ULL << 40;       // Held out: same teacher, new samples.
-  data.source.synthetic.num_samples = 50'000;
-  auto held_out = *data_loader::Loader::Start(data, {});
-  auto eval = *dense_worker::Evaluate(held_out->stream(0), ps.get(), options, *model);
-  std::printf("held-out AUC %.4f (teacher %.4f)\n", eval.auc,
-              data_loader::SyntheticSource(data.source.synthetic).TeacherAuc(50'000));
-  return 0;
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::Status registered = hyrec::dense_worker::RegisterModel("two_tower", MakeTwoTower);
+  if (!registered.ok()) {
+    std::cerr << registered.message() << "\n";
+    return 1;
+  }
+  return hyrec::dense_worker::TrainMain(argc, argv);
 }

@@ -1,0 +1,45 @@
+# `cmake --install` puts hyrec's headers, libraries and binaries under the prefix, with a CMake
+# package, so that a project of its own builds against it:
+#
+#   find_package(hyrec REQUIRED)
+#   target_link_libraries(my_trainer PRIVATE hyrec::train_main)   # or hyrec::dense_worker, ...
+#
+# examples/custom_model is such a project; tests/out_of_tree_test.sh builds it against an install.
+include(CMakePackageConfigHelpers)
+
+set(HYREC_EXPORTED_LIBRARIES
+  hyrec_common:common hyrec_metrics_http:metrics_http hyrec_proto:proto hyrec_embedding_ps:embedding_ps
+  hyrec_data_loader:data_loader hyrec_job:job hyrec_ps_role:ps_role hyrec_loader_role:loader_role)
+if(HYREC_WITH_TORCH)
+  list(APPEND HYREC_EXPORTED_LIBRARIES hyrec_nn_sync:nn_sync hyrec_dense_worker:dense_worker
+    hyrec_train_main:train_main)
+endif()
+set(HYREC_INSTALLED_TARGETS)
+foreach(entry ${HYREC_EXPORTED_LIBRARIES})
+  string(REPLACE ":" ";" pair ${entry})
+  list(GET pair 0 target)
+  list(GET pair 1 export_name)
+  set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
+  list(APPEND HYREC_INSTALLED_TARGETS ${target})
+endforeach()
+
+install(TARGETS ${HYREC_INSTALLED_TARGETS} EXPORT hyrecTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/hyrec DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+set(HYREC_INSTALLED_BINARIES hyrec hyrec-ps hyrec-loader hyrec-ps-demo)
+if(HYREC_WITH_TORCH)
+  list(APPEND HYREC_INSTALLED_BINARIES hyrec-train hyrec-worker)
+endif()
+install(TARGETS ${HYREC_INSTALLED_BINARIES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+set(HYREC_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/hyrec)
+install(EXPORT hyrecTargets NAMESPACE hyrec:: DESTINATION ${HYREC_CMAKE_DIR})
+configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/hyrecConfig.cmake.in
+  ${CMAKE_BINARY_DIR}/hyrecConfig.cmake INSTALL_DESTINATION ${HYREC_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_BINARY_DIR}/hyrecConfigVersion.cmake
+  VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_BINARY_DIR}/hyrecConfig.cmake ${CMAKE_BINARY_DIR}/hyrecConfigVersion.cmake
+  DESTINATION ${HYREC_CMAKE_DIR})
