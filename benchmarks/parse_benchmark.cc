@@ -2,8 +2,8 @@
 //
 //   build/benchmarks/parse_benchmark [path/to/train.tsv]
 //
-// Uses the given file, else ../shared/data/criteo-kaggle-sample/train.tsv when present, else
-// synthetic Criteo lines; the text is repeated in memory to 128 MiB. Parses on 1 and 2 threads
+// Uses the given file, else data/criteo/train.tsv when present (examples/configs/criteo-sample.yaml
+// says how to get it), else synthetic Criteo lines; the text is repeated in memory to 128 MiB. Parses on 1 and 2 threads
 // (the buffer split at line boundaries), then runs the whole loader (parse, batch of 4096, per-
 // table dedup and shard partition) on a file in the page cache.
 #include <unistd.h>
@@ -53,7 +53,7 @@ double RunSplit(const std::string& text, int threads, Fn fn) {
 int main(int argc, char** argv) {
   std::string path = argc > 1 ? argv[1] : "";
   if (path.empty()) {
-    const std::string sample = std::string(HYREC_SOURCE_DIR) + "/../shared/data/criteo-kaggle-sample/train.tsv";
+    const std::string sample = std::string(HYREC_SOURCE_DIR) + "/data/criteo/train.tsv";
     if (access(sample.c_str(), R_OK) == 0) path = sample;
   }
   std::string base;

@@ -1,5 +1,6 @@
-// Reads the Criteo sample (../shared/data/criteo-kaggle-sample, never committed) through the
-// loader and prints what a dense worker would receive. Skips cleanly when the sample is absent.
+// Reads a sample of the Criteo challenge data (data/criteo/train.tsv; examples/configs/
+// criteo-sample.yaml says how to get it, it is not part of the repository) through the loader and
+// prints what a dense worker would receive. Skips cleanly when the sample is absent.
 //
 //   build/hyrec-criteo-sample [path/to/train.tsv]
 #include <unistd.h>
@@ -11,7 +12,7 @@
 
 int main(int argc, char** argv) {
   using namespace hyrec::data_loader;
-  std::string path = argc > 1 ? argv[1] : std::string(HYREC_SOURCE_DIR) + "/../shared/data/criteo-kaggle-sample/train.tsv";
+  std::string path = argc > 1 ? argv[1] : std::string(HYREC_SOURCE_DIR) + "/data/criteo/train.tsv";
   if (access(path.c_str(), R_OK) != 0) {
     std::printf("criteo-sample: %s not found; skipping (the sample is not part of the repository)\n", path.c_str());
     return 0;

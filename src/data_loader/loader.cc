@@ -314,121 +314,38 @@ class LoaderImpl final : public Loader {
     return global_id >= next_for_worker_[global_id % options_.num_workers];
   }
 
+  // Where the producer reads: the next window's position, and the open file.
+  struct Cursor {
+    ReaderPosition at;  // next_batch unused; window_global is the next batch's global id.
+    std::unique_ptr<LineReader> reader;
+  };
+
+  // One shuffle window as read: its lines with their origins (files) or its sample indices
+  // (synthetic), and the file-level problems met while reading it.
+  struct Window {
+    ReaderPosition start;
+    std::vector<std::string> lines;
+    std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
+    std::vector<uint64_t> indices;
+    std::vector<std::string> read_errors;
+    bool epoch_done = false;  // The epoch's data ends with this window.
+  };
+
   void Produce() {
     LowerThisThreadsPriority(options_.thread_nice);
-    const LoaderOptions& o = options_;
-    const uint64_t B = static_cast<uint64_t>(o.batch_size);
-    uint64_t epoch = start_.epoch;
-    uint64_t window_batch = start_.window_batch;
-    uint64_t global = start_.window_global;
-    uint32_t file_index = start_.file_index;
-    uint64_t offset = start_.byte_offset;
-    uint64_t line_number = start_.line_number;
-    std::unique_ptr<LineReader> reader;
-    for (; o.epochs == 0 || epoch < o.epochs; ++epoch) {
-      bool epoch_done = false;
-      while (!epoch_done) {
-        ReaderPosition window;
-        window.epoch = epoch;
-        window.window_batch = window_batch;
-        window.window_global = global;
-        window.file_index = file_index;
-        window.byte_offset = offset;
-        window.line_number = line_number;
-        // Read one window of samples.
-        std::vector<std::string> lines;
-        std::vector<std::pair<uint32_t, uint64_t>> origins;
-        std::vector<uint64_t> indices;
-        std::vector<std::string> read_errors;
-        const uint64_t want = window_batches_ * B;
-        if (synthetic_ != nullptr) {
-          const uint64_t first = window_batch * B;
-          const uint64_t n = o.source.synthetic.num_samples;
-          for (uint64_t i = first; i < std::min(n, first + want); ++i) indices.push_back(i);
-          epoch_done = first + want >= n;
-        } else {
-          while (lines.size() < want) {
-            if (reader == nullptr) {
-              if (file_index >= o.source.files.size()) {
-                epoch_done = true;
-                break;
-              }
-              auto opened = LineReader::Open(o.source.files[file_index], offset, line_number);
-              if (!opened.ok()) {
-                read_errors.push_back(std::string(opened.status().message()));
-                NextFile(&file_index, &offset, &line_number);
-                continue;
-              }
-              reader = std::move(*opened);
-            }
-            std::string line;
-            uint64_t number = 0;
-            absl::Status error;
-            const LineReader::Result r = reader->Next(kMaxLineBytes, &line, &number, &error);
-            if (r == LineReader::Result::kLine) {
-              lines.push_back(std::move(line));
-              origins.emplace_back(file_index, number);
-              offset = reader->offset();
-              line_number = reader->line_number();
-              continue;
-            }
-            if (r == LineReader::Result::kError) read_errors.push_back(std::string(error.message()));
-            reader.reset();
-            NextFile(&file_index, &offset, &line_number);
-          }
-          if (!epoch_done && reader == nullptr && file_index >= o.source.files.size()) {
-            epoch_done = true;
-          }
-        }
-        // Shuffle the window, then cut it into batches.
-        const size_t count = synthetic_ != nullptr ? indices.size() : lines.size();
-        std::vector<uint32_t> order(count);
-        for (size_t i = 0; i < count; ++i) order[i] = static_cast<uint32_t>(i);
-        if (o.shuffle) {
-          std::mt19937_64 rng(HashCombine(o.seed, (epoch << 32) ^ window_batch));
-          for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
-        }
-        const uint64_t batches_here = (count + B - 1) / B;
-        for (uint64_t k = 0; k < batches_here || (k == 0 && (epoch_done || !read_errors.empty())); ++k) {
-          const size_t begin = static_cast<size_t>(k * B);
-          const size_t end = std::min(count, begin + static_cast<size_t>(B));
-          const bool last_of_epoch = epoch_done && k + 1 >= batches_here;
-          const bool partial = end - begin < B;
-          RawBatch raw;
-          raw.epoch = epoch;
-          raw.window = window;
-          raw.read_errors = k == 0 ? read_errors : std::vector<std::string>();
-          raw.epoch_end = last_of_epoch;
-          const bool has_batch = end > begin && !(partial && o.drop_last);
-          raw.deliver = has_batch && Needed(global);
-          raw.global_id = global;
-          if (raw.deliver) {
-            for (size_t i = begin; i < end; ++i) {
-              if (synthetic_ != nullptr) {
-                raw.sample_indices.push_back(indices[order[i]]);
-              } else {
-                raw.lines.push_back(std::move(lines[order[i]]));
-                raw.origins.push_back(origins[order[i]]);
-              }
-            }
-          } else if (synthetic_ == nullptr) {
-            // Not delivered, but its lines still count as read (and bad lines still count).
-            for (size_t i = begin; i < end; ++i) {
-              raw.lines.push_back(std::move(lines[order[i]]));
-              raw.origins.push_back(origins[order[i]]);
-            }
-          }
-          if (has_batch) ++global;
-          if (!raw.deliver && !raw.epoch_end && raw.read_errors.empty() && raw.lines.empty()) continue;
-          if (!PushRaw(std::move(raw))) return;
-        }
-        window_batch += batches_here;
+    Cursor cursor;
+    cursor.at = start_;
+    for (; options_.epochs == 0 || cursor.at.epoch < options_.epochs; ++cursor.at.epoch) {
+      for (bool epoch_done = false; !epoch_done;) {
+        Window window = ReadWindow(&cursor);
+        epoch_done = window.epoch_done;
+        if (!CutWindow(std::move(window), &cursor.at)) return;
       }
-      window_batch = 0;
-      file_index = 0;
-      offset = 0;
-      line_number = 1;
-      reader.reset();
+      cursor.at.window_batch = 0;
+      cursor.at.file_index = 0;
+      cursor.at.byte_offset = 0;
+      cursor.at.line_number = 1;
+      cursor.reader.reset();
     }
     RawBatch end;
     end.end = true;
@@ -436,10 +353,101 @@ class LoaderImpl final : public Loader {
     PushRaw(std::move(end));
   }
 
-  static void NextFile(uint32_t* file_index, uint64_t* offset, uint64_t* line_number) {
-    ++*file_index;
-    *offset = 0;
-    *line_number = 1;
+  // Reads the window at the cursor and moves the cursor past it.
+  Window ReadWindow(Cursor* cursor) {
+    Window w;
+    w.start = cursor->at;
+    const uint64_t want = window_batches_ * static_cast<uint64_t>(options_.batch_size);
+    if (synthetic_ != nullptr) {
+      const uint64_t first = cursor->at.window_batch * static_cast<uint64_t>(options_.batch_size);
+      const uint64_t n = options_.source.synthetic.num_samples;
+      for (uint64_t i = first; i < std::min(n, first + want); ++i) w.indices.push_back(i);
+      w.epoch_done = first + want >= n;
+      return w;
+    }
+    ReaderPosition& at = cursor->at;
+    const std::vector<std::string>& files = options_.source.files;
+    while (w.lines.size() < want) {
+      if (cursor->reader == nullptr) {
+        if (at.file_index >= files.size()) {
+          w.epoch_done = true;
+          return w;
+        }
+        auto opened = LineReader::Open(files[at.file_index], at.byte_offset, at.line_number);
+        if (!opened.ok()) {
+          w.read_errors.push_back(std::string(opened.status().message()));
+          NextFile(&at);
+          continue;
+        }
+        cursor->reader = std::move(*opened);
+      }
+      std::string line;
+      uint64_t number = 0;
+      absl::Status error;
+      const LineReader::Result r = cursor->reader->Next(kMaxLineBytes, &line, &number, &error);
+      if (r == LineReader::Result::kLine) {
+        w.lines.push_back(std::move(line));
+        w.origins.emplace_back(at.file_index, number);
+        at.byte_offset = cursor->reader->offset();
+        at.line_number = cursor->reader->line_number();
+        continue;
+      }
+      if (r == LineReader::Result::kError) w.read_errors.push_back(std::string(error.message()));
+      cursor->reader.reset();
+      NextFile(&at);
+    }
+    w.epoch_done = cursor->reader == nullptr && at.file_index >= files.size();
+    return w;
+  }
+
+  // Shuffles a window and hands its batches to the parsers, those a resumed worker already had
+  // included (their lines still count). `at` moves past the window's batches. False once the
+  // loader stops.
+  bool CutWindow(Window w, ReaderPosition* at) {
+    const uint64_t B = static_cast<uint64_t>(options_.batch_size);
+    const bool synthetic = synthetic_ != nullptr;
+    const size_t count = synthetic ? w.indices.size() : w.lines.size();
+    std::vector<uint32_t> order(count);
+    for (size_t i = 0; i < count; ++i) order[i] = static_cast<uint32_t>(i);
+    if (options_.shuffle) {
+      std::mt19937_64 rng(HashCombine(options_.seed, (w.start.epoch << 32) ^ w.start.window_batch));
+      for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+    }
+    const uint64_t batches_here = (count + B - 1) / B;
+    for (uint64_t k = 0; k < batches_here || (k == 0 && (w.epoch_done || !w.read_errors.empty())); ++k) {
+      const size_t begin = static_cast<size_t>(k * B);
+      const size_t end = std::min(count, begin + static_cast<size_t>(B));
+      RawBatch raw;
+      raw.epoch = w.start.epoch;
+      raw.window = w.start;
+      if (k == 0) raw.read_errors = w.read_errors;
+      raw.epoch_end = w.epoch_done && k + 1 >= batches_here;
+      const bool has_batch = end > begin && !(end - begin < B && options_.drop_last);
+      raw.global_id = at->window_global;
+      raw.deliver = has_batch && Needed(raw.global_id);
+      // A batch not delivered is not parsed into samples, but its lines still count as read.
+      if (raw.deliver || !synthetic) {
+        for (size_t i = begin; i < end; ++i) {
+          if (synthetic) {
+            raw.sample_indices.push_back(w.indices[order[i]]);
+          } else {
+            raw.lines.push_back(std::move(w.lines[order[i]]));
+            raw.origins.push_back(w.origins[order[i]]);
+          }
+        }
+      }
+      if (has_batch) ++at->window_global;
+      if (!raw.deliver && !raw.epoch_end && raw.read_errors.empty() && raw.lines.empty()) continue;
+      if (!PushRaw(std::move(raw))) return false;
+    }
+    at->window_batch += batches_here;
+    return true;
+  }
+
+  static void NextFile(ReaderPosition* at) {
+    ++at->file_index;
+    at->byte_offset = 0;
+    at->line_number = 1;
   }
 
   // ---- parsers: raw batch -> Batch, any order; the dispatcher restores it ----

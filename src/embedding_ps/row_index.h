@@ -134,9 +134,9 @@ class RowIndex {
     return buckets < 2 ? 2 : static_cast<uint64_t>(buckets) + 1;
   }
   // Bits 32-38 of the hash. The home bucket comes from the high bits (FastRange64) and the
-  // store's stripe from the low 32, so the tag must come from neither: taken from the top byte,
-  // as it once was, every key of a bucket had the same tag and each Find compared the ids of
-  // half the bucket's rows (a cache miss each), which made lookups ~8x slower.
+  // store's stripe from the low 32, so the tag must come from neither: from the top byte, every
+  // key of a bucket would have the same tag and each Find would compare the ids of half the
+  // bucket's rows, a cache miss each.
   static uint8_t Tag(uint64_t hash) { return static_cast<uint8_t>(((hash >> 32) & 0x7f) | 0x80); }
   uint64_t Home(uint64_t hash) const { return FastRange64(hash, num_buckets_); }
   uint64_t Next(uint64_t b) const { return b + 1 == num_buckets_ ? 0 : b + 1; }
@@ -180,8 +180,7 @@ class RowIndex {
   // cache miss per entry (the rows lie all over the store), so the entries flow through a
   // pipeline in which the misses of many overlap: entry i's key is prefetched at step i, its hash
   // taken and its new home bucket prefetched at step i + kAhead, and it is placed at step
-  // i + 2 kAhead. (One entry at a time, growing cost ~300 cycles an entry, ~2.5 ms a batch of
-  // the default DLRM's new rows.)
+  // i + 2 kAhead, instead of one miss after another.
   template <typename Rehash, typename PrefetchKey>
   void Grow(uint64_t buckets, Rehash&& rehash, PrefetchKey&& prefetch_key) {
     Bucket* old = buckets_;

@@ -3,7 +3,7 @@
 // has no netem qdisc). Put one in front of each PS and give the workers its port.
 //
 //   HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", ps_port, absl::Milliseconds(2.5)));
-//   std::string address = absl::StrCat("127.0.0.1:", proxy->port());   // +5 ms per round trip
+//   std::string address = absl::StrCat("127.0.0.1:", proxy->port());   // each round trip 5 ms longer
 //
 // Each accepted connection gets a connection to the target and, per direction, a reader thread
 // that timestamps what arrives and a sender thread that forwards it once the delay has passed,

@@ -18,12 +18,10 @@ inline constexpr int kIdleNice = 20;
 // it under SCHED_IDLE (nice 19 where that is refused). Background work (PS calls, batching) then
 // takes the cores when the dense step leaves them idle instead of preempting its BLAS threads:
 // under SCHED_IDLE a waking dense thread preempts it at once, where a nice-10 thread still holds
-// its core for a share of each scheduling period (measured on 2 cores: +14% samples/s for the
-// embedded default, docs/benchmarks.md). A thread waiting for that work blocks, which lets it
-// run. The price is on a machine whose other processes keep every core busy: the background work
-// then gets almost no CPU, and the pipeline waiting for it slows far more than its fair share
-// (train_test's hybrid-and-sync test: 26 s alone, ~100 s beside processes_train_test). Plain
-// nice 19 is little better there (hyrec train beside two busy loops: 73 s against 78 s).
+// its core for a share of each scheduling period (docs/benchmarks.md has the figures). A thread
+// waiting for that work blocks, which lets it run. The price is on a machine whose other
+// processes keep every core busy: the background work then gets almost no CPU, and the pipeline
+// waiting for it slows far more than its fair share; plain nice 19 is little better there.
 // Best effort: a refusal leaves the priority as it was.
 inline void LowerThisThreadsPriority(int nice) {
   if (nice >= kIdleNice) {

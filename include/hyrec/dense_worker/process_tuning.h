@@ -7,10 +7,10 @@
 namespace hyrec::dense_worker {
 
 // Makes OpenBLAS's worker threads sleep as soon as they are idle instead of spinning on
-// sched_yield for ~2^28 cycles (their default) between matrix products. While a spinning thread
-// holds a core, the hybrid pipeline's PS and loader threads (at lower priority) hardly run there;
-// with the threads asleep they take the cores the dense step leaves idle (measured on 2 cores:
-// +10-25% samples/s for the embedded default, see docs/benchmarks.md).
+// sched_yield (for 2^28 cycles, OpenBLAS's default) between matrix products. While a spinning
+// thread holds a core, the hybrid pipeline's PS and loader threads (at lower priority) hardly run
+// there; with the threads asleep they take the cores the dense step leaves idle
+// (docs/benchmarks.md has the figures).
 //
 // Sets OPENBLAS_THREAD_TIMEOUT=4 (OpenBLAS's minimum) unless the environment already sets it,
 // then restarts OpenBLAS's thread pool, which re-reads it at the next product. A no-op when the
@@ -22,15 +22,12 @@ bool SleepIdleBlasThreads();
 // the kernel: the mmap threshold becomes 32 MiB (glibc's maximum) and the trim threshold 1 GiB.
 // A training step allocates and frees the same few-MiB tensors and row buffers every batch; with
 // glibc's adaptive defaults some of them are unmapped (or trimmed) when freed and page-faulted in
-// again, zero-filled, at the next batch: 300-600 faults a batch of the default DLRM in hyrec
-// train, about none with this setting (+4% samples/s, docs/benchmarks.md). The cost is that the
-// process keeps its peak heap.
+// again, zero-filled, at the next batch. The cost is that the process keeps its peak heap.
 // It also makes every thread allocate from glibc's main arena (M_ARENA_MAX 1): a thread's own
 // arena grows in separate heaps, and a heap that empties is unmapped whatever the thresholds say,
-// so the per-batch lookup and update threads and the training thread page-faulted their buffers
-// in again batch after batch (hyrec train, default DLRM: 85-113k page faults over 200 batches,
-// 67k with one arena; +7-14% samples/s). The threads here allocate little, so sharing the
-// arena's lock costs nothing measurable.
+// so the lookup and update threads and the training thread would page-fault their buffers in
+// again batch after batch. The threads here allocate little, so sharing the arena's lock is
+// cheap. docs/benchmarks.md has the figures.
 // Leaves malloc alone when the environment already sets any of these (MALLOC_MMAP_THRESHOLD_,
 // MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX or GLIBC_TUNABLES), and outside glibc. Call it before
 // the process starts threads (a thread keeps the arena it has). Once per process; returns whether
