@@ -4,7 +4,7 @@
 set -euo pipefail
 
 HYREC_DEBS=(
-  build-essential cmake ninja-build pkg-config ccache
+  build-essential cmake ninja-build pkg-config ccache clang-format
   libtorch-dev libopenblas0-pthread libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
@@ -13,16 +13,17 @@ HYREC_DEBS=(
 
 hyrec_missing_debs() {
   local p
-  for p in "${HYREC_DEBS[@]}"; do
+  for p in "$@"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
       echo "$p"
     fi
   done
 }
 
+# hyrec_install_debs [more packages...]: HYREC_DEBS and the given ones, those missing.
 hyrec_install_debs() {
   local missing
-  missing=$(hyrec_missing_debs)
+  missing=$(hyrec_missing_debs "${HYREC_DEBS[@]}" "$@")
   if [ -z "$missing" ]; then
     return 0
   fi
