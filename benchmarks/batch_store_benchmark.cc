@@ -110,7 +110,8 @@ int main(int argc, char** argv) {
       return arg.rfind(prefix, 0) == 0 && absl::SimpleAtoi(arg.substr(prefix.size()), out);
     };
     if (!(value("tables", &o.tables) || value("vocabulary", &o.vocabulary) || value("batch", &o.batch) ||
-          value("dim", &o.dim) || value("batches", &o.batches) || value("flush_mb", &o.flush_mb) || value("stripes", &o.stripes))) {
+          value("dim", &o.dim) || value("batches", &o.batches) || value("flush_mb", &o.flush_mb) ||
+          value("stripes", &o.stripes))) {
       std::fprintf(stderr, "unknown or malformed argument: %s\n", argv[i]);
       return 2;
     }
@@ -145,10 +146,11 @@ int main(int argc, char** argv) {
   const std::vector<Batch> batches = MakeBatches(o);
   size_t total = 0;
   for (const Batch& b : batches) total += b.total;
-  std::printf("%d tables x %llu rows (dim %d, Adagrad), %d batches of %d ids per table: %.0f unique rows "
-              "a batch; %d MiB written between calls\n",
-              o.tables, static_cast<unsigned long long>(o.vocabulary), o.dim, o.batches, o.batch,
-              static_cast<double>(total) / batches.size(), o.flush_mb);
+  std::printf(
+      "%d tables x %llu rows (dim %d, Adagrad), %d batches of %d ids per table: %.0f unique rows "
+      "a batch; %d MiB written between calls\n",
+      o.tables, static_cast<unsigned long long>(o.vocabulary), o.dim, o.batches, o.batch,
+      static_cast<double>(total) / batches.size(), o.flush_mb);
   std::vector<char> flush(static_cast<size_t>(o.flush_mb) << 20, 1);
   std::vector<std::vector<float>> out(o.tables);
   std::vector<std::vector<float>> grads(o.tables);

@@ -63,8 +63,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   PsClusterOptions cluster_options;
   cluster_options.binary = HYREC_PS_BINARY;
-  cluster_options.args = {std::string("--tables=") + kTables, "--capacity_rows=2000000",
-                          "--log_level=warn"};
+  cluster_options.args = {std::string("--tables=") + kTables, "--capacity_rows=2000000", "--log_level=warn"};
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return Fail(cluster.status());
   ClientOptions fp32, fp16;
@@ -106,8 +105,7 @@ int main(int argc, char** argv) {
     const double r32 = reporter.ItemsPerSecond("BM_GrpcFp32" + arg);
     const double r16 = reporter.ItemsPerSecond("BM_GrpcFp16" + arg);
     std::printf("%-8d %14s %13s (%.2f) %13s (%.2f)\n", n, hyrec::bench::Millions(local).c_str(),
-                hyrec::bench::Millions(r32).c_str(), r32 / local, hyrec::bench::Millions(r16).c_str(),
-                r16 / local);
+                hyrec::bench::Millions(r32).c_str(), r32 / local, hyrec::bench::Millions(r16).c_str(), r16 / local);
   }
   std::printf("target: gRPC >= 0.4 x in-process at 16k ids per request\n");
   g_grpc32.reset();

@@ -3,9 +3,9 @@
 //   build/benchmarks/parse_benchmark [path/to/train.tsv]
 //
 // Uses the given file, else data/criteo/train.tsv when present (examples/configs/criteo-sample.yaml
-// says how to get it), else synthetic Criteo lines; the text is repeated in memory to 128 MiB. Parses on 1 and 2 threads
-// (the buffer split at line boundaries), then runs the whole loader (parse, batch of 4096, per-
-// table dedup and shard partition) on a file in the page cache.
+// says how to get it), else synthetic Criteo lines; the text is repeated in memory to 128 MiB. Parses on 1 and 2
+// threads (the buffer split at line boundaries), then runs the whole loader (parse, batch of 4096, per- table dedup and
+// shard partition) on a file in the page cache.
 #include <unistd.h>
 
 #include <atomic>
@@ -27,9 +27,7 @@ namespace {
 using namespace hyrec::data_loader;
 using Clock = std::chrono::steady_clock;
 
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double Seconds(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // Runs fn(begin, end) on `threads` threads over line-aligned pieces of text; returns seconds.
 template <typename Fn>

@@ -38,8 +38,8 @@ struct Data {
   uint64_t rows = 0;
   std::unique_ptr<hyrec::bench::HugeFloats> flat;  // rows * dim, on huge pages as the store's rows
 
-  std::vector<uint32_t> indices;    // Zipf-drawn row indices (kIdPool)
-  std::vector<uint64_t> ids;        // Mix64(index)
+  std::vector<uint32_t> indices;  // Zipf-drawn row indices (kIdPool)
+  std::vector<uint64_t> ids;      // Mix64(index)
   std::unique_ptr<EmbeddingShardStore> store;
 };
 
@@ -105,8 +105,8 @@ void BM_FlatGather(benchmark::State& state) {
   for (auto _ : state) {
     const uint32_t* idx = d.indices.data() + Offset(state, iteration++);
     for (int i = 0; i < kBatch; ++i) {
-      std::memcpy(out.data() + static_cast<size_t>(i) * d.dim,
-                  d.flat->data() + static_cast<size_t>(idx[i]) * d.dim, sizeof(float) * d.dim);
+      std::memcpy(out.data() + static_cast<size_t>(i) * d.dim, d.flat->data() + static_cast<size_t>(idx[i]) * d.dim,
+                  sizeof(float) * d.dim);
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -175,17 +175,19 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
     BuildData(*data, dim, rows);
     const auto stats = data->store->Stats();
-    std::printf("store: %llu rows, %.1f MiB accounted, %.2f bytes/row beyond the floats; "
-                "resident growth %.1f MiB, %.2f bytes/row beyond the floats\n",
-                static_cast<unsigned long long>(stats.rows), stats.bytes / 1048576.0,
-                stats.OverheadBytesPerRow(), g_store_rss_bytes / 1048576.0,
-                (static_cast<double>(g_store_rss_bytes) - stats.payload_bytes) / stats.rows);
+    std::printf(
+        "store: %llu rows, %.1f MiB accounted, %.2f bytes/row beyond the floats; "
+        "resident growth %.1f MiB, %.2f bytes/row beyond the floats\n",
+        static_cast<unsigned long long>(stats.rows), stats.bytes / 1048576.0, stats.OverheadBytesPerRow(),
+        g_store_rss_bytes / 1048576.0, (static_cast<double>(g_store_rss_bytes) - stats.payload_bytes) / stats.rows);
     g_data = data.get();
     for (int threads : {1, 2}) {
       const std::string suffix = "/dim:" + std::to_string(dim);
       benchmark::RegisterBenchmark(("FlatGather" + suffix).c_str(), BM_FlatGather)->Threads(threads)->UseRealTime();
       benchmark::RegisterBenchmark(("StoreLookup" + suffix).c_str(), BM_StoreLookup)->Threads(threads)->UseRealTime();
-      benchmark::RegisterBenchmark(("StoreAdagradUpdate" + suffix).c_str(), BM_StoreAdagradUpdate)->Threads(threads)->UseRealTime();
+      benchmark::RegisterBenchmark(("StoreAdagradUpdate" + suffix).c_str(), BM_StoreAdagradUpdate)
+          ->Threads(threads)
+          ->UseRealTime();
     }
     benchmark::RunSpecifiedBenchmarks(&reporter);
     benchmark::ClearRegisteredBenchmarks();
@@ -197,13 +199,12 @@ int main(int argc, char** argv) {
     }
     g_data = nullptr;
   }
-  std::printf("\n%-5s %-7s %14s %14s %8s %14s %8s\n", "dim", "threads", "floor rows/s",
-              "lookup rows/s", "ratio", "update rows/s", "ratio");
+  std::printf("\n%-5s %-7s %14s %14s %8s %14s %8s\n", "dim", "threads", "floor rows/s", "lookup rows/s", "ratio",
+              "update rows/s", "ratio");
   for (const Line& l : lines) {
-    std::printf("%-5d %-7d %14s %14s %8.2f %14s %8.2f\n", l.dim, l.threads,
-                hyrec::bench::Millions(l.floor).c_str(), hyrec::bench::Millions(l.lookup).c_str(),
-                l.floor > 0 ? l.lookup / l.floor : 0.0, hyrec::bench::Millions(l.update).c_str(),
-                l.floor > 0 ? l.update / l.floor : 0.0);
+    std::printf("%-5d %-7d %14s %14s %8.2f %14s %8.2f\n", l.dim, l.threads, hyrec::bench::Millions(l.floor).c_str(),
+                hyrec::bench::Millions(l.lookup).c_str(), l.floor > 0 ? l.lookup / l.floor : 0.0,
+                hyrec::bench::Millions(l.update).c_str(), l.floor > 0 ? l.update / l.floor : 0.0);
   }
   std::printf("targets: lookup >= 0.5 x floor, update >= 0.3 x floor\n");
   return 0;

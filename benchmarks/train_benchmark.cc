@@ -35,9 +35,9 @@ using namespace hyrec;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kSlots = 26;
-constexpr int64_t kRowsPerTable = 1 << 17;  // Hashing trick for (e).
+constexpr int64_t kRowsPerTable = 1 << 17;                             // Hashing trick for (e).
 constexpr size_t kWarmup = dense_worker::TrainReport::kWarmupBatches;  // Untimed first batches of (a), (b), (e), (f).
-constexpr int kRounds = 2;                  // Interleaved repetitions; the best is reported.
+constexpr int kRounds = 2;                                             // Interleaved repetitions; the best is reported.
 
 // A model and data shape.
 struct Shape {
@@ -57,12 +57,12 @@ double Seconds(Clock::time_point start) { return std::chrono::duration<double>(C
 // The job of a configuration, as a job file says it: what (a)-(d) run.
 std::string JobYaml(const Shape& shape, int staleness, int batches) {
   return absl::StrCat("loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: ",
-                      static_cast<uint64_t>(batches) * shape.batch, ", vocabulary: 100000, ids_per_sample: ",
-                      shape.ids_per_slot, "}\n  batch_size: ", shape.batch,
+                      static_cast<uint64_t>(batches) * shape.batch,
+                      ", vocabulary: 100000, ids_per_sample: ", shape.ids_per_slot, "}\n  batch_size: ", shape.batch,
                       "\n  threads: 1\neval: {samples: 2048}\nmodel: {embedding_dim: ", shape.dim, ", bottom: [",
                       absl::StrJoin(shape.bottom, ", "), "], top: [", absl::StrJoin(shape.top, ", "),
-                      "]}\ntrain: {embedding_staleness: ", staleness, ", log_every_batches: 100000, device: ",
-                      g_device.is_cuda() ? "cuda" : "cpu", "}\n");
+                      "]}\ntrain: {embedding_staleness: ", staleness,
+                      ", log_every_batches: 100000, device: ", g_device.is_cuda() ? "cuda" : "cpu", "}\n");
 }
 
 job::JobPlan Job(const Shape& shape, int staleness, int batches) {
@@ -140,10 +140,10 @@ struct Reference : torch::nn::Module {
   Reference(const Shape& shape, bool with_tables) {
     if (with_tables) {
       for (int s = 0; s < kSlots; ++s) {
-        bags.push_back(register_module("bag" + std::to_string(s),
-                                       torch::nn::EmbeddingBag(torch::nn::EmbeddingBagOptions(kRowsPerTable, shape.dim)
-                                                                   .mode(torch::kSum)
-                                                                   .sparse(true))));
+        bags.push_back(register_module(
+            "bag" + std::to_string(s),
+            torch::nn::EmbeddingBag(
+                torch::nn::EmbeddingBagOptions(kRowsPerTable, shape.dim).mode(torch::kSum).sparse(true))));
       }
     }
     dense_worker::DlrmOptions o;
@@ -226,8 +226,7 @@ double DenseCeiling(const Shape& shape, const std::vector<data_loader::Batch>& b
 // (a)-(f) for one shape; processes (c), (d) only on the CPU.
 void ThroughputTable(const Shape& shape, int batches, bool processes) {
   std::printf("\n%s: batch %d, dim %d, %d id(s) per slot, bottom %s, top %s, %d batches, device %s, best of %d\n",
-              shape.name,
-              shape.batch, shape.dim, shape.ids_per_slot, absl::StrJoin(shape.bottom, "-").c_str(),
+              shape.name, shape.batch, shape.dim, shape.ids_per_slot, absl::StrJoin(shape.bottom, "-").c_str(),
               absl::StrJoin(shape.top, "-").c_str(), batches, g_device.str().c_str(), kRounds);
   const std::vector<data_loader::Batch> preloaded = Preload(shape, batches);
   // Every configuration trains on a thread of its own, as the embedded workers do (LibTorch's
@@ -315,13 +314,14 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> kOnly = {"", "default", "heavy", "latency", "embedded", "a", "f", "heavy_a"};
   if (std::find(kOnly.begin(), kOnly.end(), only) == kOnly.end()) {
-    std::fprintf(stderr, "train_benchmark: --only must be one of default, heavy, latency, embedded, a, f, heavy_a; "
-                         "got '%s'\n", only.c_str());
+    std::fprintf(stderr,
+                 "train_benchmark: --only must be one of default, heavy, latency, embedded, a, f, heavy_a; "
+                 "got '%s'\n",
+                 only.c_str());
     return 2;
   }
   if (batches <= static_cast<int>(kWarmup)) {
-    std::fprintf(stderr, "train_benchmark: batches must be more than the %zu warm-up ones; got %d\n", kWarmup,
-                 batches);
+    std::fprintf(stderr, "train_benchmark: batches must be more than the %zu warm-up ones; got %d\n", kWarmup, batches);
     return 2;
   }
   // Every configuration, (e) and (f) included, runs with the BLAS and malloc settings the trainer uses.

@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   hyrec::bench::RecordingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  std::printf("\n%-8s %12s %12s %12s %12s   (rows/s, dim %d; ratio to the memcpy floor)\n", "ids",
-              "floor", "packed", "varint", "bytes", kDim);
+  std::printf("\n%-8s %12s %12s %12s %12s   (rows/s, dim %d; ratio to the memcpy floor)\n", "ids", "floor", "packed",
+              "varint", "bytes", kDim);
   for (int n : {1024, 16384}) {
     const std::string arg = "/" + std::to_string(n);
     const double floor = reporter.ItemsPerSecond("BM_MemcpyFloor" + arg);
@@ -110,8 +110,8 @@ int main(int argc, char** argv) {
       const double v = reporter.ItemsPerSecond(std::string(name) + arg);
       return hyrec::bench::Millions(v) + " (" + std::to_string(v / floor).substr(0, 4) + ")";
     };
-    std::printf("%-8d %12s %18s %18s %18s\n", n, hyrec::bench::Millions(floor).c_str(),
-                cell("BM_Packed").c_str(), cell("BM_Varint").c_str(), cell("BM_Bytes").c_str());
+    std::printf("%-8d %12s %18s %18s %18s\n", n, hyrec::bench::Millions(floor).c_str(), cell("BM_Packed").c_str(),
+                cell("BM_Varint").c_str(), cell("BM_Bytes").c_str());
   }
   return 0;
 }

@@ -49,19 +49,22 @@ int main(int argc, char** argv) {
       for (const SlotIds& slot : batch.slots) ids += slot.ids.size();
       for (const TableIds& t : batch.tables) unique += t.unique_ids.size();
       if (batch.batch_id < 2) {
-        std::printf("worker %d batch %llu: %d samples, slot C1 ids %zu, table C1 unique ids %zu "
-                    "(shard 0: %u, shard 1: %u)\n", w, static_cast<unsigned long long>(batch.batch_id),
-                    batch.batch_size, batch.slots[0].ids.size(), batch.tables[0].unique_ids.size(),
-                    batch.tables[0].shard_offsets[1], batch.tables[0].shard_offsets[2] - batch.tables[0].shard_offsets[1]);
+        std::printf(
+            "worker %d batch %llu: %d samples, slot C1 ids %zu, table C1 unique ids %zu "
+            "(shard 0: %u, shard 1: %u)\n",
+            w, static_cast<unsigned long long>(batch.batch_id), batch.batch_size, batch.slots[0].ids.size(),
+            batch.tables[0].unique_ids.size(), batch.tables[0].shard_offsets[1],
+            batch.tables[0].shard_offsets[2] - batch.tables[0].shard_offsets[1]);
       }
     }
   }
   const LoaderStats stats = (*loader)->Stats();
-  std::printf("%llu samples (%.1f%% positive) in %llu batches; %llu categorical ids, %.1f%% unique "
-              "within their batch and table; %llu of %llu lines bad\n",
-              static_cast<unsigned long long>(samples), 100.0 * positives / std::max<uint64_t>(samples, 1),
-              static_cast<unsigned long long>(stats.batches), static_cast<unsigned long long>(ids),
-              100.0 * unique / std::max<uint64_t>(ids, 1), static_cast<unsigned long long>(stats.bad_lines),
-              static_cast<unsigned long long>(stats.lines));
+  std::printf(
+      "%llu samples (%.1f%% positive) in %llu batches; %llu categorical ids, %.1f%% unique "
+      "within their batch and table; %llu of %llu lines bad\n",
+      static_cast<unsigned long long>(samples), 100.0 * positives / std::max<uint64_t>(samples, 1),
+      static_cast<unsigned long long>(stats.batches), static_cast<unsigned long long>(ids),
+      100.0 * unique / std::max<uint64_t>(ids, 1), static_cast<unsigned long long>(stats.bad_lines),
+      static_cast<unsigned long long>(stats.lines));
   return 0;
 }

@@ -103,9 +103,9 @@ absl::Status Run() {
   if (cluster_options.binary.empty()) cluster_options.binary = hyrec::ExecutableDirectory() + "/hyrec-ps";
   cluster_options.num_shards = shards;
   // Capacity below the ids the workload touches, so the LRU evicts as a real PS would.
-  cluster_options.args = {"--tables=" + tables,
-                          absl::StrCat("--capacity_rows=", g_flags.capacity_rows),
-                          "--log_level=" + std::string(g_flags.common.log_level == "info" ? "warn" : g_flags.common.log_level)};
+  cluster_options.args = {
+      "--tables=" + tables, absl::StrCat("--capacity_rows=", g_flags.capacity_rows),
+      "--log_level=" + std::string(g_flags.common.log_level == "info" ? "warn" : g_flags.common.log_level)};
   std::printf("starting %d PS shard process(es): %s\n", shards, cluster_options.binary.c_str());
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return cluster.status();
@@ -152,11 +152,10 @@ absl::Status Run() {
   if (!local_result.ok()) return local_result.status();
 
   std::printf("\n%-28s %14s %10s %10s\n", "client", "rows/s", "p50 ms", "p99 ms");
-  std::printf("%-28s %14.0f %10.2f %10.2f\n",
-              absl::StrCat("gRPC, ", shards, " PS processes").c_str(),
+  std::printf("%-28s %14.0f %10.2f %10.2f\n", absl::StrCat("gRPC, ", shards, " PS processes").c_str(),
               grpc_result->rows_per_second, grpc_result->p50_ms, grpc_result->p99_ms);
-  std::printf("%-28s %14.0f %10.2f %10.2f\n", "in-process", local_result->rows_per_second,
-              local_result->p50_ms, local_result->p99_ms);
+  std::printf("%-28s %14.0f %10.2f %10.2f\n", "in-process", local_result->rows_per_second, local_result->p50_ms,
+              local_result->p99_ms);
   std::printf("ratio gRPC / in-process: %.2f  (rows/s counts each id once per lookup+update)\n",
               grpc_result->rows_per_second / local_result->rows_per_second);
 
@@ -164,13 +163,13 @@ absl::Status Run() {
   if (!stats.ok()) return stats.status();
   for (const ShardStats& s : *stats) {
     const TableStats& t = s.store.tables[0];
-    std::printf("shard %d: %llu of %llu rows, %.1f MiB, %.1f bytes/row beyond the floats, %llu lookups, "
-                "%llu updates, %llu evictions\n",
-                s.shard_index, static_cast<unsigned long long>(t.rows),
-                static_cast<unsigned long long>(s.store.capacity_rows),
-                static_cast<double>(s.store.bytes) / (1 << 20), s.store.OverheadBytesPerRow(),
-                static_cast<unsigned long long>(t.lookups), static_cast<unsigned long long>(t.updates),
-                static_cast<unsigned long long>(t.evictions));
+    std::printf(
+        "shard %d: %llu of %llu rows, %.1f MiB, %.1f bytes/row beyond the floats, %llu lookups, "
+        "%llu updates, %llu evictions\n",
+        s.shard_index, static_cast<unsigned long long>(t.rows), static_cast<unsigned long long>(s.store.capacity_rows),
+        static_cast<double>(s.store.bytes) / (1 << 20), s.store.OverheadBytesPerRow(),
+        static_cast<unsigned long long>(t.lookups), static_cast<unsigned long long>(t.updates),
+        static_cast<unsigned long long>(t.evictions));
   }
   return (*cluster)->Stop();
 }
@@ -179,8 +178,9 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   DemoFlags& f = g_flags;
-  hyrec::FlagSet flags("hyrec ps-demo", "Start PS shards as processes, drive Zipf lookups and Adagrad updates through "
-                                        "the gRPC client, then the same on the in-process client.");
+  hyrec::FlagSet flags("hyrec ps-demo",
+                       "Start PS shards as processes, drive Zipf lookups and Adagrad updates through "
+                       "the gRPC client, then the same on the in-process client.");
   flags.String("ps_binary", &f.ps_binary, "PATH", "Path of hyrec-ps (default: beside this binary).");
   flags.Int("shards", &f.shards, "PS processes to start.", 1, 64);
   flags.Int("dim", &f.dim, "Embedding dimension.", 1, 4096);

@@ -87,8 +87,9 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
   EXPECT_TRUE(absl::StrContains(r.err, "unknown flag --confg; did you mean --config?")) << r.err;
   r = Hyrec({"worker", "--config=x", "--log_level=wran"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(absl::StrContains(r.err, "--log_level=wran: not one of trace, debug, info, warn, error, critical, off; "
-                                       "did you mean 'warn'?"))
+  EXPECT_TRUE(absl::StrContains(r.err,
+                                "--log_level=wran: not one of trace, debug, info, warn, error, critical, off; "
+                                "did you mean 'warn'?"))
       << r.err;
   r = Hyrec({"loader", "--metrics_port=abc"});
   EXPECT_EQ(r.code, 2);

@@ -18,8 +18,7 @@ namespace hyrec {
 namespace {
 
 TEST(Fp16, RoundTripsRepresentableValuesExactly) {
-  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /*2^-14*/,
-                  5.9604645e-08f /*2^-24*/, 1000.5f}) {
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /*2^-14*/, 5.9604645e-08f /*2^-24*/, 1000.5f}) {
     EXPECT_EQ(HalfToFloat(FloatToHalf(v)), v) << v;
   }
 }
@@ -149,10 +148,8 @@ TEST(Subprocess, ReadLineAndWaitHaveDeadlines) {
   auto p = Subprocess::Spawn({"/bin/sleep", "30"});
   ASSERT_TRUE(p.ok());
   const absl::Time start = absl::Now();
-  EXPECT_EQ((*p)->ReadLine(absl::Milliseconds(200)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
-  EXPECT_EQ((*p)->Wait(absl::Milliseconds(200)).status().code(),
-            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*p)->ReadLine(absl::Milliseconds(200)).status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*p)->Wait(absl::Milliseconds(200)).status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   (*p)->Signal(SIGKILL);
   auto code = (*p)->Wait(absl::Seconds(5));

@@ -19,7 +19,8 @@ using hyrec::dense_worker::ModelContext;
 struct TinyTwoTower : DenseModelImpl {
   TinyTwoTower(const ModelContext& c, int width, int user_features) : user_features(user_features) {
     int user_in = c.num_dense, item_in = c.num_dense;
-    for (size_t s = 0; s < c.slot_dims.size(); ++s) (static_cast<int>(s) < user_features ? user_in : item_in) += c.slot_dims[s];
+    for (size_t s = 0; s < c.slot_dims.size(); ++s)
+      (static_cast<int>(s) < user_features ? user_in : item_in) += c.slot_dims[s];
     user = register_module("user", hyrec::dense_worker::Mlp(user_in, {width}, width));
     item = register_module("item", hyrec::dense_worker::Mlp(item_in, {width}, width));
   }

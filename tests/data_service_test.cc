@@ -54,8 +54,8 @@ struct LoaderProcess {
 };
 
 LoaderProcess StartLoader(const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> argv = {HYREC_LOADER_BINARY, "--port=0", "--host=127.0.0.1",
-                                   "--log_level=warn", "--config=" + WriteConfig("loader.yaml", kConfig)};
+  std::vector<std::string> argv = {HYREC_LOADER_BINARY, "--port=0", "--host=127.0.0.1", "--log_level=warn",
+                                   "--config=" + WriteConfig("loader.yaml", kConfig)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   LoaderProcess p;
   auto process = Subprocess::Spawn(argv);

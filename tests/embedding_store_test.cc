@@ -13,8 +13,7 @@
 namespace hyrec::embedding_ps {
 namespace {
 
-TableConfig Table(const std::string& name, int dim, OptimizerKind kind = OptimizerKind::kSgd,
-                  float lr = 1.0f) {
+TableConfig Table(const std::string& name, int dim, OptimizerKind kind = OptimizerKind::kSgd, float lr = 1.0f) {
   TableConfig t;
   t.name = name;
   t.dim = dim;
@@ -94,9 +93,16 @@ TEST(EmbeddingShardStore, InitializersHaveTheConfiguredDistribution) {
   std::vector<float> row(64);
   for (uint64_t id = 0; id < rows; ++id) {
     InitialRow(u, id, row.data());
-    for (float v : row) { su += v; lo = std::min<double>(lo, v); hi = std::max<double>(hi, v); }
+    for (float v : row) {
+      su += v;
+      lo = std::min<double>(lo, v);
+      hi = std::max<double>(hi, v);
+    }
     InitialRow(n, id, row.data());
-    for (float v : row) { sn += v; sn2 += v * v; }
+    for (float v : row) {
+      sn += v;
+      sn2 += v * v;
+    }
   }
   const double count = rows * 64.0;
   EXPECT_NEAR(su / count, 0.5, 0.01);
@@ -113,10 +119,10 @@ TEST(EmbeddingShardStore, EvictsLeastRecentlyUsedWhenFull) {
   auto store = MakeStore({t}, /*capacity_rows=*/4, /*stripes=*/1);
   // Rows 1..4, each marked by an update so that an evicted row is recognizable (back to zeros).
   for (uint64_t id = 1; id <= 4; ++id) ASSERT_TRUE(Push(*store, 0, id, -static_cast<float>(id)).ok());
-  Row(*store, 0, 1);                               // 1 becomes most recently used; LRU is 2.
-  ASSERT_TRUE(Push(*store, 0, 3, 0.0f).ok());      // 3 too; LRU order now 2, 4, 1, 3.
-  Row(*store, 0, 5);                               // Evicts 2.
-  Row(*store, 0, 6);                               // Evicts 4.
+  Row(*store, 0, 1);                           // 1 becomes most recently used; LRU is 2.
+  ASSERT_TRUE(Push(*store, 0, 3, 0.0f).ok());  // 3 too; LRU order now 2, 4, 1, 3.
+  Row(*store, 0, 5);                           // Evicts 2.
+  Row(*store, 0, 6);                           // Evicts 4.
   StoreStats stats = store->Stats();
   EXPECT_EQ(stats.rows, 4u);
   EXPECT_EQ(stats.tables[0].evictions, 2u);
@@ -148,8 +154,8 @@ TEST(EmbeddingShardStore, ATableCapacityEvictsOnlyThatTablesRows) {
   auto store = MakeStore({bounded, Table("free", 2)}, /*capacity_rows=*/0, /*stripes=*/1);
   for (uint64_t id = 1; id <= 50; ++id) Row(*store, 1, id);  // The unbounded table's rows stay.
   for (uint64_t id = 1; id <= 3; ++id) ASSERT_TRUE(Push(*store, 0, id, -static_cast<float>(id)).ok());
-  Row(*store, 0, 1);                                 // LRU order of the bounded table: 2, 3, 1.
-  Row(*store, 0, 4);                                 // Evicts 2, its own least recently used.
+  Row(*store, 0, 1);  // LRU order of the bounded table: 2, 3, 1.
+  Row(*store, 0, 4);  // Evicts 2, its own least recently used.
   StoreStats stats = store->Stats();
   EXPECT_EQ(stats.tables[0].rows, 3u);
   EXPECT_EQ(stats.tables[0].evictions, 1u);
@@ -165,9 +171,9 @@ TEST(EmbeddingShardStore, AFullStoreEvictsTheNewRowsOwnTableFirst) {
   TableConfig a = Table("a", 2), b = Table("b", 2);
   a.initializer.kind = b.initializer.kind = InitializerKind::kZeros;
   auto store = MakeStore({a, b}, /*capacity_rows=*/4, /*stripes=*/1);
-  ASSERT_TRUE(Push(*store, 1, 100, -1.0f).ok());     // b's one row, the oldest of the store.
+  ASSERT_TRUE(Push(*store, 1, 100, -1.0f).ok());  // b's one row, the oldest of the store.
   for (uint64_t id = 1; id <= 3; ++id) Row(*store, 0, id);
-  Row(*store, 0, 4);                                 // Full: a evicts its own LRU row (1), not b's.
+  Row(*store, 0, 4);  // Full: a evicts its own LRU row (1), not b's.
   StoreStats stats = store->Stats();
   EXPECT_EQ(stats.rows, 4u);
   EXPECT_EQ(stats.tables[0].evictions, 1u);
@@ -328,7 +334,8 @@ TEST(EmbeddingShardStore, UpdateIdsArePerTableAndMayArriveOutOfOrder) {
   absl::Status old = store->Update(1, {9}, std::vector<float>{1}, UpdateId{1, 1100 - 1024}, &r);
   EXPECT_EQ(old.code(), absl::StatusCode::kFailedPrecondition) << old;
   EXPECT_NE(old.message().find("table 'b': update sequence 76 of worker 1 is 1024 or more below its newest (1100)"),
-            std::string::npos) << old;
+            std::string::npos)
+      << old;
   EXPECT_EQ(Row(*store, 1, 9), (std::vector<float>{-4}));
   EXPECT_EQ(store->Stats().tables[0].duplicate_updates, 1u);
   EXPECT_EQ(store->Stats().tables[1].duplicate_updates, 0u);
@@ -356,8 +363,9 @@ TEST(EmbeddingShardStore, ConcurrentHammerMatchesSequentialReplay) {
           if (!store->Lookup(0, {id}, absl::MakeSpan(row), nullptr).ok()) ++errors;
         } else {
           std::fill(grad.begin(), grad.end(), static_cast<float>(g));
-          if (!store->Update(0, {id, id + keys}, std::vector<float>(8, static_cast<float>(g)),
-                             UpdateId{}, nullptr).ok()) ++errors;
+          if (!store->Update(0, {id, id + keys}, std::vector<float>(8, static_cast<float>(g)), UpdateId{}, nullptr)
+                   .ok())
+            ++errors;
         }
       }
     });
@@ -395,9 +403,8 @@ TEST(EmbeddingShardStore, ConcurrentHammerWithEvictionKeepsTheBound) {
         const int table = rng() % 2;
         const int dim = table ? 8 : 4;
         const uint64_t id = rng() % 3000;
-        absl::Status s = (rng() % 2)
-            ? store->Lookup(table, {id}, absl::MakeSpan(row).subspan(0, dim), nullptr)
-            : store->Update(table, {id}, std::vector<float>(dim, 0.5f), UpdateId{}, nullptr);
+        absl::Status s = (rng() % 2) ? store->Lookup(table, {id}, absl::MakeSpan(row).subspan(0, dim), nullptr)
+                                     : store->Update(table, {id}, std::vector<float>(dim, 0.5f), UpdateId{}, nullptr);
         if (!s.ok()) ++errors;
       }
     });
@@ -419,8 +426,7 @@ TEST(EmbeddingShardStore, CreateRejectsBadOptions) {
   o.tables = {Table("t", 4)};
   o.num_stripes = 1;
   o.capacity_rows = 1ull << 30;
-  EXPECT_NE(EmbeddingShardStore::Create(o).status().message().find("raise num_stripes"),
-            std::string::npos);
+  EXPECT_NE(EmbeddingShardStore::Create(o).status().message().find("raise num_stripes"), std::string::npos);
 }
 
 }  // namespace

@@ -285,25 +285,27 @@ TEST(JobSpec, NoDocumentShapeThrows) {
             "job.yaml: loader.source.files[0] (line 1): empty entry (~ or nothing)");
   EXPECT_EQ(Error("loader: {source: {format: criteo, files: [a]}}\neval: {files: [{x: 1}]}\n"),
             "job.yaml: eval.files[0] (line 2): expected a plain value, found a mapping");
-  EXPECT_NE(Error("loader: {source: {format: criteo, files: a}}\n").find("loader.source.files (line 1): expected a list"),
-            std::string::npos);
+  EXPECT_NE(
+      Error("loader: {source: {format: criteo, files: a}}\n").find("loader.source.files (line 1): expected a list"),
+      std::string::npos);
   EXPECT_NE(Error("? [a, b]\n: 1\nloader: {source: {format: synthetic}}\n").find("a key must be a plain word"),
             std::string::npos);
   EXPECT_NE(Error("loader: [1, 2]\n").find("loader (line 1): expected a mapping"), std::string::npos);
   EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: [a]}\n")
                 .find("model.bottom[0] (line 2): 'a' is not an integer"),
             std::string::npos);
-  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: 5}\n").find("model.bottom (line 2): expected a list"),
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {bottom: 5}\n")
+                .find("model.bottom (line 2): expected a list"),
             std::string::npos);
   EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {top: [[1]]}\n").find("found a list"),
             std::string::npos);
   EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {kind: [dlrm]}\n")
                 .find("model.kind (line 2): expected a scalar value"),
             std::string::npos);
-  EXPECT_NE(Error("loader: {source: {format: synthetic}}\ntables: {a: 1}\n").find("expected a non-empty list of tables"),
-            std::string::npos);
-  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nfeatures: [[x]]\n").find("found a list"),
-            std::string::npos);
+  EXPECT_NE(
+      Error("loader: {source: {format: synthetic}}\ntables: {a: 1}\n").find("expected a non-empty list of tables"),
+      std::string::npos);
+  EXPECT_NE(Error("loader: {source: {format: synthetic}}\nfeatures: [[x]]\n").find("found a list"), std::string::npos);
   EXPECT_NE(Error("- 1\n- 2\n").find("expected a mapping"), std::string::npos);
   EXPECT_NE(Error("loader: {source: {format: synthetic}}\nmodel: {options: [1]}\n").find("model.options (line 2)"),
             std::string::npos);

@@ -82,9 +82,7 @@ TEST(LatencyProxy, AddsTheDelayInBothDirectionsAndKeepsTheBytes) {
   close(fd);
 }
 
-TEST(LatencyProxy, RefusesABadTarget) {
-  EXPECT_FALSE(LatencyProxy::Start("not-an-ip", 1, absl::Milliseconds(1)).ok());
-}
+TEST(LatencyProxy, RefusesABadTarget) { EXPECT_FALSE(LatencyProxy::Start("not-an-ip", 1, absl::Milliseconds(1)).ok()); }
 
 }  // namespace
 }  // namespace hyrec

@@ -59,16 +59,16 @@ std::vector<std::vector<Batch>> DrainAll(Loader& loader, int workers, std::vecto
 }
 
 bool SameBatch(const Batch& a, const Batch& b) {
-  if (a.batch_id != b.batch_id || a.labels != b.labels || a.dense != b.dense ||
-      a.slots.size() != b.slots.size() || a.tables.size() != b.tables.size()) {
+  if (a.batch_id != b.batch_id || a.labels != b.labels || a.dense != b.dense || a.slots.size() != b.slots.size() ||
+      a.tables.size() != b.tables.size()) {
     return false;
   }
   for (size_t s = 0; s < a.slots.size(); ++s) {
     if (a.slots[s].offsets != b.slots[s].offsets || a.slots[s].ids != b.slots[s].ids) return false;
   }
   for (size_t t = 0; t < a.tables.size(); ++t) {
-    if (a.tables[t].unique_ids != b.tables[t].unique_ids ||
-        a.tables[t].shard_offsets != b.tables[t].shard_offsets || a.tables[t].inverse != b.tables[t].inverse) {
+    if (a.tables[t].unique_ids != b.tables[t].unique_ids || a.tables[t].shard_offsets != b.tables[t].shard_offsets ||
+        a.tables[t].inverse != b.tables[t].inverse) {
       return false;
     }
   }
@@ -416,7 +416,10 @@ TEST(Loader, StopsWithAClearErrorAboveTheAllowedFraction) {
   const std::string path = TempPath("mostly_bad.tsv");
   {
     std::ofstream out(path);
-    for (int i = 0; i < 100; ++i) out << (i % 10 == 3 ? "garbage line\n" : "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\tb\tc\td\te\tf\t0\t1\t2\t3\t4\t5\t6\t7\t8\t9\taa\tbb\tcc\tdd\tee\tff\t00\t11\t22\t33\n");
+    for (int i = 0; i < 100; ++i)
+      out << (i % 10 == 3 ? "garbage line\n"
+                          : "1\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\ta\tb\tc\td\te\tf\t0\t1\t2\t3\t4\t5\t6\t7\t8"
+                            "\t9\taa\tbb\tcc\tdd\tee\tff\t00\t11\t22\t33\n");
   }
   LoaderOptions o = FileOptions({path}, 2, 1);
   o.epochs = 1;

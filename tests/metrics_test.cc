@@ -19,7 +19,7 @@ TEST(Metrics, RendersTheTextExpositionFormat) {
   m.Add("hyrec_seen_total", {}, 3);
   m.Describe("hyrec_latency_seconds", MetricType::kSummary, "Latency.");
   m.SetSummary("hyrec_latency_seconds", {{"worker", "0"}}, 0.25, 10);
-  m.Set("bad name", {}, 1);                  // Invalid names are never rendered.
+  m.Set("bad name", {}, 1);  // Invalid names are never rendered.
   m.Describe("hyrec_empty", MetricType::kGauge, "No samples: not rendered.");
   EXPECT_EQ(m.Get("hyrec_seen_total", {}), 5);
   EXPECT_EQ(m.Get("hyrec_missing", {}, -1), -1);

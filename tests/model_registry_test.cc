@@ -57,8 +57,7 @@ double HeldOutAuc(const std::string& out) {
 }
 
 TEST(ModelRegistry, AProgramsOwnModelTrainsAsHyrecTrainDoes) {
-  const std::string job =
-      Job("tiny", "model: {kind: tiny_two_tower, options: {width: 24, user_features: 1}}\n");
+  const std::string job = Job("tiny", "model: {kind: tiny_two_tower, options: {width: 24, user_features: 1}}\n");
   Outcome r = RunTrainer({"--config=" + job, "--plot=", "--progress=lines"});
   EXPECT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "tiny_two_tower: width 24, 1 user feature(s) of 3")) << r.out;
@@ -103,17 +102,20 @@ TEST(ModelRegistry, ModelFailuresAreErrorsWithTheirExitCodes) {
   // An unknown kind is refused before anything starts, naming what there is.
   r = RunTrainer({"--config=" + Job("unknown", "model: {kind: three_tower}\n"), "--plot="});
   EXPECT_EQ(r.code, 2) << r.out;
-  EXPECT_TRUE(absl::StrContains(r.out, "model.kind 'three_tower' is not a registered model (bad_shape, dcn, dlrm, huge, "
-                                       "tiny_two_tower)"))
+  EXPECT_TRUE(absl::StrContains(r.out,
+                                "model.kind 'three_tower' is not a registered model (bad_shape, dcn, dlrm, huge, "
+                                "tiny_two_tower)"))
       << r.out;
 }
 
 TEST(ModelRegistry, RegistersOnceAndBuildsFromThePlan) {
   EXPECT_TRUE(IsRegisteredModel("dlrm"));
   EXPECT_TRUE(IsRegisteredModel("dcn"));
-  EXPECT_EQ(RegisterModel("dlrm", [](const ModelContext&) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
-              return absl::InternalError("never");
-            }).code(),
+  EXPECT_EQ(RegisterModel("dlrm",
+                          [](const ModelContext&) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+                            return absl::InternalError("never");
+                          })
+                .code(),
             absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(RegisterModel("", nullptr).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(RegisterModel("refuses", [](const ModelContext& c) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {

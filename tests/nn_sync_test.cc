@@ -84,8 +84,8 @@ std::vector<std::unique_ptr<Subprocess>> SpawnRanks(int world, int steps, int ti
   const int port = hyrec::PickFreeLoopbackPort();
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < world; ++r) {
-    auto p = Subprocess::Spawn({HYREC_NN_SYNC_WORKER, std::to_string(r), std::to_string(world),
-                                std::to_string(port), std::to_string(steps), std::to_string(timeout_ms)});
+    auto p = Subprocess::Spawn({HYREC_NN_SYNC_WORKER, std::to_string(r), std::to_string(world), std::to_string(port),
+                                std::to_string(steps), std::to_string(timeout_ms)});
     EXPECT_TRUE(p.ok());
     ranks.push_back(std::move(*p));
   }
@@ -190,8 +190,8 @@ TEST(NnSync, NcclOnOneGpuMatchesALocalStep) {
 }
 
 TEST(NnSync, OptionsFromTheEnvironment) {
-  std::map<std::string, std::string> env = {{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "trainer-0.svc"},
-                                            {"MASTER_PORT", "23456"}};
+  std::map<std::string, std::string> env = {
+      {"RANK", "3"}, {"WORLD_SIZE", "8"}, {"MASTER_ADDR", "trainer-0.svc"}, {"MASTER_PORT", "23456"}};
   auto getenv = [&](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();

@@ -15,9 +15,7 @@ struct TinyMlpImpl : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(32, 16));
     fc3 = register_module("fc3", torch::nn::Linear(16, 1));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    return fc3(torch::relu(fc2(torch::relu(fc1(x)))));
-  }
+  torch::Tensor forward(torch::Tensor x) { return fc3(torch::relu(fc2(torch::relu(fc1(x))))); }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, fc3{nullptr};
 };
 TORCH_MODULE(TinyMlp);

@@ -122,10 +122,14 @@ std::vector<double> ReferenceFtrl(const OptimizerConfig& c, const Problem& p = P
 // The reference of the config's optimizer.
 std::vector<double> Reference(const OptimizerConfig& c, const Problem& p = Problem()) {
   switch (c.kind) {
-    case OptimizerKind::kSgd: return ReferenceSgd(c, p);
-    case OptimizerKind::kAdagrad: return ReferenceAdagrad(c, p);
-    case OptimizerKind::kAdam: return ReferenceAdam(c, p);
-    case OptimizerKind::kFtrl: return ReferenceFtrl(c, p);
+    case OptimizerKind::kSgd:
+      return ReferenceSgd(c, p);
+    case OptimizerKind::kAdagrad:
+      return ReferenceAdagrad(c, p);
+    case OptimizerKind::kAdam:
+      return ReferenceAdam(c, p);
+    case OptimizerKind::kFtrl:
+      return ReferenceFtrl(c, p);
   }
   return {};
 }

@@ -113,8 +113,8 @@ Report Embedded(const std::string& job, const std::string& name) {
 
 Report Processes(const std::string& job, const std::string& name) {
   const std::string report = TempPath(name + ".report.yaml");
-  EXPECT_EQ(RunToEnd({HYREC_TRAIN_BINARY, "--processes", "--config=" + job, "--report=" + report, "--plot=",
-                      "--progress=lines"}),
+  EXPECT_EQ(RunToEnd({HYREC_TRAIN_BINARY, "--processes", "--config=" + job, "--report=" + report,
+                      "--plot=", "--progress=lines"}),
             0);
   return ReadReport(report);
 }
@@ -133,15 +133,15 @@ Report HandStarted(const std::string& job, const std::string& name, int shards) 
     ps.push_back(absl::StrCat("127.0.0.1:", port.ok() ? *port : 0));
     servers.push_back(std::move(*p));
   }
-  auto loader = Subprocess::Spawn({HYREC_LOADER_BINARY, "--config=" + job, "--host=127.0.0.1", "--port=0",
-                                   "--log_level=warn"});
+  auto loader =
+      Subprocess::Spawn({HYREC_LOADER_BINARY, "--config=" + job, "--host=127.0.0.1", "--port=0", "--log_level=warn"});
   EXPECT_TRUE(loader.ok());
   auto loader_port = hyrec::WaitForListeningPort(**loader, absl::Seconds(30));
   EXPECT_TRUE(loader_port.ok()) << loader_port.status();
   const std::string report = TempPath(name + ".report.yaml");
   EXPECT_EQ(RunToEnd({HYREC_WORKER_BINARY, "--config=" + job, "--rank=0", "--ps=" + absl::StrJoin(ps, ","),
-                      absl::StrCat("--loader=127.0.0.1:", loader_port.ok() ? *loader_port : 0),
-                      "--report=" + report, "--progress=lines"}),
+                      absl::StrCat("--loader=127.0.0.1:", loader_port.ok() ? *loader_port : 0), "--report=" + report,
+                      "--progress=lines"}),
             0);
   (*loader)->Signal(SIGTERM);
   EXPECT_EQ(*(*loader)->Wait(absl::Seconds(10)), 0);

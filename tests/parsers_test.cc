@@ -17,8 +17,8 @@ std::string CriteoLine(const std::string& label, const std::vector<std::string>&
 
 std::vector<std::string> Ints() {
   std::vector<std::string> v(13, "1");
-  v[0] = "";      // missing
-  v[1] = "-5";    // negative -> 0
+  v[0] = "";    // missing
+  v[1] = "-5";  // negative -> 0
   v[2] = "100000";
   return v;
 }
@@ -57,8 +57,9 @@ TEST(CriteoParser, EmptyTokenCanMapToAMissingId) {
 TEST(CriteoParser, AcceptsCrlfAndAllEmptyFields) {
   Sample s;
   EXPECT_TRUE(ParseCriteoLine(CriteoLine("1", Ints(), Cats()) + "\r", {}, &s).ok());
-  EXPECT_TRUE(ParseCriteoLine(CriteoLine("0", std::vector<std::string>(13, ""),
-                                         std::vector<std::string>(26, "")), {}, &s).ok());
+  EXPECT_TRUE(
+      ParseCriteoLine(CriteoLine("0", std::vector<std::string>(13, ""), std::vector<std::string>(26, "")), {}, &s)
+          .ok());
   EXPECT_TRUE(s.ids.empty());
 }
 
@@ -79,7 +80,8 @@ TEST(CriteoParser, BadLinesSayWhatAndWhere) {
       {CriteoLine("", Ints(), Cats()), "field 1 (label)"},
       {CriteoLine("1", ints, Cats()), "field 6 (I5): '12a' is not an integer"},
       {CriteoLine("1", Ints(), cats), "field 22 (C8): 'zz12' is not a hex token"},
-      {CriteoLine("1", {"99999999999999999999999", "", "", "", "", "", "", "", "", "", "", "", ""}, Cats()), "not an integer"},
+      {CriteoLine("1", {"99999999999999999999999", "", "", "", "", "", "", "", "", "", "", "", ""}, Cats()),
+       "not an integer"},
       {std::string("\x00\xff\x13garbage", 10), "label"},
       {std::string(70000, 'a'), "exceeds the limit"},
       {"", "label"},
@@ -104,7 +106,8 @@ TEST(LibsvmParser, KthFeatureIsSlotK) {
   EXPECT_EQ(s.slot_offsets[4], 3u);
   ASSERT_TRUE(ParseLibsvmLine("-1 7:1", options, &s).ok());
   EXPECT_EQ(s.label, 0.0f);
-  EXPECT_NE(ParseLibsvmLine("1 1:1 2:1 3:1 4:1 5:1", options, &s).message().find("beyond num_slots"), std::string::npos);
+  EXPECT_NE(ParseLibsvmLine("1 1:1 2:1 3:1 4:1 5:1", options, &s).message().find("beyond num_slots"),
+            std::string::npos);
   EXPECT_NE(ParseLibsvmLine("1 7", options, &s).message().find("not idx:val"), std::string::npos);
   EXPECT_NE(ParseLibsvmLine("1 x:1", options, &s).message().find("bad index or value"), std::string::npos);
   EXPECT_NE(ParseLibsvmLine("1 7:nan", options, &s).message().find("bad index or value"), std::string::npos);

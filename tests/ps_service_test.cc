@@ -11,9 +11,9 @@
 #include <random>
 #include <thread>
 
-#include "embedding.grpc.pb.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "http_get.h"
@@ -31,8 +31,7 @@ std::unique_ptr<PsCluster> Launch(int shards, std::vector<std::string> extra = {
   PsClusterOptions options;
   options.binary = HYREC_PS_BINARY;
   options.num_shards = shards;
-  options.args = {std::string("--tables=") + kTables, "--capacity_rows=100000", "--threads=4",
-                  "--log_level=error"};
+  options.args = {std::string("--tables=") + kTables, "--capacity_rows=100000", "--threads=4", "--log_level=error"};
   options.args.insert(options.args.end(), extra.begin(), extra.end());
   auto cluster = PsCluster::Launch(options);
   EXPECT_TRUE(cluster.ok()) << cluster.status();
@@ -293,8 +292,7 @@ TEST_F(PsServiceBadInput, EachBadRequestIsRefusedAndChangesNothing) {
     proto::UpdateResponse response;
     grpc::Status status = Update(cases[k].request, &response);
     EXPECT_EQ(status.error_code(), cases[k].code) << status.error_message();
-    EXPECT_NE(status.error_message().find(cases[k].message_part), std::string::npos)
-        << status.error_message();
+    EXPECT_NE(status.error_message().find(cases[k].message_part), std::string::npos) << status.error_message();
     EXPECT_EQ(Row(11), before);  // Nothing written; the server still answers.
   }
   proto::LookupRequest lookup;
@@ -362,13 +360,14 @@ TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {
   caller.join();
   stop = true;
   EXPECT_FALSE(last.ok());
-  EXPECT_TRUE(last.code() == absl::StatusCode::kUnavailable ||
-              last.code() == absl::StatusCode::kDeadlineExceeded) << last;
+  EXPECT_TRUE(last.code() == absl::StatusCode::kUnavailable || last.code() == absl::StatusCode::kDeadlineExceeded)
+      << last;
   EXPECT_NE(last.message().find("PS shard 1"), std::string::npos) << last;
   EXPECT_LT(slowest, options.call_timeout + absl::Milliseconds(500));
   // Ids on the surviving shard are still served.
   std::vector<uint64_t> on_zero;
-  for (uint64_t id = 0; on_zero.size() < 10; ++id) if (ShardForId(id, 2) == 0) on_zero.push_back(id);
+  for (uint64_t id = 0; on_zero.size() < 10; ++id)
+    if (ShardForId(id, 2) == 0) on_zero.push_back(id);
   std::vector<float> rows(on_zero.size() * 8);
   EXPECT_TRUE(client->Lookup("emb", on_zero, absl::MakeSpan(rows)).ok());
 }
@@ -519,10 +518,10 @@ TEST(PsBinary, ReportsBadFlagsAndConfigs) {
   std::ofstream(path) << loader << "tables:\n  - name: emb\n    features: [f0]\n    optimiser:\n      kind: sgd\n";
   out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
   EXPECT_EQ(code, 2);
-  EXPECT_NE(out.find("tables[0].optimiser (line 5): unknown key; did you mean 'optimizer'?"), std::string::npos)
-      << out;
+  EXPECT_NE(out.find("tables[0].optimiser (line 5): unknown key; did you mean 'optimizer'?"), std::string::npos) << out;
 
-  std::ofstream(path) << loader << "tables:\n  - name: emb\n    features: [f0]\n    optimizer: {kind: adam, beta1: 1.5}\n";
+  std::ofstream(path) << loader
+                      << "tables:\n  - name: emb\n    features: [f0]\n    optimizer: {kind: adam, beta1: 1.5}\n";
   out = RunAndCapture({HYREC_PS_BINARY, "--config=" + path}, &code);
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("beta1"), std::string::npos) << out;

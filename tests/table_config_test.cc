@@ -21,8 +21,7 @@ TEST(TableConfig, ParsesCompactSpecs) {
 TEST(TableConfig, CompactSpecErrorsNameTheSpec) {
   EXPECT_NE(ParseTableSpecs("a:16,a:8").status().message().find("defined twice"), std::string::npos);
   EXPECT_NE(ParseTableSpecs("a").status().message().find("expected name:dim"), std::string::npos);
-  EXPECT_NE(ParseTableSpecs("a:16:sgd:fast").status().message().find("'fast' is not a number"),
-            std::string::npos);
+  EXPECT_NE(ParseTableSpecs("a:16:sgd:fast").status().message().find("'fast' is not a number"), std::string::npos);
   EXPECT_NE(ParseTableSpecs("a:0").status().message().find("dim must be in"), std::string::npos);
   EXPECT_EQ(ParseTableSpecs("").status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -43,12 +42,10 @@ TEST(TableConfig, ParsesYamlStrictly) {
 
   auto bad = ParseYaml("- name: a\n  dim: 4\n  optimizer: {kind: adagrd}\n", "t.yaml");
   auto result = ParseTableConfigs(*bad, "tables");
-  EXPECT_NE(result.status().message().find("tables[0].optimizer.kind"), std::string::npos)
-      << result.status();
+  EXPECT_NE(result.status().message().find("tables[0].optimizer.kind"), std::string::npos) << result.status();
   bad = ParseYaml("- name: a\n  dim: 4\n  admission: {probability: 2}\n", "t.yaml");
   result = ParseTableConfigs(*bad, "tables");
-  EXPECT_NE(result.status().message().find("admission.probability"), std::string::npos)
-      << result.status();
+  EXPECT_NE(result.status().message().find("admission.probability"), std::string::npos) << result.status();
   bad = ParseYaml("- name: a\n  dim: -3\n", "t.yaml");
   result = ParseTableConfigs(*bad, "tables");
   EXPECT_NE(result.status().message().find("tables[0] (line 1)"), std::string::npos) << result.status();

@@ -29,7 +29,8 @@ eval: {samples: 40000}
 model: {kind: dlrm, embedding_dim: 16, bottom: [64, 32], top: [64, 32]}
 ps: {shards: 2, optimizer: adagrad, learning_rate: 0.03}
 train: {dense_optimizer: adam, log_every_batches: 1000}
-)", "test");
+)",
+                                    "test");
   EXPECT_TRUE(spec.ok()) << spec.status();
   spec->train.embedding_staleness = staleness;
   spec->train.workers = workers;
@@ -83,8 +84,9 @@ TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
   double duplicates = 0;
   for (const char* shard : {"0", "1"}) {
     for (int t = 0; t < 26; ++t) {
-      duplicates += metrics.Get("hyrec_ps_duplicate_updates_total", {{"shard", shard}, {"table", "f" + std::to_string(t)}},
-                                std::nan(""));  // Never published: NaN, and the test fails.
+      duplicates +=
+          metrics.Get("hyrec_ps_duplicate_updates_total", {{"shard", shard}, {"table", "f" + std::to_string(t)}},
+                      std::nan(""));  // Never published: NaN, and the test fails.
     }
   }
   EXPECT_EQ(duplicates, 0);

@@ -79,8 +79,7 @@ class SlowUpdates : public embedding_ps::EmbeddingClient {
   absl::Status LookupShardedTables(absl::Span<const ShardedLookup> lookups) override {
     return ps_->LookupShardedTables(lookups);
   }
-  absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates,
-                                   embedding_ps::UpdateId update_id) override {
+  absl::Status UpdateShardedTables(absl::Span<const ShardedUpdate> updates, embedding_ps::UpdateId update_id) override {
     for (const ShardedUpdate& u : updates) {  // One table at a time, each held back on its own.
       Delay(u.table, update_id);
       absl::Status s = ps_->UpdateSharded(u.table, u.ids, u.shard_offsets, u.grads, update_id);
@@ -92,7 +91,8 @@ class SlowUpdates : public embedding_ps::EmbeddingClient {
 
  private:
   static void Delay(absl::string_view table, embedding_ps::UpdateId id) {
-    const uint64_t h = (id.sequence * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(table[0]) * 0xC2B2AE3D27D4EB4Full);
+    const uint64_t h =
+        (id.sequence * 0x9E3779B97F4A7C15ull) ^ (static_cast<uint64_t>(table[0]) * 0xC2B2AE3D27D4EB4Full);
     std::this_thread::sleep_for(std::chrono::milliseconds((h >> 40) % 30));
   }
   std::unique_ptr<embedding_ps::EmbeddingClient> ps_;
@@ -346,7 +346,7 @@ TEST(SleepIdleBlasThreads, SetsTheTimeoutOnceKeepsTheUsersAndProductsStayRight) 
       EXPECT_STREQ(std::getenv("OPENBLAS_THREAD_TIMEOUT"), "4");
     }
   }
-  ExpectProductRight();  // Through the restarted pool.
+  ExpectProductRight();                        // Through the restarted pool.
   EXPECT_EQ(SleepIdleBlasThreads(), applied);  // Later calls change nothing.
   ExpectProductRight();
 }
@@ -359,8 +359,8 @@ long ThreadPageFaults() {
 }
 
 TEST(RetainFreedMemory, AFreedBlockIsReusedWithoutPageFaults) {
-  const bool users = std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr || std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr ||
-                     std::getenv("GLIBC_TUNABLES") != nullptr;
+  const bool users = std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+                     std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr || std::getenv("GLIBC_TUNABLES") != nullptr;
   const bool applied = RetainFreedMemory();
   EXPECT_EQ(RetainFreedMemory(), applied);  // Once per process.
   if (!applied) GTEST_SKIP() << (users ? "the environment sets malloc's thresholds" : "not glibc");
@@ -384,7 +384,8 @@ TEST(RetainFreedMemory, AFreedBlockIsReusedWithoutPageFaults) {
     EXPECT_GT(faults[0], 0);
     EXPECT_LE(faults[0], kPages + 64);
     EXPECT_LT(faults[1] * 10, faults[0]);
-  }).join();
+  })
+      .join();
 }
 
 }  // namespace

@@ -22,7 +22,8 @@ class TwoTower : public DenseModelImpl {
   TwoTower(const ModelContext& c, const std::vector<std::string>& user_features, int width) {
     int user_in = c.num_dense, item_in = c.num_dense;
     for (size_t s = 0; s < c.feature_names.size(); ++s) {
-      const bool user = std::find(user_features.begin(), user_features.end(), c.feature_names[s]) != user_features.end();
+      const bool user =
+          std::find(user_features.begin(), user_features.end(), c.feature_names[s]) != user_features.end();
       is_user_.push_back(user);
       (user ? user_in : item_in) += c.slot_dims[s];
     }

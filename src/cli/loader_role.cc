@@ -78,7 +78,8 @@ absl::Status Serve(const LoaderFlags& f) {
   server_options.host = f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;
-  HYREC_ASSIGN_OR_RETURN(auto server, data_loader::DataServer::Start(std::move(loader), options, resume, server_options));
+  HYREC_ASSIGN_OR_RETURN(auto server,
+                         data_loader::DataServer::Start(std::move(loader), options, resume, server_options));
   MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (f.common.metrics_port >= 0) {

@@ -41,10 +41,12 @@ absl::Status PlotReport(const dense_worker::TrainReport& report, const std::stri
     plots = "'" + auc_data + "' using 1:2 axes x1y1 with linespoints title 'held-out AUC'";
   }
   if (report.teacher_auc > 0) {
-    absl::StrAppend(&plots, plots.empty() ? "" : ", ", report.teacher_auc, " axes x1y1 with lines dt 2 title 'teacher AUC'");
+    absl::StrAppend(&plots, plots.empty() ? "" : ", ", report.teacher_auc,
+                    " axes x1y1 with lines dt 2 title 'teacher AUC'");
   }
   if (!report.losses.empty()) {
-    absl::StrAppend(&plots, plots.empty() ? "" : ", ", "'", loss_data, "' using 1:2 axes x1y2 with lines title 'training loss'");
+    absl::StrAppend(&plots, plots.empty() ? "" : ", ", "'", loss_data,
+                    "' using 1:2 axes x1y2 with lines title 'training loss'");
   }
   if (plots.empty()) return absl::FailedPreconditionError("nothing to plot (no evaluation and no loss)");
   gp << "plot " << plots << "\n";

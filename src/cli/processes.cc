@@ -70,11 +70,11 @@ class Cluster {
     if (port.ok()) return port;
     auto code = process.Wait(absl::Seconds(1));
     const int exit_code = code.ok() ? *code : kExitTransient;
-    return absl::Status(exit_code == kExitInvalidInput ? absl::StatusCode::kInvalidArgument
-                                                      : absl::StatusCode::kUnavailable,
-                        absl::StrCat(what, " did not start (", code.ok() ? absl::StrCat("exit code ", *code)
-                                                                         : std::string(port.status().message()),
-                                     "); its error is above"));
+    return absl::Status(
+        exit_code == kExitInvalidInput ? absl::StatusCode::kInvalidArgument : absl::StatusCode::kUnavailable,
+        absl::StrCat(what, " did not start (",
+                     code.ok() ? absl::StrCat("exit code ", *code) : std::string(port.status().message()),
+                     "); its error is above"));
   }
 
   absl::Status StartServers() {
@@ -91,8 +91,8 @@ class Cluster {
       HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
       std::string address = absl::StrCat("127.0.0.1:", port);
       if (options_.ps_latency_ms >= 0) {
-        HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", port,
-                                                               absl::Microseconds(options_.ps_latency_ms * 500)));
+        HYREC_ASSIGN_OR_RETURN(
+            auto proxy, LatencyProxy::Start("127.0.0.1", port, absl::Microseconds(options_.ps_latency_ms * 500)));
         address = absl::StrCat("127.0.0.1:", proxy->port());
         proxies_.push_back(std::move(proxy));
       }
@@ -111,20 +111,20 @@ class Cluster {
     for (auto& ps : ps_) Drain(ps.get(), /*events=*/false);
     Drain(loader_.get(), /*events=*/false);
     monitor_->Note(absl::StrCat("processes: ", ps_.size(), " PS (", absl::StrJoin(ps_addresses_, ","), "), loader ",
-                               loader_address_, ", ", plan().workers.size(), " worker(s)"));
+                                loader_address_, ", ", plan().workers.size(), " worker(s)"));
     return absl::OkStatus();
   }
 
   absl::Status StartWorkers() {
     const int master_port = PickFreeLoopbackPort();
     for (size_t r = 0; r < plan().workers.size(); ++r) {
-      HYREC_ASSIGN_OR_RETURN(
-          auto worker, Spawn(Command(options_.roles.worker,
-                                     {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
-                                      "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
-                                      "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
-                                      r == 0 ? "--progress=events" : "--progress=none", "--plot=",
-                                      "--log_level=" + options_.log_level})));
+      HYREC_ASSIGN_OR_RETURN(auto worker,
+                             Spawn(Command(options_.roles.worker,
+                                           {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
+                                            "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
+                                            "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
+                                            r == 0 ? "--progress=events" : "--progress=none",
+                                            "--plot=", "--log_level=" + options_.log_level})));
       workers_.push_back(std::move(worker));
       Drain(workers_.back().get(), /*events=*/r == 0);
     }
@@ -199,8 +199,8 @@ class Cluster {
   }
 
   const ProcessesOptions& options_;
-  std::unique_ptr<dense_worker::JobMonitor> monitor_;     // Once the servers are up.
-  std::unique_ptr<dense_worker::EventReader> events_;     // Worker 0's events, into monitor_.
+  std::unique_ptr<dense_worker::JobMonitor> monitor_;  // Once the servers are up.
+  std::unique_ptr<dense_worker::EventReader> events_;  // Worker 0's events, into monitor_.
   std::vector<std::unique_ptr<Subprocess>> ps_;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::unique_ptr<Subprocess>> workers_;

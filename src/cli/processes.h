@@ -15,14 +15,14 @@
 namespace hyrec::cli {
 
 struct ProcessesOptions {
-  std::string config_path;              // The job file every role reads.
-  const job::JobPlan* plan = nullptr;   // Its plan (for the counts and timeouts).
+  std::string config_path;             // The job file every role reads.
+  const job::JobPlan* plan = nullptr;  // Its plan (for the counts and timeouts).
   RoleCommands roles;
   // Milliseconds added to every PS round trip by a delaying TCP proxy in front of each PS (half
   // each way); 0: the proxies with no delay; negative: no proxies.
   double ps_latency_ms = -1;
-  std::string log_level = "warn";       // Of the child processes.
-  dense_worker::MonitorOptions monitor; // Worker 0's reports are shown through a JobMonitor.
+  std::string log_level = "warn";           // Of the child processes.
+  dense_worker::MonitorOptions monitor;     // Worker 0's reports are shown through a JobMonitor.
   const std::atomic<bool>* stop = nullptr;  // Set: the workers stop after their current batch.
 };
 

@@ -54,8 +54,8 @@ absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::Sto
   server->num_shards = f.num_shards;
   server->max_ids_per_request = f.max_ids_per_request;
   if (f.shard_index >= f.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("--shard_index ", f.shard_index, " is not below --num_shards ",
-                                                   f.num_shards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_index ", f.shard_index, " is not below --num_shards ", f.num_shards));
   }
   return absl::OkStatus();
 }
@@ -66,14 +66,15 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
   for (const char* planned :
        {"tables", "num_shards", "capacity_rows", "capacity_bytes", "stripes", "threads", "max_ids_per_request"}) {
     if (flags.WasSet(planned)) {
-      return absl::InvalidArgumentError(absl::StrCat("--", planned, " with --config: the job file sets it (ps and tables "
+      return absl::InvalidArgumentError(absl::StrCat("--", planned,
+                                                     " with --config: the job file sets it (ps and tables "
                                                      "sections); give one or the other"));
     }
   }
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
   if (f.shard_index >= static_cast<int>(plan.ps.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("--shard_index ", f.shard_index, ": the job has ", plan.ps.size(),
-                                                   " PS shards (ps.shards)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--shard_index ", f.shard_index, ": the job has ", plan.ps.size(), " PS shards (ps.shards)"));
   }
   const job::PsShardPlan& shard = plan.ps[f.shard_index];
   *store = shard.store;
@@ -132,23 +133,26 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
 
 int PsMain(int argc, char** argv) {
   PsFlags f;
-  FlagSet flags("hyrec ps", "One embedding parameter-server shard: of a job (--config, --shard_index), or one "
-                            "without a job (--tables).");
+  FlagSet flags("hyrec ps",
+                "One embedding parameter-server shard: of a job (--config, --shard_index), or one "
+                "without a job (--tables).");
   flags.String("config", &f.config, "FILE", "The job's YAML file; the shard serves its plan's tables and capacity.");
   flags.Int("shard_index", &f.shard_index, "This shard's index in [0, shards).", 0, 1023);
   flags.String("host", &f.host, "HOST", "Address to listen on.");
-  flags.Int("port", &f.port, "Port to listen on; 0 picks a free one (printed); -1: the job's cluster.ps port "
-                             "(with --config), else 0.", -1, 65535);
+  flags.Int("port", &f.port,
+            "Port to listen on; 0 picks a free one (printed); -1: the job's cluster.ps port "
+            "(with --config), else 0.",
+            -1, 65535);
   flags.String("tables", &f.tables, "SPECS", "Without --config: tables as name:dim[:optimizer[:learning_rate]],...");
   flags.Int("num_shards", &f.num_shards, "Without --config: the number of PS shards.", 1, 1024);
   flags.Uint64("capacity_rows", &f.capacity_rows, "Without --config: most rows held (all tables); 0: unbounded.");
   flags.Uint64("capacity_bytes", &f.capacity_bytes, "Without --config: most bytes held (all tables); 0: unbounded.");
   flags.Int("stripes", &f.stripes, "Without --config: lock stripes of the store.", 1, 65536);
   flags.Int("threads", &f.threads, "Without --config: gRPC polling threads; 0: one per core.", 0, 1024);
-  flags.Uint64("max_ids_per_request", &f.max_ids_per_request, "Without --config: larger requests get "
-                                                              "RESOURCE_EXHAUSTED.");
-  flags.Int("shutdown_grace_ms", &f.shutdown_grace_ms, "Time in-flight requests get to finish on SIGTERM.", 0,
-            600000);
+  flags.Uint64("max_ids_per_request", &f.max_ids_per_request,
+               "Without --config: larger requests get "
+               "RESOURCE_EXHAUSTED.");
+  flags.Int("shutdown_grace_ms", &f.shutdown_grace_ms, "Time in-flight requests get to finish on SIGTERM.", 0, 600000);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("ps", f.common.log_level);

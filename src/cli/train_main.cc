@@ -3,6 +3,4 @@
 // process never loads LibTorch.
 #include "src/cli/roles.h"
 
-int main(int argc, char** argv) {
-  return hyrec::cli::TrainMainWith(argc, argv, hyrec::cli::SiblingRoleCommands());
-}
+int main(int argc, char** argv) { return hyrec::cli::TrainMainWith(argc, argv, hyrec::cli::SiblingRoleCommands()); }

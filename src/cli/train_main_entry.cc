@@ -9,8 +9,8 @@ namespace hyrec::dense_worker {
 int TrainMain(int argc, char** argv) {
   if (argc >= 2) {
     const std::string role = argv[1];
-    int (*role_main)(int, char**) = role == "worker" ? cli::WorkerMain
-                                    : role == "ps"   ? cli::PsMain
+    int (*role_main)(int, char**) = role == "worker"   ? cli::WorkerMain
+                                    : role == "ps"     ? cli::PsMain
                                     : role == "loader" ? cli::LoaderMain
                                                        : nullptr;
     if (role_main != nullptr || role == "train") {

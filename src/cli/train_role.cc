@@ -77,7 +77,7 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
 bool LiveProgress(const std::string& mode) { return mode == "live" || (mode == "auto" && isatty(1) != 0); }
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const CommonFlags& common, MetricsRegistry* m,
-                                                                      const std::string& who) {
+                                                                     const std::string& who) {
   if (common.metrics_port < 0) return std::unique_ptr<MetricsHttpServer>();
   HYREC_ASSIGN_OR_RETURN(auto server, MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m));
   std::cout << who << " metrics: http://" << common.metrics_host << ":" << server->port() << "/metrics" << std::endl;
@@ -165,11 +165,12 @@ struct WorkerFlags {
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else the plan's.
 absl::Status ApplyPlacement(const WorkerFlags& f, job::JobPlan* plan, int* rank) {
   int env_rank = -1, env_world = -1, env_port = 0;
-  for (auto [name, out] : {std::pair<const char*, int*>{"RANK", &env_rank}, {"WORLD_SIZE", &env_world},
-                           {"MASTER_PORT", &env_port}}) {
+  for (auto [name, out] :
+       {std::pair<const char*, int*>{"RANK", &env_rank}, {"WORLD_SIZE", &env_world}, {"MASTER_PORT", &env_port}}) {
     const char* value = std::getenv(name);
     if (value != nullptr && !absl::SimpleAtoi(value, out)) {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", value, "' is not an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", name, "='", value, "' is not an integer"));
     }
   }
   const int world = static_cast<int>(plan->workers.size());
@@ -178,8 +179,8 @@ absl::Status ApplyPlacement(const WorkerFlags& f, job::JobPlan* plan, int* rank)
   }
   *rank = f.rank >= 0 ? f.rank : env_rank >= 0 ? env_rank : 0;
   if (*rank >= world) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", *rank, " is not below the job's ", world,
-                                                   " workers (train.workers)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", *rank, " is not below the job's ", world, " workers (train.workers)"));
   }
   const char* env_addr = std::getenv("MASTER_ADDR");
   const std::string master_addr = !f.master_addr.empty() ? f.master_addr : env_addr != nullptr ? env_addr : "";
@@ -201,7 +202,8 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   MetricsRegistry metrics;
   HYREC_ASSIGN_OR_RETURN(auto metrics_server,
                          MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank)));
-  HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, embedding_ps::ClientOptions()));
+  HYREC_ASSIGN_OR_RETURN(auto ps,
+                         embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, embedding_ps::ClientOptions()));
   HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, {}));
   std::unique_ptr<dense_worker::TrainObserver> observer;
   const std::string& mode = f.training.progress;
@@ -251,8 +253,9 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
   dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
   TrainFlags f;
   f.training.plot = "hyrec-train.png";
-  FlagSet flags("hyrec train", "Train a job on one machine: every role in this process (the default), or each "
-                               "one a process of its own (--processes).");
+  FlagSet flags("hyrec train",
+                "Train a job on one machine: every role in this process (the default), or each "
+                "one a process of its own (--processes).");
   AddTrainingFlags(flags, &f.training, {"auto", "live", "lines"});
   flags.Bool("processes", &f.processes,
              "Run every role as its own process on loopback (PS shards, the loader, the workers) with real gRPC "
@@ -274,11 +277,13 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
 int WorkerMain(int argc, char** argv) {
   dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
   WorkerFlags f;
-  FlagSet flags("hyrec worker", "One dense worker of a job: its batches from the job's loader, its rows from the "
-                                "job's PS shards, its dense gradients synchronised with the other workers (c10d).");
+  FlagSet flags("hyrec worker",
+                "One dense worker of a job: its batches from the job's loader, its rows from the "
+                "job's PS shards, its dense gradients synchronised with the other workers (c10d).");
   AddTrainingFlags(flags, &f.training, {"auto", "live", "lines", "events", "none"});
   flags.Int("rank", &f.rank, "This worker's rank (default: $RANK, else 0).", -1, 1023);
-  flags.String("ps", &f.ps, "ADDRESSES", "PS addresses in shard order, comma-separated (default: the job's cluster.ps).");
+  flags.String("ps", &f.ps, "ADDRESSES",
+               "PS addresses in shard order, comma-separated (default: the job's cluster.ps).");
   flags.String("loader", &f.loader, "ADDRESS", "The loader's address (default: the job's cluster.loader).");
   flags.String("master_addr", &f.master_addr, "HOST",
                "Worker 0's rendezvous host (default: $MASTER_ADDR, else the job's cluster.master).");

@@ -227,9 +227,11 @@ std::string FlagSet::Help() const {
     absl::StrAppend(&out, Wrap(absl::StrCat(f.help, " (default: ", f.default_text, ")"), 6, 94));
   }
   absl::StrAppend(&out, "  --help\n      Print this and exit.\n  --version\n      Print the version and exit.\n");
-  absl::StrAppend(&out, "\n", Wrap("exit codes: 0 success; 1 unexpected failure; 2 invalid configuration, flags or "
-                                   "input (do not retry); 3 transient failure (a peer lost, a deadline passed: "
-                                   "retry); 130 interrupted.", 0, 100));
+  absl::StrAppend(&out, "\n",
+                  Wrap("exit codes: 0 success; 1 unexpected failure; 2 invalid configuration, flags or "
+                       "input (do not retry); 3 transient failure (a peer lost, a deadline passed: "
+                       "retry); 130 interrupted.",
+                       0, 100));
   return out;
 }
 

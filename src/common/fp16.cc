@@ -8,8 +8,7 @@ namespace hyrec {
 namespace {
 
 #if defined(__x86_64__)
-__attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in, uint16_t* out,
-                                                              size_t n) {
+__attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in, uint16_t* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(in + i);
@@ -19,8 +18,7 @@ __attribute__((target("avx,f16c"))) void FloatsToHalvesF16c(const float* in, uin
   for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
 }
 
-__attribute__((target("avx,f16c"))) void HalvesToFloatsF16c(const uint16_t* in, float* out,
-                                                              size_t n) {
+__attribute__((target("avx,f16c"))) void HalvesToFloatsF16c(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));

@@ -147,8 +147,7 @@ absl::StatusOr<std::unique_ptr<LatencyProxy>> LatencyProxy::Start(const std::str
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
   if (bind(impl->listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(impl->listen_fd, 64) != 0 ||
-      getsockname(impl->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      listen(impl->listen_fd, 64) != 0 || getsockname(impl->listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     close(impl->listen_fd);
     return absl::UnavailableError(absl::StrCat("latency proxy cannot listen: ", std::strerror(errno)));
   }

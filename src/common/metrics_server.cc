@@ -55,8 +55,9 @@ class HttplibMetricsServer final : public MetricsHttpServer {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                             MetricsRegistry* registry) {
-  if (port < 0 || port > 65535) return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
+                                                                            MetricsRegistry* registry) {
+  if (port < 0 || port > 65535)
+    return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
   auto server = std::make_unique<HttplibMetricsServer>(registry);
   absl::Status s = server->Bind(host, port);
   if (!s.ok()) return s;
@@ -69,8 +70,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
 
 namespace hyrec {
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int,
-                                                                             MetricsRegistry*) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int, MetricsRegistry*) {
   return absl::UnimplementedError("this build has no metrics endpoint (configured with -DHYREC_WITH_HTTP=OFF)");
 }
 

@@ -2,10 +2,10 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +18,7 @@
 namespace hyrec {
 
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<std::string>& argv,
-                                                             const SpawnOptions& options) {
+                                                              const SpawnOptions& options) {
   if (argv.empty()) return absl::InvalidArgumentError("Spawn needs a program");
   int pipe_fds[2];
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
@@ -107,8 +107,8 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
     }
     if (r < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("process ", pid_, " still running after ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("process ", pid_, " still running after ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(5));
   }

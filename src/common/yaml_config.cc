@@ -50,11 +50,10 @@ std::string ClosestWord(absl::string_view word, const std::vector<std::string>& 
   return best;
 }
 
-absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
-                       const std::vector<std::string>& allowed) {
+absl::Status CheckKeys(const YAML::Node& node, absl::string_view path, const std::vector<std::string>& allowed) {
   if (!node.IsMap()) {
-    return absl::InvalidArgumentError(absl::StrCat(path.empty() ? "config" : path, " (",
-                                                   YamlWhere(node), "): expected a mapping"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.empty() ? "config" : path, " (", YamlWhere(node), "): expected a mapping"));
   }
   for (const auto& entry : node) {
     if (!entry.first.IsScalar()) {
@@ -63,8 +62,7 @@ absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
     }
     const std::string key = entry.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
-    std::string message =
-        absl::StrCat(JoinKey(path, key), " (", YamlWhere(entry.first), "): unknown key");
+    std::string message = absl::StrCat(JoinKey(path, key), " (", YamlWhere(entry.first), "): unknown key");
     const std::string suggestion = ClosestWord(key, allowed);
     if (!suggestion.empty()) absl::StrAppend(&message, "; did you mean '", suggestion, "'?");
     return absl::InvalidArgumentError(message);
@@ -127,7 +125,8 @@ absl::Status ReadIntList(const YAML::Node& map, absl::string_view key, absl::str
     if (!s.ok()) return s;
     int64_t v = 0;
     const std::string at = absl::StrCat(where, "[", i, "] (", YamlWhere((*list)[i]), ")");
-    if (!absl::SimpleAtoi(text, &v)) return absl::InvalidArgumentError(absl::StrCat(at, ": '", text, "' is not an integer"));
+    if (!absl::SimpleAtoi(text, &v))
+      return absl::InvalidArgumentError(absl::StrCat(at, ": '", text, "' is not an integer"));
     if (v < min || v > max) {
       return absl::InvalidArgumentError(absl::StrCat(at, ": ", v, " is not in [", min, ", ", max, "]"));
     }
@@ -150,8 +149,7 @@ absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view 
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1,
-                                                   ": YAML syntax error: ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(source_name, ":", e.mark.line + 1, ": YAML syntax error: ", e.msg));
   }
 }
 

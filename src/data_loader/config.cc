@@ -13,9 +13,8 @@ namespace {
 absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
   HYREC_RETURN_IF_ERROR(CheckKeys(
       node, p,
-      {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window",
-       "seed", "num_shards", "slot_tables", "max_bad_fraction", "min_lines_for_bad_check",
-       "prefetch_batches", "drop_last"}));
+      {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window", "seed", "num_shards",
+       "slot_tables", "max_bad_fraction", "min_lines_for_bad_check", "prefetch_batches", "drop_last"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_size", p, &o.batch_size));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "threads", p, &o.threads));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_workers", p, &o.num_workers));
@@ -44,17 +43,17 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   } else if (format == "synthetic") {
     o.source.format = Format::kSynthetic;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "format"), " (", YamlWhere(source["format"]),
-                                                   "): '", format, "' is not criteo, libsvm, libffm or synthetic"));
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "format"), " (", YamlWhere(source["format"]), "): '",
+                                                   format, "' is not criteo, libsvm, libffm or synthetic"));
   }
   HYREC_RETURN_IF_ERROR(ReadStringList(source, "files", sp, &o.source.files));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "missing_id_for_empty", sp, &o.source.criteo.missing_id_for_empty));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "num_slots", sp, &o.source.libsvm.num_slots));
   if (const YAML::Node syn = source["synthetic"]) {
     const std::string yp = JoinKey(sp, "synthetic");
-    HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp, {"num_samples", "num_dense", "num_slots", "vocabulary",
-                                              "ids_per_sample", "zipf", "seed", "teacher_dim",
-                                              "teacher_scale", "teacher_bias", "first_index"}));
+    HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp,
+                                    {"num_samples", "num_dense", "num_slots", "vocabulary", "ids_per_sample", "zipf",
+                                     "seed", "teacher_dim", "teacher_scale", "teacher_bias", "first_index"}));
     SyntheticConfig& c = o.source.synthetic;
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_samples", yp, &c.num_samples));
     HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_dense", yp, &c.num_dense));
@@ -86,8 +85,8 @@ std::string FormatPositions(const std::vector<ReaderPosition>& positions) {
   std::string out;
   for (const ReaderPosition& p : positions) {
     absl::StrAppend(&out, "next_batch=", p.next_batch, " epoch=", p.epoch, " window_batch=", p.window_batch,
-                    " window_global=", p.window_global, " file_index=", p.file_index,
-                    " byte_offset=", p.byte_offset, " line_number=", p.line_number, "\n");
+                    " window_global=", p.window_global, " file_index=", p.file_index, " byte_offset=", p.byte_offset,
+                    " line_number=", p.line_number, "\n");
   }
   return out;
 }
@@ -104,22 +103,31 @@ absl::StatusOr<std::vector<ReaderPosition>> ParsePositions(absl::string_view tex
       std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
       uint64_t value = 0;
       if (!absl::SimpleAtoi(kv.second, &value)) {
-        return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": '", field,
-                                                       "' is not key=integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("positions line ", line_number, ": '", field, "' is not key=integer"));
       }
       const absl::string_view k = kv.first;
-      if (k == "next_batch") p.next_batch = value;
-      else if (k == "epoch") p.epoch = value;
-      else if (k == "window_batch") p.window_batch = value;
-      else if (k == "window_global") p.window_global = value;
-      else if (k == "file_index") p.file_index = static_cast<uint32_t>(value);
-      else if (k == "byte_offset") p.byte_offset = value;
-      else if (k == "line_number") p.line_number = value;
-      else return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": unknown key '", k, "'"));
+      if (k == "next_batch")
+        p.next_batch = value;
+      else if (k == "epoch")
+        p.epoch = value;
+      else if (k == "window_batch")
+        p.window_batch = value;
+      else if (k == "window_global")
+        p.window_global = value;
+      else if (k == "file_index")
+        p.file_index = static_cast<uint32_t>(value);
+      else if (k == "byte_offset")
+        p.byte_offset = value;
+      else if (k == "line_number")
+        p.line_number = value;
+      else
+        return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": unknown key '", k, "'"));
       ++seen;
     }
     if (seen != 7) {
-      return absl::InvalidArgumentError(absl::StrCat("positions line ", line_number, ": expected 7 fields, found ", seen));
+      return absl::InvalidArgumentError(
+          absl::StrCat("positions line ", line_number, ": expected 7 fields, found ", seen));
     }
     out.push_back(p);
   }

@@ -80,8 +80,7 @@ absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
   b->slots.resize(p.slots_size());
   for (int s = 0; ok && s < p.slots_size(); ++s) {
     ok = GetArray(p.slots(s).offsets(), n + 1, &b->slots[s].offsets) &&
-         GetArray(p.slots(s).ids(), SIZE_MAX, &b->slots[s].ids) &&
-         b->slots[s].offsets.back() == b->slots[s].ids.size();
+         GetArray(p.slots(s).ids(), SIZE_MAX, &b->slots[s].ids) && b->slots[s].offsets.back() == b->slots[s].ids.size();
   }
   b->tables.resize(p.tables_size());
   for (int t = 0; ok && t < p.tables_size(); ++t) {
@@ -114,8 +113,7 @@ class DataServiceImpl final : public proto::DataService::Service {
 
   void Stop() { loader_->Stop(); }
 
-  grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*,
-                    proto::LoaderInfoResponse* out) override {
+  grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*, proto::LoaderInfoResponse* out) override {
     out->set_num_workers(options_.num_workers);
     out->set_num_slots(options_.source.num_slots());
     out->set_num_dense(options_.source.num_dense());
@@ -135,8 +133,7 @@ class DataServiceImpl final : public proto::DataService::Service {
     const int w = static_cast<int>(request->worker());
     if (request->worker() >= static_cast<uint32_t>(options_.num_workers)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("worker ", request->worker(), " is not in [0, ",
-                                       options_.num_workers, ")"));
+                          absl::StrCat("worker ", request->worker(), " is not in [0, ", options_.num_workers, ")"));
     }
     Worker& worker = workers_[w];
     {
@@ -165,11 +162,10 @@ class DataServiceImpl final : public proto::DataService::Service {
     Worker& worker = workers_[w];  // Only this (single active) stream touches it.
     if (next > worker.next_from_loader || next % options_.num_workers != static_cast<uint64_t>(w)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("worker ", w, " asked for batch ", next,
-                                       "; this loader serves it batch ", worker.next_from_loader, " next"));
+                          absl::StrCat("worker ", w, " asked for batch ", next, "; this loader serves it batch ",
+                                       worker.next_from_loader, " next"));
     }
-    if (next < worker.next_from_loader &&
-        (worker.sent.empty() || next < worker.sent.front().first)) {
+    if (next < worker.next_from_loader && (worker.sent.empty() || next < worker.sent.front().first)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("batch ", next, " of worker ", w,
                                        " is no longer buffered; restart the loader from the "
@@ -208,11 +204,10 @@ class DataServiceImpl final : public proto::DataService::Service {
 };
 
 // The client end: a callback reader that stops reading while its queue is full.
-class RemoteBatchStream final : public BatchStream,
-                                public grpc::ClientReadReactor<proto::BatchProto> {
+class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReactor<proto::BatchProto> {
  public:
-  RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next,
-                    ReaderPosition start, int capacity)
+  RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next, ReaderPosition start,
+                    int capacity)
       : stub_(std::move(stub)), capacity_(capacity), position_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
@@ -308,17 +303,18 @@ DataServer::~DataServer() {
   Wait();
 }
 
-absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(
-    std::unique_ptr<Loader> loader, const LoaderOptions& loader_options,
-    const std::vector<ReaderPosition>& starts, const DataServerOptions& options) {
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(std::unique_ptr<Loader> loader,
+                                                              const LoaderOptions& loader_options,
+                                                              const std::vector<ReaderPosition>& starts,
+                                                              const DataServerOptions& options) {
   if (loader == nullptr) return absl::InvalidArgumentError("DataServer needs a loader");
   std::vector<ReaderPosition> start_positions = starts;
   if (start_positions.empty()) {
     for (int w = 0; w < loader_options.num_workers; ++w) start_positions.push_back(loader->stream(w)->Position());
   }
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<DataServiceImpl>(std::move(loader), loader_options,
-                                                    std::move(start_positions), options.replay_batches);
+  impl->service = std::make_unique<DataServiceImpl>(std::move(loader), loader_options, std::move(start_positions),
+                                                    options.replay_batches);
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
@@ -344,8 +340,7 @@ absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::strin
                                                                 const StreamClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  auto stub = proto::DataService::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
   context.set_wait_for_ready(true);
@@ -357,8 +352,8 @@ absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::strin
   }
   if (worker < 0 || worker >= static_cast<int>(info.num_workers()) ||
       info.start_positions_size() != static_cast<int>(info.num_workers())) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " is not in [0, ",
-                                                   info.num_workers(), ") of the loader at ", address));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker, " is not in [0, ", info.num_workers(), ") of the loader at ", address));
   }
   const ReaderPosition start = FromProto(info.start_positions(worker));
   const uint64_t next = options.next_batch >= 0 ? static_cast<uint64_t>(options.next_batch) : start.next_batch;

@@ -6,8 +6,7 @@
 
 namespace hyrec::data_loader {
 
-absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path,
-                                                             uint64_t byte_offset,
+absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& path, uint64_t byte_offset,
                                                              uint64_t line_number) {
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open '", path, "'"));
@@ -16,8 +15,7 @@ absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(const std::string& 
     int code = 0;
     const std::string message = gzerror(file, &code);
     gzclose(file);
-    return absl::DataLossError(
-        absl::StrCat("cannot seek '", path, "' to byte ", byte_offset, ": ", message));
+    return absl::DataLossError(absl::StrCat("cannot seek '", path, "' to byte ", byte_offset, ": ", message));
   }
   return std::unique_ptr<LineReader>(new LineReader(path, file, byte_offset, line_number));
 }
@@ -41,8 +39,8 @@ bool LineReader::Fill(absl::Status* error) {
     int code = 0;
     gzerror(file_, &code);
     if (code != Z_OK && code != Z_STREAM_END) {
-      *error = absl::DataLossError(absl::StrCat(path_, ":", line_number_, ": ",
-                                                gzerror(file_, &code), " (truncated gzip stream?)"));
+      *error = absl::DataLossError(
+          absl::StrCat(path_, ":", line_number_, ": ", gzerror(file_, &code), " (truncated gzip stream?)"));
       return false;
     }
     eof_ = true;
@@ -51,8 +49,7 @@ bool LineReader::Fill(absl::Status* error) {
   return true;
 }
 
-LineReader::Result LineReader::Next(size_t max_bytes, std::string* line, uint64_t* number,
-                                    absl::Status* error) {
+LineReader::Result LineReader::Next(size_t max_bytes, std::string* line, uint64_t* number, absl::Status* error) {
   bool cut = false;
   line->clear();
   for (;;) {

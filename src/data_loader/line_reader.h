@@ -19,8 +19,7 @@ class LineReader {
  public:
   // Opens `path` and positions it at `byte_offset` (uncompressed; for gzip files zlib decompresses
   // up to it), whose line is numbered `line_number`. NotFound for an unreadable file.
-  static absl::StatusOr<std::unique_ptr<LineReader>> Open(const std::string& path,
-                                                          uint64_t byte_offset,
+  static absl::StatusOr<std::unique_ptr<LineReader>> Open(const std::string& path, uint64_t byte_offset,
                                                           uint64_t line_number);
   ~LineReader();
   LineReader(const LineReader&) = delete;

@@ -9,10 +9,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "hyrec/common/thread_priority.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/thread_priority.h"
 #include "spdlog/spdlog.h"
 #include "src/data_loader/line_reader.h"
 
@@ -70,8 +70,8 @@ absl::Status LoaderOptions::Validate() const {
   for (const HashSlots* hash_slots : {&source.criteo.hash_slots, &source.libsvm.hash_slots}) {
     if (hash_slots->empty()) continue;
     if (static_cast<int>(hash_slots->size()) != source.num_slots()) {
-      return absl::InvalidArgumentError(absl::StrCat("loader: ", hash_slots->size(), " hash slots for ",
-                                                     source.num_slots(), " slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: ", hash_slots->size(), " hash slots for ", source.num_slots(), " slots"));
     }
     for (int s : *hash_slots) {
       if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a hash slot is out of range");
@@ -79,8 +79,8 @@ absl::Status LoaderOptions::Validate() const {
   }
   if (!slot_tables.empty()) {
     if (static_cast<int>(slot_tables.size()) != source.num_slots()) {
-      return absl::InvalidArgumentError(absl::StrCat("loader.slot_tables has ", slot_tables.size(),
-                                                     " entries for ", source.num_slots(), " slots"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader.slot_tables has ", slot_tables.size(), " entries for ", source.num_slots(), " slots"));
     }
     for (int t : slot_tables) {
       if (t < 0 || t >= 4096) return absl::InvalidArgumentError("loader.slot_tables entries must be in [0, 4096)");
@@ -118,7 +118,8 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
   {
     // Sized for every id distinct, so that no map rehashes while it fills.
     std::vector<size_t> table_ids(num_tables, 0);
-    for (int s = 0; s < num_slots; ++s) table_ids[slot_tables.empty() ? s : slot_tables[s]] += batch->slots[s].ids.size();
+    for (int s = 0; s < num_slots; ++s)
+      table_ids[slot_tables.empty() ? s : slot_tables[s]] += batch->slots[s].ids.size();
     for (int t = 0; t < num_tables; ++t) {
       first[t].reserve(table_ids[t]);
       unique[t].reserve(table_ids[t]);
@@ -168,21 +169,21 @@ constexpr int kMaxLoggedBadLines = 20;
 
 // A batch as read: lines (files) or sample indices (synthetic), before parsing.
 struct RawBatch {
-  uint64_t sequence = 0;  // Order in which the dispatcher must deliver.
-  bool end = false;       // No batches follow.
-  bool epoch_end = false; // Last batch of its epoch (may carry no samples).
-  bool deliver = true;    // False: a batch a resumed worker already had; its lines still count.
+  uint64_t sequence = 0;   // Order in which the dispatcher must deliver.
+  bool end = false;        // No batches follow.
+  bool epoch_end = false;  // Last batch of its epoch (may carry no samples).
+  bool deliver = true;     // False: a batch a resumed worker already had; its lines still count.
   uint64_t global_id = 0;
   uint64_t epoch = 0;
   ReaderPosition window;  // Window that holds this batch (next_batch unused).
   std::vector<std::string> lines;
   std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
   std::vector<uint64_t> sample_indices;
-  std::vector<std::string> read_errors;               // File-level problems met while reading.
+  std::vector<std::string> read_errors;  // File-level problems met while reading.
 };
 
 struct ParsedBatch {
-  RawBatch raw;  // Lines released after parsing.
+  RawBatch raw;        // Lines released after parsing.
   uint64_t lines = 0;  // Lines the batch was parsed from.
   Batch batch;
   uint64_t bad = 0;
@@ -195,12 +196,9 @@ class WorkerQueue final : public BatchStream {
 
   absl::Status Next(Batch* batch, absl::Duration timeout) override {
     absl::MutexLock lock(&mu_);
-    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !queue_.empty() || !status_.ok();
-    };
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || !status_.ok(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no batch within ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(absl::StrCat("no batch within ", absl::FormatDuration(timeout)));
     }
     if (queue_.empty()) return status_;
     *batch = std::move(queue_.front());
@@ -243,8 +241,8 @@ class LoaderImpl final : public Loader {
  public:
   LoaderImpl(LoaderOptions options, std::vector<ReaderPosition> resume)
       : options_(std::move(options)),
-        window_batches_(std::max<uint64_t>(1, (options_.shuffle_window + options_.batch_size - 1) /
-                                                  options_.batch_size)),
+        window_batches_(
+            std::max<uint64_t>(1, (options_.shuffle_window + options_.batch_size - 1) / options_.batch_size)),
         num_slots_(options_.source.num_slots()),
         num_dense_(options_.source.num_dense()),
         num_tables_(options_.num_tables()) {
@@ -310,9 +308,7 @@ class LoaderImpl final : public Loader {
     return true;
   }
 
-  bool Needed(uint64_t global_id) const {
-    return global_id >= next_for_worker_[global_id % options_.num_workers];
-  }
+  bool Needed(uint64_t global_id) const { return global_id >= next_for_worker_[global_id % options_.num_workers]; }
 
   // Where the producer reads: the next window's position, and the open file.
   struct Cursor {
@@ -484,8 +480,8 @@ class LoaderImpl final : public Loader {
         }
       }
       if (raw.deliver) {
-        BuildBatch(samples, good, num_dense_, num_slots_, options_.slot_tables, num_tables_,
-                   options_.num_shards, &parsed.batch);
+        BuildBatch(samples, good, num_dense_, num_slots_, options_.slot_tables, num_tables_, options_.num_shards,
+                   &parsed.batch);
         parsed.batch.batch_id = raw.global_id;
         parsed.batch.epoch = raw.epoch;
         parsed.batch.next_position = raw.window;
@@ -525,9 +521,7 @@ class LoaderImpl final : public Loader {
       ParsedBatch parsed;
       {
         absl::MutexLock lock(&mu_);
-        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return stopping_ || parsed_.count(expected) > 0;
-        };
+        auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || parsed_.count(expected) > 0; };
         mu_.Await(absl::Condition(&ready));
         if (stopping_) return;
         auto it = parsed_.find(expected);
@@ -576,9 +570,9 @@ class LoaderImpl final : public Loader {
     const bool check = stats_.lines >= options_.min_lines_for_bad_check || parsed.raw.epoch_end;
     if (check && static_cast<double>(stats_.bad_lines) >
                      options_.max_bad_fraction * static_cast<double>(std::max<uint64_t>(stats_.lines, 1))) {
-      return absl::DataLossError(absl::StrCat(
-          "too many bad lines: ", stats_.bad_lines, " of ", stats_.lines, " read exceed max_bad_fraction ",
-          options_.max_bad_fraction, "; first: ", absl::StrJoin(stats_.first_bad, "; ")));
+      return absl::DataLossError(absl::StrCat("too many bad lines: ", stats_.bad_lines, " of ", stats_.lines,
+                                              " read exceed max_bad_fraction ", options_.max_bad_fraction,
+                                              "; first: ", absl::StrJoin(stats_.first_bad, "; ")));
     }
     return absl::OkStatus();
   }
@@ -615,17 +609,17 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
   absl::Status valid = options.Validate();
   if (!valid.ok()) return valid;
   if (!resume.empty() && static_cast<int>(resume.size()) != options.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("resume holds ", resume.size(),
-                                                   " positions for ", options.num_workers, " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resume holds ", resume.size(), " positions for ", options.num_workers, " workers"));
   }
   for (size_t w = 0; w < resume.size(); ++w) {
     if (resume[w].next_batch % options.num_workers != w) {
-      return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " (", resume[w].DebugString(),
-                                                     ") does not belong to worker ", w));
+      return absl::InvalidArgumentError(
+          absl::StrCat("resume position ", w, " (", resume[w].DebugString(), ") does not belong to worker ", w));
     }
     if (options.source.format != Format::kSynthetic && resume[w].file_index >= options.source.files.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " names file ",
-                                                     resume[w].file_index, " of ", options.source.files.size()));
+      return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " names file ", resume[w].file_index,
+                                                     " of ", options.source.files.size()));
     }
   }
   auto loader = std::make_unique<LoaderImpl>(options, resume);

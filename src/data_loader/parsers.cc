@@ -137,14 +137,13 @@ absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& option
       if (value.size() == 1 && (value[0] == '0' || value[0] == '1')) {
         out->label = value[0] == '1' ? 1.0f : 0.0f;  // The common case, without float parsing.
       } else if (!ParseLabel(value, &out->label)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("field 1 (label): '", Printable(value), "' is not 0 or 1"));
+        return absl::InvalidArgumentError(absl::StrCat("field 1 (label): '", Printable(value), "' is not 0 or 1"));
       }
     } else if (field <= kCriteoDense) {
       int64_t x = 0;
       if (!value.empty() && !ParseInt(value, &x)) {
-        return absl::InvalidArgumentError(absl::StrCat("field ", field + 1, " (I", field, "): '",
-                                                       Printable(value), "' is not an integer"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("field ", field + 1, " (I", field, "): '", Printable(value), "' is not an integer"));
       }
       out->dense[field - 1] = DenseTransform(x);
     } else if (field <= kCriteoDense + kCriteoSlots) {
@@ -152,8 +151,8 @@ absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& option
       if (value.empty()) {
         if (options.missing_id_for_empty) out->ids.push_back(MissingId(HashSlot(options.hash_slots, slot)));
       } else if (value.size() > 16 || hex == 0) {
-        return absl::InvalidArgumentError(absl::StrCat("field ", field + 1, " (C", slot + 1, "): '",
-                                                       Printable(value), "' is not a hex token"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("field ", field + 1, " (C", slot + 1, "): '", Printable(value), "' is not a hex token"));
       } else {
         out->ids.push_back(HashToken(HashSlot(options.hash_slots, slot), value));
       }
@@ -167,8 +166,8 @@ absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& option
     }
   }
   if (field + 1 != 1 + kCriteoDense + kCriteoSlots) {
-    return absl::InvalidArgumentError(absl::StrCat("expected ", 1 + kCriteoDense + kCriteoSlots,
-                                                   " tab-separated fields, found ", field + 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected ", 1 + kCriteoDense + kCriteoSlots, " tab-separated fields, found ", field + 1));
   }
   return absl::OkStatus();
 }
@@ -190,8 +189,7 @@ void ForEachToken(absl::string_view line, Fn&& fn) {
   }
 }
 
-absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& options, bool ffm,
-                             Sample* out) {
+absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& options, bool ffm, Sample* out) {
   line = StripCr(line);
   if (line.size() > kMaxLineBytes) return LineTooLong(line);
   if (options.num_slots < 1) return absl::InvalidArgumentError("num_slots must be >= 1");
@@ -203,8 +201,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     if (index == 0) {
       saw_label = true;
       if (!ParseLabel(token, &out->label)) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("token 1 (label): '", Printable(token), "' is not 0/1 or -1/+1"));
+        status =
+            absl::InvalidArgumentError(absl::StrCat("token 1 (label): '", Printable(token), "' is not 0/1 or -1/+1"));
         return false;
       }
       return true;
@@ -214,8 +212,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     const bool shape_ok = ffm ? (c2 != absl::string_view::npos && token.find(':', c2 + 1) == absl::string_view::npos)
                               : (c1 != absl::string_view::npos && c2 == absl::string_view::npos);
     if (!shape_ok) {
-      status = absl::InvalidArgumentError(absl::StrCat("token ", index + 1, ": '", Printable(token),
-                                                       "' is not ", ffm ? "field:idx:val" : "idx:val"));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("token ", index + 1, ": '", Printable(token), "' is not ", ffm ? "field:idx:val" : "idx:val"));
       return false;
     }
     uint64_t slot = static_cast<uint64_t>(index - 1);
@@ -223,9 +221,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     absl::string_view val = token.substr(c1 + 1);
     if (ffm) {
       if (!absl::SimpleAtoi(token.substr(0, c1), &slot)) {
-        status = absl::InvalidArgumentError(absl::StrCat("token ", index + 1, ": field '",
-                                                         Printable(token.substr(0, c1)),
-                                                         "' is not an integer"));
+        status = absl::InvalidArgumentError(
+            absl::StrCat("token ", index + 1, ": field '", Printable(token.substr(0, c1)), "' is not an integer"));
         return false;
       }
       idx = token.substr(c1 + 1, c2 - c1 - 1);
@@ -239,8 +236,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
       return false;
     }
     if (slot >= static_cast<uint64_t>(options.num_slots)) {
-      status = absl::InvalidArgumentError(absl::StrCat("token ", index + 1, ": slot ", slot,
-                                                       " is beyond num_slots ", options.num_slots));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("token ", index + 1, ": slot ", slot, " is beyond num_slots ", options.num_slots));
       return false;
     }
     features.emplace_back(static_cast<uint32_t>(slot),
@@ -269,9 +266,9 @@ absl::Status ParseLibffmLine(absl::string_view line, const LibsvmOptions& option
 }
 
 std::string ReaderPosition::DebugString() const {
-  return absl::StrCat("next batch ", next_batch, " in the window of epoch ", epoch, " batch ",
-                      window_batch, " (global ", window_global, ") at file ", file_index,
-                      " byte ", byte_offset, " line ", line_number);
+  return absl::StrCat("next batch ", next_batch, " in the window of epoch ", epoch, " batch ", window_batch,
+                      " (global ", window_global, ") at file ", file_index, " byte ", byte_offset, " line ",
+                      line_number);
 }
 
 }  // namespace hyrec::data_loader

@@ -43,13 +43,13 @@ inline void FormatHex8(uint32_t v, char* out) {
 // carry more than 1/65,536 of the mass span several pieces, so their probabilities are exact to
 // that resolution; tail ranks are drawn uniformly within their piece.
 struct SyntheticSource::Tables {
-  std::vector<uint32_t> bounds;            // kZipfPieces + 1 (vocabulary <= 2^32 - 1)
-  std::vector<float> slot_directions;      // num_slots x teacher_dim, unit vectors
-  std::vector<float> dense_weights;        // num_dense
-  std::vector<uint16_t> counts;            // 65,536 dense counts: floor(e^(6u)) - 1 at u = (k + 0.5) / 65536
+  std::vector<uint32_t> bounds;        // kZipfPieces + 1 (vocabulary <= 2^32 - 1)
+  std::vector<float> slot_directions;  // num_slots x teacher_dim, unit vectors
+  std::vector<float> dense_weights;    // num_dense
+  std::vector<uint16_t> counts;        // 65,536 dense counts: floor(e^(6u)) - 1 at u = (k + 0.5) / 65536
   // The id and teacher term of each slot's kHeadRanks most frequent ranks, which make up most
   // draws: the same values Draw would compute, computed once.
-  std::vector<uint64_t> head_ids;          // num_slots x kHeadRanks
+  std::vector<uint64_t> head_ids;  // num_slots x kHeadRanks
   std::vector<float> head_dots;
 };
 
@@ -64,15 +64,15 @@ absl::Status SyntheticConfig::Validate() const {
     return absl::InvalidArgumentError("synthetic.ids_per_sample must be in [1, 1024]");
   }
   if (!(zipf > 0 && zipf < 10)) return absl::InvalidArgumentError("synthetic.zipf must be in (0, 10)");
-  if (teacher_dim < 1 || teacher_dim > 64) return absl::InvalidArgumentError("synthetic.teacher_dim must be in [1, 64]");
+  if (teacher_dim < 1 || teacher_dim > 64)
+    return absl::InvalidArgumentError("synthetic.teacher_dim must be in [1, 64]");
   if (!std::isfinite(teacher_scale) || !std::isfinite(teacher_bias)) {
     return absl::InvalidArgumentError("synthetic teacher scale and bias must be finite");
   }
   return absl::OkStatus();
 }
 
-SyntheticSource::SyntheticSource(const SyntheticConfig& config)
-    : config_(config), tables_(std::make_unique<Tables>()) {
+SyntheticSource::SyntheticSource(const SyntheticConfig& config) : config_(config), tables_(std::make_unique<Tables>()) {
   const uint64_t v = config.vocabulary;
   std::vector<double> cumulative(v);
   double total = 0;
@@ -146,8 +146,7 @@ double SyntheticSource::Draw(uint64_t index, Sample* out, std::vector<uint64_t>*
       const uint32_t piece = static_cast<uint32_t>(bits & (kZipfPieces - 1));
       const uint64_t lo = tables_->bounds[piece];
       const uint64_t hi = std::max<uint64_t>(tables_->bounds[piece + 1], lo + 1);
-      const uint64_t rank =
-          lo + static_cast<uint64_t>((static_cast<unsigned __int128>(bits >> 16) * (hi - lo)) >> 48);
+      const uint64_t rank = lo + static_cast<uint64_t>((static_cast<unsigned __int128>(bits >> 16) * (hi - lo)) >> 48);
       if (ranks != nullptr) ranks->push_back(rank);
       uint64_t id;
       double dot;
@@ -193,9 +192,7 @@ void SyntheticSource::IdAndTeacherTerm(int s, uint64_t rank, uint64_t* id, doubl
   *dot = sum;
 }
 
-void SyntheticSource::Generate(uint64_t index, Sample* out) const {
-  Draw(index, out, nullptr, nullptr);
-}
+void SyntheticSource::Generate(uint64_t index, Sample* out) const { Draw(index, out, nullptr, nullptr); }
 
 double SyntheticSource::TeacherProbability(uint64_t index) const {
   Sample s;
@@ -218,8 +215,8 @@ absl::Status SyntheticSource::WriteCriteo(const std::string& path, uint64_t num_
     return absl::InvalidArgumentError("a Criteo file holds one token per slot: ids_per_sample must be 1");
   }
   if (config_.num_dense != kCriteoDense || config_.num_slots != kCriteoSlots) {
-    return absl::InvalidArgumentError(absl::StrCat("a Criteo file has ", kCriteoDense, " dense and ",
-                                                   kCriteoSlots, " categorical fields"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a Criteo file has ", kCriteoDense, " dense and ", kCriteoSlots, " categorical fields"));
   }
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return absl::NotFoundError(absl::StrCat("cannot write '", path, "'"));

@@ -14,8 +14,8 @@ namespace {
 std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
 void AppendStats(const TrainerStats& s, std::string* line) {
-  absl::StrAppend(line, " trained_batches=", s.batches, " trained_samples=", s.samples, " lookup_ms=",
-                  Num(s.lookup_ms), " update_ms=", Num(s.update_ms), " waited_ms=", Num(s.wait_for_rows_ms),
+  absl::StrAppend(line, " trained_batches=", s.batches, " trained_samples=", s.samples, " lookup_ms=", Num(s.lookup_ms),
+                  " update_ms=", Num(s.update_ms), " waited_ms=", Num(s.wait_for_rows_ms),
                   " staleness=", Num(s.observed_staleness), " lookups=", s.lookup_count, " updates=", s.update_count);
 }
 
@@ -37,7 +37,8 @@ class FieldReader {
         ok = absl::SimpleAtoi(it->second, out);
       }
     }
-    if (!ok && status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
+    if (!ok && status_.ok())
+      status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
   }
   void Stats(TrainerStats* s) {
     Get("trained_batches", &s->batches);
@@ -64,9 +65,9 @@ void EventWriter::Write(const std::string& line) {
 }
 
 void EventWriter::OnProgress(const Progress& p) {
-  std::string line = absl::StrCat("progress samples=", p.samples, " planned=", p.planned_samples, " batches=",
-                                  p.batches, " elapsed=", Num(p.elapsed_seconds), " rate=", Num(p.samples_per_second),
-                                  " loss=", Num(p.loss), " last=", p.last ? 1 : 0);
+  std::string line = absl::StrCat("progress samples=", p.samples, " planned=", p.planned_samples,
+                                  " batches=", p.batches, " elapsed=", Num(p.elapsed_seconds),
+                                  " rate=", Num(p.samples_per_second), " loss=", Num(p.loss), " last=", p.last ? 1 : 0);
   AppendStats(p.stats, &line);
   Write(line);
 }
@@ -76,13 +77,14 @@ void EventWriter::OnEvaluation(uint64_t samples, const Evaluation& e) {
 }
 
 void EventWriter::OnFinish(const TrainReport& r) {
-  std::string line = absl::StrCat(
-      "finish samples=", r.samples, " planned=", r.planned_samples, " elapsed=", Num(r.elapsed_seconds), " rate=",
-      Num(r.samples_per_second), " steady=", Num(r.steady_samples_per_second), " first_loss=", Num(r.first_loss),
-      " mean_loss_last=", Num(r.mean_loss_last), " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=",
-      Num(r.final_eval.auc), " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
-      " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0, " fingerprint=",
-      absl::StrFormat("%016x", r.dense_fingerprint), " dense_sum=", Num(r.dense_sum));
+  std::string line =
+      absl::StrCat("finish samples=", r.samples, " planned=", r.planned_samples, " elapsed=", Num(r.elapsed_seconds),
+                   " rate=", Num(r.samples_per_second), " steady=", Num(r.steady_samples_per_second),
+                   " first_loss=", Num(r.first_loss), " mean_loss_last=", Num(r.mean_loss_last),
+                   " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=", Num(r.final_eval.auc),
+                   " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
+                   " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
+                   " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint), " dense_sum=", Num(r.dense_sum));
   AppendStats(r.stats, &line);
   Write(line);
 }

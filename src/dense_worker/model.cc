@@ -47,8 +47,8 @@ torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Te
   for (size_t s = 0; s < pooled.size(); ++s) {
     features.push_back(s < projections_.size() && projections_[s] ? projections_[s]->forward(pooled[s]) : pooled[s]);
   }
-  torch::Tensor t = torch::stack(features, 1);               // [B, F, d]
-  torch::Tensor z = torch::bmm(t, t.transpose(1, 2));        // [B, F, F]
+  torch::Tensor t = torch::stack(features, 1);                                               // [B, F, d]
+  torch::Tensor z = torch::bmm(t, t.transpose(1, 2));                                        // [B, F, F]
   torch::Tensor interactions = z.index({torch::indexing::Slice(), pair_rows_, pair_cols_});  // [B, P]
   return top_->forward(x.defined() ? torch::cat({x, interactions}, 1) : interactions).squeeze(1);
 }

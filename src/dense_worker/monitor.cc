@@ -71,9 +71,9 @@ void JobMonitor::OnProgress(const Progress& p) {
     live_line_shown_ = true;
     return;
   }
-  absl::StrAppend(&line, absl::StrFormat("  lookup %.1f ms  update %.1f ms  waited %.1f ms  staleness %.2f",
-                                         p.stats.lookup_ms, p.stats.update_ms, p.stats.wait_for_rows_ms,
-                                         p.stats.observed_staleness));
+  absl::StrAppend(&line,
+                  absl::StrFormat("  lookup %.1f ms  update %.1f ms  waited %.1f ms  staleness %.2f", p.stats.lookup_ms,
+                                  p.stats.update_ms, p.stats.wait_for_rows_ms, p.stats.observed_staleness));
   if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
   PrintLocked(line);
 }
@@ -106,8 +106,8 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
   if (r.interrupted) out << " (interrupted: stopped after the current batch)";
   out << "\n";
   if (r.has_final_eval) {
-    out << absl::StrFormat("  held-out AUC %.4f, log loss %.4f (%d samples)\n", r.final_eval.auc,
-                           r.final_eval.log_loss, r.final_eval.samples);
+    out << absl::StrFormat("  held-out AUC %.4f, log loss %.4f (%d samples)\n", r.final_eval.auc, r.final_eval.log_loss,
+                           r.final_eval.samples);
   } else if (!r.evals.empty()) {
     const auto& [samples, e] = r.evals.back();
     out << absl::StrFormat("  last held-out AUC %.4f, log loss %.4f (at %d samples trained)\n", e.auc, e.log_loss,

@@ -51,8 +51,8 @@ absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> InProcessShards(c
 absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJobOptions& options) {
   const int workers = static_cast<int>(plan.workers.size());
   if (!options.streams.empty() && options.streams.size() != plan.workers.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(options.streams.size(), " batch streams given for ", workers,
-                                                   " workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.streams.size(), " batch streams given for ", workers, " workers"));
   }
   TuneTrainingProcess();  // Idle BLAS threads sleep, freed tensors stay mapped (process_tuning.h).
   HYREC_ASSIGN_OR_RETURN(const torch::Device device, ResolveDevice(plan.workers[0].device, 0));

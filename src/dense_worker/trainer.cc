@@ -17,9 +17,7 @@ namespace {
 
 using data_loader::Batch;
 
-int TableOfSlot(const TrainerOptions& o, int slot) {
-  return o.slot_tables.empty() ? slot : o.slot_tables[slot];
-}
+int TableOfSlot(const TrainerOptions& o, int slot) { return o.slot_tables.empty() ? slot : o.slot_tables[slot]; }
 
 // A copy of host memory `t` (which it does not own) on `device`.
 torch::Tensor ToDevice(const torch::Tensor& t, const torch::Device& device) {
@@ -212,8 +210,13 @@ class TrainingContext::TaskThreads {
 TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
                                  embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
                                  std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer)
-    : options_(std::move(options)), stream_(stream), ps_(ps), sync_(sync), model_(std::move(model)),
-      optimizer_(dense_optimizer), lookup_us_(std::make_shared<std::atomic<int64_t>>(0)),
+    : options_(std::move(options)),
+      stream_(stream),
+      ps_(ps),
+      sync_(sync),
+      model_(std::move(model)),
+      optimizer_(dense_optimizer),
+      lookup_us_(std::make_shared<std::atomic<int64_t>>(0)),
       update_us_(std::make_shared<std::atomic<int64_t>>(0)),
       buffers_(std::make_shared<HostBufferPool>()) {
   for (const std::string& name : options_.table_names) {
@@ -232,7 +235,8 @@ TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStrea
   for (size_t s = 0; s < slots; ++s) {
     const int t = TableOfSlot(options_, static_cast<int>(s));
     if (t < 0 || t >= static_cast<int>(dims_.size())) {
-      if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("slot ", s, " maps to table ", t, " of ", dims_.size()));
+      if (status_.ok())
+        status_ = absl::InvalidArgumentError(absl::StrCat("slot ", s, " maps to table ", t, " of ", dims_.size()));
       continue;
     }
     groups_[table_group_[t]].slots.push_back(static_cast<int>(s));
@@ -334,8 +338,7 @@ absl::Status TrainingContext::WaitForUpdatesBefore(uint64_t index) {
   }
   // Also take the acknowledgements that have already come, without waiting: the observed
   // staleness counts from the newest update applied by now, not from the newest one waited for.
-  while (!updates_.empty() &&
-         updates_.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+  while (!updates_.empty() && updates_.front().done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
     absl::Status s = PopOldestUpdate();
     if (!s.ok()) return s;
   }
@@ -399,9 +402,8 @@ bool TrainingContext::Next(TrainBatch** batch) {
     return false;
   }
   current_ = std::move(pending.batch);
-  current_->labels = ToDevice(torch::from_blob(current_->batch.labels.data(), {current_->batch.batch_size},
-                                               torch::kFloat),
-                              options_.device);
+  current_->labels = ToDevice(
+      torch::from_blob(current_->batch.labels.data(), {current_->batch.batch_size}, torch::kFloat), options_.device);
   *batch = current_.get();
   Fill();  // Keep the window full while this batch trains.
   return status_.ok();
@@ -499,9 +501,9 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
 torch::Tensor TrainingContext::Forward(TrainBatch& tb) {
   if (optimizer_ != nullptr) optimizer_->zero_grad();
   std::vector<torch::Tensor> pooled = Pool(tb, /*requires_grad=*/true);
-  torch::Tensor dense = ToDevice(
-      torch::from_blob(tb.batch.dense.data(), {tb.batch.batch_size, tb.batch.num_dense}, torch::kFloat),
-      options_.device);
+  torch::Tensor dense =
+      ToDevice(torch::from_blob(tb.batch.dense.data(), {tb.batch.batch_size, tb.batch.num_dense}, torch::kFloat),
+               options_.device);
   return model_->forward(dense, pooled);
 }
 
@@ -523,8 +525,7 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   for (size_t g = 0; g < current_->rows.size(); ++g) {
     torch::Tensor grad;
     if (g < current_->row_tensors.size() && current_->row_tensors[g].defined()) grad = current_->row_tensors[g].grad();
-    grads->push_back(grad.defined() ? grad.to(torch::kCPU).contiguous()
-                                    : torch::zeros_like(current_->rows[g]));
+    grads->push_back(grad.defined() ? grad.to(torch::kCPU).contiguous() : torch::zeros_like(current_->rows[g]));
   }
   auto batch = std::shared_ptr<TrainBatch>(current_.release());
   const uint64_t sequence = ++sequence_;
@@ -583,9 +584,9 @@ absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_
   TrainingContext ctx(eval_options, stream, ps, nullptr, nullptr, nullptr);
   for (TrainBatch* tb = nullptr; ctx.Next(&tb);) {
     std::vector<torch::Tensor> pooled = ctx.Pool(*tb, /*requires_grad=*/false);
-    torch::Tensor dense = ToDevice(
-        torch::from_blob(tb->batch.dense.data(), {tb->batch.batch_size, tb->batch.num_dense}, torch::kFloat),
-        options.device);
+    torch::Tensor dense =
+        ToDevice(torch::from_blob(tb->batch.dense.data(), {tb->batch.batch_size, tb->batch.num_dense}, torch::kFloat),
+                 options.device);
     torch::Tensor logits = model.forward(dense, pooled).to(torch::kCPU);
     loss_sum += torch::binary_cross_entropy_with_logits(logits, tb->labels.to(torch::kCPU), {}, {}, at::Reduction::Sum)
                     .item<double>();

@@ -191,14 +191,16 @@ class WorkerLoop {
     HYREC_RETURN_IF_ERROR(GuardTorch("reading the dense parameters", [&] {
       report_.dense_fingerprint = DenseFingerprint(*model_);
       double sum = 0;
-      for (const torch::Tensor& p : model_->parameters()) sum += p.detach().to(torch::kCPU).to(torch::kDouble).sum().item<double>();
+      for (const torch::Tensor& p : model_->parameters())
+        sum += p.detach().to(torch::kCPU).to(torch::kDouble).sum().item<double>();
       report_.dense_sum = sum;
       return absl::OkStatus();
     }));
     if (!leader_) return report_;
     Report(st, report_.samples, /*last=*/true);
     if (plan_.synthetic) {
-      report_.teacher_auc = data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
+      report_.teacher_auc =
+          data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
     }
     if (plan_.has_eval_data && !interrupted_) {
       HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
@@ -269,20 +271,21 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeDenseOptimizer(
         parameters, optim::AdagradOptions(s.learning_rate).weight_decay(s.weight_decay).eps(s.epsilon)));
   }
   if (s.kind == "adam") {
-    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adam>(
-        parameters, optim::AdamOptions(s.learning_rate)
-                        .betas(std::make_tuple(s.beta1, s.beta2))
-                        .eps(s.epsilon)
-                        .weight_decay(s.weight_decay)));
+    return std::unique_ptr<optim::Optimizer>(
+        std::make_unique<optim::Adam>(parameters, optim::AdamOptions(s.learning_rate)
+                                                      .betas(std::make_tuple(s.beta1, s.beta2))
+                                                      .eps(s.epsilon)
+                                                      .weight_decay(s.weight_decay)));
   }
   if (s.kind == "adamw") {
-    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::AdamW>(
-        parameters, optim::AdamWOptions(s.learning_rate)
-                        .betas(std::make_tuple(s.beta1, s.beta2))
-                        .eps(s.epsilon)
-                        .weight_decay(s.weight_decay)));
+    return std::unique_ptr<optim::Optimizer>(
+        std::make_unique<optim::AdamW>(parameters, optim::AdamWOptions(s.learning_rate)
+                                                       .betas(std::make_tuple(s.beta1, s.beta2))
+                                                       .eps(s.epsilon)
+                                                       .weight_decay(s.weight_decay)));
   }
-  return absl::InvalidArgumentError(absl::StrCat("train.dense_optimizer '", s.kind, "' is not adam, adamw, adagrad or sgd"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("train.dense_optimizer '", s.kind, "' is not adam, adamw, adagrad or sgd"));
 }
 
 void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {

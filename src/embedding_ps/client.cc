@@ -54,15 +54,13 @@ class ShardedClient : public EmbeddingClient {
     return absl::NotFoundError(absl::StrCat("unknown table '", table, "'"));
   }
 
-  absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids,
-                      absl::Span<float> out) override {
+  absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<float> out) override {
     absl::StatusOr<int> dim_or = TableDim(table);
     if (!dim_or.ok()) return dim_or.status();
     const size_t dim = static_cast<size_t>(*dim_or);
     if (out.size() != ids.size() * dim) {
-      return absl::InvalidArgumentError(absl::StrCat("output holds ", out.size(),
-                                                     " floats, expected ", ids.size(),
-                                                     " ids x dim ", dim));
+      return absl::InvalidArgumentError(
+          absl::StrCat("output holds ", out.size(), " floats, expected ", ids.size(), " ids x dim ", dim));
     }
     if (ids.empty()) return absl::OkStatus();
     std::vector<ShardPart> parts;
@@ -82,8 +80,8 @@ class ShardedClient : public EmbeddingClient {
     return absl::OkStatus();
   }
 
-  absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
-                      absl::Span<const float> grads, UpdateId update_id) override {
+  absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                      UpdateId update_id) override {
     absl::StatusOr<int> dim_or = TableDim(table);
     if (!dim_or.ok()) return dim_or.status();
     const size_t dim = static_cast<size_t>(*dim_or);
@@ -167,8 +165,8 @@ class ShardedClient : public EmbeddingClient {
     }
     const size_t k = FirstNonFinite(grads.data(), grads.size());
     if (k < grads.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / dim],
-                                                     " (row ", k / dim, ") is ", grads[k], "; nothing was sent"));
+      return absl::InvalidArgumentError(absl::StrCat("table '", table, "': gradient of id ", ids[k / dim], " (row ",
+                                                     k / dim, ") is ", grads[k], "; nothing was sent"));
     }
     return absl::OkStatus();
   }
@@ -180,8 +178,8 @@ class ShardedClient : public EmbeddingClient {
     if (shard_offsets.size() != static_cast<size_t>(num_shards_) + 1 || shard_offsets.front() != 0 ||
         shard_offsets.back() != ids.size()) {
       return absl::InvalidArgumentError(absl::StrCat("table '", table, "': shard_offsets of ", shard_offsets.size(),
-                                                     " entries do not cover ", ids.size(), " ids over ",
-                                                     num_shards_, " shards"));
+                                                     " entries do not cover ", ids.size(), " ids over ", num_shards_,
+                                                     " shards"));
     }
     if (floats != ids.size() * static_cast<size_t>(dim)) {
       return absl::InvalidArgumentError(
@@ -218,8 +216,7 @@ class ShardedClient : public EmbeddingClient {
           parts->back().shard = shard;
         }
         ShardPart& part = (*parts)[part_of_shard[shard]];
-        it->second = {static_cast<uint32_t>(part_of_shard[shard]),
-                      static_cast<uint32_t>(part.own_ids.size())};
+        it->second = {static_cast<uint32_t>(part_of_shard[shard]), static_cast<uint32_t>(part.own_ids.size())};
         part.own_ids.push_back(ids[i]);
       }
       (*where)[i] = it->second;
@@ -243,8 +240,7 @@ class InProcessClient final : public ShardedClient {
  public:
   InProcessClient(std::vector<std::shared_ptr<EmbeddingShardStore>> stores,
                   std::vector<std::pair<std::string, int>> tables)
-      : ShardedClient(static_cast<int>(stores.size()), std::move(tables)),
-        stores_(std::move(stores)) {}
+      : ShardedClient(static_cast<int>(stores.size()), std::move(tables)), stores_(std::move(stores)) {}
 
   bool remote() const override { return false; }
 
@@ -308,28 +304,25 @@ bool Retryable(grpc::StatusCode code) {
 
 class GrpcClient final : public ShardedClient {
  public:
-  GrpcClient(std::vector<std::string> addresses,
-             std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs,
+  GrpcClient(std::vector<std::string> addresses, std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs,
              std::vector<std::pair<std::string, int>> tables, const ClientOptions& options)
       : ShardedClient(static_cast<int>(stubs.size()), std::move(tables)),
         addresses_(std::move(addresses)),
         stubs_(std::move(stubs)),
         options_(options),
-        precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16
-                                                         : proto::PRECISION_FP32) {}
+        precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16 : proto::PRECISION_FP32) {}
 
   bool remote() const override { return true; }
 
   absl::StatusOr<std::vector<ShardStats>> Stats() override {
     std::vector<ShardStats> out(num_shards_);
     std::vector<proto::StatsResponse> responses(num_shards_);
-    absl::Status status = RunOnShards(
-        AllShards(), "Stats",
-        [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
-          static const proto::StatsRequest request;
-          responses[k] = proto::StatsResponse();
-          stubs_[k]->async()->Stats(context, &request, &responses[k], std::move(done));
-        });
+    absl::Status status = RunOnShards(AllShards(), "Stats",
+                                      [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
+                                        static const proto::StatsRequest request;
+                                        responses[k] = proto::StatsResponse();
+                                        stubs_[k]->async()->Stats(context, &request, &responses[k], std::move(done));
+                                      });
     if (!status.ok()) return status;
     for (int s = 0; s < num_shards_; ++s) {
       const proto::StatsResponse& r = responses[s];
@@ -365,8 +358,7 @@ class GrpcClient final : public ShardedClient {
   }
 
  private:
-  using StartFn =
-      std::function<void(int k, grpc::ClientContext*, std::function<void(grpc::Status)>)>;
+  using StartFn = std::function<void(int k, grpc::ClientContext*, std::function<void(grpc::Status)>)>;
 
   std::vector<int> AllShards() const {
     std::vector<int> shards(num_shards_);
@@ -384,9 +376,9 @@ class GrpcClient final : public ShardedClient {
     for (size_t k = 0; k < shards.size(); ++k) pending[k] = static_cast<int>(k);
     absl::Duration backoff = options_.initial_backoff;
     // Seeded without std::random_device, whose set-up is costly on threads that live for one call.
-    thread_local std::minstd_rand jitter(static_cast<uint32_t>(
-        Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
-              std::hash<std::thread::id>{}(std::this_thread::get_id()))));
+    thread_local std::minstd_rand jitter(
+        static_cast<uint32_t>(Mix64(static_cast<uint64_t>(absl::ToUnixNanos(absl::Now())) ^
+                                    std::hash<std::thread::id>{}(std::this_thread::get_id()))));
     for (int attempt = 1;; ++attempt) {
       const absl::Time attempt_deadline = std::min(deadline, absl::Now() + options_.attempt_timeout);
       std::vector<grpc::ClientContext> contexts(pending.size());
@@ -418,8 +410,7 @@ class GrpcClient final : public ShardedClient {
         failed.push_back(pending[p]);
       }
       if (failed.empty()) return absl::OkStatus();
-      const absl::Duration sleep =
-          backoff * (0.5 + std::uniform_real_distribution<double>(0.0, 1.0)(jitter));
+      const absl::Duration sleep = backoff * (0.5 + std::uniform_real_distribution<double>(0.0, 1.0)(jitter));
       if (attempt >= options_.max_attempts || absl::Now() + sleep >= deadline) {
         return annotated(first_failed);
       }
@@ -435,12 +426,10 @@ class GrpcClient final : public ShardedClient {
     return absl::StrCat(method, " of table '", (*tables)[k], "'");
   }
 
-  absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method,
-                         int attempts) const {
+  absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method, int attempts) const {
     return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        absl::StrCat(method, " on PS shard ", shard, " (", addresses_[shard],
-                                     ") failed after ", attempts, " attempt(s): ",
-                                     status.error_message()));
+                        absl::StrCat(method, " on PS shard ", shard, " (", addresses_[shard], ") failed after ",
+                                     attempts, " attempt(s): ", status.error_message()));
   }
 
   // Every (call, part) of `calls`, flattened: request k is
@@ -484,11 +473,10 @@ class GrpcClient final : public ShardedClient {
       const auto [c, p] = flat.where[k];
       const proto::LookupResponse& r = responses[k];
       if (static_cast<int>(r.dim()) != calls[c].dim || !wire::ValidPrecision(r.precision())) {
-        return absl::InternalError(absl::StrCat("PS shard ", flat.shards[k], " answered dim ", r.dim(),
-                                                " for table '", calls[c].table, "', expected ", calls[c].dim));
+        return absl::InternalError(absl::StrCat("PS shard ", flat.shards[k], " answered dim ", r.dim(), " for table '",
+                                                calls[c].table, "', expected ", calls[c].dim));
       }
-      absl::Status decoded =
-          wire::DecodeValues(r.values(), r.precision(), "values", calls[c].parts[p].out);
+      absl::Status decoded = wire::DecodeValues(r.values(), r.precision(), "values", calls[c].parts[p].out);
       if (!decoded.ok()) {
         return absl::InternalError(
             absl::StrCat("PS shard ", flat.shards[k], ", table '", calls[c].table, "': ", decoded.message()));
@@ -541,23 +529,22 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
       same = stores[s]->table(t).name == tables[t].first && stores[s]->table(t).dim == tables[t].second;
     }
     if (!same) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("store ", s, " holds different tables from store 0"));
+      return absl::InvalidArgumentError(absl::StrCat("store ", s, " holds different tables from store 0"));
     }
   }
   return std::unique_ptr<EmbeddingClient>(new InProcessClient(std::move(stores), std::move(tables)));
 }
 
-absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
-    const std::vector<std::string>& addresses, const ClientOptions& options) {
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const std::vector<std::string>& addresses,
+                                                                        const ClientOptions& options) {
   if (addresses.empty()) return absl::InvalidArgumentError("no PS addresses given");
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
   for (const std::string& address : addresses) {
-    stubs.push_back(proto::EmbeddingService::NewStub(
-        grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+    stubs.push_back(
+        proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
   }
   std::vector<std::pair<std::string, int>> tables;
   const absl::Time deadline = absl::Now() + options.call_timeout;
@@ -574,14 +561,14 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
       backoff = std::min(backoff * 2, options.max_backoff);
     }
     if (!status.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat("PS shard ", s, " (", addresses[s],
-                                       ") did not answer Health: ", status.error_message()));
+      return absl::Status(
+          static_cast<absl::StatusCode>(status.error_code()),
+          absl::StrCat("PS shard ", s, " (", addresses[s], ") did not answer Health: ", status.error_message()));
     }
     if (!health.serving() || health.shard_index() != s || health.num_shards() != addresses.size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "PS at ", addresses[s], " is shard ", health.shard_index(), " of ", health.num_shards(),
-          ", but was given as shard ", s, " of ", addresses.size()));
+      return absl::FailedPreconditionError(absl::StrCat("PS at ", addresses[s], " is shard ", health.shard_index(),
+                                                        " of ", health.num_shards(), ", but was given as shard ", s,
+                                                        " of ", addresses.size()));
     }
     std::vector<std::pair<std::string, int>> shard_tables;
     for (const proto::TableInfo& info : health.tables()) {
@@ -590,12 +577,11 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
     if (s == 0) {
       tables = std::move(shard_tables);
     } else if (shard_tables != tables) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "PS shard ", s, " (", addresses[s], ") holds different tables from shard 0"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("PS shard ", s, " (", addresses[s], ") holds different tables from shard 0"));
     }
   }
-  return std::unique_ptr<EmbeddingClient>(
-      new GrpcClient(addresses, std::move(stubs), std::move(tables), options));
+  return std::unique_ptr<EmbeddingClient>(new GrpcClient(addresses, std::move(stubs), std::move(tables), options));
 }
 
 }  // namespace hyrec::embedding_ps

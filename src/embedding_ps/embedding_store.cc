@@ -28,15 +28,12 @@ constexpr size_t kDedupWindow = 1024;
 constexpr size_t kMaxDedupWorkers = 1 << 16;
 
 // Returns InvalidArgument for a table index out of range.
-#define HYREC_CHECK_TABLE(t)                                                         \
-  if ((t) < 0 || (t) >= num_tables()) {                                              \
-    return absl::InvalidArgumentError(                                               \
-        absl::StrCat("table index ", (t), " out of range [0, ", num_tables(), ")")); \
+#define HYREC_CHECK_TABLE(t)                                                                                       \
+  if ((t) < 0 || (t) >= num_tables()) {                                                                            \
+    return absl::InvalidArgumentError(absl::StrCat("table index ", (t), " out of range [0, ", num_tables(), ")")); \
   }
 
-inline uint32_t MakeHandle(int table, uint32_t slot) {
-  return (static_cast<uint32_t>(table) << kSlotBits) | slot;
-}
+inline uint32_t MakeHandle(int table, uint32_t slot) { return (static_cast<uint32_t>(table) << kSlotBits) | slot; }
 inline int HandleTable(uint32_t handle) { return static_cast<int>(handle >> kSlotBits); }
 inline uint32_t HandleSlot(uint32_t handle) { return handle & kSlotMask; }
 
@@ -63,8 +60,7 @@ class Slab {
       : arena_(arena), slot_bytes_(slot_bytes), chunk_shift_(chunk_shift) {}
 
   char* Slot(uint32_t slot) const {
-    return chunks_[slot >> chunk_shift_] +
-           static_cast<size_t>(slot & ((1u << chunk_shift_) - 1)) * slot_bytes_;
+    return chunks_[slot >> chunk_shift_] + static_cast<size_t>(slot & ((1u << chunk_shift_) - 1)) * slot_bytes_;
   }
 
   // A free slot, or kNoHandle when the slab holds kMaxSlots already.
@@ -215,9 +211,8 @@ class ABSL_SCOPED_LOCKABLE StripeLock {
 };
 
 struct alignas(64) Stripe {
-  Stripe(HugePageArena* arena, const std::vector<TableLayout>& layouts,
-         const std::vector<TableConfig>& configs, uint64_t expected_rows, uint32_t sketch_width,
-         uint64_t seed)
+  Stripe(HugePageArena* arena, const std::vector<TableLayout>& layouts, const std::vector<TableConfig>& configs,
+         uint64_t expected_rows, uint32_t sketch_width, uint64_t seed)
       : index(expected_rows),
         counters(layouts.size()),
         lru_head(layouts.size(), kNoHandle),
@@ -265,62 +260,59 @@ class StripedStore final : public EmbeddingShardStore {
     if (per_stripe > 0) {
       per_stripe += static_cast<uint64_t>(3.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
     }
-    const uint32_t sketch_width =
-        std::max<uint32_t>(64, options.admission_sketch_counters /
-                                   (CountMinSketch::kDepth * static_cast<uint32_t>(num_stripes_)));
+    const uint32_t sketch_width = std::max<uint32_t>(
+        64, options.admission_sketch_counters / (CountMinSketch::kDepth * static_cast<uint32_t>(num_stripes_)));
     stripes_.reserve(num_stripes_);
     for (int s = 0; s < num_stripes_; ++s) {
-      stripes_.push_back(std::make_unique<Stripe>(&arena_, layouts_, options.tables, per_stripe,
-                                                  sketch_width, Mix64(s + 1)));
+      stripes_.push_back(
+          std::make_unique<Stripe>(&arena_, layouts_, options.tables, per_stripe, sketch_width, Mix64(s + 1)));
     }
   }
 
-  absl::Status Lookup(int t, absl::Span<const uint64_t> ids, absl::Span<float> out,
-                      LookupResult* result) override {
+  absl::Status Lookup(int t, absl::Span<const uint64_t> ids, absl::Span<float> out, LookupResult* result) override {
     HYREC_CHECK_TABLE(t);
     const TableLayout& layout = layouts_[t];
     if (out.size() != ids.size() * static_cast<size_t>(layout.dim)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", table(t).name, "': output holds ", out.size(),
-                       " floats, expected ", ids.size(), " ids x dim ", layout.dim));
+      return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': output holds ", out.size(),
+                                                     " floats, expected ", ids.size(), " ids x dim ", layout.dim));
     }
     uint64_t not_admitted = 0;
     const size_t row_bytes = sizeof(float) * layout.dim;
-    ForEachStripeGroup(t, ids, [&](Stripe& stripe, absl::Span<const uint32_t> positions,
-                                   const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-      stripe.counters[t].lookups += positions.size();
-      VisitRows(stripe, t, ids, positions, hashes, /*create=*/true,
-                static_cast<uint32_t>(sizeof(SlotHeader) + row_bytes),
-                [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-                  float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
-                  if (handle == kNoHandle) {
-                    std::memset(dst, 0, row_bytes);
-                    ++not_admitted;
-                  } else {
-                    CopyFloats(Weights(stripe, handle), dst, layout.dim);
-                  }
-                });
-    });
+    ForEachStripeGroup(t, ids,
+                       [&](Stripe& stripe, absl::Span<const uint32_t> positions,
+                           const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                         stripe.counters[t].lookups += positions.size();
+                         VisitRows(stripe, t, ids, positions, hashes, /*create=*/true,
+                                   static_cast<uint32_t>(sizeof(SlotHeader) + row_bytes),
+                                   [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                                     float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
+                                     if (handle == kNoHandle) {
+                                       std::memset(dst, 0, row_bytes);
+                                       ++not_admitted;
+                                     } else {
+                                       CopyFloats(Weights(stripe, handle), dst, layout.dim);
+                                     }
+                                   });
+                       });
     if (result != nullptr) result->not_admitted = not_admitted;
     return absl::OkStatus();
   }
 
-  absl::Status Update(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
-                      UpdateId update_id, UpdateResult* result) override {
+  absl::Status Update(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads, UpdateId update_id,
+                      UpdateResult* result) override {
     HYREC_CHECK_TABLE(t);
     const TableLayout& layout = layouts_[t];
     const TableConfig& config = table(t);
     if (grads.size() != ids.size() * static_cast<size_t>(layout.dim)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
-                       " floats, expected ", ids.size(), " ids x dim ", layout.dim));
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
+                                                     " floats, expected ", ids.size(), " ids x dim ", layout.dim));
     }
     if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
       rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
       const size_t row = k / layout.dim;
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", config.name, "': gradient of id ", ids[row], " (row ", row, ", element ",
-          k % layout.dim, ") is ", grads[k], "; the update was rejected and nothing written"));
+      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient of id ", ids[row], " (row ",
+                                                     row, ", element ", k % layout.dim, ") is ", grads[k],
+                                                     "; the update was rejected and nothing written"));
     }
     UpdateResult local;
     if (update_id.sequence != 0) {
@@ -328,18 +320,18 @@ class StripedStore final : public EmbeddingShardStore {
       auto it = dedup_.find(update_id.worker_id);
       if (it == dedup_.end()) {
         if (dedup_.size() >= kMaxDedupWorkers) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
+          return absl::ResourceExhaustedError(
+              absl::StrCat("more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
         }
         it = dedup_.emplace(update_id.worker_id, std::vector<SequenceWindow>(layouts_.size())).first;
       }
       SequenceWindow& window = it->second[t];
       const SequenceWindow::Verdict verdict = window.Mark(update_id.sequence);
       if (verdict == SequenceWindow::kTooOld) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "table '", config.name, "': update sequence ", update_id.sequence, " of worker ",
-            update_id.worker_id, " is ", kDedupWindow, " or more below its newest (",
-            window.highest(), "), too old to tell whether it was applied; nothing written"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("table '", config.name, "': update sequence ", update_id.sequence, " of worker ",
+                         update_id.worker_id, " is ", kDedupWindow, " or more below its newest (", window.highest(),
+                         "), too old to tell whether it was applied; nothing written"));
       }
       if (verdict == SequenceWindow::kRepeat) {
         duplicates_[t].fetch_add(1, std::memory_order_relaxed);
@@ -350,33 +342,30 @@ class StripedStore final : public EmbeddingShardStore {
     }
     // Updates never admit: an id without a row gets one only when the table admits everything.
     const bool create_absent = config.admission.AdmitsEverything();
-    ForEachStripeGroup(t, ids, [&](Stripe& stripe, absl::Span<const uint32_t> positions,
-                                   const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-      VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
-                [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-                  if (handle == kNoHandle) {
-                    ++stripe.counters[t].dropped_updates;
-                    ++local.dropped;
-                    return;
-                  }
-                  float* weights = Weights(stripe, handle);
-                  ApplyOptimizer(config.optimizer, layout.dim,
-                                 grads.data() + static_cast<size_t>(position) * layout.dim,
-                                 weights, weights + layout.dim);
-                  ++stripe.counters[t].updates;
-                  ++local.applied;
-                });
-    });
+    ForEachStripeGroup(t, ids,
+                       [&](Stripe& stripe, absl::Span<const uint32_t> positions,
+                           const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                         VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
+                                   [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                                     if (handle == kNoHandle) {
+                                       ++stripe.counters[t].dropped_updates;
+                                       ++local.dropped;
+                                       return;
+                                     }
+                                     float* weights = Weights(stripe, handle);
+                                     ApplyOptimizer(config.optimizer, layout.dim,
+                                                    grads.data() + static_cast<size_t>(position) * layout.dim, weights,
+                                                    weights + layout.dim);
+                                     ++stripe.counters[t].updates;
+                                     ++local.applied;
+                                   });
+                       });
     if (result != nullptr) *result = local;
     return absl::OkStatus();
   }
 
-  void CountRejectedRequest() override {
-    rejected_requests_.fetch_add(1, std::memory_order_relaxed);
-  }
-  uint64_t rejected_requests() const override {
-    return rejected_requests_.load(std::memory_order_relaxed);
-  }
+  void CountRejectedRequest() override { rejected_requests_.fetch_add(1, std::memory_order_relaxed); }
+  uint64_t rejected_requests() const override { return rejected_requests_.load(std::memory_order_relaxed); }
 
   StoreStats Stats() const override {
     StoreStats stats;
@@ -413,8 +402,7 @@ class StripedStore final : public EmbeddingShardStore {
     }
     for (int t = 0; t < num_tables(); ++t) {
       stats.rows += stats.tables[t].rows;
-      stats.payload_bytes += stats.tables[t].rows * sizeof(float) *
-                             (layouts_[t].dim + layouts_[t].state_floats);
+      stats.payload_bytes += stats.tables[t].rows * sizeof(float) * (layouts_[t].dim + layouts_[t].state_floats);
     }
     return stats;
   }
@@ -456,8 +444,7 @@ class StripedStore final : public EmbeddingShardStore {
       if (begin == end) continue;
       Stripe& stripe = *stripes_[s];
       StripeLock lock(&stripe.mu);
-      visit(stripe, absl::Span<const uint32_t>(scratch.order.data() + begin, end - begin),
-            scratch.hashes.data());
+      visit(stripe, absl::Span<const uint32_t>(scratch.order.data() + begin, end - begin), scratch.hashes.data());
     }
   }
 
@@ -471,9 +458,9 @@ class StripedStore final : public EmbeddingShardStore {
   // created (when `create` allows and admission agrees), so that creating one can never evict a
   // row found earlier in the chunk before it was used.
   template <typename RowFn>
-  void VisitRows(Stripe& stripe, int t, absl::Span<const uint64_t> ids,
-                 absl::Span<const uint32_t> positions, const uint64_t* hashes, bool create,
-                 uint32_t touch_bytes, RowFn&& row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  void VisitRows(Stripe& stripe, int t, absl::Span<const uint64_t> ids, absl::Span<const uint32_t> positions,
+                 const uint64_t* hashes, bool create, uint32_t touch_bytes, RowFn&& row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     constexpr size_t kChunk = 16;
     const size_t n = positions.size();
     auto prefetch_buckets = [&](size_t begin) {
@@ -488,8 +475,7 @@ class StripedStore final : public EmbeddingShardStore {
         if (candidate == kNoHandle) continue;
         const char* slot = reinterpret_cast<const char*>(Header(stripe, candidate));
         PrefetchLine(slot);
-        for (uint32_t line = 64 - (reinterpret_cast<uintptr_t>(slot) & 63); line < touch_bytes;
-             line += 64) {
+        for (uint32_t line = 64 - (reinterpret_cast<uintptr_t>(slot) & 63); line < touch_bytes; line += 64) {
           PrefetchLine(slot + line);
         }
       }
@@ -536,28 +522,22 @@ class StripedStore final : public EmbeddingShardStore {
   // The low 32 bits of the hash, mapped onto [0, num_stripes) by multiply-shift (no division);
   // the index uses the high bits, so the two choices are independent.
   uint32_t StripeIndex(uint64_t hash) const {
-    return static_cast<uint32_t>((static_cast<uint64_t>(static_cast<uint32_t>(hash)) *
-                                  static_cast<uint64_t>(num_stripes_)) >> 32);
+    return static_cast<uint32_t>(
+        (static_cast<uint64_t>(static_cast<uint32_t>(hash)) * static_cast<uint64_t>(num_stripes_)) >> 32);
   }
-  Stripe& StripeFor(uint64_t hash) const {
-    return *stripes_[StripeIndex(hash)];
-  }
+  Stripe& StripeFor(uint64_t hash) const { return *stripes_[StripeIndex(hash)]; }
 
-  static SlotHeader* Header(const Stripe& stripe, uint32_t handle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    return reinterpret_cast<SlotHeader*>(
-        stripe.slabs[HandleTable(handle)].Slot(HandleSlot(handle)));
+  static SlotHeader* Header(const Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    return reinterpret_cast<SlotHeader*>(stripe.slabs[HandleTable(handle)].Slot(HandleSlot(handle)));
   }
-  static float* Weights(const Stripe& stripe, uint32_t handle)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  static float* Weights(const Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     return reinterpret_cast<float*>(Header(stripe, handle) + 1);
   }
 
   uint32_t FindLocked(const Stripe& stripe, int t, uint64_t id, uint64_t hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    return stripe.index.Find(hash, [&](uint32_t handle) {
-      return HandleTable(handle) == t && Header(stripe, handle)->id == id;
-    });
+    return stripe.index.Find(
+        hash, [&](uint32_t handle) { return HandleTable(handle) == t && Header(stripe, handle)->id == id; });
   }
 
   bool AdmitLocked(Stripe& stripe, int t, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
@@ -614,8 +594,7 @@ class StripedStore final : public EmbeddingShardStore {
 
   bool OverCapacity() const {
     return (capacity_rows_ > 0 && total_rows_.load(std::memory_order_relaxed) > capacity_rows_) ||
-           (capacity_bytes_ > 0 &&
-            total_charged_.load(std::memory_order_relaxed) > capacity_bytes_);
+           (capacity_bytes_ > 0 && total_charged_.load(std::memory_order_relaxed) > capacity_bytes_);
   }
 
   bool TableOverCapacity(int t) const {
@@ -655,8 +634,7 @@ class StripedStore final : public EmbeddingShardStore {
   // Creates the row of (t, id), evicting least recently used rows of this stripe to stay within
   // the table's capacity (its own rows) and the store's (the table's own rows first; see
   // StoreOptions). Returns kNoHandle when the stripe's slab for t is full.
-  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const TableLayout& layout = layouts_[t];
     total_rows_.fetch_add(1, std::memory_order_relaxed);
     table_rows_[t].fetch_add(1, std::memory_order_relaxed);
@@ -681,12 +659,9 @@ class StripedStore final : public EmbeddingShardStore {
     InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
     stripe.index.Insert(
         hash, handle,
-        [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-          return Hash(HandleTable(other), Header(stripe, other)->id);
-        },
-        [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-          PrefetchLine(Header(stripe, other));
-        });
+        [&](uint32_t other)
+            ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { return Hash(HandleTable(other), Header(stripe, other)->id); },
+        [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { PrefetchLine(Header(stripe, other)); });
     PushFrontLocked(stripe, handle);
     ++stripe.rows;
     ++stripe.counters[t].rows;
@@ -797,16 +772,14 @@ absl::StatusOr<int> EmbeddingShardStore::TableIndex(absl::string_view name) cons
   return absl::NotFoundError(absl::StrCat("unknown table '", name, "'"));
 }
 
-absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create(
-    const StoreOptions& options) {
+absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create(const StoreOptions& options) {
   if (options.tables.empty()) return absl::InvalidArgumentError("the store needs at least one table");
   if (options.tables.size() > kMaxTables) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.tables.size(), " tables given; a store holds at most ", kMaxTables));
   }
   if (options.num_stripes < 1 || options.num_stripes > (1 << 16)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_stripes must be in [1, 65536], got ", options.num_stripes));
+    return absl::InvalidArgumentError(absl::StrCat("num_stripes must be in [1, 65536], got ", options.num_stripes));
   }
   std::vector<TableLayout> layouts;
   for (size_t t = 0; t < options.tables.size(); ++t) {
@@ -815,15 +788,13 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
     if (!valid.ok()) return valid;
     for (size_t u = 0; u < t; ++u) {
       if (options.tables[u].name == config.name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table '", config.name, "' is defined twice"));
+        return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "' is defined twice"));
       }
     }
     TableLayout layout;
     layout.dim = config.dim;
     layout.state_floats = OptimizerStateFloats(config.optimizer.kind, config.dim);
-    layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) +
-                                              sizeof(float) * (layout.dim + layout.state_floats));
+    layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) + sizeof(float) * (layout.dim + layout.state_floats));
     layout.charge = layout.slot_bytes + kIndexChargePerRow;
     layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
     layouts.push_back(layout);
@@ -831,9 +802,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
   // Each stripe holds at most kMaxSlots rows per table; keep a 2x margin for uneven spreading.
   const uint64_t rows_per_stripe = options.capacity_rows / options.num_stripes;
   if (rows_per_stripe * 2 > kMaxSlots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "capacity_rows ", options.capacity_rows, " over ", options.num_stripes,
-        " stripes exceeds ", kMaxSlots / 2, " rows per stripe; raise num_stripes"));
+    return absl::InvalidArgumentError(absl::StrCat("capacity_rows ", options.capacity_rows, " over ",
+                                                   options.num_stripes, " stripes exceeds ", kMaxSlots / 2,
+                                                   " rows per stripe; raise num_stripes"));
   }
   return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts)));
 }

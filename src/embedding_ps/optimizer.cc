@@ -30,14 +30,15 @@ template <bool kAdjust>
 }
 
 template <bool kAdjust>
-[[gnu::always_inline]] inline void Sgd(const OptimizerConfig& c, int dim, const float* __restrict grad, float* __restrict w) {
+[[gnu::always_inline]] inline void Sgd(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                       float* __restrict w) {
   const float lr = c.learning_rate;
   for (int i = 0; i < dim; ++i) w[i] -= lr * EffectiveGrad<kAdjust>(c, grad[i], w[i]);
 }
 
 template <bool kAdjust>
-[[gnu::always_inline]] inline void Adagrad(const OptimizerConfig& c, int dim, const float* __restrict grad, float* __restrict w,
-             float* __restrict acc) {
+[[gnu::always_inline]] inline void Adagrad(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                           float* __restrict w, float* __restrict acc) {
   const float lr = c.learning_rate, eps = c.epsilon;
   for (int i = 0; i < dim; ++i) {
     const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
@@ -47,8 +48,9 @@ template <bool kAdjust>
 }
 
 template <bool kAdjust>
-[[gnu::always_inline]] inline void Adam(const OptimizerConfig& c, int dim, const float* __restrict grad, float* __restrict w,
-          float* __restrict m, float* __restrict v, float correction1, float correction2) {
+[[gnu::always_inline]] inline void Adam(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                        float* __restrict w, float* __restrict m, float* __restrict v,
+                                        float correction1, float correction2) {
   const float lr = c.learning_rate, eps = c.epsilon, b1 = c.beta1, b2 = c.beta2;
   for (int i = 0; i < dim; ++i) {
     const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
@@ -61,8 +63,8 @@ template <bool kAdjust>
 }
 
 template <bool kAdjust>
-[[gnu::always_inline]] inline void Ftrl(const OptimizerConfig& c, int dim, const float* __restrict grad, float* __restrict w,
-          float* __restrict z, float* __restrict n) {
+[[gnu::always_inline]] inline void Ftrl(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                        float* __restrict w, float* __restrict z, float* __restrict n) {
   const float lr = c.learning_rate, l1 = c.ftrl_l1, l2 = c.ftrl_l2, beta = c.ftrl_beta;
   for (int i = 0; i < dim; ++i) {
     const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
@@ -77,8 +79,8 @@ template <bool kAdjust>
   }
 }
 
-HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* grad, float* w,
-                              float* state, float correction1, float correction2) {
+HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state,
+                              float correction1, float correction2) {
   const bool adjust = c.grad_clip > 0.0f || c.weight_decay != 0.0f;
   switch (c.kind) {
     case OptimizerKind::kSgd:
@@ -92,8 +94,7 @@ HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* gr
              : Adam<false>(c, dim, grad, w, state, state + dim, correction1, correction2);
       break;
     case OptimizerKind::kFtrl:
-      adjust ? Ftrl<true>(c, dim, grad, w, state, state + dim)
-             : Ftrl<false>(c, dim, grad, w, state, state + dim);
+      adjust ? Ftrl<true>(c, dim, grad, w, state, state + dim) : Ftrl<false>(c, dim, grad, w, state, state + dim);
       break;
   }
   if (c.value_clip > 0.0f) {
@@ -124,14 +125,13 @@ void InitOptimizerState(const OptimizerConfig& config, int dim, float* state) {
       return;
     }
     case OptimizerKind::kFtrl:
-      std::fill(state, state + dim, 0.0f);                                 // z
+      std::fill(state, state + dim, 0.0f);                                  // z
       std::fill(state + dim, state + 2 * dim, config.initial_accumulator);  // n
       return;
   }
 }
 
-void ApplyOptimizer(const OptimizerConfig& c, int dim, const float* grad, float* w,
-                    float* state) {
+void ApplyOptimizer(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state) {
   float correction1 = 1.0f, correction2 = 1.0f;
   if (c.kind == OptimizerKind::kAdam) {
     const uint32_t step = AdamStep(state, dim) + 1;

@@ -22,9 +22,8 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Launch(const PsClusterOpti
   for (int s = 0; s < options.num_shards; ++s) {
     absl::StatusOr<int> port = WaitForListeningPort(*cluster->shards_[s], options.start_timeout);
     if (!port.ok()) {
-      return absl::Status(port.status().code(),
-                          absl::StrCat("PS shard ", s, " (", options.binary,
-                                       ") did not start: ", port.status().message()));
+      return absl::Status(port.status().code(), absl::StrCat("PS shard ", s, " (", options.binary,
+                                                             ") did not start: ", port.status().message()));
     }
     cluster->addresses_.push_back(absl::StrCat(options.host, ":", *port));
   }

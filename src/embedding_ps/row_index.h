@@ -88,8 +88,7 @@ class RowIndex {
   // the index grows (doubling), which rehashes every stored handle.
   template <typename Rehash, typename PrefetchKey>
   void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash, PrefetchKey&& prefetch_key) {
-    if (static_cast<double>(size_ + 1) >
-        kMaxLoad * static_cast<double>(num_buckets_ * kEntriesPerBucket)) {
+    if (static_cast<double>(size_ + 1) > kMaxLoad * static_cast<double>(num_buckets_ * kEntriesPerBucket)) {
       Grow(2 * num_buckets_, rehash, prefetch_key);
     }
     Place(hash, handle);

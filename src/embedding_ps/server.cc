@@ -12,8 +12,7 @@
 namespace hyrec::embedding_ps {
 namespace {
 
-void FillStats(const EmbeddingShardStore& store, const ServerOptions& options,
-               proto::StatsResponse* out) {
+void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, proto::StatsResponse* out) {
   const StoreStats stats = store.Stats();
   out->set_shard_index(options.shard_index);
   out->set_num_shards(options.num_shards);
@@ -61,14 +60,12 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return ToGrpcStatus(status);
   }
 
-  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*,
-                     proto::StatsResponse* response) override {
+  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*, proto::StatsResponse* response) override {
     FillStats(*store_, options_, response);
     return grpc::Status::OK;
   }
 
-  grpc::Status Health(grpc::ServerContext*, const proto::HealthRequest*,
-                      proto::HealthResponse* response) override {
+  grpc::Status Health(grpc::ServerContext*, const proto::HealthRequest*, proto::HealthResponse* response) override {
     response->set_serving(true);
     response->set_shard_index(options_.shard_index);
     response->set_num_shards(options_.num_shards);
@@ -88,8 +85,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   // Validates the fields every request has (table, precision, ids) and decodes the ids; returns
   // the table index.
-  absl::StatusOr<int> ParseCommon(const std::string& table_name, int precision,
-                                  const std::string& ids_field, std::vector<uint64_t>* ids) const {
+  absl::StatusOr<int> ParseCommon(const std::string& table_name, int precision, const std::string& ids_field,
+                                  std::vector<uint64_t>* ids) const {
     absl::StatusOr<int> table = store_->TableIndex(table_name);
     if (!table.ok()) return table.status();
     if (!wire::ValidPrecision(precision)) {
@@ -97,8 +94,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     }
     const size_t n = ids_field.size() / sizeof(uint64_t);
     if (n > options_.max_ids_per_request) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          n, " ids in one request; this PS accepts at most ", options_.max_ids_per_request));
+      return absl::ResourceExhaustedError(
+          absl::StrCat(n, " ids in one request; this PS accepts at most ", options_.max_ids_per_request));
     }
     absl::Status status = wire::DecodeIds(ids_field, ids);
     if (!status.ok()) return status;
@@ -118,8 +115,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     std::string* values = response->mutable_values();
     if (request.precision() == proto::PRECISION_FP32) {
       values->resize(n * sizeof(float));
-      status = store_->Lookup(*table, ids, absl::MakeSpan(reinterpret_cast<float*>(values->data()), n),
-                              &result);
+      status = store_->Lookup(*table, ids, absl::MakeSpan(reinterpret_cast<float*>(values->data()), n), &result);
     } else {
       std::vector<float> rows(n);
       status = store_->Lookup(*table, ids, absl::MakeSpan(rows), &result);
@@ -140,8 +136,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
     if (!status.ok()) return status;
     UpdateResult result;
-    status = store_->Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()},
-                            &result);
+    status = store_->Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
     if (!status.ok()) return status;
     response->set_duplicate(result.duplicate);
     response->set_applied(result.applied);
@@ -168,16 +163,15 @@ EmbeddingServer::~EmbeddingServer() {
   Wait();
 }
 
-absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
-    std::shared_ptr<EmbeddingShardStore> store, const ServerOptions& options) {
+absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(std::shared_ptr<EmbeddingShardStore> store,
+                                                                        const ServerOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("EmbeddingServer needs a store");
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " out of range"));
   }
-  if (options.num_shards < 1 || options.shard_index < 0 ||
-      options.shard_index >= options.num_shards) {
-    return absl::InvalidArgumentError(absl::StrCat("shard index ", options.shard_index,
-                                                   " is not in [0, ", options.num_shards, ")"));
+  if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard index ", options.shard_index, " is not in [0, ", options.num_shards, ")"));
   }
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<EmbeddingServiceImpl>(std::move(store), options);
@@ -188,8 +182,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   const int threads =
-      options.threads > 0 ? options.threads
-                          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);

@@ -15,8 +15,7 @@ namespace {
 constexpr int kMaxDim = 1 << 16;
 
 absl::Status FieldError(const TableConfig& t, absl::string_view field, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("table '", t.name, "': ", field, " ", what));
+  return absl::InvalidArgumentError(absl::StrCat("table '", t.name, "': ", field, " ", what));
 }
 
 bool Finite(float x) { return std::isfinite(x); }
@@ -188,18 +187,16 @@ absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path,
   return ReadScalar(node, "min_count", path, &out->min_count);
 }
 
-absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,
-                                                           absl::string_view path) {
+absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path) {
   if (!node.IsSequence()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " (", YamlWhere(node), "): expected a list of tables"));
+    return absl::InvalidArgumentError(absl::StrCat(path, " (", YamlWhere(node), "): expected a list of tables"));
   }
   std::vector<TableConfig> tables;
   for (size_t k = 0; k < node.size(); ++k) {
     const YAML::Node t = node[k];
     const std::string where = absl::StrCat(path, "[", k, "]");
-    HYREC_RETURN_IF_ERROR(CheckKeys(
-        t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission"}));
+    HYREC_RETURN_IF_ERROR(
+        CheckKeys(t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission"}));
     TableConfig table;
     table.seed = k;
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "name", where, &table.name));
@@ -228,8 +225,8 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs
     spec = absl::StripAsciiWhitespace(spec);
     std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
     if (parts.size() < 2 || parts.size() > 4) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table spec '", spec, "': expected name:dim[:optimizer[:learning_rate]]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table spec '", spec, "': expected name:dim[:optimizer[:learning_rate]]"));
     }
     TableConfig table;
     table.name = std::string(parts[0]);
@@ -244,14 +241,13 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs
       table.optimizer.kind = *kind;
     }
     if (parts.size() == 4 && !absl::SimpleAtof(parts[3], &table.optimizer.learning_rate)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table spec '", spec, "': learning rate '", parts[3], "' is not a number"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table spec '", spec, "': learning rate '", parts[3], "' is not a number"));
     }
     HYREC_RETURN_IF_ERROR(table.Validate());
     for (const TableConfig& other : tables) {
       if (other.name == table.name) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("table '", table.name, "' is defined twice"));
+        return absl::InvalidArgumentError(absl::StrCat("table '", table.name, "' is defined twice"));
       }
     }
     tables.push_back(std::move(table));

@@ -20,9 +20,7 @@
 
 namespace hyrec::embedding_ps::wire {
 
-inline size_t BytesPerValue(proto::Precision precision) {
-  return precision == proto::PRECISION_FP16 ? 2 : 4;
-}
+inline size_t BytesPerValue(proto::Precision precision) { return precision == proto::PRECISION_FP16 ? 2 : 4; }
 
 inline bool ValidPrecision(int precision) {
   return precision == proto::PRECISION_FP32 || precision == proto::PRECISION_FP16;
@@ -36,16 +34,14 @@ inline void EncodeIds(absl::Span<const uint64_t> ids, std::string* out) {
 // InvalidArgument when the field is not a whole number of ids.
 inline absl::Status DecodeIds(const std::string& field, std::vector<uint64_t>* ids) {
   if (field.size() % sizeof(uint64_t) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("ids field holds ", field.size(),
-                                                   " bytes, not a multiple of 8"));
+    return absl::InvalidArgumentError(absl::StrCat("ids field holds ", field.size(), " bytes, not a multiple of 8"));
   }
   ids->resize(field.size() / sizeof(uint64_t));
   if (!ids->empty()) std::memcpy(ids->data(), field.data(), field.size());
   return absl::OkStatus();
 }
 
-inline void EncodeValues(absl::Span<const float> values, proto::Precision precision,
-                         std::string* out) {
+inline void EncodeValues(absl::Span<const float> values, proto::Precision precision, std::string* out) {
   out->resize(values.size() * BytesPerValue(precision));
   if (values.empty()) return;
   if (precision == proto::PRECISION_FP16) {
@@ -56,12 +52,11 @@ inline void EncodeValues(absl::Span<const float> values, proto::Precision precis
 }
 
 // Decodes exactly out.size() values; InvalidArgument naming `what` when the length is wrong.
-inline absl::Status DecodeValues(const std::string& field, proto::Precision precision,
-                                 absl::string_view what, absl::Span<float> out) {
+inline absl::Status DecodeValues(const std::string& field, proto::Precision precision, absl::string_view what,
+                                 absl::Span<float> out) {
   const size_t expected = out.size() * BytesPerValue(precision);
   if (field.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " field holds ", field.size(),
-                                                   " bytes, expected ", expected));
+    return absl::InvalidArgumentError(absl::StrCat(what, " field holds ", field.size(), " bytes, expected ", expected));
   }
   if (out.empty()) return absl::OkStatus();
   if (precision == proto::PRECISION_FP16) {

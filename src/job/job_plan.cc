@@ -179,22 +179,23 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   LrSchedule& schedule = worker.dense_optimizer.schedule;
   if (schedule.kind != LrSchedule::Kind::kConstant && schedule.decay_steps == 0) {
     if (steps == 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          spec.source_name, ": train.dense_optimizer.schedule.decay_steps must be set: the job's number of steps "
-          "is known in advance only for a synthetic source with loader.epochs > 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.source_name,
+                       ": train.dense_optimizer.schedule.decay_steps must be set: the job's number of steps "
+                       "is known in advance only for a synthetic source with loader.epochs > 0"));
     }
     schedule.decay_steps = steps;
     if (schedule.decay_steps <= schedule.warmup_steps) {
-      return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": train.dense_optimizer.schedule.warmup_steps (",
-                                                     schedule.warmup_steps, ") is not below the job's ", steps,
-                                                     " steps per worker"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(spec.source_name, ": train.dense_optimizer.schedule.warmup_steps (", schedule.warmup_steps,
+                       ") is not below the job's ", steps, " steps per worker"));
     }
   }
   const uint64_t parameters = DenseParameterCount(worker);
   if (parameters > kMaxDenseParameters) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        spec.source_name, ": model (", spec.model.kind, ", model.bottom/top/embedding_dim) would have ", parameters,
-        " dense parameters, more than ", kMaxDenseParameters, "; make its layers narrower"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.source_name, ": model (", spec.model.kind, ", model.bottom/top/embedding_dim) would have ",
+                     parameters, " dense parameters, more than ", kMaxDenseParameters, "; make its layers narrower"));
   }
   for (int r = 0; r < spec.train.workers; ++r) {
     worker.rank = r;
@@ -212,8 +213,8 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.ps[i], absl::StrCat("cluster.ps[", i, "]"), &host, &port));
   }
   HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &port));
-  HYREC_RETURN_IF_ERROR(SplitHostPort(spec.cluster.master, "cluster.master", &plan.endpoints.master_addr,
-                                      &plan.endpoints.master_port));
+  HYREC_RETURN_IF_ERROR(
+      SplitHostPort(spec.cluster.master, "cluster.master", &plan.endpoints.master_addr, &plan.endpoints.master_port));
   return plan;
 }
 
@@ -222,8 +223,8 @@ absl::StatusOr<JobPlan> PlanJobFile(const std::string& path) {
   return Plan(spec);
 }
 
-absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader,
-                          const std::string& master_addr, int master_port, JobPlan* plan) {
+absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader, const std::string& master_addr,
+                          int master_port, JobPlan* plan) {
   std::string host;
   int port = 0;
   if (!ps.empty()) {

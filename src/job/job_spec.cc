@@ -64,10 +64,10 @@ absl::Status ReadModel(const YAML::Node& node, ModelSpec* model, TableDefaults* 
 }
 
 absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "ps",
-                                  {"shards", "capacity_rows", "capacity_bytes", "num_stripes",
-                                   "admission_sketch_counters", "max_ids_per_request", "threads", "optimizer",
-                                   "learning_rate", "init_stddev"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "ps",
+                {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters",
+                 "max_ids_per_request", "threads", "optimizer", "learning_rate", "init_stddev"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "shards", "ps", &ps->shards));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_rows", "ps", &ps->capacity_rows));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps", &ps->capacity_bytes));
@@ -87,7 +87,8 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   if (ps->num_stripes < 1 || ps->num_stripes > 65536) {
     return Invalid("ps.num_stripes", node["num_stripes"], "must be in [1, 65536]");
   }
-  if (ps->max_ids_per_request < 1) return Invalid("ps.max_ids_per_request", node["max_ids_per_request"], "must be >= 1");
+  if (ps->max_ids_per_request < 1)
+    return Invalid("ps.max_ids_per_request", node["max_ids_per_request"], "must be >= 1");
   if (ps->threads < 0 || ps->threads > 1024) return Invalid("ps.threads", node["threads"], "must be in [0, 1024]");
   return absl::OkStatus();
 }
@@ -126,9 +127,8 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
   const YAML::Node node = train["dense_optimizer"];
   bool rate_in_map = false;
   if (node && node.IsMap()) {
-    HYREC_RETURN_IF_ERROR(CheckKeys(node, path,
-                                    {"kind", "learning_rate", "weight_decay", "momentum", "beta1", "beta2", "epsilon",
-                                     "schedule"}));
+    HYREC_RETURN_IF_ERROR(CheckKeys(
+        node, path, {"kind", "learning_rate", "weight_decay", "momentum", "beta1", "beta2", "epsilon", "schedule"}));
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &opt->kind));
     rate_in_map = static_cast<bool>(node["learning_rate"]);
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", path, &opt->learning_rate));
@@ -161,19 +161,21 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
   if (!(opt->weight_decay >= 0) || !std::isfinite(opt->weight_decay)) {
     return Invalid("train.dense_optimizer.weight_decay", at, "must be finite and >= 0");
   }
-  if (!(opt->momentum >= 0 && opt->momentum < 1)) return Invalid("train.dense_optimizer.momentum", at, "must be in [0, 1)");
+  if (!(opt->momentum >= 0 && opt->momentum < 1))
+    return Invalid("train.dense_optimizer.momentum", at, "must be in [0, 1)");
   if (!(opt->beta1 >= 0 && opt->beta1 < 1) || !(opt->beta2 >= 0 && opt->beta2 < 1)) {
     return Invalid("train.dense_optimizer.beta1/beta2", at, "must be in [0, 1)");
   }
-  if (!(opt->epsilon > 0) || !std::isfinite(opt->epsilon)) return Invalid("train.dense_optimizer.epsilon", at, "must be > 0");
+  if (!(opt->epsilon > 0) || !std::isfinite(opt->epsilon))
+    return Invalid("train.dense_optimizer.epsilon", at, "must be > 0");
   return absl::OkStatus();
 }
 
 absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "train",
-                                  {"workers", "embedding_staleness", "dense_optimizer", "dense_learning_rate",
-                                   "log_every_batches", "seed", "device", "sync_timeout_seconds",
-                                   "batch_timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "train",
+                {"workers", "embedding_staleness", "dense_optimizer", "dense_learning_rate", "log_every_batches",
+                 "seed", "device", "sync_timeout_seconds", "batch_timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "workers", "train", &train->workers));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "embedding_staleness", "train", &train->embedding_staleness));
   HYREC_RETURN_IF_ERROR(ReadDenseOptimizer(node, &train->dense_optimizer));
@@ -182,11 +184,13 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "device", "train", &train->device));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync_timeout_seconds", "train", &train->sync_timeout_seconds));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_timeout_seconds", "train", &train->batch_timeout_seconds));
-  if (train->workers < 1 || train->workers > 1024) return Invalid("train.workers", node["workers"], "must be in [1, 1024]");
+  if (train->workers < 1 || train->workers > 1024)
+    return Invalid("train.workers", node["workers"], "must be in [1, 1024]");
   if (train->embedding_staleness < 0 || train->embedding_staleness > 64) {
     return Invalid("train.embedding_staleness", node["embedding_staleness"], "must be in [0, 64]");
   }
-  if (train->log_every_batches < 1) return Invalid("train.log_every_batches", node["log_every_batches"], "must be >= 1");
+  if (train->log_every_batches < 1)
+    return Invalid("train.log_every_batches", node["log_every_batches"], "must be >= 1");
   if (train->device != "cpu" && train->device != "cuda" && train->device != "auto") {
     return Invalid("train.device", node["device"], absl::StrCat("'", train->device, "' is not cpu, cuda or auto"));
   }
@@ -237,9 +241,9 @@ absl::Status ReadTableFeature(const YAML::Node& node, const std::string& where, 
 
 absl::Status ReadTable(const YAML::Node& node, const std::string& where, int index, const TableDefaults& defaults,
                        TableSpec* table) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, where,
-                                  {"name", "features", "dim", "pooling", "optimizer", "initializer", "admission",
-                                   "capacity_rows", "seed"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, where,
+      {"name", "features", "dim", "pooling", "optimizer", "initializer", "admission", "capacity_rows", "seed"}));
   embedding_ps::TableConfig& c = table->config;
   c.dim = defaults.dim;
   c.seed = static_cast<uint64_t>(index);
@@ -439,8 +443,8 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
   }
   if (spec.eval.every_batches < 0) return absl::InvalidArgumentError("eval.every_batches must be >= 0");
   if (!spec.cluster.ps.empty() && static_cast<int>(spec.cluster.ps.size()) != spec.ps.shards) {
-    return absl::InvalidArgumentError(absl::StrCat("cluster.ps lists ", spec.cluster.ps.size(),
-                                                   " addresses for ps.shards ", spec.ps.shards));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cluster.ps lists ", spec.cluster.ps.size(), " addresses for ps.shards ", spec.ps.shards));
   }
   if (spec.loader.source.format != data_loader::Format::kSynthetic) {
     for (const std::string& f : spec.eval.files) {

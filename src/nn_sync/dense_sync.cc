@@ -26,26 +26,25 @@ using Group = c10d::Backend;
 using Group = c10d::ProcessGroup;
 #endif
 
-std::chrono::milliseconds ToChrono(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
-}
+std::chrono::milliseconds ToChrono(absl::Duration d) { return std::chrono::milliseconds(absl::ToInt64Milliseconds(d)); }
 
 // A failed collective or rendezvous, from the exception c10d throws.
 absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
   std::string message = e.what();
   const size_t newline = message.find('\n');
   if (newline != std::string::npos) message.resize(newline);  // Drop the C++ stack trace.
-  const bool timed_out = message.find("imed out") != std::string::npos ||
-                         message.find("imeout") != std::string::npos;
+  const bool timed_out = message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos;
   return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
                       absl::StrCat(what, " failed: ", message));
 }
 
 class C10dSync final : public DenseSync {
  public:
-  C10dSync(SyncOptions options, c10::intrusive_ptr<c10d::Store> store,
-           c10::intrusive_ptr<Group> group, std::string backend)
-      : options_(std::move(options)), store_(std::move(store)), group_(std::move(group)),
+  C10dSync(SyncOptions options, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group,
+           std::string backend)
+      : options_(std::move(options)),
+        store_(std::move(store)),
+        group_(std::move(group)),
         backend_(std::move(backend)) {}
 
   int rank() const override { return options_.rank; }
@@ -189,8 +188,7 @@ class C10dSync final : public DenseSync {
     ++bucket.ready;
     // Launch ready buckets strictly in index order, so every rank issues the same sequence.
     try {
-      while (next_launch_ < buckets_.size() &&
-             buckets_[next_launch_].ready >= buckets_[next_launch_].params) {
+      while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready >= buckets_[next_launch_].params) {
         LaunchLocked(next_launch_);
       }
     } catch (const std::exception&) {
@@ -224,8 +222,8 @@ absl::Status SyncOptions::ReadEnvironment(const std::function<const char*(const 
     const char* value = getenv(name);
     if (value == nullptr) return absl::OkStatus();
     if (!absl::SimpleAtoi(value, out)) {
-      return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, "='", value,
-                                                     "' is not an integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable ", name, "='", value, "' is not an integer"));
     }
     return absl::OkStatus();
   };
@@ -267,8 +265,8 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
     for (int r = 0; r < options.world_size; ++r) everyone.push_back(absl::StrCat("hyrec/rendezvous/", r));
     store->wait(everyone, ToChrono(options.timeout));
   } catch (const std::exception& e) {
-    return CollectiveError(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port,
-                                        " (rank ", options.rank, " of ", options.world_size, ")"),
+    return CollectiveError(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port, " (rank ",
+                                        options.rank, " of ", options.world_size, ")"),
                            e);
   }
   SyncBackend backend = options.backend;

@@ -35,9 +35,9 @@ std::string VersionString();
 
 // Flags every role has.
 struct CommonFlags {
-  std::string log_level = "info";   // trace, debug, info, warn, error, critical, off
+  std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
   std::string metrics_host = "0.0.0.0";
-  int metrics_port = -1;            // -1: no metrics endpoint; 0: any free port.
+  int metrics_port = -1;  // -1: no metrics endpoint; 0: any free port.
 };
 
 class FlagSet {
@@ -52,8 +52,7 @@ class FlagSet {
   void Int(const std::string& name, int* out, const std::string& help, int64_t min = INT32_MIN,
            int64_t max = INT32_MAX);
   void Uint64(const std::string& name, uint64_t* out, const std::string& help);
-  void Double(const std::string& name, double* out, const std::string& help, double min = -1e300,
-              double max = 1e300);
+  void Double(const std::string& name, double* out, const std::string& help, double min = -1e300, double max = 1e300);
   void Bool(const std::string& name, bool* out, const std::string& help);
   // Registers --log_level, --metrics_host and --metrics_port into `common`.
   void AddCommon(CommonFlags* common);

@@ -24,9 +24,7 @@ inline uint64_t Mix64(uint64_t x) {
 }
 
 // Combines two 64-bit values into one well-mixed value (not commutative).
-inline uint64_t HashCombine(uint64_t a, uint64_t b) {
-  return Mix64(a ^ Mix64(b + 0x632be59bd9b4e019ULL));
-}
+inline uint64_t HashCombine(uint64_t a, uint64_t b) { return Mix64(a ^ Mix64(b + 0x632be59bd9b4e019ULL)); }
 
 // Jump consistent hash (Lamping & Veach, 2014). Requires num_buckets >= 1.
 inline int32_t JumpConsistentHash(uint64_t key, int32_t num_buckets) {
@@ -35,8 +33,7 @@ inline int32_t JumpConsistentHash(uint64_t key, int32_t num_buckets) {
   while (j < num_buckets) {
     b = j;
     key = key * 2862933555777941757ULL + 1;
-    j = static_cast<int64_t>((b + 1) * (static_cast<double>(1LL << 31) /
-                                        static_cast<double>((key >> 33) + 1)));
+    j = static_cast<int64_t>((b + 1) * (static_cast<double>(1LL << 31) / static_cast<double>((key >> 33) + 1)));
   }
   return static_cast<int32_t>(b);
 }

@@ -65,7 +65,7 @@ class MetricsRegistry {
   };
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;  // Guarded by mu_.
-  std::mutex collectors_mu_;                 // Held while collectors run: one Render collects at a time.
+  std::mutex collectors_mu_;                // Held while collectors run: one Render collects at a time.
   std::vector<std::function<void(MetricsRegistry*)>> collectors_;  // Guarded by collectors_mu_.
 };
 

@@ -6,9 +6,9 @@
 //   server->Stop();   // also on destruction
 //
 // Port 0 picks a free port (server->port() says which). The server runs on threads of its own
-// (cpp-httplib from Debian) and renders the registry (running its collectors) at each scrape. Unknown paths answer 404; only GET and
-// HEAD are served. Reads and writes of a connection time out after 5 s, so a stuck scraper cannot
-// hold a thread forever.
+// (cpp-httplib from Debian) and renders the registry (running its collectors) at each scrape. Unknown paths answer 404;
+// only GET and HEAD are served. Reads and writes of a connection time out after 5 s, so a stuck scraper cannot hold a
+// thread forever.
 #ifndef HYREC_COMMON_METRICS_SERVER_H_
 #define HYREC_COMMON_METRICS_SERVER_H_
 

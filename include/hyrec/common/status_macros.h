@@ -18,9 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
-#define HYREC_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::absl::Status hyrec_status_ = (expr);       \
+#define HYREC_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status hyrec_status_ = (expr);         \
     if (!hyrec_status_.ok()) return hyrec_status_; \
   } while (0)
 
@@ -30,8 +30,8 @@
 #define HYREC_ASSIGN_OR_RETURN(lhs, expr) \
   HYREC_ASSIGN_OR_RETURN_IMPL_(HYREC_STATUS_CONCAT_(hyrec_statusor_, __LINE__), lhs, expr)
 
-#define HYREC_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                                \
+#define HYREC_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)  \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

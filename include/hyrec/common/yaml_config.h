@@ -35,14 +35,12 @@ std::string ClosestWord(absl::string_view word, const std::vector<std::string>& 
 
 // OK when `node` is a map whose keys are all in `allowed`; otherwise InvalidArgument naming the
 // first offending key, its line and the closest allowed key.
-absl::Status CheckKeys(const YAML::Node& node, absl::string_view path,
-                       const std::vector<std::string>& allowed);
+absl::Status CheckKeys(const YAML::Node& node, absl::string_view path, const std::vector<std::string>& allowed);
 
 // Reads map[key] into *out when present (leaves *out untouched when absent). A value that does
 // not convert to T is InvalidArgument naming the key path and line.
 template <typename T>
-absl::Status ReadScalar(const YAML::Node& map, absl::string_view key, absl::string_view path,
-                        T* out) {
+absl::Status ReadScalar(const YAML::Node& map, absl::string_view key, absl::string_view path, T* out) {
   const YAML::Node value = map[std::string(key)];
   if (!value) return absl::OkStatus();
   if (!value.IsScalar()) {
@@ -52,9 +50,8 @@ absl::Status ReadScalar(const YAML::Node& map, absl::string_view key, absl::stri
   try {
     *out = value.as<T>();
   } catch (const YAML::Exception&) {
-    return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), " (", YamlWhere(value),
-                                                   "): cannot read '", value.Scalar(),
-                                                   "' as the expected type"));
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, key), " (", YamlWhere(value), "): cannot read '",
+                                                   value.Scalar(), "' as the expected type"));
   }
   return absl::OkStatus();
 }
@@ -67,8 +64,8 @@ absl::Status ReadStringList(const YAML::Node& map, absl::string_view key, absl::
 
 // Reads map[key], a list of integers each in [min, max], into *out when present (replacing its
 // contents); otherwise as ReadStringList.
-absl::Status ReadIntList(const YAML::Node& map, absl::string_view key, absl::string_view path, int min,
-                         int max, std::vector<int>* out);
+absl::Status ReadIntList(const YAML::Node& map, absl::string_view key, absl::string_view path, int min, int max,
+                         std::vector<int>* out);
 
 // Runs `read` (code that walks YAML nodes) and turns any yaml-cpp exception it lets escape into
 // InvalidArgument naming `what` and the line, so that no document shape aborts a process.

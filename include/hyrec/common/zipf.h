@@ -56,8 +56,7 @@ class ZipfDistribution {
     return std::fabs(x) > 1e-8 ? std::log1p(x) / x : 1.0 - x * (0.5 - x * (1.0 / 3.0 - 0.25 * x));
   }
   static double Helper2(double x) {
-    return std::fabs(x) > 1e-8 ? std::expm1(x) / x
-                               : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
+    return std::fabs(x) > 1e-8 ? std::expm1(x) / x : 1.0 + x * 0.5 * (1.0 + x * (1.0 / 3.0) * (1.0 + 0.25 * x));
   }
 
   uint64_t n_;

@@ -41,7 +41,7 @@ struct SourceConfig {
   Format format = Format::kSynthetic;
   std::vector<std::string> files;  // Plain or gzip; read in this order every epoch.
   CriteoOptions criteo;
-  LibsvmOptions libsvm;            // Also libffm.
+  LibsvmOptions libsvm;  // Also libffm.
   SyntheticConfig synthetic;
 
   int num_slots() const;
@@ -53,18 +53,18 @@ struct LoaderOptions {
   int batch_size = 4096;
   int threads = 2;
   int num_workers = 1;
-  uint64_t epochs = 1;               // 0: forever.
+  uint64_t epochs = 1;  // 0: forever.
   bool shuffle = true;
-  uint64_t shuffle_window = 1 << 16; // Samples; rounded up to a multiple of batch_size.
+  uint64_t shuffle_window = 1 << 16;  // Samples; rounded up to a multiple of batch_size.
   uint64_t seed = 1;
-  int num_shards = 1;                // PS shards: each table's unique ids are grouped by shard.
-  std::vector<int> slot_tables;      // Slot -> table index; empty: slot k is table k.
+  int num_shards = 1;            // PS shards: each table's unique ids are grouped by shard.
+  std::vector<int> slot_tables;  // Slot -> table index; empty: slot k is table k.
   double max_bad_fraction = 0.001;
   uint64_t min_lines_for_bad_check = 10'000;
-  int prefetch_batches = 8;          // Per worker.
-  bool drop_last = false;            // Drop each epoch's final partial batch.
-  int thread_nice = 0;               // Nice increment of the loader's threads (0: as the caller;
-                                     // kIdleNice: SCHED_IDLE, see common/thread_priority.h).
+  int prefetch_batches = 8;  // Per worker.
+  bool drop_last = false;    // Drop each epoch's final partial batch.
+  int thread_nice = 0;       // Nice increment of the loader's threads (0: as the caller;
+                             // kIdleNice: SCHED_IDLE, see common/thread_priority.h).
 
   absl::Status Validate() const;
   int num_tables() const;

@@ -52,17 +52,17 @@ struct TableIds {
 // worker already had.
 struct ReaderPosition {
   uint64_t epoch = 0;
-  uint64_t window_batch = 0;     // Index within the epoch of the window's first batch.
-  uint64_t window_global = 0;    // Global id of the window's first batch.
-  uint32_t file_index = 0;       // Where the window starts (file sources).
-  uint64_t byte_offset = 0;      // In the uncompressed stream of that file.
-  uint64_t line_number = 1;      // 1-based line of the window's first line in that file.
-  uint64_t next_batch = 0;       // Global id of the next batch this worker should receive.
+  uint64_t window_batch = 0;   // Index within the epoch of the window's first batch.
+  uint64_t window_global = 0;  // Global id of the window's first batch.
+  uint32_t file_index = 0;     // Where the window starts (file sources).
+  uint64_t byte_offset = 0;    // In the uncompressed stream of that file.
+  uint64_t line_number = 1;    // 1-based line of the window's first line in that file.
+  uint64_t next_batch = 0;     // Global id of the next batch this worker should receive.
 
   bool operator==(const ReaderPosition& o) const {
     return epoch == o.epoch && window_batch == o.window_batch && window_global == o.window_global &&
-           file_index == o.file_index && byte_offset == o.byte_offset &&
-           line_number == o.line_number && next_batch == o.next_batch;
+           file_index == o.file_index && byte_offset == o.byte_offset && line_number == o.line_number &&
+           next_batch == o.next_batch;
   }
   std::string DebugString() const;
 };

@@ -28,15 +28,15 @@ struct SyntheticConfig {
   uint64_t num_samples = 1'000'000;  // Per epoch.
   int num_dense = 13;
   int num_slots = 26;
-  uint64_t vocabulary = 100'000;     // Distinct ids per slot.
-  int ids_per_sample = 1;            // Multi-hot: ids drawn per slot per sample.
-  double zipf = 1.05;                // Exponent of the id distribution within a slot.
+  uint64_t vocabulary = 100'000;  // Distinct ids per slot.
+  int ids_per_sample = 1;         // Multi-hot: ids drawn per slot per sample.
+  double zipf = 1.05;             // Exponent of the id distribution within a slot.
   uint64_t seed = 1;
-  int teacher_dim = 4;               // Dimension of the teacher's id embeddings.
-  double teacher_scale = 2.5;        // Logit scale: larger gives a higher best AUC.
-  double teacher_bias = -1.0;        // Sets the positive rate (about 0.3 by default).
-  uint64_t first_index = 0;          // Sample i of the dataset is drawn at index first_index + i:
-                                     // the same teacher, other samples (a held-out split).
+  int teacher_dim = 4;         // Dimension of the teacher's id embeddings.
+  double teacher_scale = 2.5;  // Logit scale: larger gives a higher best AUC.
+  double teacher_bias = -1.0;  // Sets the positive rate (about 0.3 by default).
+  uint64_t first_index = 0;    // Sample i of the dataset is drawn at index first_index + i:
+                               // the same teacher, other samples (a held-out split).
 
   absl::Status Validate() const;
 };
@@ -64,8 +64,7 @@ class SyntheticSource {
  private:
   struct Tables;
   // Draws sample `index` and returns its teacher logit.
-  double Draw(uint64_t index, Sample* out, std::vector<uint64_t>* counts,
-              std::vector<uint64_t>* ranks) const;
+  double Draw(uint64_t index, Sample* out, std::vector<uint64_t>* counts, std::vector<uint64_t>* ranks) const;
 
   // The id of `rank` in slot `s` and its teacher term (embedding . slot direction).
   void IdAndTeacherTerm(int s, uint64_t rank, uint64_t* id, double* dot) const;

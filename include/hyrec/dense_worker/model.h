@@ -26,9 +26,9 @@ class DenseModelImpl : public torch::nn::Module {
 };
 
 struct DlrmOptions {
-  int num_dense = 13;               // 0: no bottom MLP; the embeddings interact alone.
+  int num_dense = 13;  // 0: no bottom MLP; the embeddings interact alone.
   int num_slots = 26;
-  int embedding_dim = 16;           // The interaction dim.
+  int embedding_dim = 16;  // The interaction dim.
   // Per slot, its pooled embedding's dim; empty: embedding_dim for every slot. A slot of another
   // dim is projected to embedding_dim by a learned linear map (no bias) before the interactions.
   std::vector<int> slot_dims;

@@ -25,7 +25,7 @@
 namespace hyrec::dense_worker {
 
 struct TrainJobOptions {
-  TrainObserver* observer = nullptr;        // Worker 0's reports (e.g. a JobMonitor); may be null.
+  TrainObserver* observer = nullptr;  // Worker 0's reports (e.g. a JobMonitor); may be null.
   // Every PS shard's statistics are published here at each report and at the end; may be null.
   MetricsRegistry* metrics = nullptr;
   const std::atomic<bool>* stop = nullptr;  // When set: stop after the current batch.

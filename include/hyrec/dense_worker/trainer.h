@@ -59,30 +59,30 @@ struct TrainerOptions {
   std::vector<int> slot_tables;          // Loader table of each slot; empty: slot k is table k.
   std::vector<Pooling> pooling;          // Per slot; empty: sum everywhere.
   int embedding_staleness = 4;
-  bool read_only = false;                // Evaluation: lookups only, no Backward, no window rule.
+  bool read_only = false;  // Evaluation: lookups only, no Backward, no window rule.
   uint32_t worker_id = 0;
   absl::Duration batch_timeout = absl::Seconds(120);
-  torch::Device device = torch::kCPU;    // Where the model lives; pooling and labels go there.
+  torch::Device device = torch::kCPU;  // Where the model lives; pooling and labels go there.
   // Nice increment of the threads that call the PS (lookups ahead, updates behind), so that they
   // fill the cores the dense step leaves idle rather than preempt it; 0: as the caller, kIdleNice:
   // SCHED_IDLE (common/thread_priority.h). Against in-process stores those threads do the store's
   // CPU work: SCHED_IDLE by default. Against remote shards they mostly wait for a reply and must
   // take it as soon as it comes, which a SCHED_IDLE thread does not when the machine's cores are
   // busy (docs/benchmarks.md has the measurement).
-  int background_nice = kIdleNice;       // With an in-process EmbeddingClient.
-  int remote_background_nice = 10;       // With a remote one.
+  int background_nice = kIdleNice;  // With an in-process EmbeddingClient.
+  int remote_background_nice = 10;  // With a remote one.
 };
 
 // A batch with its rows looked up, ready to train on.
 struct TrainBatch {
   data_loader::Batch batch;
-  torch::Tensor labels;                  // [B] float, on the context's device
+  torch::Tensor labels;  // [B] float, on the context's device
   // Unique rows, per group of tables with the same dim (the context's row groups): group g holds
   // its tables' unique rows one table after another, a [rows_g, dim_g] float tensor in host
   // memory; table t's rows start at row table_row_offset[t] of its group.
   std::vector<torch::Tensor> rows;
   std::vector<int64_t> table_row_offset;
-  uint64_t index = 0;                    // Position in this worker's sequence of batches.
+  uint64_t index = 0;  // Position in this worker's sequence of batches.
   // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread),
   // in host memory: `index` (int64) holds the group's ids (row numbers in the group, slot-major)
   // and then one offset per (slot, sample) bag; `weights` (float) the per-id pooling scales when
@@ -99,25 +99,25 @@ struct TrainBatch {
 struct TrainerStats {
   uint64_t batches = 0;
   uint64_t samples = 0;
-  double lookup_ms = 0;            // Mean wall time of a batch's lookups.
-  double update_ms = 0;            // Mean wall time of a batch's update (until acknowledged).
-  double wait_for_rows_ms = 0;     // Mean time Next waited for rows (latency not hidden).
+  double lookup_ms = 0;         // Mean wall time of a batch's lookups.
+  double update_ms = 0;         // Mean wall time of a batch's update (until acknowledged).
+  double wait_for_rows_ms = 0;  // Mean time Next waited for rows (latency not hidden).
   // Mean over lookups of (batch looked up - 1 - newest batch whose update was acknowledged when the
   // lookup was issued): the batches of updates the rows may miss, counting batches not yet trained.
   // 0 when synchronous; between 1 (the lookahead runs one batch ahead at least) and the staleness
   // bound when hybrid, near the bound when updates are slow to apply.
   double observed_staleness = 0;
-  uint64_t lookup_count = 0;       // Batches looked up (the means' denominators).
-  uint64_t update_count = 0;       // Batches whose update was acknowledged.
+  uint64_t lookup_count = 0;  // Batches looked up (the means' denominators).
+  uint64_t update_count = 0;  // Batches whose update was acknowledged.
 };
 
 class TrainingContext {
  public:
   // `sync` may be null (one worker); `model` and `dense_optimizer` may be null for a read_only
   // context (evaluation), which only looks up and pools.
-  TrainingContext(TrainerOptions options, data_loader::BatchStream* stream,
-                  embedding_ps::EmbeddingClient* ps, nn_sync::DenseSync* sync,
-                  std::shared_ptr<DenseModelImpl> model, torch::optim::Optimizer* dense_optimizer);
+  TrainingContext(TrainerOptions options, data_loader::BatchStream* stream, embedding_ps::EmbeddingClient* ps,
+                  nn_sync::DenseSync* sync, std::shared_ptr<DenseModelImpl> model,
+                  torch::optim::Optimizer* dense_optimizer);
   ~TrainingContext();
 
   // The next batch, rows looked up; false at the end of the data or on error (see status()).

@@ -49,31 +49,31 @@ struct Progress {
   uint64_t batches = 0;          // Worker 0's steps.
   double elapsed_seconds = 0;
   double samples_per_second = 0;
-  double loss = 0;               // Worker 0's mean training loss over the interval.
-  TrainerStats stats;            // Worker 0's.
-  bool last = false;             // The final (possibly shorter) interval.
+  double loss = 0;     // Worker 0's mean training loss over the interval.
+  TrainerStats stats;  // Worker 0's.
+  bool last = false;   // The final (possibly shorter) interval.
 };
 
 struct TrainReport {
-  uint64_t samples = 0;               // Trained by the whole job.
-  uint64_t planned_samples = 0;       // 0: unknown.
+  uint64_t samples = 0;          // Trained by the whole job.
+  uint64_t planned_samples = 0;  // 0: unknown.
   double elapsed_seconds = 0;
-  double samples_per_second = 0;      // From the start of training to the end.
+  double samples_per_second = 0;  // From the start of training to the end.
   // From the end of worker 0's batch kWarmupBatches to the end (0 for shorter runs): the steady
   // rate, without the first lookups into an empty PS and LibTorch's first-call costs.
   double steady_samples_per_second = 0;
   static constexpr uint64_t kWarmupBatches = 5;
-  double first_loss = 0;              // Worker 0's loss on its first batch.
-  double mean_loss_last = 0;          // Over the last log interval.
+  double first_loss = 0;                               // Worker 0's loss on its first batch.
+  double mean_loss_last = 0;                           // Over the last log interval.
   std::vector<std::pair<uint64_t, double>> losses;     // (samples trained, mean loss of the interval)
   std::vector<std::pair<uint64_t, Evaluation>> evals;  // (samples trained, evaluation)
-  bool has_final_eval = false;        // False without held-out data or when interrupted.
+  bool has_final_eval = false;                         // False without held-out data or when interrupted.
   Evaluation final_eval;
-  double teacher_auc = 0;             // Synthetic sources: the best reachable (0: unknown).
-  bool interrupted = false;           // Stopped on request before the end of the data.
-  uint64_t dense_fingerprint = 0;     // DenseFingerprint of the trained dense parameters.
-  double dense_sum = 0;               // Sum of every dense parameter (for tolerances).
-  TrainerStats stats;                 // Worker 0's.
+  double teacher_auc = 0;          // Synthetic sources: the best reachable (0: unknown).
+  bool interrupted = false;        // Stopped on request before the end of the data.
+  uint64_t dense_fingerprint = 0;  // DenseFingerprint of the trained dense parameters.
+  double dense_sum = 0;            // Sum of every dense parameter (for tolerances).
+  TrainerStats stats;              // Worker 0's.
 };
 
 // What worker 0 reports as training goes; called on its training thread.
@@ -86,9 +86,9 @@ class TrainObserver {
 };
 
 struct WorkerOptions {
-  data_loader::BatchStream* stream = nullptr;  // This worker's batches (required).
-  embedding_ps::EmbeddingClient* ps = nullptr; // The PS shards (required).
-  TrainObserver* observer = nullptr;           // Worker 0's reports; may be null.
+  data_loader::BatchStream* stream = nullptr;   // This worker's batches (required).
+  embedding_ps::EmbeddingClient* ps = nullptr;  // The PS shards (required).
+  TrainObserver* observer = nullptr;            // Worker 0's reports; may be null.
   // When it becomes true, the workers stop after their current batch; may be null.
   const std::atomic<bool>* stop = nullptr;
   // LibTorch intra-op threads of the calling thread; 0: LibTorch's default. Workers that are

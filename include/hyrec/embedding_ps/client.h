@@ -27,8 +27,8 @@
 
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,25 +77,23 @@ class EmbeddingClient {
 
   // Reads the rows of `ids` (any order, duplicates allowed) into `out`, which must hold
   // ids.size() * dim floats; rows come back in the order of `ids`. On error `out` is unspecified.
-  virtual absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids,
-                              absl::Span<float> out) = 0;
+  virtual absl::Status Lookup(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<float> out) = 0;
 
   // Applies `grads` (ids.size() * dim floats) to the rows of `ids`; the gradients of duplicate
   // ids are summed first. `update_id` is sent to every shard touched; a retried or repeated
   // update of this table with the same id is applied once (see UpdateId). A NaN/Inf gradient is
   // InvalidArgument and no shard applies anything.
-  virtual absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids,
-                              absl::Span<const float> grads, UpdateId update_id) = 0;
+  virtual absl::Status Update(absl::string_view table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                              UpdateId update_id) = 0;
 
   // Lookup and Update of ids that are already unique and grouped by shard, as the data loader
   // delivers them (shard k owns ids[shard_offsets[k] .. shard_offsets[k+1])): no deduplication
   // or placement work on the caller's side. shard_offsets must have num_shards() + 1 entries.
   virtual absl::Status LookupSharded(absl::string_view table, absl::Span<const uint64_t> ids,
-                                     absl::Span<const uint32_t> shard_offsets,
-                                     absl::Span<float> out) = 0;
+                                     absl::Span<const uint32_t> shard_offsets, absl::Span<float> out) = 0;
   virtual absl::Status UpdateSharded(absl::string_view table, absl::Span<const uint64_t> ids,
-                                     absl::Span<const uint32_t> shard_offsets,
-                                     absl::Span<const float> grads, UpdateId update_id) = 0;
+                                     absl::Span<const uint32_t> shard_offsets, absl::Span<const float> grads,
+                                     UpdateId update_id) = 0;
 
   // One table's share of a multi-table call: its ids already unique and grouped by shard, as for
   // LookupSharded and UpdateSharded.
@@ -130,8 +128,8 @@ class EmbeddingClient {
 // Connects to PS processes, one address per shard in shard order. Checks each with Health
 // (within options.call_timeout): every shard must be serving, report its position as its shard
 // index and addresses.size() as the shard count, and hold the same tables with the same dims.
-absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(
-    const std::vector<std::string>& addresses, const ClientOptions& options);
+absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const std::vector<std::string>& addresses,
+                                                                        const ClientOptions& options);
 
 // A client over stores in this process; shard k is stores[k]. All stores must hold the same
 // tables with the same dims.

@@ -49,9 +49,9 @@ struct StoreOptions {
   std::vector<TableConfig> tables;  // At most 256 tables, unique names; each may bound its rows.
   // Bounds of the whole store. Rows are counted as they are created, so a stripe whose table has
   // no row to evict may go one row over a bound until its next insert.
-  uint64_t capacity_rows = 0;       // 0: no bound on rows.
-  uint64_t capacity_bytes = 0;      // 0: no bound; each row is charged its slot bytes + 8 (index).
-  int num_stripes = 64;             // Lock stripes; each holds at most 2^24 - 1 rows per table.
+  uint64_t capacity_rows = 0;   // 0: no bound on rows.
+  uint64_t capacity_bytes = 0;  // 0: no bound; each row is charged its slot bytes + 8 (index).
+  int num_stripes = 64;         // Lock stripes; each holds at most 2^24 - 1 rows per table.
   // Count-min sketch counters per table (over all stripes) for tables with admission.min_count.
   uint32_t admission_sketch_counters = 1 << 20;
 };
@@ -75,7 +75,7 @@ struct LookupResult {
 struct UpdateResult {
   bool duplicate = false;  // Already applied; nothing changed.
   uint64_t applied = 0;
-  uint64_t dropped = 0;    // Ids without a row that admission did not let in.
+  uint64_t dropped = 0;  // Ids without a row that admission did not let in.
 };
 
 struct TableStats {
@@ -83,11 +83,11 @@ struct TableStats {
   int dim = 0;
   std::string optimizer;
   uint64_t rows = 0;
-  uint64_t bytes = 0;       // Slot bytes held by this table's rows (allocated chunks).
-  uint64_t row_bytes = 0;   // Bytes of one slot: 16 + 4 * (dim + state floats).
+  uint64_t bytes = 0;          // Slot bytes held by this table's rows (allocated chunks).
+  uint64_t row_bytes = 0;      // Bytes of one slot: 16 + 4 * (dim + state floats).
   uint64_t capacity_rows = 0;  // The table's own bound (TableConfig::capacity_rows).
-  uint64_t lookups = 0;     // Ids looked up.
-  uint64_t updates = 0;     // Rows updated.
+  uint64_t lookups = 0;        // Ids looked up.
+  uint64_t updates = 0;        // Rows updated.
   uint64_t evictions = 0;
   uint64_t admission_rejections = 0;
   uint64_t dropped_updates = 0;
@@ -140,9 +140,8 @@ class EmbeddingShardStore {
   // Applies one optimizer step per id with `grads` (ids.size() * dim floats). Ids must be unique
   // within a call (the client sums duplicates). All-or-nothing validation first: a bad table, a
   // wrong gradient length or any NaN/Inf gradient is InvalidArgument and nothing is written.
-  virtual absl::Status Update(int table, absl::Span<const uint64_t> ids,
-                              absl::Span<const float> grads, UpdateId update_id,
-                              UpdateResult* result) = 0;
+  virtual absl::Status Update(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                              UpdateId update_id, UpdateResult* result) = 0;
 
   // Counts one request refused before it reached the store (e.g. malformed RPC).
   virtual void CountRejectedRequest() = 0;

@@ -23,8 +23,7 @@ namespace hyrec::embedding_ps {
 void InitOptimizerState(const OptimizerConfig& config, int dim, float* state);
 
 // One step on one row. `grad` has dim floats and must be finite (the store checks first).
-void ApplyOptimizer(const OptimizerConfig& config, int dim, const float* grad, float* weights,
-                    float* state);
+void ApplyOptimizer(const OptimizerConfig& config, int dim, const float* grad, float* weights, float* state);
 
 // Adam's per-row step counter, stored in the last state float.
 uint32_t AdamStep(const float* state, int dim);

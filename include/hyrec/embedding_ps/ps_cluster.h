@@ -24,12 +24,12 @@
 namespace hyrec::embedding_ps {
 
 struct PsClusterOptions {
-  std::string binary;              // Path of hyrec-ps.
+  std::string binary;  // Path of hyrec-ps.
   // The job file every shard serves (`--config`, with its --shard_index); its ps.shards must be
   // num_shards. Empty: `args` give the tables (`--tables`), and --num_shards is passed.
   std::string job_config;
   int num_shards = 1;
-  std::vector<std::string> args;   // Passed to every shard (tables, capacity, log level...).
+  std::vector<std::string> args;  // Passed to every shard (tables, capacity, log level...).
   std::string host = "127.0.0.1";
   absl::Duration start_timeout = absl::Seconds(30);
   absl::Duration stop_timeout = absl::Seconds(5);

@@ -26,9 +26,9 @@ namespace hyrec::embedding_ps {
 
 struct ServerOptions {
   std::string host = "0.0.0.0";
-  int port = 0;                  // 0: an ephemeral port, reported by port().
-  int threads = 0;               // gRPC polling threads; 0: one per core.
-  int shard_index = 0;           // This server's position among num_shards PS shards.
+  int port = 0;         // 0: an ephemeral port, reported by port().
+  int threads = 0;      // gRPC polling threads; 0: one per core.
+  int shard_index = 0;  // This server's position among num_shards PS shards.
   int num_shards = 1;
   uint64_t max_ids_per_request = 1 << 22;
   int max_message_bytes = 256 << 20;
@@ -37,8 +37,8 @@ struct ServerOptions {
 class EmbeddingServer {
  public:
   // Binds and starts serving. UNAVAILABLE when the address cannot be bound.
-  static absl::StatusOr<std::unique_ptr<EmbeddingServer>> Start(
-      std::shared_ptr<EmbeddingShardStore> store, const ServerOptions& options);
+  static absl::StatusOr<std::unique_ptr<EmbeddingServer>> Start(std::shared_ptr<EmbeddingShardStore> store,
+                                                                const ServerOptions& options);
 
   ~EmbeddingServer();
   EmbeddingServer(const EmbeddingServer&) = delete;

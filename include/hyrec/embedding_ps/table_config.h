@@ -33,9 +33,9 @@ enum class InitializerKind { kUniform, kNormal, kZeros };
 
 struct InitializerConfig {
   InitializerKind kind = InitializerKind::kUniform;
-  float low = -0.01f;    // kUniform: values in [low, high).
+  float low = -0.01f;  // kUniform: values in [low, high).
   float high = 0.01f;
-  float mean = 0.0f;     // kNormal: N(mean, stddev^2).
+  float mean = 0.0f;  // kNormal: N(mean, stddev^2).
   float stddev = 0.01f;
 };
 
@@ -53,11 +53,11 @@ struct OptimizerConfig {
   float weight_decay = 0.0f;
   float grad_clip = 0.0f;
   float value_clip = 0.0f;
-  float epsilon = 1e-8f;              // Adagrad, Adam.
-  float initial_accumulator = 0.0f;   // Adagrad's initial sum of squares; FTRL's initial n.
-  float beta1 = 0.9f;                 // Adam.
-  float beta2 = 0.999f;               // Adam.
-  float ftrl_beta = 1.0f;             // FTRL-Proximal.
+  float epsilon = 1e-8f;             // Adagrad, Adam.
+  float initial_accumulator = 0.0f;  // Adagrad's initial sum of squares; FTRL's initial n.
+  float beta1 = 0.9f;                // Adam.
+  float beta2 = 0.999f;              // Adam.
+  float ftrl_beta = 1.0f;            // FTRL-Proximal.
   float ftrl_l1 = 0.0f;
   float ftrl_l2 = 0.0f;
 };
@@ -105,8 +105,7 @@ absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path,
 absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out);
 
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
-absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node,
-                                                           absl::string_view path);
+absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path);
 
 // Parses "name:dim[:optimizer[:learning_rate]]" entries separated by commas, e.g.
 // "user:16:adagrad:0.05,item:32:sgd". Seeds default to the entry's position.

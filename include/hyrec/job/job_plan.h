@@ -103,8 +103,8 @@ absl::StatusOr<JobPlan> PlanJobFile(const std::string& path);
 
 // Replaces the endpoints; empty arguments (and master_port 0) keep the current ones. The number
 // of PS addresses must equal the shard count.
-absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader,
-                          const std::string& master_addr, int master_port, JobPlan* plan);
+absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader, const std::string& master_addr,
+                          int master_port, JobPlan* plan);
 
 // Dense parameters of the built-in models (dlrm, dcn) for a worker's plan; 0 for other kinds.
 uint64_t DenseParameterCount(const WorkerPlan& worker);

@@ -87,30 +87,30 @@ struct DenseOptimizerSpec {
 };
 
 struct ModelSpec {
-  std::string kind = "dlrm";       // dlrm | dcn | a kind registered by the program
-  int embedding_dim = 16;          // Default table dim; DLRM's interaction dim.
+  std::string kind = "dlrm";  // dlrm | dcn | a kind registered by the program
+  int embedding_dim = 16;     // Default table dim; DLRM's interaction dim.
   std::vector<int> bottom = {512, 256};
   std::vector<int> top = {512, 256};
-  int cross_layers = 3;            // dcn
+  int cross_layers = 3;  // dcn
   // model.options, for a registered model: its own settings, kept as YAML text (a mapping).
   std::string options_yaml;
 };
 
 struct EvalSpec {
-  uint64_t samples = 50'000;         // Held-out synthetic samples.
-  std::vector<std::string> files;    // Held-out files (file sources).
-  int every_batches = 0;             // 0: at the end only.
-  double timeout_seconds = 600;      // Other workers wait this long for worker 0's evaluation.
+  uint64_t samples = 50'000;       // Held-out synthetic samples.
+  std::vector<std::string> files;  // Held-out files (file sources).
+  int every_batches = 0;           // 0: at the end only.
+  double timeout_seconds = 600;    // Other workers wait this long for worker 0's evaluation.
 };
 
 struct PsSpec {
   int shards = 2;
-  uint64_t capacity_rows = 0;      // Per shard, all tables; 0: unbounded.
-  uint64_t capacity_bytes = 0;     // Per shard; 0: unbounded.
+  uint64_t capacity_rows = 0;   // Per shard, all tables; 0: unbounded.
+  uint64_t capacity_bytes = 0;  // Per shard; 0: unbounded.
   int num_stripes = 64;
   uint32_t admission_sketch_counters = 1 << 20;
   uint64_t max_ids_per_request = 1 << 22;
-  int threads = 0;                 // gRPC polling threads of a PS process; 0: one per core.
+  int threads = 0;  // gRPC polling threads of a PS process; 0: one per core.
 };
 
 struct TrainSpec {
@@ -118,23 +118,23 @@ struct TrainSpec {
   int embedding_staleness = 4;
   DenseOptimizerSpec dense_optimizer;
   int log_every_batches = 100;
-  uint64_t seed = 1;               // Dense initialization.
-  std::string device = "cpu";      // cpu | cuda | auto
-  double sync_timeout_seconds = 60;   // Rendezvous and every collective.
-  double batch_timeout_seconds = 120; // A worker waits this long for its next batch.
+  uint64_t seed = 1;                   // Dense initialization.
+  std::string device = "cpu";          // cpu | cuda | auto
+  double sync_timeout_seconds = 60;    // Rendezvous and every collective.
+  double batch_timeout_seconds = 120;  // A worker waits this long for its next batch.
 };
 
 // Where hand-started roles (and, later, Kubernetes pods) find each other: "host:port" each.
 struct ClusterSpec {
-  std::vector<std::string> ps;     // One per shard, in shard order; default 127.0.0.1:7000+i.
+  std::vector<std::string> ps;  // One per shard, in shard order; default 127.0.0.1:7000+i.
   std::string loader = "127.0.0.1:7100";
   std::string master = "127.0.0.1:29500";  // Worker 0 hosts the c10d rendezvous here.
 };
 
 struct JobSpec {
-  std::string source_name;                  // The file the spec came from (for messages).
-  data_loader::LoaderOptions loader;        // As parsed; the plan sets workers, shards, tables.
-  std::vector<std::string> features;        // Sparse features, in the source's slot order.
+  std::string source_name;            // The file the spec came from (for messages).
+  data_loader::LoaderOptions loader;  // As parsed; the plan sets workers, shards, tables.
+  std::vector<std::string> features;  // Sparse features, in the source's slot order.
   std::vector<TableSpec> tables;
   EvalSpec eval;
   ModelSpec model;
