@@ -1,9 +1,11 @@
 // The exit codes of every hyrec binary, as supervisors (Kubernetes pod failure policies, CI)
 // key on them. docs/configuration.md lists them.
 //
-//   absl::Status status = Run();
-//   if (!status.ok()) std::cerr << "hyrec ps: " << status.message() << "\n";
-//   return hyrec::ExitCodeFor(status);
+//   int main(int argc, char** argv) {
+//     absl::Status status = absl::UnavailableError("PS shard 1 did not answer");
+//     if (!status.ok()) std::cerr << "hyrec ps: " << status.message() << "\n";
+//     return hyrec::ExitCodeFor(status);  // kExitTransient
+//   }
 #ifndef HYREC_COMMON_EXIT_CODES_H_
 #define HYREC_COMMON_EXIT_CODES_H_
 

@@ -1,14 +1,17 @@
 // FlagSet: the command-line flags of one hyrec role, with help, version, suggestions and the
 // documented exit codes (exit_codes.h).
 //
-//   std::string config;
-//   int port = 0;
-//   FlagSet flags("hyrec ps", "one embedding parameter-server shard");
-//   flags.String("config", &config, "FILE", "The job's YAML file.");
-//   flags.Int("port", &port, "Port to listen on; 0 picks a free one.", 0, 65535);
-//   CommonFlags common;
-//   flags.AddCommon(&common);                 // --log_level, --metrics_host, --metrics_port
-//   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+//   int main(int argc, char** argv) {
+//     std::string config;
+//     int port = 0;
+//     FlagSet flags("hyrec ps", "one embedding parameter-server shard");
+//     flags.String("config", &config, "FILE", "The job's YAML file.");
+//     flags.Int("port", &port, "Port to listen on; 0 picks a free one.", 0, 65535);
+//     CommonFlags common;
+//     flags.AddCommon(&common);               // --log_level, --metrics_host, --metrics_port
+//     if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+//     return kExitOk;
+//   }
 //
 // Accepted forms: --name=value, --name value, and for booleans --name, --noname and
 // --name=true|false. `--help` (or -h) prints the role's flags with their defaults to stdout and

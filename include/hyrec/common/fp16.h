@@ -1,8 +1,9 @@
 // IEEE binary16 ("half") conversion for the fp16 transport of embeddings and gradients.
 //
-//   std::vector<uint16_t> wire(n);
-//   hyrec::FloatsToHalves(values.data(), wire.data(), n);   // round to nearest even
-//   hyrec::HalvesToFloats(wire.data(), values.data(), n);
+//   std::vector<float> values = {0.5f, -2.0f, 1e-3f};
+//   std::vector<uint16_t> wire(values.size());
+//   hyrec::FloatsToHalves(values.data(), wire.data(), values.size());   // round to nearest even
+//   hyrec::HalvesToFloats(wire.data(), values.data(), values.size());
 //
 // Values beyond the half range become +/-Inf, NaN stays NaN, tiny values become subnormals or
 // zero. The bulk functions use the CPU's F16C instructions when present; the scalar functions

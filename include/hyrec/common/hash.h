@@ -4,7 +4,8 @@
 // (the PS client, the data loader's per-shard partitioning, checkpoint re-sharding), so it lives
 // here and nowhere else:
 //
-//   int shard = hyrec::ShardForId(id, num_shards);
+//   const uint64_t id = hyrec::Mix64(12345);
+//   const int32_t shard = hyrec::ShardForId(id, /*num_shards=*/4);   // in [0, 4)
 //
 // ShardForId is Lamping & Veach's jump consistent hash over a 64-bit mix of the id: when the
 // shard count grows from n to n+1, only ~1/(n+1) of the ids move, all of them to the new shard.

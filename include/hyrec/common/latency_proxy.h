@@ -2,7 +2,8 @@
 // direction, to measure how training behaves when PS round trips are slow (this machine's kernel
 // has no netem qdisc). Put one in front of each PS and give the workers its port.
 //
-//   HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", ps_port, absl::Milliseconds(2.5)));
+//   const int ps_port = 7000;
+//   HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", ps_port, absl::Microseconds(2500)));
 //   std::string address = absl::StrCat("127.0.0.1:", proxy->port());   // each round trip 5 ms longer
 //
 // Each accepted connection gets a connection to the target and, per direction, a reader thread

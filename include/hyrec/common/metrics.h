@@ -3,15 +3,15 @@
 //   MetricsRegistry metrics;
 //   metrics.Describe("hyrec_samples_total", MetricType::kCounter, "Samples trained.");
 //   metrics.Set("hyrec_samples_total", {}, 4096);
-//   metrics.Set("hyrec_ps_rows", {{"table", "t0"}}, 1234);
+//   metrics.Set("hyrec_ps_rows", {{"table", "users"}}, 1234);
 //   std::string text = metrics.Render();   // what GET /metrics returns
 //
 // A metric family has a name, a type and a help line; each sample is a value for one set of
 // labels. Values are set (a gauge's reading, or a counter's running total kept by its owner) or
 // added to. Names must match [a-zA-Z_:][a-zA-Z0-9_:]*; label values are escaped on output.
 // Figures that are cheap to read but change all the time (a store's row counts) can instead be
-// published by a collector, which Render() runs first, so every scrape sees them fresh:
-//   metrics.AddCollector([&](MetricsRegistry* m) { m->Set("hyrec_ps_rows", {}, store.rows()); });
+// published by a collector, which Render() runs first, so every scrape sees them fresh
+// (`metrics.AddCollector([&](MetricsRegistry* m) { m->Set("hyrec_ps_rows", {}, rows()); })`).
 // MetricsHttpServer (metrics_server.h) serves Render() over HTTP.
 //
 // Thread safety: every method may be called from any thread.

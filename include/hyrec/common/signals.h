@@ -4,8 +4,9 @@
 // choosing waits for it.
 //
 //   hyrec::InstallStopSignalHandlers();      // early in main
-//   ... start servers ...
+//   ...
 //   int signal = hyrec::WaitForStopSignal(); // blocks until SIGINT or SIGTERM
+//   std::cout << "signal " << signal << ": stopping\n";
 //
 // Each signal is delivered once, to one waiter (WaitForStopSignal, or a reader of
 // StopSignalFd()). Installing twice is harmless.

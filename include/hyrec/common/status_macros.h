@@ -3,12 +3,12 @@
 // Debian's Abseil (20220623) ships no RETURN_IF_ERROR / ASSIGN_OR_RETURN, so hyrec defines its
 // own, prefixed to avoid clashes:
 //
-//   absl::StatusOr<Foo> MakeFoo();
-//   absl::Status Run() {
-//     HYREC_ASSIGN_OR_RETURN(Foo foo, MakeFoo());
-//     HYREC_RETURN_IF_ERROR(foo.Start());
-//     return absl::OkStatus();
-//   }
+//   auto make_port = [](int p) -> absl::StatusOr<int> {
+//     if (p < 0) return absl::InvalidArgumentError("negative port");
+//     return p;
+//   };
+//   HYREC_ASSIGN_OR_RETURN(int port, make_port(7000));
+//   HYREC_RETURN_IF_ERROR(Annotate(port > 1024 ? absl::OkStatus() : absl::PermissionDeniedError("low"), "--port"));
 #ifndef HYREC_COMMON_STATUS_MACROS_H_
 #define HYREC_COMMON_STATUS_MACROS_H_
 

@@ -1,7 +1,7 @@
 // Subprocess: a child process with its stdout piped back, for launching hyrec roles (PS shards,
 // loaders, workers) as real processes from the launcher, the demo and the integration tests.
 //
-//   HYREC_ASSIGN_OR_RETURN(auto ps, Subprocess::Spawn({"build/hyrec-ps", "--port=0", ...}));
+//   HYREC_ASSIGN_OR_RETURN(auto ps, Subprocess::Spawn({"build/hyrec-ps", "--port=0", "--tables=user:16"}));
 //   HYREC_ASSIGN_OR_RETURN(std::string line, ps->ReadLine(absl::Seconds(10)));
 //   ps->Signal(SIGTERM);
 //   HYREC_ASSIGN_OR_RETURN(int exit_code, ps->Wait(absl::Seconds(5)));

@@ -3,7 +3,7 @@
 // Every hyrec config is validated strictly: an unknown key, a value of the wrong type or out of
 // range is an error that names the key path and the line, with a suggestion for misspellings:
 //
-//   YAML::Node root = ...;
+//   HYREC_ASSIGN_OR_RETURN(YAML::Node root, hyrec::ParseYaml("name: user\ndimm: 16\n", "table.yaml"));
 //   HYREC_RETURN_IF_ERROR(hyrec::CheckKeys(root, "tables[0]", {"name", "dim", "optimizer"}));
 //   int dim = 0;
 //   HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(root, "dim", "tables[0]", &dim));

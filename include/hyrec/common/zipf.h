@@ -4,7 +4,7 @@
 // any n, so it serves 10M-row benchmarks and the synthetic data source alike.
 //
 //   hyrec::ZipfDistribution zipf(10'000'000, 1.05);
-//   std::mt19937_64 rng(seed);
+//   std::mt19937_64 rng(/*seed=*/7);
 //   uint64_t rank = zipf(rng);  // 1 is the most frequent
 #ifndef HYREC_COMMON_ZIPF_H_
 #define HYREC_COMMON_ZIPF_H_

@@ -2,13 +2,17 @@
 // over gRPC (proto/data.proto), and the client side that implements the same BatchStream as the
 // in-process loader.
 //
-//   // loader process
+//   // The loader process.
+//   LoaderOptions options;                     // synthetic data for 2 workers
+//   options.num_workers = 2;
+//   const std::vector<ReaderPosition> resume;  // from the beginning
 //   HYREC_ASSIGN_OR_RETURN(auto loader, Loader::Start(options, resume));
-//   HYREC_ASSIGN_OR_RETURN(auto server, DataServer::Start(std::move(loader), server_options));
-//   // worker r
-//   HYREC_ASSIGN_OR_RETURN(auto stream, ConnectBatchStream("loader:7100", r, {}));
-//   Batch batch;
-//   while (stream->Next(&batch, absl::Seconds(60)).ok()) { ... }
+//   DataServerOptions server_options;
+//   server_options.port = 7100;
+//   HYREC_ASSIGN_OR_RETURN(auto server, DataServer::Start(std::move(loader), options, resume, server_options));
+//   // Worker 1.
+//   HYREC_ASSIGN_OR_RETURN(auto stream, ConnectBatchStream("loader:7100", /*worker=*/1, {}));
+//   for (Batch batch; stream->Next(&batch, absl::Seconds(60)).ok();) std::cout << batch.batch_id << "\n";
 //
 // Flow control: the client keeps at most `prefetch_batches` decoded batches and stops reading
 // when they are full; gRPC's flow control then stops the server, whose per-worker queue then

@@ -7,8 +7,7 @@
 //   options.batch_size = 4096;
 //   options.num_workers = 2;
 //   HYREC_ASSIGN_OR_RETURN(auto loader, Loader::Start(options, /*resume=*/{}));
-//   Batch batch;
-//   while (loader->stream(0)->Next(&batch, absl::Seconds(30)).ok()) { ... }
+//   for (Batch batch; loader->stream(0)->Next(&batch, absl::Seconds(30)).ok();) std::cout << batch.batch_size;
 //   ReaderPosition saved = loader->stream(0)->Position();   // resume from here later
 //
 // The epoch's sample order is the sources' lines in file order, cut into shuffle windows of

@@ -6,6 +6,7 @@
 //   Sample s;
 //   source.Generate(12345, &s);        // sample 12345: a pure function of (seed, index)
 //   double best = source.TeacherAuc(200'000);
+//   std::cout << "the teacher's AUC: " << best << "\n";
 //
 // Sample i depends only on (seed, i), so generation parallelizes with identical results. The
 // samples use the Criteo conventions (dense = log(1 + count), categorical ids = HashToken of an

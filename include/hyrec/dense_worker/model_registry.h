@@ -5,14 +5,26 @@
 // everything `hyrec train` offers (flags, YAML, progress, metrics, plot, evaluation, several
 // workers, --processes):
 //
-//   absl::Status s = hyrec::dense_worker::RegisterModel(
-//       "two_tower", [](const hyrec::dense_worker::ModelContext& c)
-//                        -> absl::StatusOr<std::shared_ptr<hyrec::dense_worker::DenseModelImpl>> {
-//         int width = 128;
-//         HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(c.options, "width", "model.options", &width));
-//         return std::make_shared<TwoTower>(c.num_dense, c.slot_dims, width);
-//       });
-//   return hyrec::dense_worker::TrainMain(argc, argv);
+//   struct Wide : DenseModelImpl {   // the dense features and every pooled embedding, one layer
+//     Wide(int in) { linear = register_module("linear", torch::nn::Linear(in, 1)); }
+//     torch::Tensor forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) override {
+//       std::vector<torch::Tensor> parts = {dense};
+//       parts.insert(parts.end(), pooled.begin(), pooled.end());
+//       return linear->forward(torch::cat(parts, 1)).squeeze(1);
+//     }
+//     torch::nn::Linear linear{nullptr};
+//   };
+//   int main(int argc, char** argv) {
+//     absl::Status s = RegisterModel("wide", [](const ModelContext& c) ->
+//     absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+//       int extra = 0;  // model.options.extra
+//       HYREC_RETURN_IF_ERROR(hyrec::ReadScalar(c.options, "extra", "model.options", &extra));
+//       int in = c.num_dense + extra;
+//       for (int d : c.slot_dims) in += d;
+//       return std::make_shared<Wide>(in);
+//     });
+//     return s.ok() ? TrainMain(argc, argv) : 2;
+//   }
 //
 // dlrm and dcn are registered from the start. Thread-safe.
 #ifndef HYREC_DENSE_WORKER_MODEL_REGISTRY_H_
@@ -24,9 +36,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/yaml_config.h"  // model.options, read with CheckKeys and ReadScalar
 #include "hyrec/dense_worker/model.h"
+#include "hyrec/dense_worker/train_main.h"
 #include "hyrec/job/job_plan.h"
-#include "yaml-cpp/yaml.h"
 
 namespace hyrec::dense_worker {
 

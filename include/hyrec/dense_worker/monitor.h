@@ -2,13 +2,15 @@
 // (embedded, --processes, a hand-started worker 0): the progress line, evaluations, metrics and
 // the summary.
 //
+//   MetricsRegistry registry;
 //   MonitorOptions options;
 //   options.out = &std::cout;
 //   options.live = isatty(1);          // one line rewritten in place instead of a line per report
 //   options.metrics = &registry;       // optional: Prometheus families (docs/configuration.md)
 //   JobMonitor monitor(options);
+//   WorkerOptions worker_options;
 //   worker_options.observer = &monitor;
-//   ... RunWorker ...
+//   ...
 //
 // On a terminal the live line shows samples (of the planned total), samples/s, the loss, the last
 // held-out AUC, the elapsed time and the ETA; it is cleared before any other line is printed

@@ -4,7 +4,7 @@
 // RunWorker (worker.h) exactly as a worker process would.
 //
 //   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile("job.yaml"));
-//   JobMonitor monitor({&std::cout, /*live=*/false});
+//   JobMonitor monitor(MonitorOptions{&std::cout, /*live=*/false});
 //   TrainJobOptions options;
 //   options.observer = &monitor;
 //   HYREC_ASSIGN_OR_RETURN(TrainReport report, RunTrainJob(plan, options));

@@ -2,6 +2,7 @@
 // models (model_registry.h) and then behaves exactly as `hyrec train`: the same flags, job file,
 // progress line, metrics endpoint, plot, evaluations, several workers and --processes.
 //
+//   absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeTwoTower(const ModelContext& c);  // yours
 //   int main(int argc, char** argv) {
 //     absl::Status s = hyrec::dense_worker::RegisterModel("two_tower", MakeTwoTower);
 //     if (!s.ok()) return 1;

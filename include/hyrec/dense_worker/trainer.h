@@ -1,10 +1,15 @@
 // TrainingContext: Persia's hybrid training step for one dense worker.
 //
-//   TrainingContext ctx(options, stream, ps_client, sync, model, dense_optimizer);
+//   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile("job.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, {}));
+//   HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(plan.loader.options, {}));
+//   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<DenseModelImpl> model, MakeModel(plan.workers[0]));
+//   torch::optim::Adam dense_optimizer(model->parameters(), torch::optim::AdamOptions(1e-3));
+//   TrainingContext ctx(TrainerOptionsFor(plan.workers[0], torch::kCPU), loader->stream(0), ps.get(),
+//                       /*sync=*/nullptr, model, &dense_optimizer);
 //   for (TrainBatch* batch = nullptr; ctx.Next(&batch);) {
 //     torch::Tensor logits = ctx.Forward(*batch);
-//     HYREC_RETURN_IF_ERROR(ctx.Backward(torch::binary_cross_entropy_with_logits(
-//         logits, batch->labels)));
+//     HYREC_RETURN_IF_ERROR(ctx.Backward(torch::binary_cross_entropy_with_logits(logits, batch->labels)));
 //   }
 //   HYREC_RETURN_IF_ERROR(ctx.Finish());
 //

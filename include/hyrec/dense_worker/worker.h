@@ -4,10 +4,13 @@
 // API. Everything it does comes from the worker's plan (include/hyrec/job/job_plan.h).
 //
 //   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile("job.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, {}));
+//   HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, 0, {}));
+//   JobMonitor monitor(MonitorOptions{&std::cout});  // worker 0's progress, evaluations, summary
 //   WorkerOptions options;
-//   options.stream = loader->stream(0);
-//   options.ps = ps_client.get();
-//   options.observer = &monitor;               // worker 0's progress, evaluations, summary
+//   options.stream = stream.get();
+//   options.ps = ps.get();
+//   options.observer = &monitor;
 //   HYREC_ASSIGN_OR_RETURN(TrainReport report, RunWorker(plan.workers[0], plan.endpoints, options));
 //
 // Per step, the workers first agree that every one of them has a batch and none was asked to
@@ -34,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/model.h"
 #include "hyrec/dense_worker/trainer.h"

@@ -12,9 +12,11 @@
 //   HYREC_ASSIGN_OR_RETURN(auto client,
 //                          ConnectEmbeddingClient({"ps-0:7000", "ps-1:7000"}, ClientOptions()));
 //   HYREC_ASSIGN_OR_RETURN(int dim, client->TableDim("user"));
+//   const std::vector<uint64_t> ids = {17, 42, 17};
 //   std::vector<float> rows(ids.size() * dim);
 //   HYREC_RETURN_IF_ERROR(client->Lookup("user", ids, absl::MakeSpan(rows)));
-//   HYREC_RETURN_IF_ERROR(client->Update("user", ids, grads, UpdateId{worker, ++seq}));
+//   const std::vector<float> grads(rows.size(), 0.01f);
+//   HYREC_RETURN_IF_ERROR(client->Update("user", ids, grads, UpdateId{/*worker_id=*/0, /*sequence=*/1}));
 //
 // Every remote call has a deadline (ClientOptions::call_timeout, overall, across retries); a
 // dead or frozen PS becomes an UNAVAILABLE or DEADLINE_EXCEEDED Status within it. Transient

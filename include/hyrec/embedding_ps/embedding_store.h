@@ -11,14 +11,19 @@
 // New rows are initialized from (table seed, id) alone, so an id gets the same initial vector on
 // any PS, in any run, for any number of PS shards.
 //
+//   TableConfig user_table;
+//   user_table.name = "user";
+//   user_table.dim = 16;
 //   StoreOptions options;
-//   options.tables = {user_table, item_table};
+//   options.tables = {user_table};
 //   options.capacity_rows = 100'000'000;
 //   HYREC_ASSIGN_OR_RETURN(auto store, EmbeddingShardStore::Create(options));
 //   HYREC_ASSIGN_OR_RETURN(int user, store->TableIndex("user"));
+//   const std::vector<uint64_t> ids = {17, 42};  // unique within a call
 //   std::vector<float> rows(ids.size() * store->table(user).dim);
 //   HYREC_RETURN_IF_ERROR(store->Lookup(user, ids, absl::MakeSpan(rows), nullptr));
-//   HYREC_RETURN_IF_ERROR(store->Update(user, ids, grads, UpdateId{worker, seq}, nullptr));
+//   const std::vector<float> grads(rows.size(), 0.01f);
+//   HYREC_RETURN_IF_ERROR(store->Update(user, ids, grads, UpdateId{/*worker_id=*/0, /*sequence=*/1}, nullptr));
 //
 // Thread safety: all methods are safe for concurrent use. The store is split into
 // `num_stripes` stripes by a hash of (table, id), each with its own lock, LRU list and hash

@@ -6,7 +6,7 @@
 //   options.num_shards = 2;
 //   options.args = {"--tables=user:16:adagrad", "--capacity_rows=1000000"};   // or job_config
 //   HYREC_ASSIGN_OR_RETURN(auto cluster, PsCluster::Launch(options));
-//   HYREC_ASSIGN_OR_RETURN(auto client, ConnectEmbeddingClient(cluster->addresses(), {}));
+//   HYREC_ASSIGN_OR_RETURN(auto client, ConnectEmbeddingClient(cluster->addresses(), ClientOptions()));
 //
 // Each shard binds an ephemeral port on `host` and reports it on stdout. The destructor stops
 // every shard (SIGTERM, then SIGKILL after stop_timeout).

@@ -1,5 +1,8 @@
 // EmbeddingServer: serves one EmbeddingShardStore over gRPC (proto/embedding.proto).
 //
+//   StoreOptions store_options;
+//   store_options.tables = {TableConfig{"user", 16}};
+//   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<EmbeddingShardStore> store, EmbeddingShardStore::Create(store_options));
 //   ServerOptions options;
 //   options.port = 0;  // ephemeral; read it back with port()
 //   HYREC_ASSIGN_OR_RETURN(auto server, EmbeddingServer::Start(store, options));

@@ -7,11 +7,12 @@
 // map and every table's full configuration are assigned here, once; a role that needs one of
 // them reads it from its plan, never from a copy of its own.
 //
-//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(path));
+//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/user-item.yaml"));
 //   HYREC_ASSIGN_OR_RETURN(JobPlan plan, Plan(spec));
 //   const PsShardPlan& shard = plan.ps[1];        // shard 1's store: tables, capacity, stripes
 //   const WorkerPlan& worker = plan.workers[0];   // model, optimizer, staleness, table per slot
 //   std::string ps0 = plan.endpoints.ps[0];       // where shard 0 listens
+//   std::cout << shard.store.tables.size() << " tables, " << worker.slot_tables.size() << " features\n";
 //
 // Endpoints come from the job's `cluster` section; a launcher that picks ports at run time
 // (`--processes`) or a role given addresses on its command line replaces them with

@@ -7,9 +7,8 @@
 // the data source, the dense model, the dense optimizer with its learning-rate schedule, the PS
 // shards, the workers and the endpoints of hand-started roles.
 //
-//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/two-tables.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/user-item.yaml"));
 //   for (const TableSpec& t : spec.tables) std::cout << t.config.name << " " << t.config.dim << "\n";
-//   HYREC_ASSIGN_OR_RETURN(JobPlan plan, Plan(spec));   // job_plan.h: every role's settings
 //
 // Parsing is strict: an unknown key, a value of the wrong type or shape, or one out of range is
 // InvalidArgument naming the key path and the line (with a suggestion for a misspelled key), and

@@ -9,10 +9,13 @@
 //
 //   SyncOptions options;                       // rank, world size, MASTER_ADDR/PORT, timeout
 //   HYREC_ASSIGN_OR_RETURN(auto sync, DenseSync::Create(options));
+//   torch::nn::Linear model(4, 1);
 //   HYREC_RETURN_IF_ERROR(sync->BroadcastParameters(model->parameters()));
 //   sync->AttachToParameters(model->parameters());
-//   for (...) {
+//   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+//   for (int step = 0; step < 100; ++step) {
 //     optimizer.zero_grad();
+//     torch::Tensor loss = model->forward(torch::randn({8, 4})).pow(2).mean();
 //     loss.backward();                         // buckets start their allreduce here
 //     HYREC_RETURN_IF_ERROR(sync->FinishGradientSync());
 //     optimizer.step();
