@@ -290,6 +290,48 @@ TEST(TrainingContext, UpdatesCompletingOutOfOrderAreEachAppliedOnce) {
   }
 }
 
+// A batch that does not fit the trainer's options is an error naming the batch and what is wrong,
+// before anything reads out of its bounds: a loader whose slot-to-table map differs from the
+// trainer's (the map was once set in two places), an inverse index past the table's unique ids,
+// offsets that overrun the ids, missing labels or slots.
+TEST(TrainingContext, AMalformedBatchIsAnErrorNamingIt) {
+  const auto run = [](const Fixture& f, const Batch& batch) {
+    RepeatedBatch stream(batch);
+    auto model = std::make_shared<WeightedSum>();
+    torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
+    TrainingContext ctx(f.options, &stream, f.ps.get(), nullptr, model, &dense_optimizer);
+    TrainBatch* tb = nullptr;
+    EXPECT_FALSE(ctx.Next(&tb));
+    EXPECT_EQ(ctx.status().code(), absl::StatusCode::kInvalidArgument) << ctx.status();
+    return std::string(ctx.status().message());
+  };
+  Fixture f = MakeFixture(torch::kCPU, /*staleness=*/0);
+  Batch other_map;  // Slot 3 in table c by the loader, table a by the trainer.
+  data_loader::BuildBatch(f.samples, f.samples.size(), 1, kSlots, {0, 1, 2, 2}, 3, 2, &other_map);
+  EXPECT_NE(run(f, other_map)
+                .find("slot 3 has no inverse map into its table 0 (the loader's slot-to-table map "
+                      "differs from the trainer's)"),
+            std::string::npos);
+  Batch past = f.batch;
+  past.tables[1].inverse[1].back() = 1000;
+  EXPECT_NE(run(f, past).find("slot 1 refers to unique id 1000 of 2"), std::string::npos) << run(f, past);
+  Batch overrun = f.batch;
+  overrun.slots[2].offsets[3] = 99;
+  EXPECT_NE(run(f, overrun).find("slot 2's offsets do not delimit its 6 ids in 3 samples"), std::string::npos);
+  Batch labels = f.batch;
+  labels.labels.pop_back();
+  EXPECT_NE(run(f, labels).find("2 labels for 3 samples"), std::string::npos);
+  Batch slots = f.batch;
+  slots.slots.pop_back();
+  EXPECT_NE(run(f, slots).find("3 slots, the job has 4"), std::string::npos);
+  Batch shards = f.batch;
+  shards.tables[0].shard_offsets = {0, 5};
+  EXPECT_NE(run(f, shards).find("table 0's ids are not grouped by the 2 PS shards"), std::string::npos);
+  Batch empty = f.batch;
+  empty.batch_size = 0;
+  EXPECT_NE(run(f, empty).find("no samples"), std::string::npos);
+}
+
 // A worker restarted with the same worker id against the same PS: its updates are new to the PS,
 // not repeats of its previous run's (update sequences start from the clock).
 TEST(TrainingContext, ARestartedWorkersUpdatesAreNotTakenForRepeats) {
