@@ -10,31 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
+#include "run_command.h"
 
 namespace {
 
-struct Outcome {
-  int code = -1;
-  std::string out;  // stdout, then stderr
-  std::string err;
-};
-
-// Runs `argv` to its end; stdout and stderr kept apart.
-Outcome RunCommand(const std::vector<std::string>& argv) {
-  const std::string err_path = ::testing::TempDir() + "/cli_stderr.txt";
-  std::string command;
-  for (const std::string& a : argv) command += "'" + a + "' ";
-  command += "2>'" + err_path + "'";
-  Outcome r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) r.out += buffer;
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  std::ifstream err(err_path);
-  r.err.assign(std::istreambuf_iterator<char>(err), {});
-  return r;
-}
+using Outcome = hyrec::testing::CommandResult;
+using hyrec::testing::RunCommand;
 
 Outcome Hyrec(std::vector<std::string> args) {
   args.insert(args.begin(), HYREC_LAUNCHER_BINARY);

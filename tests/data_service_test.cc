@@ -12,6 +12,7 @@
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/job/job_plan.h"
+#include "run_command.h"
 #include "stream_test_util.h"
 
 namespace hyrec::data_loader {
@@ -202,13 +203,9 @@ TEST(DataService, ConnectHasADeadline) {
 TEST(DataService, BadConfigsAreReportedWithKeyAndLine) {
   const std::string path =
       WriteConfig("bad_loader.yaml", "loader:\n  source:\n    format: synthetic\n  batch_sise: 10\n");
-  std::string command = std::string(HYREC_LOADER_BINARY) + " --config=" + path + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[512];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  const int status = pclose(pipe);
-  EXPECT_EQ(WEXITSTATUS(status), 2);  // Invalid configuration.
+  const hyrec::testing::CommandResult r = hyrec::testing::RunCommand({HYREC_LOADER_BINARY, "--config=" + path});
+  const std::string output = r.all();
+  EXPECT_EQ(r.code, 2);  // Invalid configuration.
   EXPECT_NE(output.find("loader.batch_sise (line 4): unknown key; did you mean 'batch_size'?"), std::string::npos)
       << output;
   auto root = ParseYaml("source: {format: parquet}\n", "t");

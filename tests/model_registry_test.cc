@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "run_command.h"
 
 namespace hyrec::dense_worker {
 namespace {
@@ -38,17 +39,10 @@ struct Outcome {
   std::string out;  // stdout and stderr
 };
 
-Outcome RunTrainer(const std::vector<std::string>& args) {
-  std::string command = HYREC_CUSTOM_TRAINER;
-  for (const std::string& a : args) command += " '" + a + "'";
-  command += " 2>&1";
-  Outcome r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) r.out += buffer;
-  const int status = pclose(pipe);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+Outcome RunTrainer(std::vector<std::string> args) {
+  args.insert(args.begin(), HYREC_CUSTOM_TRAINER);
+  const hyrec::testing::CommandResult r = hyrec::testing::RunCommand(args);
+  return Outcome{r.code, r.all()};
 }
 
 double HeldOutAuc(const std::string& out) {

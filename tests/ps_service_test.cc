@@ -21,6 +21,7 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
+#include "run_command.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -487,16 +488,9 @@ TEST(PsService, StopsCleanlyOnSigterm) {
 
 // The launcher and the PS binary report bad flags and configs clearly and exit non-zero.
 std::string RunAndCapture(const std::vector<std::string>& argv, int* exit_code) {
-  std::string command;
-  for (const auto& a : argv) command += "'" + a + "' ";
-  command += "2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[512];
-  while (fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
-  const int status = pclose(pipe);
-  *exit_code = WEXITSTATUS(status);
-  return output;
+  const hyrec::testing::CommandResult r = hyrec::testing::RunCommand(argv);
+  *exit_code = r.code;
+  return r.all();
 }
 
 TEST(PsBinary, ReportsBadFlagsAndConfigs) {

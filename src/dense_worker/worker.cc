@@ -233,6 +233,19 @@ class WorkerLoop {
 
 }  // namespace
 
+namespace {
+
+// Adam and AdamW take the same settings; they differ in how the weight decay applies.
+template <typename Optimizer, typename Options>
+std::unique_ptr<torch::optim::Optimizer> MakeAdamLike(const job::DenseOptimizerSpec& s,
+                                                      const std::vector<torch::Tensor>& parameters) {
+  return std::make_unique<Optimizer>(
+      parameters,
+      Options(s.learning_rate).betas(std::make_tuple(s.beta1, s.beta2)).eps(s.epsilon).weight_decay(s.weight_decay));
+}
+
+}  // namespace
+
 absl::StatusOr<torch::Device> ResolveDevice(const std::string& device, int rank) {
   if (device != "cpu" && device != "cuda" && device != "auto") {
     return absl::InvalidArgumentError(absl::StrCat("train.device '", device, "' is not cpu, cuda or auto"));
@@ -270,20 +283,8 @@ absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeDenseOptimizer(
     return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adagrad>(
         parameters, optim::AdagradOptions(s.learning_rate).weight_decay(s.weight_decay).eps(s.epsilon)));
   }
-  if (s.kind == "adam") {
-    return std::unique_ptr<optim::Optimizer>(
-        std::make_unique<optim::Adam>(parameters, optim::AdamOptions(s.learning_rate)
-                                                      .betas(std::make_tuple(s.beta1, s.beta2))
-                                                      .eps(s.epsilon)
-                                                      .weight_decay(s.weight_decay)));
-  }
-  if (s.kind == "adamw") {
-    return std::unique_ptr<optim::Optimizer>(
-        std::make_unique<optim::AdamW>(parameters, optim::AdamWOptions(s.learning_rate)
-                                                       .betas(std::make_tuple(s.beta1, s.beta2))
-                                                       .eps(s.epsilon)
-                                                       .weight_decay(s.weight_decay)));
-  }
+  if (s.kind == "adam") return MakeAdamLike<optim::Adam, optim::AdamOptions>(s, parameters);
+  if (s.kind == "adamw") return MakeAdamLike<optim::AdamW, optim::AdamWOptions>(s, parameters);
   return absl::InvalidArgumentError(
       absl::StrCat("train.dense_optimizer '", s.kind, "' is not adam, adamw, adagrad or sgd"));
 }

@@ -123,28 +123,35 @@ absl::Status TableConfig::Validate() const {
 
 namespace {
 
-// A plain word where a mapping may stand: its kind.
-bool ReadKindWord(const YAML::Node& node, std::string* kind) {
-  if (!node.IsScalar()) return false;
-  *kind = node.Scalar();
-  return true;
+// The kind of an initializer or optimizer: the node itself when it is a plain word (*word set),
+// else its `kind` key after checking the mapping's keys against `allowed`; parsed by `parse`.
+template <typename Kind, typename Parse>
+absl::Status ReadKind(const YAML::Node& node, absl::string_view path, const std::vector<std::string>& allowed,
+                      Parse&& parse, Kind* kind, bool* word) {
+  std::string name;
+  *word = node.IsScalar();
+  if (*word) {
+    name = node.Scalar();
+  } else {
+    HYREC_RETURN_IF_ERROR(CheckKeys(node, path, allowed));
+    if (!node["kind"]) return absl::OkStatus();
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &name));
+  }
+  auto parsed = parse(name);
+  if (!parsed.ok()) {
+    return Annotate(parsed.status(), absl::StrCat(*word ? std::string(path) : JoinKey(path, "kind"), " (",
+                                                  YamlWhere(*word ? node : node["kind"]), ")"));
+  }
+  *kind = *parsed;
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ReadInitializerConfig(const YAML::Node& node, absl::string_view path, InitializerConfig* out) {
-  std::string kind(InitializerName(out->kind));
-  const bool word = ReadKindWord(node, &kind);
-  if (!word) {
-    HYREC_RETURN_IF_ERROR(CheckKeys(node, path, {"kind", "low", "high", "mean", "stddev"}));
-    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
-  }
-  auto parsed = ParseInitializerKind(kind);
-  if (!parsed.ok()) {
-    return Annotate(parsed.status(), absl::StrCat(word ? std::string(path) : JoinKey(path, "kind"), " (",
-                                                  YamlWhere(word ? node : node["kind"]), ")"));
-  }
-  out->kind = *parsed;
+  bool word = false;
+  HYREC_RETURN_IF_ERROR(
+      ReadKind(node, path, {"kind", "low", "high", "mean", "stddev"}, ParseInitializerKind, &out->kind, &word));
   if (word) return absl::OkStatus();
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "low", path, &out->low));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "high", path, &out->high));
@@ -153,20 +160,11 @@ absl::Status ReadInitializerConfig(const YAML::Node& node, absl::string_view pat
 }
 
 absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path, OptimizerConfig* out) {
-  std::string kind(OptimizerName(out->kind));
-  const bool word = ReadKindWord(node, &kind);
-  if (!word) {
-    HYREC_RETURN_IF_ERROR(CheckKeys(node, path,
-                                    {"kind", "learning_rate", "weight_decay", "grad_clip", "value_clip", "epsilon",
-                                     "initial_accumulator", "beta1", "beta2", "ftrl_beta", "ftrl_l1", "ftrl_l2"}));
-    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
-  }
-  auto parsed = ParseOptimizerKind(kind);
-  if (!parsed.ok()) {
-    return Annotate(parsed.status(), absl::StrCat(word ? std::string(path) : JoinKey(path, "kind"), " (",
-                                                  YamlWhere(word ? node : node["kind"]), ")"));
-  }
-  out->kind = *parsed;
+  bool word = false;
+  HYREC_RETURN_IF_ERROR(ReadKind(node, path,
+                                 {"kind", "learning_rate", "weight_decay", "grad_clip", "value_clip", "epsilon",
+                                  "initial_accumulator", "beta1", "beta2", "ftrl_beta", "ftrl_l1", "ftrl_l2"},
+                                 ParseOptimizerKind, &out->kind, &word));
   if (word) return absl::OkStatus();
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", path, &out->learning_rate));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "weight_decay", path, &out->weight_decay));
