@@ -1,15 +1,18 @@
 #include "hyrec/data_loader/loader.h"
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/exit_codes.h"
 #include "hyrec/common/hash.h"
 #include "stream_test_util.h"
 
@@ -25,6 +28,8 @@ SyntheticConfig SmallSynthetic(uint64_t samples = 5000) {
 }
 
 std::string TempPath(const std::string& name) { return ::testing::TempDir() + "/" + name; }
+
+int ExitCodeOf(const absl::Status& s) { return ExitCodeFor(s); }
 
 // A fingerprint of one sample of a batch: label, dense and ids.
 uint64_t Fingerprint(const Batch& b, int i) {
@@ -435,22 +440,179 @@ TEST(Loader, StopsWithAClearErrorAboveTheAllowedFraction) {
   EXPECT_NE(s.message().find("mostly_bad.tsv:4: "), std::string::npos) << s;
 }
 
-TEST(Loader, TruncatedGzipAndUnreadableFilesAreCountedNotFatalWithinTheFraction) {
+// Drains worker 0's stream and returns how it ended (OUT_OF_RANGE at the end of the data), and
+// the samples it delivered.
+absl::Status DrainToEnd(Loader& loader, size_t* samples = nullptr) {
+  Batch b;
+  absl::Status s;
+  size_t n = 0;
+  while ((s = loader.stream(0)->Next(&b, absl::Seconds(30))).ok()) {
+    EXPECT_GT(b.batch_size, 0);
+    n += static_cast<size_t>(b.batch_size);
+  }
+  if (samples != nullptr) *samples = n;
+  return s;
+}
+
+void ExpectNamedError(const absl::Status& s, absl::StatusCode code, const std::string& file, const std::string& why) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(s.message().find(file), std::string::npos) << s;
+  EXPECT_NE(s.message().find(why), std::string::npos) << s;
+}
+
+TEST(Loader, AMissingFileAmongSeveralFailsAtStartNamingIt) {
+  const auto files = WriteCriteoFiles(2, 100);
+  LoaderOptions o = FileOptions({files[0], TempPath("does_not_exist.tsv"), files[1]}, 2, 1);
+  auto loader = Loader::Start(o, {});
+  ASSERT_FALSE(loader.ok());
+  ExpectNamedError(loader.status(), absl::StatusCode::kNotFound, "does_not_exist.tsv", "cannot open");
+  EXPECT_EQ(ExitCodeOf(loader.status()), 2);
+}
+
+TEST(Loader, AnEmptyFileFailsAtStartNamingIt) {
+  const auto files = WriteCriteoFiles(1, 100);
+  std::ofstream(TempPath("empty.tsv")).close();
+  auto loader = Loader::Start(FileOptions({files[0], TempPath("empty.tsv")}, 1, 1), {});
+  ASSERT_FALSE(loader.ok());
+  ExpectNamedError(loader.status(), absl::StatusCode::kDataLoss, "empty.tsv", "is empty");
+  // An empty gzip stream too.
+  const std::string empty_gz = GzipFile(TempPath("empty.tsv"), "empty.tsv.gz");
+  loader = Loader::Start(FileOptions({empty_gz}, 1, 1), {});
+  ASSERT_FALSE(loader.ok());
+  ExpectNamedError(loader.status(), absl::StatusCode::kDataLoss, "empty.tsv.gz", "is empty");
+}
+
+TEST(Loader, ATruncatedGzipStreamStopsTheLoaderNamingTheFile) {
   const auto files = WriteCriteoFiles(1, 3000);
   const std::string truncated = GzipFile(files[0], "trunc.tsv.gz", 20000);
-  LoaderOptions o = FileOptions({files[0], truncated, TempPath("does_not_exist.tsv")}, 2, 1);
+  LoaderOptions o = FileOptions({files[0], truncated}, 2, 1);
+  o.epochs = 1;
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  size_t samples = 0;
+  const absl::Status s = DrainToEnd(**loader, &samples);
+  ExpectNamedError(s, absl::StatusCode::kDataLoss, "trunc.tsv.gz", "");
+  EXPECT_LT(samples, 6000u);
+  EXPECT_EQ((*loader)->status(), s);
+}
+
+TEST(Loader, SkipBadFilesCountsThemWithinTheFractionAndTrainsTheRest) {
+  const auto files = WriteCriteoFiles(1, 3000);
+  const std::string truncated = GzipFile(files[0], "trunc2.tsv.gz", 20000);
+  std::ofstream(TempPath("empty2.tsv")).close();
+  LoaderOptions o = FileOptions({files[0], truncated, TempPath("missing2.tsv"), TempPath("empty2.tsv")}, 2, 1);
+  o.source.skip_bad_files = true;
   o.epochs = 1;
   o.max_bad_fraction = 0.01;
   o.min_lines_for_bad_check = 1 << 30;  // Judge at the end of the epoch only.
   auto loader = Loader::Start(o, {});
-  ASSERT_TRUE(loader.ok());
-  Drain((*loader)->stream(0));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  size_t samples = 0;
+  EXPECT_TRUE(absl::IsOutOfRange(DrainToEnd(**loader, &samples)));
+  EXPECT_GE(samples, 3000u);
   const LoaderStats stats = (*loader)->Stats();
-  EXPECT_GE(stats.bad_lines, 2u);
+  EXPECT_GE(stats.bad_lines, 1u);  // The truncated stream, met while reading.
   std::string all;
   for (const auto& m : stats.first_bad) all += m + "\n";
-  EXPECT_NE(all.find("trunc.tsv.gz"), std::string::npos) << all;
-  EXPECT_NE(all.find("cannot open"), std::string::npos) << all;
+  EXPECT_NE(all.find("trunc2.tsv.gz"), std::string::npos) << all;
+  // With no usable file at all, Start fails.
+  o.source.files = {TempPath("missing2.tsv"), TempPath("empty2.tsv")};
+  auto none = Loader::Start(o, {});
+  ASSERT_FALSE(none.ok());
+  ExpectNamedError(none.status(), absl::StatusCode::kDataLoss, "missing2.tsv", "no usable data file");
+}
+
+// A file that shrinks or disappears while the loader reads it is an error naming it. The loader
+// reads ahead by at most a few windows and buffers, so a large file is still being read when the
+// first batch arrives.
+TEST(Loader, AFileTruncatedOrRemovedMidRunStopsTheLoader) {
+  for (const bool remove : {false, true}) {
+    const auto files = WriteCriteoFiles(1, 40000);
+    LoaderOptions o = FileOptions(files, 1, 1);
+    o.epochs = 1;
+    o.shuffle_window = 64;
+    o.prefetch_batches = 1;
+    auto loader = Loader::Start(o, {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    Batch b;
+    ASSERT_TRUE((*loader)->stream(0)->Next(&b, absl::Seconds(30)).ok());
+    ASSERT_LT(b.bytes_read, b.bytes_total);
+    if (remove) {
+      ASSERT_EQ(std::remove(files[0].c_str()), 0);
+    } else {
+      ASSERT_EQ(truncate(files[0].c_str(), 100000), 0);
+    }
+    const absl::Status s = DrainToEnd(**loader);
+    ExpectNamedError(s, absl::StatusCode::kDataLoss, files[0], remove ? "removed while it was read" : "shrank");
+  }
+}
+
+TEST(Loader, AFileWhoseFirstLinesAreAllBadStopsAtOnce) {
+  const auto files = WriteCriteoFiles(1, 5000);
+  const std::string path = TempPath("bad_head.tsv");
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 150; ++i) out << "1 2 3 a b c\n";  // Not tab-separated: libsvm-like.
+    std::ifstream in(files[0]);
+    out << in.rdbuf();
+  }
+  LoaderOptions o = FileOptions({path}, 2, 1);
+  o.epochs = 1;
+  o.shuffle = false;
+  o.max_bad_fraction = 0.1;  // 150 of 5150 is within it: the head rule stops it.
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  size_t samples = 0;
+  const absl::Status s = DrainToEnd(**loader, &samples);
+  ExpectNamedError(s, absl::StatusCode::kDataLoss, "bad_head.tsv", "the first 100 lines");
+  EXPECT_NE(s.message().find("criteo"), std::string::npos) << s;
+  EXPECT_EQ(samples, 0u);  // Its batches were all bad: none was delivered.
+}
+
+TEST(Loader, ABatchOfOnlyBadLinesIsNeverDelivered) {
+  const auto files = WriteCriteoFiles(1, 640);
+  std::ifstream in(files[0]);
+  const std::string path = TempPath("bad_batch.tsv");
+  std::ofstream out(path);
+  std::string line;
+  for (int i = 0; std::getline(in, line); ++i) out << (i >= 128 && i < 192 ? "garbage" : line) << "\n";
+  out.close();
+  LoaderOptions o = FileOptions({path}, 2, 1);
+  o.epochs = 1;
+  o.shuffle = false;
+  o.max_bad_fraction = 0.5;
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  size_t samples = 0;
+  EXPECT_TRUE(absl::IsOutOfRange(DrainToEnd(**loader, &samples)));  // DrainToEnd expects no empty batch.
+  EXPECT_EQ(samples, 576u);
+  const LoaderStats stats = (*loader)->Stats();
+  EXPECT_EQ(stats.skipped_batches, 1u);
+  EXPECT_EQ(stats.batches, 9u);
+  EXPECT_EQ(stats.bad_lines, 64u);
+}
+
+TEST(Loader, FileBatchesCarryTheBytesReadOfTheirEpoch) {
+  const auto files = WriteCriteoFiles(2, 2000);
+  const uint64_t total = std::filesystem::file_size(files[0]) + std::filesystem::file_size(files[1]);
+  LoaderOptions o = FileOptions(files, 2, 1);
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<Batch> batches = Drain((*loader)->stream(0));
+  ASSERT_FALSE(batches.empty());
+  uint64_t last = 0;
+  uint64_t epoch = 0;
+  for (const Batch& b : batches) {
+    EXPECT_EQ(b.bytes_total, total);
+    if (b.epoch != epoch) last = 0;
+    epoch = b.epoch;
+    EXPECT_GE(b.bytes_read, last);
+    EXPECT_LE(b.bytes_read, total);
+    last = b.bytes_read;
+  }
+  EXPECT_EQ(batches.back().bytes_read, total);
+  EXPECT_EQ(batches.back().epoch, 1u);
+  EXPECT_EQ(CheckSourceFiles(o.source).value_or(0), total);
 }
 
 TEST(Loader, SlowWorkerStallsTheLoaderWithBoundedMemory) {

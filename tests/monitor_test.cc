@@ -54,6 +54,42 @@ TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
   EXPECT_EQ(out.str(), "\r\x1b[K");  // Nothing of the live line is left behind.
 }
 
+TEST(JobMonitor, AFileSourceShowsBytesReadAndAnEtaFromThem) {
+  std::ostringstream out;
+  MonitorOptions options;
+  options.out = &out;
+  options.live = true;
+  JobMonitor monitor(options);
+  Progress p = SomeProgress(5000);
+  p.planned_samples = 0;  // A file source: the samples are not known in advance.
+  p.elapsed_seconds = 10;
+  p.bytes_read = 50'000'000;
+  p.bytes_total = 100'000'000;
+  p.epochs = 2;  // Half of the first of two epochs: a quarter done, 30 s to go.
+  monitor.OnProgress(p);
+  EXPECT_TRUE(absl::StrContains(out.str(), "samples 5000  50.0/100.0 MB of epoch 1/2  1000 samples/s")) << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "ETA 30 s")) << out.str();
+  out.str("");
+  p.epochs = 1;
+  monitor.OnProgress(p);
+  EXPECT_TRUE(absl::StrContains(out.str(), "samples 5000  50.0/100.0 MB  1000")) << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "ETA 10 s")) << out.str();
+  out.str("");
+  p.epochs = 0;  // Forever: no ETA.
+  monitor.OnProgress(p);
+  EXPECT_FALSE(absl::StrContains(out.str(), "ETA")) << out.str();
+}
+
+TEST(JobMonitor, AnEvaluationOfNoSamplesIsNoHeldOutData) {
+  TrainReport r;
+  r.samples = 100;
+  r.has_final_eval = true;
+  std::ostringstream out;
+  PrintSummary(r, out);
+  EXPECT_TRUE(absl::StrContains(out.str(), "no held-out data")) << out.str();
+  EXPECT_FALSE(absl::StrContains(out.str(), "AUC 0.0000")) << out.str();
+}
+
 TEST(JobMonitor, OffATerminalEveryReportIsALineWithThePsFigures) {
   std::ostringstream out;
   MonitorOptions options;

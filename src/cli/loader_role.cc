@@ -4,6 +4,9 @@
 //
 //   hyrec loader --config=job.yaml                     # listens on the job's cluster.loader port
 //   hyrec loader --config=job.yaml --resume=positions.txt
+#include <poll.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -59,6 +62,25 @@ void PublishLoaderMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m)
   m->Set("hyrec_loader_batches_total", {}, static_cast<double>(s.batches));
 }
 
+// Waits for a stop signal (returns OK) or for the loader to fail (returns its failure, after
+// `grace` so the workers' streams carry it to them first).
+absl::Status WaitForStopOrFailure(const data_loader::Loader& loader, absl::Duration grace) {
+  for (;;) {
+    pollfd fd = {StopSignalFd(), POLLIN, 0};
+    if (poll(&fd, 1, 200) > 0 && (fd.revents & POLLIN) != 0) {
+      unsigned char signal = 0;
+      if (read(fd.fd, &signal, 1) == 1) spdlog::info("signal {}: shutting down", static_cast<int>(signal));
+      return absl::OkStatus();
+    }
+    const absl::Status failure = loader.status();
+    if (!failure.ok()) {
+      spdlog::error("the loader failed; exiting in {}: {}", absl::FormatDuration(grace), failure.ToString());
+      absl::SleepFor(grace);
+      return failure;
+    }
+  }
+}
+
 absl::Status Serve(const LoaderFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
@@ -90,8 +112,7 @@ absl::Status Serve(const LoaderFlags& f) {
   }
   std::cout << "hyrec loader for " << options.num_workers << " worker(s) listening on " << server_options.host << ":"
             << server->port() << std::endl;
-  const int signal = WaitForStopSignal();
-  spdlog::info("signal {}: shutting down", signal);
+  const absl::Status failure = WaitForStopOrFailure(*raw_loader, absl::Seconds(2));
   if (metrics_server != nullptr) metrics_server->Stop();
   absl::Status written;
   if (!f.positions_out.empty()) {
@@ -104,7 +125,7 @@ absl::Status Serve(const LoaderFlags& f) {
   }
   server->Shutdown(absl::Seconds(2));
   server->Wait();
-  return written;
+  return failure.ok() ? written : failure;
 }
 
 }  // namespace

@@ -31,7 +31,8 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   const YAML::Node source = node["source"];
   if (!source) return absl::InvalidArgumentError(absl::StrCat(p, ": missing key 'source'"));
   const std::string sp = JoinKey(p, "source");
-  HYREC_RETURN_IF_ERROR(CheckKeys(source, sp, {"format", "files", "missing_id_for_empty", "num_slots", "synthetic"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(source, sp, {"format", "files", "skip_bad_files", "missing_id_for_empty", "num_slots", "synthetic"}));
   std::string format = "synthetic";
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "format", sp, &format));
   if (format == "criteo") {
@@ -47,6 +48,7 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
                                                    format, "' is not criteo, libsvm, libffm or synthetic"));
   }
   HYREC_RETURN_IF_ERROR(ReadStringList(source, "files", sp, &o.source.files));
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "skip_bad_files", sp, &o.source.skip_bad_files));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "missing_id_for_empty", sp, &o.source.criteo.missing_id_for_empty));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "num_slots", sp, &o.source.libsvm.num_slots));
   if (const YAML::Node syn = source["synthetic"]) {

@@ -68,6 +68,8 @@ void EncodeBatch(const Batch& b, proto::BatchProto* out) {
     for (const auto& inverse : t.inverse) PutArray(inverse, p->add_inverse());
   }
   ToProto(b.next_position, out->mutable_next_position());
+  out->set_bytes_read(b.bytes_read);
+  out->set_bytes_total(b.bytes_total);
 }
 
 absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
@@ -94,6 +96,8 @@ absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
   }
   if (!ok) return absl::DataLossError(absl::StrCat("malformed batch ", p.batch_id(), " from the loader"));
   b->next_position = FromProto(p.next_position());
+  b->bytes_read = p.bytes_read();
+  b->bytes_total = p.bytes_total();
   return absl::OkStatus();
 }
 
@@ -125,6 +129,8 @@ class DataServiceImpl final : public proto::DataService::Service {
     out->set_bad_lines(stats.bad_lines);
     out->set_samples(stats.samples);
     out->set_batches(stats.batches);
+    const absl::Status failure = loader_->status();
+    if (!failure.ok()) out->set_failure(failure.ToString());
     return grpc::Status::OK;
   }
 

@@ -89,6 +89,59 @@ absl::Status LoaderOptions::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// The bytes of a file that opens and has a first line; its problem otherwise.
+absl::StatusOr<uint64_t> CheckFile(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<LineReader>> reader = LineReader::Open(path, 0, 1);
+  if (!reader.ok()) return reader.status();
+  std::string line;
+  uint64_t number = 0;
+  absl::Status error;
+  switch ((*reader)->Next(kMaxLineBytes, &line, &number, &error)) {
+    case LineReader::Result::kLine:
+      return (*reader)->file_bytes();
+    case LineReader::Result::kEnd:
+      return absl::DataLossError(absl::StrCat("'", path, "' is empty: it has no lines"));
+    case LineReader::Result::kError:
+      break;
+  }
+  return error;
+}
+
+// Per file, its bytes on disk (0 for a file skipped under skip_bad_files).
+absl::StatusOr<std::vector<uint64_t>> CheckFiles(const SourceConfig& source) {
+  std::vector<uint64_t> bytes(source.files.size(), 0);
+  if (source.format == Format::kSynthetic) return bytes;
+  absl::Status first;
+  size_t usable = 0;
+  for (size_t i = 0; i < source.files.size(); ++i) {
+    absl::StatusOr<uint64_t> b = CheckFile(source.files[i]);
+    if (b.ok()) {
+      bytes[i] = *b;
+      ++usable;
+      continue;
+    }
+    if (!source.skip_bad_files) return b.status();
+    spdlog::warn("loader: {} (skip_bad_files: the file is skipped)", std::string(b.status().message()));
+    if (first.ok()) first = b.status();
+  }
+  if (usable == 0) {
+    return absl::DataLossError(absl::StrCat("no usable data file among ", source.files.size(), ": ", first.message()));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source) {
+  absl::StatusOr<std::vector<uint64_t>> bytes = CheckFiles(source);
+  if (!bytes.ok()) return bytes.status();
+  uint64_t total = 0;
+  for (uint64_t b : *bytes) total += b;
+  return total;
+}
+
 void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
                 const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch) {
   batch->batch_size = static_cast<int>(count);
@@ -179,7 +232,9 @@ struct RawBatch {
   std::vector<std::string> lines;
   std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
   std::vector<uint64_t> sample_indices;
-  std::vector<std::string> read_errors;  // File-level problems met while reading.
+  std::vector<std::string> read_errors;  // File-level problems met while reading (skip_bad_files).
+  absl::Status fatal;                    // A file-level problem that stops the loader.
+  uint64_t bytes_read = 0;               // Of the epoch's files, when the window was read.
 };
 
 struct ParsedBatch {
@@ -188,6 +243,9 @@ struct ParsedBatch {
   Batch batch;
   uint64_t bad = 0;
   std::vector<std::string> bad_messages;
+  bool skipped = false;  // Every line was bad: the batch is not delivered.
+  // (file index, bad) of the lines within their file's first head lines.
+  std::vector<std::pair<uint32_t, bool>> head;
 };
 
 class WorkerQueue final : public BatchStream {
@@ -239,13 +297,19 @@ class WorkerQueue final : public BatchStream {
 
 class LoaderImpl final : public Loader {
  public:
-  LoaderImpl(LoaderOptions options, std::vector<ReaderPosition> resume)
+  LoaderImpl(LoaderOptions options, std::vector<ReaderPosition> resume, std::vector<uint64_t> file_bytes)
       : options_(std::move(options)),
         window_batches_(
             std::max<uint64_t>(1, (options_.shuffle_window + options_.batch_size - 1) / options_.batch_size)),
         num_slots_(options_.source.num_slots()),
         num_dense_(options_.source.num_dense()),
-        num_tables_(options_.num_tables()) {
+        num_tables_(options_.num_tables()),
+        head_lines_(std::min(kHeadLines, std::max<uint64_t>(1, options_.min_lines_for_bad_check))),
+        file_bytes_(std::move(file_bytes)),
+        head_seen_(file_bytes_.size(), 0),
+        head_bad_(file_bytes_.size(), 0) {
+    bytes_before_.assign(file_bytes_.size() + 1, 0);
+    for (size_t i = 0; i < file_bytes_.size(); ++i) bytes_before_[i + 1] = bytes_before_[i] + file_bytes_[i];
     if (options_.source.format == Format::kSynthetic) {
       synthetic_ = std::make_unique<SyntheticSource>(options_.source.synthetic);
     }
@@ -276,6 +340,11 @@ class LoaderImpl final : public Loader {
   LoaderStats Stats() const override {
     absl::MutexLock lock(&mu_);
     return stats_;
+  }
+
+  absl::Status status() const override {
+    absl::MutexLock lock(&mu_);
+    return failure_;
   }
 
   void Stop() override {
@@ -314,6 +383,8 @@ class LoaderImpl final : public Loader {
   struct Cursor {
     ReaderPosition at;  // next_batch unused; window_global is the next batch's global id.
     std::unique_ptr<LineReader> reader;
+    bool reader_from_start = false;  // The reader was opened at the file's first byte.
+    uint64_t reader_lines = 0;       // Lines the reader returned.
   };
 
   // One shuffle window as read: its lines with their origins (files) or its sample indices
@@ -324,7 +395,9 @@ class LoaderImpl final : public Loader {
     std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
     std::vector<uint64_t> indices;
     std::vector<std::string> read_errors;
+    absl::Status fatal;       // A file-level problem that stops the loader (it ends the window).
     bool epoch_done = false;  // The epoch's data ends with this window.
+    uint64_t bytes_read = 0;  // Of the epoch's files, after the window.
   };
 
   void Produce() {
@@ -335,7 +408,8 @@ class LoaderImpl final : public Loader {
       for (bool epoch_done = false; !epoch_done;) {
         Window window = ReadWindow(&cursor);
         epoch_done = window.epoch_done;
-        if (!CutWindow(std::move(window), &cursor.at)) return;
+        const bool fatal = !window.fatal.ok();
+        if (!CutWindow(std::move(window), &cursor.at) || fatal) return;
       }
       cursor.at.window_batch = 0;
       cursor.at.file_index = 0;
@@ -367,33 +441,55 @@ class LoaderImpl final : public Loader {
       if (cursor->reader == nullptr) {
         if (at.file_index >= files.size()) {
           w.epoch_done = true;
+          w.bytes_read = bytes_before_.back();
           return w;
         }
         auto opened = LineReader::Open(files[at.file_index], at.byte_offset, at.line_number);
         if (!opened.ok()) {
-          w.read_errors.push_back(std::string(opened.status().message()));
+          if (FileProblem(opened.status(), &w)) return w;
           NextFile(&at);
           continue;
         }
         cursor->reader = std::move(*opened);
+        cursor->reader_from_start = at.byte_offset == 0;
+        cursor->reader_lines = 0;
       }
       std::string line;
       uint64_t number = 0;
       absl::Status error;
       const LineReader::Result r = cursor->reader->Next(kMaxLineBytes, &line, &number, &error);
       if (r == LineReader::Result::kLine) {
+        ++cursor->reader_lines;
         w.lines.push_back(std::move(line));
         w.origins.emplace_back(at.file_index, number);
         at.byte_offset = cursor->reader->offset();
         at.line_number = cursor->reader->line_number();
         continue;
       }
-      if (r == LineReader::Result::kError) w.read_errors.push_back(std::string(error.message()));
+      if (r == LineReader::Result::kEnd && cursor->reader_from_start && cursor->reader_lines == 0) {
+        error = absl::DataLossError(absl::StrCat("'", files[at.file_index], "' is empty: it has no lines"));
+      }
       cursor->reader.reset();
+      if (!error.ok() && FileProblem(error, &w)) return w;
       NextFile(&at);
     }
     w.epoch_done = cursor->reader == nullptr && at.file_index >= files.size();
+    w.bytes_read = bytes_before_[std::min<size_t>(at.file_index, files.size())];
+    if (cursor->reader != nullptr) {
+      w.bytes_read += std::min(cursor->reader->raw_offset(), file_bytes_[at.file_index]);
+    }
     return w;
+  }
+
+  // A file that cannot be read whole: noted in the window under skip_bad_files (false: read on),
+  // else the window's fatal error (true: the window ends here).
+  bool FileProblem(const absl::Status& problem, Window* w) const {
+    if (options_.source.skip_bad_files) {
+      w->read_errors.push_back(std::string(problem.message()));
+      return false;
+    }
+    w->fatal = absl::DataLossError(problem.message());
+    return true;
   }
 
   // Shuffles a window and hands its batches to the parsers, those a resumed worker already had
@@ -410,13 +506,18 @@ class LoaderImpl final : public Loader {
       for (size_t i = count; i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
     }
     const uint64_t batches_here = (count + B - 1) / B;
-    for (uint64_t k = 0; k < batches_here || (k == 0 && (w.epoch_done || !w.read_errors.empty())); ++k) {
+    const bool notes = w.epoch_done || !w.read_errors.empty() || !w.fatal.ok();
+    for (uint64_t k = 0; k < batches_here || (k == 0 && notes); ++k) {
       const size_t begin = static_cast<size_t>(k * B);
       const size_t end = std::min(count, begin + static_cast<size_t>(B));
       RawBatch raw;
       raw.epoch = w.start.epoch;
       raw.window = w.start;
-      if (k == 0) raw.read_errors = w.read_errors;
+      if (k == 0) {
+        raw.read_errors = w.read_errors;
+        raw.fatal = w.fatal;
+      }
+      raw.bytes_read = w.bytes_read;
       raw.epoch_end = w.epoch_done && k + 1 >= batches_here;
       const bool has_batch = end > begin && !(end - begin < B && options_.drop_last);
       raw.global_id = at->window_global;
@@ -433,7 +534,7 @@ class LoaderImpl final : public Loader {
         }
       }
       if (has_batch) ++at->window_global;
-      if (!raw.deliver && !raw.epoch_end && raw.read_errors.empty() && raw.lines.empty()) continue;
+      if (!raw.deliver && !raw.epoch_end && raw.read_errors.empty() && raw.fatal.ok() && raw.lines.empty()) continue;
       if (!PushRaw(std::move(raw))) return false;
     }
     at->window_batch += batches_here;
@@ -469,6 +570,7 @@ class LoaderImpl final : public Loader {
       }
       for (size_t i = 0; i < raw.lines.size(); ++i) {
         absl::Status s = ParseLine(raw.lines[i], &samples[good]);
+        if (raw.origins[i].second <= head_lines_) parsed.head.emplace_back(raw.origins[i].first, !s.ok());
         if (s.ok()) {
           ++good;
         } else {
@@ -479,6 +581,8 @@ class LoaderImpl final : public Loader {
           }
         }
       }
+      parsed.skipped = raw.deliver && good == 0;
+      if (parsed.skipped) raw.deliver = false;
       if (raw.deliver) {
         BuildBatch(samples, good, num_dense_, num_slots_, options_.slot_tables, num_tables_, options_.num_shards,
                    &parsed.batch);
@@ -486,6 +590,8 @@ class LoaderImpl final : public Loader {
         parsed.batch.epoch = raw.epoch;
         parsed.batch.next_position = raw.window;
         parsed.batch.next_position.next_batch = raw.global_id + options_.num_workers;
+        parsed.batch.bytes_read = raw.bytes_read;
+        parsed.batch.bytes_total = bytes_before_.back();
       }
       parsed.raw.sequence = raw.sequence;
       parsed.raw.end = raw.end;
@@ -493,6 +599,7 @@ class LoaderImpl final : public Loader {
       parsed.raw.deliver = raw.deliver;
       parsed.raw.global_id = raw.global_id;
       parsed.raw.read_errors = std::move(raw.read_errors);
+      parsed.raw.fatal = std::move(raw.fatal);
       parsed.lines = raw.lines.size();
       absl::MutexLock lock(&mu_);
       parsed_.emplace(parsed.raw.sequence, std::move(parsed));
@@ -537,6 +644,10 @@ class LoaderImpl final : public Loader {
       absl::Status failure = Account(parsed);
       if (!failure.ok()) {
         spdlog::error("loader: {}", failure.ToString());
+        {
+          absl::MutexLock lock(&mu_);
+          failure_ = failure;
+        }
         for (auto& q : queues_) q->Close(failure);
         return;
       }
@@ -546,9 +657,11 @@ class LoaderImpl final : public Loader {
     }
   }
 
-  // Adds a batch's counts; returns the failure when bad lines exceed the allowed fraction.
+  // Adds a batch's counts; returns the failure when a file could not be read whole, when bad lines
+  // exceed the allowed fraction, or when a file's first lines are all bad.
   absl::Status Account(const ParsedBatch& parsed) {
     absl::MutexLock lock(&mu_);
+    if (!parsed.raw.fatal.ok()) return parsed.raw.fatal;
     for (const std::string& e : parsed.raw.read_errors) {
       ++stats_.bad_lines;
       if (stats_.first_bad.size() < kMaxBadMessages) stats_.first_bad.push_back(e);
@@ -567,6 +680,21 @@ class LoaderImpl final : public Loader {
       stats_.samples += static_cast<uint64_t>(parsed.batch.batch_size);
       ++stats_.batches;
     }
+    if (parsed.skipped) {
+      ++stats_.skipped_batches;
+      spdlog::warn("loader: batch {} is not delivered: all of its {} lines were bad", parsed.raw.global_id,
+                   parsed.lines);
+    }
+    for (const auto& [file, bad] : parsed.head) {
+      ++head_seen_[file];
+      head_bad_[file] += bad ? 1 : 0;
+      if (head_seen_[file] == head_lines_ && head_bad_[file] == head_lines_) {
+        return absl::DataLossError(absl::StrCat("too many bad lines: the first ", head_lines_, " lines of '",
+                                                options_.source.files[file], "' are all bad (is it in the ",
+                                                FormatName(options_.source.format),
+                                                " format?); first: ", absl::StrJoin(stats_.first_bad, "; ")));
+      }
+    }
     const bool check = stats_.lines >= options_.min_lines_for_bad_check || parsed.raw.epoch_end;
     if (check && static_cast<double>(stats_.bad_lines) >
                      options_.max_bad_fraction * static_cast<double>(std::max<uint64_t>(stats_.lines, 1))) {
@@ -582,6 +710,9 @@ class LoaderImpl final : public Loader {
   const int num_slots_;
   const int num_dense_;
   const int num_tables_;
+  const uint64_t head_lines_;
+  const std::vector<uint64_t> file_bytes_;  // Per file, on disk at Start.
+  std::vector<uint64_t> bytes_before_;      // bytes_before_[i]: of the files before file i.
   std::unique_ptr<SyntheticSource> synthetic_;
   std::vector<uint64_t> next_for_worker_;
   std::vector<std::unique_ptr<WorkerQueue>> queues_;
@@ -596,6 +727,9 @@ class LoaderImpl final : public Loader {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   LoaderStats stats_ ABSL_GUARDED_BY(mu_);
   int logged_bad_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint64_t> head_seen_ ABSL_GUARDED_BY(mu_);  // Per file, of its first head_lines_ lines.
+  std::vector<uint64_t> head_bad_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
 
   std::thread producer_;
   std::vector<std::thread> parsers_;
@@ -622,7 +756,9 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
                                                      " of ", options.source.files.size()));
     }
   }
-  auto loader = std::make_unique<LoaderImpl>(options, resume);
+  absl::StatusOr<std::vector<uint64_t>> file_bytes = CheckFiles(options.source);
+  if (!file_bytes.ok()) return file_bytes.status();
+  auto loader = std::make_unique<LoaderImpl>(options, resume, std::move(*file_bytes));
   loader->Begin();
   return std::unique_ptr<Loader>(std::move(loader));
 }

@@ -107,6 +107,20 @@ int HashSlot(const HashSlots& hash_slots, int slot) {
 
 }  // namespace
 
+absl::string_view FormatName(Format format) {
+  switch (format) {
+    case Format::kCriteo:
+      return "criteo";
+    case Format::kLibsvm:
+      return "libsvm";
+    case Format::kLibffm:
+      return "libffm";
+    case Format::kSynthetic:
+      return "synthetic";
+  }
+  return "unknown";
+}
+
 uint64_t HashToken(int slot, absl::string_view token) {
   return XXH3_64bits_withSeed(token.data(), token.size(), Mix64(static_cast<uint64_t>(slot) + 1));
 }

@@ -65,9 +65,11 @@ void EventWriter::Write(const std::string& line) {
 }
 
 void EventWriter::OnProgress(const Progress& p) {
-  std::string line = absl::StrCat("progress samples=", p.samples, " planned=", p.planned_samples,
-                                  " batches=", p.batches, " elapsed=", Num(p.elapsed_seconds),
-                                  " rate=", Num(p.samples_per_second), " loss=", Num(p.loss), " last=", p.last ? 1 : 0);
+  std::string line =
+      absl::StrCat("progress samples=", p.samples, " planned=", p.planned_samples, " batches=", p.batches,
+                   " epoch=", p.epoch, " bytes_read=", p.bytes_read, " bytes_total=", p.bytes_total,
+                   " epochs=", p.epochs, " elapsed=", Num(p.elapsed_seconds), " rate=", Num(p.samples_per_second),
+                   " loss=", Num(p.loss), " last=", p.last ? 1 : 0);
   AppendStats(p.stats, &line);
   Write(line);
 }
@@ -105,6 +107,10 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("samples", &p.samples);
     f.Get("planned", &p.planned_samples);
     f.Get("batches", &p.batches);
+    f.Get("epoch", &p.epoch);
+    f.Get("bytes_read", &p.bytes_read);
+    f.Get("bytes_total", &p.bytes_total);
+    f.Get("epochs", &p.epochs);
     f.Get("elapsed", &p.elapsed_seconds);
     f.Get("rate", &p.samples_per_second);
     f.Get("loss", &p.loss);

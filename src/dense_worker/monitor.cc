@@ -17,6 +17,29 @@ std::string Duration(double seconds) {
   return absl::StrFormat("%.0f h %02.0f min", std::floor(seconds / 3600), std::floor(std::fmod(seconds, 3600) / 60));
 }
 
+std::string Megabytes(uint64_t bytes) { return absl::StrFormat("%.1f", static_cast<double>(bytes) / 1e6); }
+
+// "  12.3/45.6 MB" (with the epoch when there are several) for a file source; empty otherwise.
+std::string BytesRead(const Progress& p) {
+  if (p.bytes_total == 0) return "";
+  std::string out = absl::StrCat("  ", Megabytes(p.bytes_read), "/", Megabytes(p.bytes_total), " MB");
+  if (p.epochs != 1) absl::StrAppend(&out, " of epoch ", p.epoch + 1, p.epochs > 1 ? absl::StrCat("/", p.epochs) : "");
+  return out;
+}
+
+// Seconds left, from the planned samples or else from the bytes of a file source read over its
+// epochs; negative when neither says.
+double SecondsLeft(const Progress& p) {
+  if (p.last || p.samples_per_second <= 0 || p.elapsed_seconds <= 0) return -1;
+  if (p.planned_samples > 0) {
+    return std::max(0.0, (static_cast<double>(p.planned_samples) - p.samples) / p.samples_per_second);
+  }
+  if (p.bytes_total == 0 || p.epochs == 0) return -1;
+  const double done = (static_cast<double>(p.epoch) + static_cast<double>(p.bytes_read) / p.bytes_total) / p.epochs;
+  if (done <= 0) return -1;
+  return std::max(0.0, p.elapsed_seconds * (1 - std::min(done, 1.0)) / done);
+}
+
 }  // namespace
 
 JobMonitor::JobMonitor(MonitorOptions options) : options_(options) {}
@@ -59,10 +82,10 @@ void JobMonitor::OnProgress(const Progress& p) {
   if (options_.out == nullptr) return;
   std::string line = absl::StrCat("samples ", p.samples);
   if (p.planned_samples > 0) absl::StrAppend(&line, "/", p.planned_samples);
+  absl::StrAppend(&line, BytesRead(p));
   absl::StrAppend(&line, absl::StrFormat("  %.0f samples/s  loss %.4f", p.samples_per_second, p.loss));
-  const bool eta = p.planned_samples > 0 && p.samples_per_second > 0 && !p.last;
-  const double eta_seconds =
-      eta ? std::max(0.0, (static_cast<double>(p.planned_samples) - p.samples) / p.samples_per_second) : 0;
+  const double eta_seconds = SecondsLeft(p);
+  const bool eta = eta_seconds >= 0;
   if (options_.live) {
     if (last_auc_ >= 0) absl::StrAppend(&line, absl::StrFormat("  AUC %.4f", last_auc_));
     absl::StrAppend(&line, "  elapsed ", Duration(p.elapsed_seconds));
@@ -105,7 +128,9 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
                          Duration(r.elapsed_seconds));
   if (r.interrupted) out << " (interrupted: stopped after the current batch)";
   out << "\n";
-  if (r.has_final_eval) {
+  if (r.has_final_eval && r.final_eval.samples == 0) {
+    out << "  no held-out data (the held-out files gave no samples)\n";
+  } else if (r.has_final_eval) {
     out << absl::StrFormat("  held-out AUC %.4f, log loss %.4f (%d samples)\n", r.final_eval.auc, r.final_eval.log_loss,
                            r.final_eval.samples);
   } else if (!r.evals.empty()) {

@@ -39,6 +39,9 @@ class WorkerLoop {
       HYREC_ASSIGN_OR_RETURN(const bool go, NextStep(ctx, &batch));
       if (!go) break;
       HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
+      last_epoch_ = batch->batch.epoch;
+      last_bytes_read_ = batch->batch.bytes_read;
+      last_bytes_total_ = batch->batch.bytes_total;
       Record(ctx);
       HYREC_RETURN_IF_ERROR(MaybeEvaluate(ctx));
     }
@@ -53,6 +56,9 @@ class WorkerLoop {
     }
     if (options_.intra_op_threads > 0) torch::set_num_threads(options_.intra_op_threads);
     HYREC_ASSIGN_OR_RETURN(device_, ResolveDevice(plan_.device, plan_.rank));
+    if (leader_ && plan_.has_eval_data && !plan_.synthetic) {  // Before training, not after it.
+      HYREC_RETURN_IF_ERROR(Annotate(data_loader::CheckSourceFiles(plan_.eval_loader.source).status(), "eval.files"));
+    }
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(plan_.seed);
@@ -143,6 +149,10 @@ class WorkerLoop {
     p.samples = samples;
     p.planned_samples = plan_.planned_samples;
     p.batches = st.batches;
+    p.epoch = last_epoch_;
+    p.bytes_read = last_bytes_read_;
+    p.bytes_total = last_bytes_total_;
+    p.epochs = plan_.epochs;
     p.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     p.samples_per_second = samples / std::max(p.elapsed_seconds, 1e-9);
     p.loss = loss_window_ / loss_count_;
@@ -228,6 +238,9 @@ class WorkerLoop {
   double loss_window_ = 0;
   uint64_t loss_count_ = 0;
   bool interrupted_ = false;
+  uint64_t last_epoch_ = 0;
+  uint64_t last_bytes_read_ = 0;
+  uint64_t last_bytes_total_ = 0;
   TrainReport report_;
 };
 

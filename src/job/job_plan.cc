@@ -172,6 +172,7 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.batch_timeout_seconds = spec.train.batch_timeout_seconds;
   worker.planned_steps = steps;
   worker.planned_samples = samples;
+  worker.epochs = spec.loader.epochs;
   worker.eval = spec.eval;
   worker.synthetic = spec.loader.source.format == data_loader::Format::kSynthetic;
   worker.has_eval_data = worker.synthetic ? spec.eval.samples > 0 : !spec.eval.files.empty();

@@ -3,6 +3,7 @@
 //   source:
 //     format: criteo              # criteo | libsvm | libffm | synthetic
 //     files: [day_0.gz, day_1.gz]
+//     skip_bad_files: false       # true: a file that cannot be read whole is skipped, not fatal
 //     missing_id_for_empty: false # criteo: an empty token gets a per-slot "missing" id
 //     num_slots: 39               # libsvm / libffm
 //     synthetic: {num_samples: 1000000, num_dense: 13, num_slots: 26, vocabulary: 100000,

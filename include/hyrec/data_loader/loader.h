@@ -19,7 +19,14 @@
 //
 // Bad lines are counted and logged with file:line and skipped while bad / read stays within
 // max_bad_fraction (checked once min_lines_for_bad_check lines were read, and at each epoch's end);
-// beyond it every stream fails with an error naming the file and the first bad lines.
+// beyond it every stream fails with DATA_LOSS naming the file and the first bad lines. A file
+// whose first lines (kHeadLines, or min_lines_for_bad_check if fewer) are all bad fails at once
+// the same way. A batch whose lines were all bad is not delivered.
+//
+// Files are data, never optional: Start checks that every file opens and has a first line, and a
+// file that cannot be opened, is empty, is corrupt or truncated (gzip), or shrinks or disappears
+// while it is read stops the loader with DATA_LOSS naming it (NotFound at Start for a missing
+// one). With source.skip_bad_files such a file is logged, counted as one bad line and skipped.
 #ifndef HYREC_DATA_LOADER_LOADER_H_
 #define HYREC_DATA_LOADER_LOADER_H_
 
@@ -39,6 +46,9 @@ namespace hyrec::data_loader {
 struct SourceConfig {
   Format format = Format::kSynthetic;
   std::vector<std::string> files;  // Plain or gzip; read in this order every epoch.
+  // A file that cannot be read whole is skipped (one bad line) instead of failing the loader;
+  // at least one file must still be usable at Start.
+  bool skip_bad_files = false;
   CriteoOptions criteo;
   LibsvmOptions libsvm;  // Also libffm.
   SyntheticConfig synthetic;
@@ -69,12 +79,16 @@ struct LoaderOptions {
   int num_tables() const;
 };
 
+// The most leading lines of a file that may all be bad before the loader fails.
+inline constexpr uint64_t kHeadLines = 100;
+
 struct LoaderStats {
   uint64_t lines = 0;
   uint64_t bad_lines = 0;
   uint64_t samples = 0;
   uint64_t batches = 0;
   std::vector<std::string> first_bad;  // "file:line: reason" of the first few bad lines.
+  uint64_t skipped_batches = 0;        // Batches not delivered because every line was bad.
 };
 
 // One worker's batches. Not thread-safe; one consumer per stream.
@@ -99,9 +113,19 @@ class Loader {
 
   virtual BatchStream* stream(int worker) = 0;
   virtual LoaderStats Stats() const = 0;
+  // OK while the loader is healthy (also after the end of the data); its failure once it failed
+  // (what every stream then returns).
+  virtual absl::Status status() const = 0;
   // Stops the threads; streams then return CANCELLED.
   virtual void Stop() = 0;
 };
+
+// Checks a file source before reading it: every file exists, is a regular file, opens and
+// yields a first line. The first problem is NotFound (a missing file), FailedPrecondition (not a
+// regular file) or DataLoss (unreadable, empty, corrupt), naming the file; with
+// source.skip_bad_files problems are logged and only a source with no usable file fails.
+// Returns the files' total bytes on disk. A synthetic source passes with 0.
+absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source);
 
 // Builds a Batch from parsed samples: labels, dense, per-slot CSR ids, and per table the unique
 // ids grouped by PS shard with their inverse maps.

@@ -24,6 +24,8 @@
 namespace hyrec::data_loader {
 
 enum class Format { kCriteo, kLibsvm, kLibffm, kSynthetic };
+// "criteo", "libsvm", "libffm", "synthetic": the name loader.source.format takes.
+absl::string_view FormatName(Format format);
 
 inline constexpr int kCriteoDense = 13;
 inline constexpr int kCriteoSlots = 26;

@@ -78,6 +78,10 @@ struct Batch {
   std::vector<TableIds> tables;
   // Resume point of the worker's stream after this batch.
   ReaderPosition next_position;
+  // File sources: the bytes on disk (compressed, for gzip) of this epoch's files read when the
+  // batch was cut, and their total; 0 and 0 for a synthetic source. For progress and ETA.
+  uint64_t bytes_read = 0;
+  uint64_t bytes_total = 0;
 };
 
 }  // namespace hyrec::data_loader

@@ -51,6 +51,13 @@ struct Progress {
   uint64_t samples = 0;          // Samples the job has trained (worker 0's times the workers).
   uint64_t planned_samples = 0;  // The job's total when the source says; 0: unknown.
   uint64_t batches = 0;          // Worker 0's steps.
+  // File sources: of worker 0's last batch, its epoch (0-based), the bytes on disk of that
+  // epoch's files read and their total (0 for a synthetic source), and the job's epochs (0:
+  // forever). The progress line shows bytes read and, without planned_samples, an ETA from them.
+  uint64_t epoch = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_total = 0;
+  uint64_t epochs = 0;
   double elapsed_seconds = 0;
   double samples_per_second = 0;
   double loss = 0;     // Worker 0's mean training loss over the interval.

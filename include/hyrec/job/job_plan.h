@@ -78,6 +78,7 @@ struct WorkerPlan {
   // (synthetic data, a set number of epochs); 0: unknown.
   int64_t planned_steps = 0;
   uint64_t planned_samples = 0;
+  uint64_t epochs = 1;  // The loader's; 0: forever.
   EvalSpec eval;
   // The held-out split, read by worker 0 alone: the synthetic teacher's samples from index 2^40
   // (eval.samples of them), or eval.files in the training format; one epoch, no shuffle.
