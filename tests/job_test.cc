@@ -178,7 +178,7 @@ TEST(JobPlan, EveryRoleGetsTheTablesOfTheSpec) {
 }
 
 TEST(JobPlan, FeaturesOfASharedTableShareTheirIdsHash) {
-  auto plan = Plan(*Parse(R"(loader: {source: {format: libsvm, num_slots: 3, files: [a.txt]}}
+  auto plan = Plan(*Parse(R"(loader: {source: {format: libffm, num_slots: 3, files: [a.txt]}}
 features: [query, title, body]
 tables:
   - {name: words, features: [title, body]}
@@ -188,10 +188,47 @@ tables:
   EXPECT_EQ(plan->loader.options.slot_tables, (std::vector<int>{1, 0, 0}));
   EXPECT_EQ(plan->loader.options.source.libsvm.hash_slots, (std::vector<int>{0, 1, 1}));
   // Own tables: every slot hashes with its own seed, as without a plan.
-  auto own = Plan(*Parse("loader: {source: {format: libsvm, num_slots: 3, files: [a.txt]}}\n"));
+  auto own = Plan(*Parse("loader: {source: {format: libffm, num_slots: 3, files: [a.txt]}}\n"));
   ASSERT_TRUE(own.ok());
   EXPECT_TRUE(own->loader.options.source.libsvm.hash_slots.empty());
   EXPECT_FALSE(own->workers[0].has_eval_data);
+}
+
+TEST(JobPlan, AWideModelGetsADimOneTableAndASlotPerFeature) {
+  auto plan = Plan(*Parse(R"(loader: {source: {format: libffm, num_slots: 3, files: [a.txt]}}
+features: [query, title, body]
+tables:
+  - {name: words, features: [title, body], dim: 8}
+  - {name: queries, features: [query], dim: 4, optimizer: {kind: ftrl}}
+model: {kind: deepfm}
+)"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const WorkerPlan& w = plan->workers[0];
+  EXPECT_EQ(w.table_names, (std::vector<std::string>{"words", "queries", "words_wide", "queries_wide"}));
+  EXPECT_EQ(w.table_dims, (std::vector<int>{8, 4, 1, 1}));
+  EXPECT_EQ(w.feature_names,
+            (std::vector<std::string>{"query", "title", "body", "query_wide", "title_wide", "body_wide"}));
+  EXPECT_EQ(w.slot_tables, (std::vector<int>{1, 0, 0, 3, 2, 2}));
+  EXPECT_EQ(w.slot_dims, (std::vector<int>{4, 8, 8, 1, 1, 1}));
+  EXPECT_EQ(w.wide_slots, 3);
+  EXPECT_EQ(plan->loader.options.slot_copies, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(plan->loader.options.slot_tables, w.slot_tables);
+  const auto& store_tables = plan->ps[0].store.tables;
+  ASSERT_EQ(store_tables.size(), 4u);
+  EXPECT_EQ(store_tables[3].name, "queries_wide");
+  EXPECT_EQ(store_tables[3].dim, 1);
+  EXPECT_EQ(store_tables[3].initializer.kind, embedding_ps::InitializerKind::kZeros);
+  EXPECT_EQ(store_tables[3].optimizer.kind, embedding_ps::OptimizerKind::kFtrl);  // The table's own optimizer.
+  // deepfm: a dense linear map, projections of the dim-8 slots to 16, a deep MLP over 4 + 8 + 8.
+  EXPECT_EQ(DenseParameterCount(w), 1u + (4 * 16 + 2 * 8 * 16) + (20 * 512 + 512) + (512 * 256 + 256) + (256 + 1));
+  // A job table named like a wide one is refused.
+  auto clash = Plan(*Parse(R"(loader: {source: {format: libffm, num_slots: 2, files: [a.txt]}}
+features: [a, b]
+tables: [{name: t, features: [a]}, {name: t_wide, features: [b]}]
+model: {kind: wide_deep}
+)"));
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.status().message().find("'t_wide' is the name of table 't''s wide part"), std::string::npos);
 }
 
 TEST(JobPlan, PlannedStepsCountWhatTheWorkersTrainTogether) {

@@ -615,6 +615,67 @@ TEST(Loader, FileBatchesCarryTheBytesReadOfTheirEpoch) {
   EXPECT_EQ(CheckSourceFiles(o.source).value_or(0), total);
 }
 
+LoaderOptions CsvLoaderOptions(std::vector<std::string> files) {
+  LoaderOptions o;
+  o.source.format = Format::kCsv;
+  o.source.files = std::move(files);
+  CsvColumn label;
+  label.name = "click";
+  label.kind = CsvColumn::Kind::kLabel;
+  CsvColumn price;
+  price.name = "price";
+  price.kind = CsvColumn::Kind::kDense;
+  CsvColumn site;
+  site.name = "site";
+  site.kind = CsvColumn::Kind::kCategorical;
+  o.source.csv.columns = {label, price, site};
+  o.batch_size = 10;
+  o.epochs = 1;
+  o.shuffle = false;
+  return o;
+}
+
+TEST(Loader, CsvFilesSkipTheirHeaderPlaceColumnsByNameAndMustAgree) {
+  const std::string a = TempPath("a.csv");
+  const std::string b = TempPath("b.csv");
+  {
+    std::ofstream out(a);
+    out << "site,price,click\n";
+    for (int i = 0; i < 25; ++i) out << "s" << i % 3 << "," << i << "," << i % 2 << "\n";
+    std::ofstream out_b(b);
+    out_b << "site,price,click\n";
+    for (int i = 0; i < 5; ++i) out_b << "t,\"" << i << "\",1\n";
+  }
+  auto loader = Loader::Start(CsvLoaderOptions({a, b}), {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<Batch> batches = Drain((*loader)->stream(0));
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[0].num_dense, 1);
+  EXPECT_EQ(batches[0].dense[3], 3.0f);
+  EXPECT_EQ(batches[0].labels[3], 1.0f);
+  EXPECT_EQ(batches[0].slots[0].ids[3], HashToken(0, "s0"));
+  EXPECT_EQ(batches[2].labels.back(), 1.0f);
+  EXPECT_EQ((*loader)->Stats().lines, 30u);  // The headers are not data.
+  EXPECT_EQ((*loader)->Stats().bad_lines, 0u);
+  // A file with another header, a header without rows, and a declared column the header lacks.
+  const std::string other = TempPath("other.csv");
+  std::ofstream(other) << "price,site,click\n1,x,0\n";
+  auto mismatch = Loader::Start(CsvLoaderOptions({a, other}), {});
+  ASSERT_FALSE(mismatch.ok());
+  ExpectNamedError(mismatch.status(), absl::StatusCode::kInvalidArgument, "other.csv:1", "differs from the first");
+  const std::string only_header = TempPath("only_header.csv");
+  std::ofstream(only_header) << "site,price,click\n";
+  auto empty = Loader::Start(CsvLoaderOptions({only_header}), {});
+  ASSERT_FALSE(empty.ok());
+  ExpectNamedError(empty.status(), absl::StatusCode::kDataLoss, "only_header.csv", "no line after its header");
+  const std::string lacking = TempPath("lacking.csv");
+  std::ofstream(lacking) << "site,click\nx,1\n";
+  auto missing = Loader::Start(CsvLoaderOptions({lacking}), {});
+  ASSERT_FALSE(missing.ok());
+  ExpectNamedError(missing.status(), absl::StatusCode::kInvalidArgument, "lacking.csv:1 (header)",
+                   "csv column 'price' is not in the header (site, click)");
+}
+
 TEST(Loader, SlowWorkerStallsTheLoaderWithBoundedMemory) {
   LoaderOptions o = SyntheticOptions(2, 2);
   o.prefetch_batches = 2;

@@ -97,8 +97,8 @@ TEST(ModelRegistry, ModelFailuresAreErrorsWithTheirExitCodes) {
   r = RunTrainer({"--config=" + Job("unknown", "model: {kind: three_tower}\n"), "--plot="});
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out,
-                                "model.kind 'three_tower' is not a registered model (bad_shape, dcn, dlrm, huge, "
-                                "tiny_two_tower)"))
+                                "model.kind 'three_tower' is not a registered model (bad_shape, dcn, deepfm, dlrm, "
+                                "fm, huge, lr, tiny_two_tower, wide_deep)"))
       << r.out;
 }
 

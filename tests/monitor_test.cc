@@ -90,6 +90,26 @@ TEST(JobMonitor, AnEvaluationOfNoSamplesIsNoHeldOutData) {
   EXPECT_FALSE(absl::StrContains(out.str(), "AUC 0.0000")) << out.str();
 }
 
+TEST(JobMonitor, TheSummaryGivesTheBestEvaluationBesideTheLastAndAnEarlyStop) {
+  TrainReport r;
+  r.samples = 3000;
+  r.stopped_early = true;
+  r.has_final_eval = true;
+  r.final_eval = Evaluation{0.70, 0.52, 500};
+  r.evals = {{1000, Evaluation{0.74, 0.48, 500}}, {2000, Evaluation{0.72, 0.50, 500}}, {3000, r.final_eval}};
+  r.has_best_eval = true;
+  r.best_eval = r.evals[0].second;
+  r.best_eval_samples = 1000;
+  std::ostringstream out;
+  PrintSummary(r, out);
+  EXPECT_TRUE(absl::StrContains(out.str(), "(stopped early: eval.patience evaluations without a better one)"))
+      << out.str();
+  EXPECT_TRUE(absl::StrContains(out.str(), "held-out AUC 0.7000, log loss 0.5200 (500 samples)")) << out.str();
+  EXPECT_TRUE(absl::StrContains(
+      out.str(), "best held-out AUC 0.7400, log loss 0.4800 (at 1000 samples trained, of 3 evaluations)"))
+      << out.str();
+}
+
 TEST(JobMonitor, OffATerminalEveryReportIsALineWithThePsFigures) {
   std::ostringstream out;
   MonitorOptions options;
@@ -146,6 +166,10 @@ TEST(Events, CarryWorkerReportsExactly) {
   Progress p = SomeProgress(5000);
   p.loss = 1.0 / 3.0;
   p.stats.update_ms = 0.1 + 0.2;
+  p.bytes_read = 123456789;
+  p.bytes_total = 987654321;
+  p.epoch = 2;
+  p.epochs = 3;
   writer.OnProgress(p);
   writer.OnEvaluation(5000, Evaluation{0.123456789012345, 2.0 / 7.0, 999});
   TrainReport r;
@@ -156,6 +180,10 @@ TEST(Events, CarryWorkerReportsExactly) {
   r.has_final_eval = true;
   r.final_eval.auc = 0.75;
   r.interrupted = true;
+  r.has_best_eval = true;
+  r.best_eval = Evaluation{0.8125, 0.25, 400};
+  r.best_eval_samples = 7000;
+  r.stopped_early = true;
   r.stats.batches = 100;
   writer.OnFinish(r);
 
@@ -171,6 +199,10 @@ TEST(Events, CarryWorkerReportsExactly) {
   EXPECT_EQ(recorder.progress[0].loss, 1.0 / 3.0);
   EXPECT_EQ(recorder.progress[0].stats.update_ms, 0.1 + 0.2);
   EXPECT_EQ(recorder.progress[0].samples, 5000u);
+  EXPECT_EQ(recorder.progress[0].bytes_read, 123456789u);
+  EXPECT_EQ(recorder.progress[0].bytes_total, 987654321u);
+  EXPECT_EQ(recorder.progress[0].epoch, 2u);
+  EXPECT_EQ(recorder.progress[0].epochs, 3u);
   ASSERT_EQ(recorder.evals.size(), 1u);
   EXPECT_EQ(recorder.evals[0].second.auc, 0.123456789012345);
   EXPECT_EQ(recorder.evals[0].second.samples, 999u);
@@ -182,6 +214,12 @@ TEST(Events, CarryWorkerReportsExactly) {
   EXPECT_TRUE(got.interrupted);
   EXPECT_TRUE(got.has_final_eval);
   EXPECT_EQ(got.stats.batches, 100u);
+  EXPECT_TRUE(got.has_best_eval);
+  EXPECT_EQ(got.best_eval.auc, 0.8125);
+  EXPECT_EQ(got.best_eval.log_loss, 0.25);
+  EXPECT_EQ(got.best_eval.samples, 400u);
+  EXPECT_EQ(got.best_eval_samples, 7000u);
+  EXPECT_TRUE(got.stopped_early);
   EXPECT_EQ(got.losses.size(), 1u);  // The progress and evaluations seen before the end.
   EXPECT_EQ(got.evals.size(), 1u);
   // Other lines are not events; a malformed event is an error.

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "gtest/gtest.h"
+#include "hyrec/data_loader/sample.h"
 
 namespace hyrec::data_loader {
 namespace {
@@ -93,26 +94,45 @@ TEST(CriteoParser, BadLinesSayWhatAndWhere) {
   }
 }
 
-TEST(LibsvmParser, KthFeatureIsSlotK) {
+TEST(LibsvmParser, TheLineIsOneMultiHotFeatureWeightedByItsValues) {
   Sample s;
   LibsvmOptions options;
-  options.num_slots = 4;
-  ASSERT_TRUE(ParseLibsvmLine("+1 7:1 3:0.5 9:1", options, &s).ok());
+  ASSERT_TRUE(ParseLibsvmLine("+1 7:1 3:0.5 9:2.25", options, &s).ok());
   EXPECT_EQ(s.label, 1.0f);
-  EXPECT_EQ(s.ids.size(), 3u);
-  EXPECT_EQ(s.ids[0], HashToken(0, "7"));
-  EXPECT_EQ(s.ids[1], HashToken(1, "3"));
-  EXPECT_EQ(s.ids[2], HashToken(2, "9"));
-  EXPECT_EQ(s.slot_offsets[4], 3u);
-  ASSERT_TRUE(ParseLibsvmLine("-1 7:1", options, &s).ok());
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "7"), HashToken(0, "3"), HashToken(0, "9")}));
+  EXPECT_EQ(s.weights, (std::vector<float>{1.0f, 0.5f, 2.25f}));
+  // The same index gives the same id wherever it is on the line: an omitted feature shifts nothing.
+  ASSERT_TRUE(ParseLibsvmLine("0 9:1", options, &s).ok());
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "9")}));
+  options.use_values = false;
+  ASSERT_TRUE(ParseLibsvmLine("-1 7:3", options, &s).ok());
   EXPECT_EQ(s.label, 0.0f);
-  EXPECT_NE(ParseLibsvmLine("1 1:1 2:1 3:1 4:1 5:1", options, &s).message().find("beyond num_slots"),
-            std::string::npos);
+  EXPECT_TRUE(s.weights.empty());
   EXPECT_NE(ParseLibsvmLine("1 7", options, &s).message().find("not idx:val"), std::string::npos);
   EXPECT_NE(ParseLibsvmLine("1 x:1", options, &s).message().find("bad index or value"), std::string::npos);
   EXPECT_NE(ParseLibsvmLine("1 7:nan", options, &s).message().find("bad index or value"), std::string::npos);
   EXPECT_NE(ParseLibsvmLine("0.5 7:1", options, &s).message().find("label"), std::string::npos);
   EXPECT_FALSE(ParseLibsvmLine("   ", options, &s).ok());
+}
+
+TEST(LibsvmParser, IndexRangesMapIndicesToFeatures) {
+  Sample s;
+  LibsvmOptions options;
+  options.index_ranges = {{1, 13}, {14, 100}, {500, 500}};
+  ASSERT_TRUE(options.Validate(false).ok());
+  ASSERT_TRUE(ParseLibsvmLine("1 20:1 2:38 500:1 14:0.5", options, &s).ok());
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 1, 3, 4}));
+  EXPECT_EQ(s.ids,
+            (std::vector<uint64_t>{HashToken(0, "2"), HashToken(1, "20"), HashToken(1, "14"), HashToken(2, "500")}));
+  EXPECT_EQ(s.weights, (std::vector<float>{38.0f, 1.0f, 0.5f, 1.0f}));
+  EXPECT_NE(ParseLibsvmLine("1 200:1", options, &s).message().find("index 200 is in none of the index_ranges"),
+            std::string::npos);
+  EXPECT_NE(ParseLibsvmLine("1 0:1", options, &s).message().find("index 0"), std::string::npos);
+  options.index_ranges = {{1, 13}, {13, 20}};
+  EXPECT_NE(options.Validate(false).message().find("not after the previous range's end 13"), std::string::npos);
+  options.index_ranges = {{5, 1}};
+  EXPECT_NE(options.Validate(false).message().find("ends before it starts"), std::string::npos);
 }
 
 TEST(LibffmParser, FieldIsSlotAndGroupsMultiHot) {
@@ -125,9 +145,158 @@ TEST(LibffmParser, FieldIsSlotAndGroupsMultiHot) {
   EXPECT_EQ(s.ids[0], HashToken(0, "9"));
   EXPECT_EQ(s.ids[1], HashToken(2, "5"));
   EXPECT_EQ(s.ids[2], HashToken(2, "6"));
-  EXPECT_NE(ParseLibffmLine("1 3:1:1", options, &s).message().find("beyond num_slots"), std::string::npos);
+  EXPECT_EQ(s.weights, (std::vector<float>{1.0f, 1.0f, 1.0f}));
+  EXPECT_NE(ParseLibffmLine("1 3:1:1", options, &s).message().find("field 3 is outside the fields 0..2"),
+            std::string::npos);
+  options.field_base = 1;  // Fields numbered from 1.
+  ASSERT_TRUE(ParseLibffmLine("1 3:1:0.5 1:2:1", options, &s).ok());
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 1, 1, 2}));
+  EXPECT_EQ(s.weights, (std::vector<float>{1.0f, 0.5f}));
+  EXPECT_NE(ParseLibffmLine("1 0:1:1", options, &s).message().find("(num_slots 3, field_base 1)"), std::string::npos);
+  options.field_base = 0;
   EXPECT_NE(ParseLibffmLine("1 1:1", options, &s).message().find("field:idx:val"), std::string::npos);
   EXPECT_NE(ParseLibffmLine("1 a:1:1", options, &s).message().find("field 'a'"), std::string::npos);
+}
+
+CsvColumn Column(const std::string& name, CsvColumn::Kind kind) {
+  CsvColumn c;
+  c.name = name;
+  c.kind = kind;
+  return c;
+}
+
+// click,price,site,tags,wtags,note: every kind of column, resolved against a header.
+CsvOptions ClickLog() {
+  CsvOptions o;
+  CsvColumn label = Column("click", CsvColumn::Kind::kLabel);
+  label.positives = {"1", "yes"};
+  label.negatives = {"0", "no"};
+  CsvColumn price = Column("price", CsvColumn::Kind::kDense);
+  price.transform = CsvColumn::Transform::kLog1p;
+  CsvColumn age = Column("age", CsvColumn::Kind::kDense);
+  age.transform = CsvColumn::Transform::kStandardize;
+  age.mean = 30;
+  age.stddev = 10;
+  CsvColumn wtags = Column("wtags", CsvColumn::Kind::kWeighted);
+  wtags.separator = ';';
+  o.columns = {label,
+               price,
+               age,
+               Column("site", CsvColumn::Kind::kCategorical),
+               Column("tags", CsvColumn::Kind::kMulti),
+               wtags,
+               Column("note", CsvColumn::Kind::kIgnore)};
+  return o;
+}
+
+const std::vector<std::string> kHeader = {"site", "click", "price", "tags", "age", "wtags", "note"};
+
+TEST(CsvParser, DeclaredColumnsByNameGiveLabelDenseAndEverySparseKind) {
+  CsvOptions o = ClickLog();
+  ASSERT_TRUE(o.Resolve(&kHeader).ok());
+  EXPECT_EQ(o.num_dense(), 2);
+  EXPECT_EQ(o.num_slots(), 3);
+  EXPECT_EQ(o.SlotNames(), (std::vector<std::string>{"site", "tags", "wtags"}));
+  Sample s;
+  ASSERT_TRUE(ParseCsvLine("a.com,yes,9,x|y||z,40,u:0.5;v:2,\"free, text\"", o, &s).ok());
+  EXPECT_EQ(s.label, 1.0f);
+  ASSERT_EQ(s.dense.size(), 2u);
+  EXPECT_FLOAT_EQ(s.dense[0], std::log1p(9.0f));
+  EXPECT_FLOAT_EQ(s.dense[1], 1.0f);
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 1, 4, 6}));
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "a.com"), HashToken(1, "x"), HashToken(1, "y"),
+                                          HashToken(1, "z"), HashToken(2, "u"), HashToken(2, "v")}));
+  EXPECT_EQ(s.weights, (std::vector<float>{1, 1, 1, 1, 0.5f, 2}));  // Weighted: every id has a weight.
+  // Empty values: no id, a dense 0; a negative price is log1p(0).
+  ASSERT_TRUE(ParseCsvLine(",no,-3,,,,", o, &s).ok());
+  EXPECT_EQ(s.label, 0.0f);
+  EXPECT_EQ(s.dense, (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 0, 0, 0}));
+}
+
+TEST(CsvParser, QuotingFollowsRfc4180) {
+  CsvOptions o;
+  o.header = false;
+  CsvColumn label;
+  label.index = 0;
+  label.kind = CsvColumn::Kind::kLabel;
+  CsvColumn text;
+  text.index = 1;
+  text.kind = CsvColumn::Kind::kCategorical;
+  o.columns = {label, text};
+  ASSERT_TRUE(o.Resolve(nullptr).ok());
+  Sample s;
+  ASSERT_TRUE(ParseCsvLine("1,\"say \"\"hi\"\", then\"\r", o, &s).ok());
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "say \"hi\", then")}));
+  ASSERT_TRUE(ParseCsvLine("\"0\",\"\"", o, &s).ok());  // A quoted empty field.
+  EXPECT_EQ(s.label, 0.0f);
+  EXPECT_TRUE(s.ids.empty());
+  EXPECT_NE(ParseCsvLine("1,\"open", o, &s).message().find("never closed"), std::string::npos);
+  EXPECT_NE(ParseCsvLine("1,\"a\"b", o, &s).message().find("follows its closing quote"), std::string::npos);
+  // Another delimiter, no quoting: quotes are data.
+  o.delimiter = '\t';
+  o.quote = '\0';
+  ASSERT_TRUE(ParseCsvLine("1\t\"q\"", o, &s).ok());
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "\"q\"")}));
+}
+
+TEST(CsvParser, BadRowsNameTheFieldAndColumn) {
+  CsvOptions o = ClickLog();
+  ASSERT_TRUE(o.Resolve(&kHeader).ok());
+  Sample s;
+  auto message = [&](const std::string& line) { return std::string(ParseCsvLine(line, o, &s).message()); };
+  EXPECT_NE(message("a,maybe,1,,1,,").find("field 2 ('click'): 'maybe' is neither a positive (1, yes)"),
+            std::string::npos);
+  EXPECT_NE(message("a,1,cheap,,1,,").find("field 3 ('price'): 'cheap' is not a finite number"), std::string::npos);
+  EXPECT_NE(message("a,1,inf,,1,,").find("not a finite number"), std::string::npos);
+  EXPECT_NE(message("a,1,1,,1,u;v:1,").find("field 6 ('wtags'): 'u' is not id:weight"), std::string::npos);
+  EXPECT_NE(message("a,1,1,,1,,,extra").find("found 8 fields, expected 7 (the header's)"), std::string::npos);
+  EXPECT_NE(message("a,1").find("found 2 fields"), std::string::npos);
+  CsvOptions unresolved = ClickLog();
+  EXPECT_FALSE(ParseCsvLine("a,1,1,,1,,", unresolved, &s).ok());
+}
+
+TEST(CsvParser, DeclarationsAreCheckedAgainstTheHeader) {
+  CsvOptions o = ClickLog();
+  std::vector<std::string> lacking = {"site", "click", "price", "tags", "wtags", "note"};
+  EXPECT_NE(o.Resolve(&lacking).message().find("csv column 'age' is not in the header (site, click"),
+            std::string::npos);
+  o = ClickLog();
+  std::vector<std::string> more = kHeader;
+  more.push_back("extra");
+  EXPECT_NE(o.Resolve(&more).message().find("csv field 8 ('extra') is not declared"), std::string::npos);
+  o = ClickLog();
+  o.ignore_undeclared = true;
+  ASSERT_TRUE(o.Resolve(&more).ok());
+  Sample s;
+  EXPECT_TRUE(ParseCsvLine("a,1,1,,1,,,whatever", o, &s).ok());
+  // Declarations that cannot work.
+  o = ClickLog();
+  o.columns[1].kind = CsvColumn::Kind::kLabel;
+  EXPECT_NE(o.Validate().message().find("exactly one column must be the label (2 are)"), std::string::npos);
+  o = ClickLog();
+  o.header = false;
+  EXPECT_NE(o.Validate().message().find("named 'click' but csv.header is false"), std::string::npos);
+  o = ClickLog();
+  o.columns[2].stddev = 0;
+  EXPECT_NE(o.Validate().message().find("stddev > 0"), std::string::npos);
+  o = ClickLog();
+  o.columns[0].negatives = {"1"};
+  EXPECT_NE(o.Validate().message().find("'1' is both a positive and a negative"), std::string::npos);
+  o = ClickLog();
+  o.columns[3].name = "tags";
+  EXPECT_NE(o.Validate().message().find("'tags' is declared twice"), std::string::npos);
+  // Positions without a header: every position up to the last declared must be declared.
+  CsvOptions p;
+  p.header = false;
+  CsvColumn label;
+  label.index = 0;
+  label.kind = CsvColumn::Kind::kLabel;
+  CsvColumn cat;
+  cat.index = 2;
+  cat.kind = CsvColumn::Kind::kCategorical;
+  p.columns = {label, cat};
+  EXPECT_NE(p.Resolve(nullptr).message().find("csv field 2 is not declared"), std::string::npos);
 }
 
 }  // namespace

@@ -109,7 +109,9 @@ struct WeightedSum : DenseModelImpl {
   torch::Tensor w;
 };
 
-std::vector<Sample> Samples() {
+// With `weighted`, samples 0 and 2 weigh their ids (a libsvm line's values); sample 1 has no
+// weights, so its ids weigh 1.
+std::vector<Sample> Samples(bool weighted = false) {
   // ids per sample per slot; sample 2 has no id in slot 1, sample 0 repeats id 7 in slot 0.
   const std::vector<std::vector<std::vector<uint64_t>>> ids = {
       {{7, 7, 3}, {1}, {5, 6}, {3}},
@@ -126,10 +128,15 @@ std::vector<Sample> Samples() {
       s.ids.insert(s.ids.end(), per_slot[k].begin(), per_slot[k].end());
       s.slot_offsets[k + 1] = static_cast<uint32_t>(s.ids.size());
     }
+    if (weighted && samples.size() != 1) {
+      for (size_t j = 0; j < s.ids.size(); ++j) s.weights.push_back(0.5f + 0.75f * static_cast<float>(j));
+    }
     samples.push_back(s);
   }
   return samples;
 }
+
+float Weight(const Sample& sample, uint32_t j) { return sample.weights.empty() ? 1.0f : sample.weights[j]; }
 
 float Scale(Pooling p, size_t count) {
   if (count == 0 || p == Pooling::kSum) return 1.0f;
@@ -141,7 +148,7 @@ float Scale(Pooling p, size_t count) {
 struct Fixture {
   TrainerOptions options;
   std::unique_ptr<embedding_ps::EmbeddingClient> ps;
-  std::vector<Sample> samples = Samples();
+  std::vector<Sample> samples;
   Batch batch;
 
   std::vector<float> Row(int table, uint64_t id) {
@@ -151,8 +158,9 @@ struct Fixture {
   }
 };
 
-Fixture MakeFixture(torch::Device device, int staleness) {
+Fixture MakeFixture(torch::Device device, int staleness, bool weighted = false) {
   Fixture f;
+  f.samples = Samples(weighted);
   embedding_ps::StoreOptions store_options;
   for (int t = 0; t < 3; ++t) {
     embedding_ps::TableConfig table;
@@ -183,14 +191,19 @@ std::map<std::pair<int, uint64_t>, float> GradientCoefficients(const std::vector
     for (const Sample& sample : samples) {
       const uint32_t begin = sample.slot_offsets[s], end = sample.slot_offsets[s + 1];
       const float scale = Scale(kPooling[s], end - begin);
-      for (uint32_t j = begin; j < end; ++j) coefficient[{kSlotTables[s], sample.ids[j]}] += scale * (s + 1);
+      for (uint32_t j = begin; j < end; ++j) {
+        coefficient[{kSlotTables[s], sample.ids[j]}] += scale * Weight(sample, j) * (s + 1);
+      }
     }
   }
   return coefficient;
 }
 
-void CheckPoolingAndGradients(torch::Device device) {
-  Fixture f = MakeFixture(device, /*staleness=*/0);
+void CheckPoolingAndGradients(torch::Device device, bool weighted = false) {
+  Fixture f = MakeFixture(device, /*staleness=*/0, weighted);
+  if (weighted) {
+    ASSERT_EQ(f.batch.slots[0].weights.size(), f.batch.slots[0].ids.size());
+  }
   TrainerOptions& options = f.options;
   const std::vector<Sample>& samples = f.samples;
   // Expected pooled values, by hand.
@@ -205,7 +218,7 @@ void CheckPoolingAndGradients(torch::Device device) {
       for (uint32_t j = begin; j < end; ++j) {
         const uint64_t id = sample.ids[j];
         if (!before.count({t, id})) before[{t, id}] = f.Row(t, id);
-        for (int d = 0; d < kDims[t]; ++d) pooled[d] += scale * before[{t, id}][d];
+        for (int d = 0; d < kDims[t]; ++d) pooled[d] += scale * Weight(sample, j) * before[{t, id}][d];
       }
       expected[s].push_back(pooled);
     }
@@ -248,6 +261,12 @@ void CheckPoolingAndGradients(torch::Device device) {
 }
 
 TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCpu) { CheckPoolingAndGradients(torch::kCPU); }
+
+// Weighted ids (libsvm values, weighted CSV columns): each row pools times its weight (and its
+// slot's mean or sqrt-n scale), and its gradient is scaled by the same weight.
+TEST(TrainingContext, WeightedIdsPoolAndPushGradientsTimesTheirWeights) {
+  CheckPoolingAndGradients(torch::kCPU, /*weighted=*/true);
+}
 
 TEST(TrainingContext, PoolsAndPushesPerIdGradientsOnCuda) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (or a CPU-only LibTorch)";

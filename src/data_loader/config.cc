@@ -10,6 +10,114 @@ namespace hyrec::data_loader {
 
 namespace {
 
+// index_ranges: [[first, last], ...].
+absl::Status ReadIndexRanges(const YAML::Node& source, const std::string& sp, std::vector<IndexRange>* out) {
+  const YAML::Node node = source["index_ranges"];
+  if (!node) return absl::OkStatus();
+  const std::string key = JoinKey(sp, "index_ranges");
+  if (!node.IsSequence()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " (", YamlWhere(node), "): expected a list of [first, last]"));
+  }
+  for (size_t k = 0; k < node.size(); ++k) {
+    const YAML::Node r = node[k];
+    const std::string rk = absl::StrCat(key, "[", k, "]");
+    if (!r.IsSequence() || r.size() != 2 || !r[0].IsScalar() || !r[1].IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(rk, " (", YamlWhere(r), "): expected [first, last]"));
+    }
+    IndexRange range;
+    if (!absl::SimpleAtoi(r[0].Scalar(), &range.first) || !absl::SimpleAtoi(r[1].Scalar(), &range.last)) {
+      return absl::InvalidArgumentError(absl::StrCat(rk, " (", YamlWhere(r), "): indices are non-negative integers"));
+    }
+    out->push_back(range);
+  }
+  return absl::OkStatus();
+}
+
+// A one-byte setting: a one-character string ("\t" in YAML's double quotes is a tab); "" is '\0'
+// when `allow_none`.
+absl::Status ReadChar(const YAML::Node& node, const char* key, const std::string& p, bool allow_none, char* out) {
+  if (!node[key]) return absl::OkStatus();
+  std::string value;
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, key, p, &value));
+  if (value.empty() && allow_none) {
+    *out = '\0';
+    return absl::OkStatus();
+  }
+  if (value.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, key), " (", YamlWhere(node[key]), "): '", value,
+                                                   "' is not one character", allow_none ? " (or \"\" for none)" : ""));
+  }
+  *out = value[0];
+  return absl::OkStatus();
+}
+
+absl::Status ReadCsvColumn(const YAML::Node& node, const std::string& p, CsvColumn* c) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, p,
+                                  {"name", "index", "type", "positives", "negatives", "transform", "mean", "stddev",
+                                   "separator", "weight_separator"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "name", p, &c->name));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "index", p, &c->index));
+  std::string type;
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "type", p, &type));
+  static constexpr CsvColumn::Kind kKinds[] = {CsvColumn::Kind::kLabel,       CsvColumn::Kind::kDense,
+                                               CsvColumn::Kind::kCategorical, CsvColumn::Kind::kMulti,
+                                               CsvColumn::Kind::kWeighted,    CsvColumn::Kind::kIgnore};
+  bool known = false;
+  for (CsvColumn::Kind kind : kKinds) {
+    if (type == CsvKindName(kind)) {
+      c->kind = kind;
+      known = true;
+    }
+  }
+  if (!known) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "type"), " (",
+                                                   YamlWhere(node["type"] ? node["type"] : node), "): '", type,
+                                                   "' is not label, dense, categorical, multi, weighted or ignore"));
+  }
+  HYREC_RETURN_IF_ERROR(ReadStringList(node, "positives", p, &c->positives));
+  HYREC_RETURN_IF_ERROR(ReadStringList(node, "negatives", p, &c->negatives));
+  std::string transform = "none";
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "transform", p, &transform));
+  if (transform == "none") {
+    c->transform = CsvColumn::Transform::kNone;
+  } else if (transform == "log1p") {
+    c->transform = CsvColumn::Transform::kLog1p;
+  } else if (transform == "standardize") {
+    c->transform = CsvColumn::Transform::kStandardize;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "transform"), " (", YamlWhere(node["transform"]), "): '",
+                                                   transform, "' is not none, log1p or standardize"));
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "mean", p, &c->mean));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "stddev", p, &c->stddev));
+  HYREC_RETURN_IF_ERROR(ReadChar(node, "separator", p, false, &c->separator));
+  HYREC_RETURN_IF_ERROR(ReadChar(node, "weight_separator", p, false, &c->weight_separator));
+  return absl::OkStatus();
+}
+
+absl::Status ReadCsv(const YAML::Node& node, const std::string& p, CsvOptions* csv) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, p, {"delimiter", "quote", "header", "ignore_undeclared", "columns"}));
+  HYREC_RETURN_IF_ERROR(ReadChar(node, "delimiter", p, false, &csv->delimiter));
+  HYREC_RETURN_IF_ERROR(ReadChar(node, "quote", p, true, &csv->quote));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "header", p, &csv->header));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "ignore_undeclared", p, &csv->ignore_undeclared));
+  const YAML::Node columns = node["columns"];
+  if (!columns || !columns.IsSequence()) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "columns"), " (", YamlWhere(columns ? columns : node),
+                                                   "): expected a list of columns"));
+  }
+  for (size_t k = 0; k < columns.size(); ++k) {
+    const std::string ck = absl::StrCat(JoinKey(p, "columns"), "[", k, "]");
+    if (!columns[k].IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ck, " (", YamlWhere(columns[k]), "): expected a mapping {name|index, type, ...}"));
+    }
+    csv->columns.emplace_back();
+    HYREC_RETURN_IF_ERROR(ReadCsvColumn(columns[k], ck, &csv->columns.back()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
   HYREC_RETURN_IF_ERROR(CheckKeys(
       node, p,
@@ -31,8 +139,9 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   const YAML::Node source = node["source"];
   if (!source) return absl::InvalidArgumentError(absl::StrCat(p, ": missing key 'source'"));
   const std::string sp = JoinKey(p, "source");
-  HYREC_RETURN_IF_ERROR(
-      CheckKeys(source, sp, {"format", "files", "skip_bad_files", "missing_id_for_empty", "num_slots", "synthetic"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(source, sp,
+                                  {"format", "files", "skip_bad_files", "missing_id_for_empty", "num_slots",
+                                   "field_base", "index_ranges", "use_values", "csv", "synthetic"}));
   std::string format = "synthetic";
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "format", sp, &format));
   if (format == "criteo") {
@@ -41,16 +150,35 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
     o.source.format = Format::kLibsvm;
   } else if (format == "libffm") {
     o.source.format = Format::kLibffm;
+  } else if (format == "csv") {
+    o.source.format = Format::kCsv;
   } else if (format == "synthetic") {
     o.source.format = Format::kSynthetic;
   } else {
     return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "format"), " (", YamlWhere(source["format"]), "): '",
-                                                   format, "' is not criteo, libsvm, libffm or synthetic"));
+                                                   format, "' is not criteo, libsvm, libffm, csv or synthetic"));
+  }
+  if (source["csv"] && o.source.format != Format::kCsv) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JoinKey(sp, "csv"), " (", YamlWhere(source["csv"]), "): only for format: csv"));
+  }
+  if (o.source.format == Format::kCsv) {
+    if (!source["csv"]) return absl::InvalidArgumentError(absl::StrCat(sp, ": format csv needs a csv section"));
+    HYREC_RETURN_IF_ERROR(ReadCsv(source["csv"], JoinKey(sp, "csv"), &o.source.csv));
   }
   HYREC_RETURN_IF_ERROR(ReadStringList(source, "files", sp, &o.source.files));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "skip_bad_files", sp, &o.source.skip_bad_files));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "missing_id_for_empty", sp, &o.source.criteo.missing_id_for_empty));
+  o.source.csv.missing_id_for_empty = o.source.criteo.missing_id_for_empty;
+  if (o.source.format == Format::kLibsvm && source["num_slots"]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JoinKey(sp, "num_slots"), " (", YamlWhere(source["num_slots"]),
+                     "): libsvm has no fields; its features are index_ranges (default: one feature of every index)"));
+  }
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "num_slots", sp, &o.source.libsvm.num_slots));
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "field_base", sp, &o.source.libsvm.field_base));
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "use_values", sp, &o.source.libsvm.use_values));
+  HYREC_RETURN_IF_ERROR(ReadIndexRanges(source, sp, &o.source.libsvm.index_ranges));
   if (const YAML::Node syn = source["synthetic"]) {
     const std::string yp = JoinKey(sp, "synthetic");
     HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp,

@@ -60,6 +60,7 @@ void EncodeBatch(const Batch& b, proto::BatchProto* out) {
     proto::SlotIdsProto* p = out->add_slots();
     PutArray(s.offsets, p->mutable_offsets());
     PutArray(s.ids, p->mutable_ids());
+    if (!s.weights.empty()) PutArray(s.weights, p->mutable_weights());
   }
   for (const TableIds& t : b.tables) {
     proto::TableIdsProto* p = out->add_tables();
@@ -83,6 +84,9 @@ absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
   for (int s = 0; ok && s < p.slots_size(); ++s) {
     ok = GetArray(p.slots(s).offsets(), n + 1, &b->slots[s].offsets) &&
          GetArray(p.slots(s).ids(), SIZE_MAX, &b->slots[s].ids) && b->slots[s].offsets.back() == b->slots[s].ids.size();
+    b->slots[s].weights.clear();
+    if (ok && !p.slots(s).weights().empty())
+      ok = GetArray(p.slots(s).weights(), b->slots[s].ids.size(), &b->slots[s].weights);
   }
   b->tables.resize(p.tables_size());
   for (int t = 0; ok && t < p.tables_size(); ++t) {
@@ -119,7 +123,7 @@ class DataServiceImpl final : public proto::DataService::Service {
 
   grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*, proto::LoaderInfoResponse* out) override {
     out->set_num_workers(options_.num_workers);
-    out->set_num_slots(options_.source.num_slots());
+    out->set_num_slots(options_.num_batch_slots());
     out->set_num_dense(options_.source.num_dense());
     out->set_num_tables(options_.num_tables());
     out->set_num_shards(options_.num_shards);

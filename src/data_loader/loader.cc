@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/status_macros.h"
 #include "hyrec/common/thread_priority.h"
 #include "spdlog/spdlog.h"
 #include "src/data_loader/line_reader.h"
@@ -23,8 +24,11 @@ int SourceConfig::num_slots() const {
     case Format::kCriteo:
       return kCriteoSlots;
     case Format::kLibsvm:
+      return libsvm.LibsvmSlots();
     case Format::kLibffm:
       return libsvm.num_slots;
+    case Format::kCsv:
+      return csv.num_slots();
     case Format::kSynthetic:
       return synthetic.num_slots;
   }
@@ -38,6 +42,8 @@ int SourceConfig::num_dense() const {
     case Format::kLibsvm:
     case Format::kLibffm:
       return 0;
+    case Format::kCsv:
+      return csv.num_dense();
     case Format::kSynthetic:
       return synthetic.num_dense;
   }
@@ -45,7 +51,7 @@ int SourceConfig::num_dense() const {
 }
 
 int LoaderOptions::num_tables() const {
-  if (slot_tables.empty()) return source.num_slots();
+  if (slot_tables.empty()) return num_batch_slots();
   return *std::max_element(slot_tables.begin(), slot_tables.end()) + 1;
 }
 
@@ -65,8 +71,9 @@ absl::Status LoaderOptions::Validate() const {
     return absl::InvalidArgumentError("loader.files: a file source needs at least one file");
   }
   if (source.format == Format::kLibsvm || source.format == Format::kLibffm) {
-    if (source.libsvm.num_slots < 1) return absl::InvalidArgumentError("loader.num_slots must be >= 1");
+    HYREC_RETURN_IF_ERROR(Annotate(source.libsvm.Validate(source.format == Format::kLibffm), "loader.source"));
   }
+  if (source.format == Format::kCsv) HYREC_RETURN_IF_ERROR(Annotate(source.csv.Validate(), "loader.source"));
   for (const HashSlots* hash_slots : {&source.criteo.hash_slots, &source.libsvm.hash_slots}) {
     if (hash_slots->empty()) continue;
     if (static_cast<int>(hash_slots->size()) != source.num_slots()) {
@@ -77,10 +84,13 @@ absl::Status LoaderOptions::Validate() const {
       if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a hash slot is out of range");
     }
   }
+  for (int s : slot_copies) {
+    if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a slot copy is out of range");
+  }
   if (!slot_tables.empty()) {
-    if (static_cast<int>(slot_tables.size()) != source.num_slots()) {
+    if (static_cast<int>(slot_tables.size()) != num_batch_slots()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("loader.slot_tables has ", slot_tables.size(), " entries for ", source.num_slots(), " slots"));
+          absl::StrCat("loader.slot_tables has ", slot_tables.size(), " entries for ", num_batch_slots(), " slots"));
     }
     for (int t : slot_tables) {
       if (t < 0 || t >= 4096) return absl::InvalidArgumentError("loader.slot_tables entries must be in [0, 4096)");
@@ -91,32 +101,58 @@ absl::Status LoaderOptions::Validate() const {
 
 namespace {
 
-// The bytes of a file that opens and has a first line; its problem otherwise.
-absl::StatusOr<uint64_t> CheckFile(const std::string& path) {
+// A file's first lines: `lines` of them, or DataLoss when it has fewer (or cannot be read).
+absl::StatusOr<std::vector<std::string>> FirstLines(const std::string& path, int lines, uint64_t* bytes) {
   absl::StatusOr<std::unique_ptr<LineReader>> reader = LineReader::Open(path, 0, 1);
   if (!reader.ok()) return reader.status();
-  std::string line;
-  uint64_t number = 0;
-  absl::Status error;
-  switch ((*reader)->Next(kMaxLineBytes, &line, &number, &error)) {
-    case LineReader::Result::kLine:
-      return (*reader)->file_bytes();
-    case LineReader::Result::kEnd:
-      return absl::DataLossError(absl::StrCat("'", path, "' is empty: it has no lines"));
-    case LineReader::Result::kError:
-      break;
+  *bytes = (*reader)->file_bytes();
+  std::vector<std::string> out(static_cast<size_t>(lines));
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint64_t number = 0;
+    absl::Status error;
+    switch ((*reader)->Next(kMaxLineBytes, &out[i], &number, &error)) {
+      case LineReader::Result::kLine:
+        continue;
+      case LineReader::Result::kEnd:
+        return absl::DataLossError(
+            absl::StrCat("'", path, "' is empty: it has no ", i > 0 ? "line after its header" : "lines"));
+      case LineReader::Result::kError:
+        return error;
+    }
   }
-  return error;
+  return out;
+}
+
+// Checks one file; for a csv source with a header, places the columns by the first file's
+// header and requires every other file to have the same one.
+absl::StatusOr<uint64_t> CheckFile(const std::string& path, SourceConfig* source, std::vector<std::string>* header) {
+  const bool csv_header = source->format == Format::kCsv && source->csv.header;
+  uint64_t bytes = 0;
+  HYREC_ASSIGN_OR_RETURN(std::vector<std::string> first, FirstLines(path, csv_header ? 2 : 1, &bytes));
+  if (!csv_header) return bytes;
+  std::vector<std::string> fields;
+  HYREC_RETURN_IF_ERROR(Annotate(SplitCsvLine(first[0], source->csv, &fields), absl::StrCat(path, ":1 (header)")));
+  if (header->empty()) {
+    HYREC_RETURN_IF_ERROR(Annotate(source->csv.Resolve(&fields), absl::StrCat(path, ":1 (header)")));
+    *header = std::move(fields);
+  } else if (fields != *header) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ":1: its header differs from the first file's (", absl::StrJoin(*header, ","), ")"));
+  }
+  return bytes;
 }
 
 // Per file, its bytes on disk (0 for a file skipped under skip_bad_files).
-absl::StatusOr<std::vector<uint64_t>> CheckFiles(const SourceConfig& source) {
+absl::StatusOr<std::vector<uint64_t>> CheckFiles(SourceConfig* source_config) {
+  SourceConfig& source = *source_config;
   std::vector<uint64_t> bytes(source.files.size(), 0);
   if (source.format == Format::kSynthetic) return bytes;
+  if (source.format == Format::kCsv && !source.csv.header) HYREC_RETURN_IF_ERROR(source.csv.Resolve(nullptr));
+  std::vector<std::string> header;
   absl::Status first;
   size_t usable = 0;
   for (size_t i = 0; i < source.files.size(); ++i) {
-    absl::StatusOr<uint64_t> b = CheckFile(source.files[i]);
+    absl::StatusOr<uint64_t> b = CheckFile(source.files[i], &source, &header);
     if (b.ok()) {
       bytes[i] = *b;
       ++usable;
@@ -135,7 +171,8 @@ absl::StatusOr<std::vector<uint64_t>> CheckFiles(const SourceConfig& source) {
 }  // namespace
 
 absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source) {
-  absl::StatusOr<std::vector<uint64_t>> bytes = CheckFiles(source);
+  SourceConfig resolved = source;
+  absl::StatusOr<std::vector<uint64_t>> bytes = CheckFiles(&resolved);
   if (!bytes.ok()) return bytes.status();
   uint64_t total = 0;
   for (uint64_t b : *bytes) total += b;
@@ -143,7 +180,11 @@ absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source) {
 }
 
 void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
-                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch) {
+                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch,
+                const std::vector<int>& slot_copies) {
+  const int source_slots = num_slots;
+  num_slots += static_cast<int>(slot_copies.size());
+  auto source_slot = [&](int s) { return s < source_slots ? s : slot_copies[s - source_slots]; };
   batch->batch_size = static_cast<int>(count);
   batch->num_dense = num_dense;
   batch->labels.resize(count);
@@ -152,16 +193,27 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
   for (int s = 0; s < num_slots; ++s) {
     batch->slots[s].offsets.assign(count + 1, 0);
     batch->slots[s].ids.clear();
+    batch->slots[s].weights.clear();
   }
+  // Weights for every slot as soon as one sample has any; 1 for the ids of those without.
+  bool weighted = false;
+  for (size_t i = 0; i < count && !weighted; ++i) weighted = !samples[i].weights.empty();
   for (size_t i = 0; i < count; ++i) {
     const Sample& sample = samples[i];
     batch->labels[i] = sample.label;
     std::copy(sample.dense.begin(), sample.dense.end(), batch->dense.begin() + i * num_dense);
     for (int s = 0; s < num_slots; ++s) {
       SlotIds& slot = batch->slots[s];
-      slot.ids.insert(slot.ids.end(), sample.ids.begin() + sample.slot_offsets[s],
-                      sample.ids.begin() + sample.slot_offsets[s + 1]);
+      const int from = source_slot(s);
+      const uint32_t begin = sample.slot_offsets[from], end = sample.slot_offsets[from + 1];
+      slot.ids.insert(slot.ids.end(), sample.ids.begin() + begin, sample.ids.begin() + end);
       slot.offsets[i + 1] = static_cast<uint32_t>(slot.ids.size());
+      if (!weighted) continue;
+      if (sample.weights.empty()) {
+        slot.weights.resize(slot.ids.size(), 1.0f);
+      } else {
+        slot.weights.insert(slot.weights.end(), sample.weights.begin() + begin, sample.weights.begin() + end);
+      }
     }
   }
   // Per table: unique ids in first-seen order, then grouped by shard (stable counting sort).
@@ -304,6 +356,7 @@ class LoaderImpl final : public Loader {
         num_slots_(options_.source.num_slots()),
         num_dense_(options_.source.num_dense()),
         num_tables_(options_.num_tables()),
+        csv_header_(options_.source.format == Format::kCsv && options_.source.csv.header),
         head_lines_(std::min(kHeadLines, std::max<uint64_t>(1, options_.min_lines_for_bad_check))),
         file_bytes_(std::move(file_bytes)),
         head_seen_(file_bytes_.size(), 0),
@@ -460,6 +513,11 @@ class LoaderImpl final : public Loader {
       const LineReader::Result r = cursor->reader->Next(kMaxLineBytes, &line, &number, &error);
       if (r == LineReader::Result::kLine) {
         ++cursor->reader_lines;
+        if (number == 1 && csv_header_) {  // Checked at Start; not data.
+          at.byte_offset = cursor->reader->offset();
+          at.line_number = cursor->reader->line_number();
+          continue;
+        }
         w.lines.push_back(std::move(line));
         w.origins.emplace_back(at.file_index, number);
         at.byte_offset = cursor->reader->offset();
@@ -585,7 +643,7 @@ class LoaderImpl final : public Loader {
       if (parsed.skipped) raw.deliver = false;
       if (raw.deliver) {
         BuildBatch(samples, good, num_dense_, num_slots_, options_.slot_tables, num_tables_, options_.num_shards,
-                   &parsed.batch);
+                   &parsed.batch, options_.slot_copies);
         parsed.batch.batch_id = raw.global_id;
         parsed.batch.epoch = raw.epoch;
         parsed.batch.next_position = raw.window;
@@ -614,6 +672,8 @@ class LoaderImpl final : public Loader {
         return ParseLibsvmLine(line, options_.source.libsvm, sample);
       case Format::kLibffm:
         return ParseLibffmLine(line, options_.source.libsvm, sample);
+      case Format::kCsv:
+        return ParseCsvLine(line, options_.source.csv, sample);
       case Format::kSynthetic:
         break;
     }
@@ -710,6 +770,7 @@ class LoaderImpl final : public Loader {
   const int num_slots_;
   const int num_dense_;
   const int num_tables_;
+  const bool csv_header_;  // Every file's line 1 is a header.
   const uint64_t head_lines_;
   const std::vector<uint64_t> file_bytes_;  // Per file, on disk at Start.
   std::vector<uint64_t> bytes_before_;      // bytes_before_[i]: of the files before file i.
@@ -756,9 +817,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
                                                      " of ", options.source.files.size()));
     }
   }
-  absl::StatusOr<std::vector<uint64_t>> file_bytes = CheckFiles(options.source);
+  LoaderOptions resolved = options;
+  absl::StatusOr<std::vector<uint64_t>> file_bytes = CheckFiles(&resolved.source);
   if (!file_bytes.ok()) return file_bytes.status();
-  auto loader = std::make_unique<LoaderImpl>(options, resume, std::move(*file_bytes));
+  auto loader = std::make_unique<LoaderImpl>(std::move(resolved), resume, std::move(*file_bytes));
   loader->Begin();
   return std::unique_ptr<Loader>(std::move(loader));
 }

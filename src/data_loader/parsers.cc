@@ -1,11 +1,13 @@
 #include "hyrec/data_loader/parsers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/hash.h"
+#include "src/data_loader/parse_util.h"
 // Inlined: short tokens hash several times faster than through the shared library, with the
 // same values.
 #define XXH_INLINE_ALL
@@ -29,25 +31,6 @@ inline float DenseTransform(int64_t x) {
   if (x <= 0) return 0.0f;
   if (x < kLogTableSize) return LogTable()[x];
   return static_cast<float>(std::log1p(static_cast<double>(x)));
-}
-
-std::string Printable(absl::string_view field) {
-  std::string out;
-  for (char c : field.substr(0, 32)) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (u >= 0x20 && u < 0x7f) {
-      out.push_back(c);
-    } else {
-      absl::StrAppend(&out, "\\x", absl::Hex(u, absl::kZeroPad2));
-    }
-  }
-  if (field.size() > 32) out += "...";
-  return out;
-}
-
-absl::string_view StripCr(absl::string_view line) {
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  return line;
 }
 
 // Strict signed decimal integer (no spaces, no sign-only, no overflow).
@@ -94,15 +77,6 @@ bool ParseLabel(absl::string_view s, float* out) {
     return false;
   }
   return true;
-}
-
-absl::Status LineTooLong(absl::string_view line) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("line of ", line.size(), " bytes exceeds the limit of ", kMaxLineBytes));
-}
-
-int HashSlot(const HashSlots& hash_slots, int slot) {
-  return static_cast<size_t>(slot) < hash_slots.size() ? hash_slots[slot] : slot;
 }
 
 }  // namespace
@@ -203,12 +177,30 @@ void ForEachToken(absl::string_view line, Fn&& fn) {
   }
 }
 
+// The slot of libsvm index `feature`: its range's, or -1 when it is in none.
+int RangeSlot(const std::vector<IndexRange>& ranges, uint64_t feature) {
+  if (ranges.empty()) return 0;
+  auto it = std::upper_bound(ranges.begin(), ranges.end(), feature,
+                             [](uint64_t f, const IndexRange& r) { return f < r.first; });
+  if (it == ranges.begin()) return -1;
+  --it;
+  return feature <= it->last ? static_cast<int>(it - ranges.begin()) : -1;
+}
+
+struct SparseFeature {
+  uint32_t slot;
+  uint64_t id;
+  float weight;
+};
+
 absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& options, bool ffm, Sample* out) {
   line = StripCr(line);
   if (line.size() > kMaxLineBytes) return LineTooLong(line);
-  if (options.num_slots < 1) return absl::InvalidArgumentError("num_slots must be >= 1");
-  out->Clear(options.num_slots);
-  std::vector<std::pair<uint32_t, uint64_t>> features;
+  const int num_slots = ffm ? options.num_slots : options.LibsvmSlots();
+  if (num_slots < 1) return absl::InvalidArgumentError("num_slots must be >= 1");
+  out->Clear(num_slots);
+  thread_local std::vector<SparseFeature> features;
+  features.clear();
   absl::Status status;
   bool saw_label = false;
   ForEachToken(line, [&](absl::string_view token, int index) {
@@ -230,11 +222,11 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
           absl::StrCat("token ", index + 1, ": '", Printable(token), "' is not ", ffm ? "field:idx:val" : "idx:val"));
       return false;
     }
-    uint64_t slot = static_cast<uint64_t>(index - 1);
+    uint64_t field = 0;
     absl::string_view idx = token.substr(0, c1);
     absl::string_view val = token.substr(c1 + 1);
     if (ffm) {
-      if (!absl::SimpleAtoi(token.substr(0, c1), &slot)) {
+      if (!absl::SimpleAtoi(token.substr(0, c1), &field)) {
         status = absl::InvalidArgumentError(
             absl::StrCat("token ", index + 1, ": field '", Printable(token.substr(0, c1)), "' is not an integer"));
         return false;
@@ -249,27 +241,71 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
           absl::StrCat("token ", index + 1, ": '", Printable(token), "' has a bad index or value"));
       return false;
     }
-    if (slot >= static_cast<uint64_t>(options.num_slots)) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("token ", index + 1, ": slot ", slot, " is beyond num_slots ", options.num_slots));
-      return false;
+    int slot = 0;
+    if (ffm) {
+      const uint64_t base = static_cast<uint64_t>(options.field_base);
+      if (field < base || field - base >= static_cast<uint64_t>(num_slots)) {
+        status = absl::InvalidArgumentError(absl::StrCat("token ", index + 1, ": field ", field,
+                                                         " is outside the fields ", base, "..", base + num_slots - 1,
+                                                         " (num_slots ", num_slots, ", field_base ", base, ")"));
+        return false;
+      }
+      slot = static_cast<int>(field - base);
+    } else {
+      slot = RangeSlot(options.index_ranges, feature);
+      if (slot < 0) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("token ", index + 1, ": index ", feature, " is in none of the index_ranges"));
+        return false;
+      }
     }
-    features.emplace_back(static_cast<uint32_t>(slot),
-                          HashToken(HashSlot(options.hash_slots, static_cast<int>(slot)), idx));
+    features.push_back(SparseFeature{static_cast<uint32_t>(slot), HashToken(HashSlot(options.hash_slots, slot), idx),
+                                     options.use_values ? value : 1.0f});
     return true;
   });
   if (!status.ok()) return status;
   if (!saw_label) return absl::InvalidArgumentError("empty line");
   // Group by slot, keeping the line's order within a slot.
-  for (const auto& f : features) ++out->slot_offsets[f.first + 1];
-  for (int s = 0; s < options.num_slots; ++s) out->slot_offsets[s + 1] += out->slot_offsets[s];
+  for (const SparseFeature& f : features) ++out->slot_offsets[f.slot + 1];
+  for (int s = 0; s < num_slots; ++s) out->slot_offsets[s + 1] += out->slot_offsets[s];
   out->ids.resize(features.size());
-  std::vector<uint32_t> fill(out->slot_offsets.begin(), out->slot_offsets.end() - 1);
-  for (const auto& f : features) out->ids[fill[f.first]++] = f.second;
+  if (options.use_values) out->weights.resize(features.size());
+  thread_local std::vector<uint32_t> fill;
+  fill.assign(out->slot_offsets.begin(), out->slot_offsets.end() - 1);
+  for (const SparseFeature& f : features) {
+    const uint32_t at = fill[f.slot]++;
+    out->ids[at] = f.id;
+    if (options.use_values) out->weights[at] = f.weight;
+  }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status LibsvmOptions::Validate(bool ffm) const {
+  if (ffm) {
+    if (num_slots < 1 || num_slots > 65536) return absl::InvalidArgumentError("num_slots must be in [1, 65536]");
+    if (field_base != 0 && field_base != 1) return absl::InvalidArgumentError("field_base must be 0 or 1");
+    if (!index_ranges.empty()) return absl::InvalidArgumentError("index_ranges are for libsvm, not libffm");
+    return absl::OkStatus();
+  }
+  if (index_ranges.size() > 65536) return absl::InvalidArgumentError("index_ranges: more than 65536 ranges");
+  for (size_t k = 0; k < index_ranges.size(); ++k) {
+    const IndexRange& r = index_ranges[k];
+    if (r.first > r.last) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("index_ranges[", k, "]: [", r.first, ", ", r.last, "] ends before it starts"));
+    }
+    if (k > 0 && r.first <= index_ranges[k - 1].last) {
+      return absl::InvalidArgumentError(absl::StrCat("index_ranges[", k, "] starts at ", r.first,
+                                                     ", not after the previous range's end ", index_ranges[k - 1].last,
+                                                     " (ranges go in increasing order)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+namespace {}  // namespace
 
 absl::Status ParseLibsvmLine(absl::string_view line, const LibsvmOptions& options, Sample* out) {
   return ParseSparseLine(line, options, /*ffm=*/false, out);

@@ -86,6 +86,9 @@ void EventWriter::OnFinish(const TrainReport& r) {
                    " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=", Num(r.final_eval.auc),
                    " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
                    " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
+                   " has_best_eval=", r.has_best_eval ? 1 : 0, " best_at=", r.best_eval_samples,
+                   " best_auc=", Num(r.best_eval.auc), " best_log_loss=", Num(r.best_eval.log_loss),
+                   " best_samples=", r.best_eval.samples, " stopped_early=", r.stopped_early ? 1 : 0,
                    " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint), " dense_sum=", Num(r.dense_sum));
   AppendStats(r.stats, &line);
   Write(line);
@@ -148,6 +151,12 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("eval_samples", &r.final_eval.samples);
     f.Get("teacher_auc", &r.teacher_auc);
     f.Get("interrupted", &r.interrupted);
+    f.Get("has_best_eval", &r.has_best_eval);
+    f.Get("best_at", &r.best_eval_samples);
+    f.Get("best_auc", &r.best_eval.auc);
+    f.Get("best_log_loss", &r.best_eval.log_loss);
+    f.Get("best_samples", &r.best_eval.samples);
+    f.Get("stopped_early", &r.stopped_early);
     f.Get("dense_sum", &r.dense_sum);
     f.Stats(&r.stats);
     if (!f.status().ok()) return f.status();

@@ -2,12 +2,13 @@
 
 namespace hyrec::dense_worker {
 
-torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out) {
+torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out, double dropout) {
   torch::nn::Sequential mlp;
   int width = in;
   for (int h : hidden) {
     mlp->push_back(torch::nn::Linear(width, h));
     mlp->push_back(torch::nn::ReLU());
+    if (dropout > 0) mlp->push_back(torch::nn::Dropout(dropout));
     width = h;
   }
   mlp->push_back(torch::nn::Linear(width, out));
@@ -16,7 +17,7 @@ torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out) {
 
 DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
   if (options.num_dense > 0) {
-    bottom_ = register_module("bottom", Mlp(options.num_dense, options.bottom, options.embedding_dim));
+    bottom_ = register_module("bottom", Mlp(options.num_dense, options.bottom, options.embedding_dim, options.dropout));
   }
   if (!options.slot_dims.empty() && static_cast<int>(options.slot_dims.size()) != options.num_slots) {
     throw std::invalid_argument("DlrmOptions: slot_dims needs one dim per slot");
@@ -30,7 +31,8 @@ DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
   }
   const int features = options.num_slots + (options.num_dense > 0 ? 1 : 0);
   const int pairs = features * (features - 1) / 2;
-  top_ = register_module("top", Mlp((options.num_dense > 0 ? options.embedding_dim : 0) + pairs, options.top, 1));
+  const int first = options.embedding_dim * (options.num_dense > 0 ? 1 : options.num_slots);
+  top_ = register_module("top", Mlp(first + pairs, options.top, 1, options.dropout));
   auto indices = torch::triu_indices(features, features, /*offset=*/1);
   // Buffers, so that model->to(device) moves them with the parameters.
   pair_rows_ = register_buffer("pair_rows", indices[0].contiguous());
@@ -50,7 +52,10 @@ torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Te
   torch::Tensor t = torch::stack(features, 1);                                               // [B, F, d]
   torch::Tensor z = torch::bmm(t, t.transpose(1, 2));                                        // [B, F, F]
   torch::Tensor interactions = z.index({torch::indexing::Slice(), pair_rows_, pair_cols_});  // [B, P]
-  return top_->forward(x.defined() ? torch::cat({x, interactions}, 1) : interactions).squeeze(1);
+  // Without a bottom MLP the embeddings themselves join the interactions (one embedding alone
+  // has none).
+  torch::Tensor first = x.defined() ? x : t.flatten(1);
+  return top_->forward(torch::cat({first, interactions}, 1)).squeeze(1);
 }
 
 DcnV2Impl::DcnV2Impl(const DcnOptions& options) {
@@ -59,7 +64,8 @@ DcnV2Impl::DcnV2Impl(const DcnOptions& options) {
   for (int l = 0; l < options.cross_layers; ++l) {
     cross_.push_back(register_module("cross" + std::to_string(l), torch::nn::Linear(width, width)));
   }
-  deep_ = register_module("deep", Mlp(width, {options.deep.begin(), options.deep.end() - 1}, options.deep.back()));
+  deep_ = register_module(
+      "deep", Mlp(width, {options.deep.begin(), options.deep.end() - 1}, options.deep.back(), options.dropout));
   head_ = register_module("head", torch::nn::Linear(width + options.deep.back(), 1));
 }
 
@@ -71,6 +77,70 @@ torch::Tensor DcnV2Impl::forward(torch::Tensor dense, const std::vector<torch::T
   for (auto& layer : cross_) x = x0 * layer->forward(x) + x;
   torch::Tensor deep = torch::relu(deep_->forward(x0));
   return head_->forward(torch::cat({x, deep}, 1)).squeeze(1);
+}
+
+namespace {
+
+// logit = b + w . dense: a Linear layer, or a bias alone when there are no dense features (a
+// Linear of no inputs cannot be initialized).
+torch::Tensor LinearLogit(torch::nn::Linear& linear, const torch::Tensor& bias, const torch::Tensor& dense) {
+  if (linear) return linear->forward(dense).squeeze(1);
+  return bias.expand({dense.size(0)});
+}
+
+}  // namespace
+
+WideModelImpl::WideModelImpl(const WideOptions& options) : options_(options) {
+  if (options.num_dense > 0) {
+    linear_ = register_module("linear", torch::nn::Linear(options.num_dense, 1));
+  } else {
+    bias_ = register_parameter("bias", torch::zeros({1}));
+  }
+  int width = options.num_dense;
+  projections_.resize(options.slot_dims.size(), torch::nn::Linear(nullptr));
+  for (size_t s = 0; s < options.slot_dims.size(); ++s) {
+    width += options.slot_dims[s];
+    if (!options.fm || options.slot_dims[s] == options.embedding_dim) continue;
+    projections_[s] = register_module(
+        "project" + std::to_string(s),
+        torch::nn::Linear(torch::nn::LinearOptions(options.slot_dims[s], options.embedding_dim).bias(false)));
+  }
+  if (options.deep_part) deep_ = register_module("deep", Mlp(width, options.deep, 1, options.dropout));
+}
+
+torch::Tensor WideModelImpl::forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) {
+  const size_t deep_slots = options_.slot_dims.size();
+  torch::Tensor logit = LinearLogit(linear_, bias_, dense);
+  for (size_t s = deep_slots; s < pooled.size(); ++s) logit = logit + pooled[s].squeeze(1);
+  if (options_.fm && deep_slots > 0) {
+    torch::Tensor sum, squares;
+    for (size_t s = 0; s < deep_slots; ++s) {
+      const torch::Tensor v = projections_[s] ? projections_[s]->forward(pooled[s]) : pooled[s];
+      sum = sum.defined() ? sum + v : v;
+      squares = squares.defined() ? squares + v * v : v * v;
+    }
+    logit = logit + 0.5 * (sum * sum - squares).sum(1);
+  }
+  if (deep_) {
+    std::vector<torch::Tensor> parts = {dense};
+    parts.insert(parts.end(), pooled.begin(), pooled.begin() + static_cast<std::ptrdiff_t>(deep_slots));
+    logit = logit + deep_->forward(torch::cat(parts, 1)).squeeze(1);
+  }
+  return logit;
+}
+
+LogisticRegressionImpl::LogisticRegressionImpl(int num_dense) {
+  if (num_dense > 0) {
+    linear_ = register_module("linear", torch::nn::Linear(num_dense, 1));
+  } else {
+    bias_ = register_parameter("bias", torch::zeros({1}));
+  }
+}
+
+torch::Tensor LogisticRegressionImpl::forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) {
+  torch::Tensor logit = LinearLogit(linear_, bias_, dense);
+  for (const torch::Tensor& p : pooled) logit = logit + p.sum(1);
+  return logit;
 }
 
 }  // namespace hyrec::dense_worker

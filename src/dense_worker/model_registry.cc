@@ -18,6 +18,7 @@ absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeDlrm(const ModelContext& c) 
   o.slot_dims = c.slot_dims;
   o.bottom = c.spec.bottom;
   o.top = c.spec.top;
+  o.dropout = c.spec.dropout;
   return std::make_shared<DlrmImpl>(o);
 }
 
@@ -27,7 +28,33 @@ absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeDcn(const ModelContext& c) {
   o.slot_dims = c.slot_dims;
   o.cross_layers = c.spec.cross_layers;
   o.deep = c.spec.top;
+  o.dropout = c.spec.dropout;
   return std::make_shared<DcnV2Impl>(o);
+}
+
+// wide_deep, deepfm, fm: the plan added the wide slots after the deep ones.
+ModelFactory MakeWide(bool fm, bool deep) {
+  return [fm, deep](const ModelContext& c) -> absl::StatusOr<std::shared_ptr<DenseModelImpl>> {
+    const int slots = static_cast<int>(c.slot_dims.size());
+    if (c.wide_slots * 2 != slots) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("model '", c.spec.kind, "' needs the plan's wide slots (", c.wide_slots, " of ", slots, ")"));
+    }
+    WideOptions o;
+    o.num_dense = c.num_dense;
+    o.slot_dims.assign(c.slot_dims.begin(), c.slot_dims.begin() + c.wide_slots);
+    o.wide_slots = c.wide_slots;
+    o.embedding_dim = c.spec.embedding_dim;
+    o.deep = c.spec.top;
+    o.dropout = c.spec.dropout;
+    o.fm = fm;
+    o.deep_part = deep;
+    return std::make_shared<WideModelImpl>(o);
+  };
+}
+
+absl::StatusOr<std::shared_ptr<DenseModelImpl>> MakeLogisticRegression(const ModelContext& c) {
+  return std::make_shared<LogisticRegressionImpl>(c.num_dense);
 }
 
 struct Registry {
@@ -40,6 +67,10 @@ Registry& TheRegistry() {
     auto* r = new Registry;
     r->factories["dlrm"] = MakeDlrm;
     r->factories["dcn"] = MakeDcn;
+    r->factories["lr"] = MakeLogisticRegression;
+    r->factories["wide_deep"] = MakeWide(/*fm=*/false, /*deep=*/true);
+    r->factories["deepfm"] = MakeWide(/*fm=*/true, /*deep=*/true);
+    r->factories["fm"] = MakeWide(/*fm=*/true, /*deep=*/false);
     return r;
   }();
   return *registry;
@@ -77,6 +108,7 @@ ModelContext ContextFor(const job::WorkerPlan& plan) {
   c.num_dense = plan.num_dense;
   c.feature_names = plan.feature_names;
   c.slot_dims = plan.slot_dims;
+  c.wide_slots = plan.wide_slots;
   c.spec = plan.model;
   c.options = plan.model.options_yaml.empty() ? YAML::Node(YAML::NodeType::Map) : YAML::Load(plan.model.options_yaml);
   return c;

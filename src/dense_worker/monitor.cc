@@ -127,6 +127,7 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
   out << absl::StrFormat("\nsummary: %d samples, %.0f samples/s, %s", r.samples, r.samples_per_second,
                          Duration(r.elapsed_seconds));
   if (r.interrupted) out << " (interrupted: stopped after the current batch)";
+  if (r.stopped_early) out << " (stopped early: eval.patience evaluations without a better one)";
   out << "\n";
   if (r.has_final_eval && r.final_eval.samples == 0) {
     out << "  no held-out data (the held-out files gave no samples)\n";
@@ -140,6 +141,10 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
   } else {
     out << (r.interrupted ? "  no held-out evaluation (interrupted before any)\n"
                           : "  no held-out data (eval.files is empty)\n");
+  }
+  if (r.has_best_eval && r.evals.size() > 1) {
+    out << absl::StrFormat("  best held-out AUC %.4f, log loss %.4f (at %d samples trained, of %d evaluations)\n",
+                           r.best_eval.auc, r.best_eval.log_loss, r.best_eval_samples, r.evals.size());
   }
   if (r.teacher_auc > 0) {
     out << absl::StrFormat("  teacher AUC  %.4f (the best any model can reach on this data)", r.teacher_auc);

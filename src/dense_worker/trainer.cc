@@ -276,6 +276,14 @@ absl::Status TrainingContext::CheckBatch(const Batch& b) const {
         !std::is_sorted(slot.offsets.begin(), slot.offsets.end())) {
       return bad("slot ", s, "'s offsets do not delimit its ", slot.ids.size(), " ids in ", samples, " samples");
     }
+    if (!slot.weights.empty()) {
+      if (slot.weights.size() != slot.ids.size()) {
+        return bad("slot ", s, " has ", slot.weights.size(), " weights for ", slot.ids.size(), " ids");
+      }
+      for (size_t j = 0; j < slot.weights.size(); ++j) {
+        if (!std::isfinite(slot.weights[j])) return bad("slot ", s, "'s weight ", j, " is ", slot.weights[j]);
+      }
+    }
     const data_loader::TableIds& table = b.tables[TableOfSlot(options_, static_cast<int>(s))];
     if (s >= table.inverse.size() || table.inverse[s].size() != slot.ids.size()) {
       return bad("slot ", s, " has no inverse map into its table ", TableOfSlot(options_, static_cast<int>(s)),
@@ -423,6 +431,7 @@ void TrainingContext::PrepareBags(TrainBatch* tb) const {
     for (int s : group.slots) {
       ids += static_cast<int64_t>(b.slots[s].ids.size());
       if (!options_.pooling.empty() && options_.pooling[s] != Pooling::kSum) weighted = true;
+      if (!b.slots[s].weights.empty()) weighted = true;
     }
     bag.index = buffers_->Take({ids + bags}, torch::kLong);
     bag.weights = buffers_->Take({weighted ? ids : 0}, torch::kFloat);
@@ -443,9 +452,10 @@ void TrainingContext::PrepareBags(TrainBatch* tb) const {
         float scale = 1.0f;
         if (end > begin && pooling == Pooling::kMean) scale = 1.0f / static_cast<float>(end - begin);
         if (end > begin && pooling == Pooling::kSqrtN) scale = 1.0f / std::sqrt(static_cast<float>(end - begin));
+        const float* id_weights = slot.weights.empty() ? nullptr : slot.weights.data();
         for (uint32_t j = begin; j < end; ++j, ++next) {
           indices[next] = base + inverse[j];
-          if (weighted) weights[next] = scale;
+          if (weighted) weights[next] = id_weights != nullptr ? scale * id_weights[j] : scale;
         }
       }
     }

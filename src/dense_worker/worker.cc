@@ -38,12 +38,18 @@ class WorkerLoop {
       TrainBatch* batch = nullptr;
       HYREC_ASSIGN_OR_RETURN(const bool go, NextStep(ctx, &batch));
       if (!go) break;
-      HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
+      if (evaluate_now_) {  // A new epoch: evaluate the last one's model before training on.
+        HYREC_ASSIGN_OR_RETURN(const bool go_on, EvaluateNow(ctx));
+        if (!go_on) break;
+      }
+      // Read before the step: once trained, the context reuses the batch for a later one.
       last_epoch_ = batch->batch.epoch;
       last_bytes_read_ = batch->batch.bytes_read;
       last_bytes_total_ = batch->batch.bytes_total;
+      HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
       Record(ctx);
-      HYREC_RETURN_IF_ERROR(MaybeEvaluate(ctx));
+      HYREC_ASSIGN_OR_RETURN(const bool go_on, MaybeEvaluate(ctx));
+      if (!go_on) break;
     }
     HYREC_RETURN_IF_ERROR(ctx.Finish());
     return Finish(ctx);
@@ -87,20 +93,28 @@ class WorkerLoop {
 
   // Votes of the step agreement; the smallest wins.
   static constexpr int kVoteStop = 0;  // Asked to stop.
-  static constexpr int kVoteEnd = 1;   // No batch (the end of its data, or an error getting one).
-  static constexpr int kVoteGo = 2;
+  // No batch (the end of its data, or an error getting one), or worker 0 stopped early.
+  static constexpr int kVoteEnd = 1;
+  static constexpr int kVoteEvaluate = 2;  // Worker 0: evaluate before this step (a new epoch).
+  static constexpr int kVoteGo = 3;
 
-  // The next batch, once every worker has one and none was asked to stop.
+  // The next batch, once every worker has one and none was asked to stop; sets evaluate_now_
+  // when worker 0 asked for an evaluation first.
   absl::StatusOr<bool> NextStep(TrainingContext& ctx, TrainBatch** batch) {
     const bool has_batch = ctx.Next(batch);
     const bool stop = options_.stop != nullptr && options_.stop->load();
     int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
+    if (vote == kVoteGo && leader_ && plan_.eval.every_epoch && plan_.has_eval_data && ctx.stats().batches > 0 &&
+        (*batch)->batch.epoch != last_epoch_) {
+      vote = kVoteEvaluate;
+    }
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.batch_timeout_seconds)));
     }
     if (!ctx.status().ok()) return ctx.status();  // The others stop with this worker.
     interrupted_ = vote == kVoteStop;
-    return vote == kVoteGo;
+    evaluate_now_ = vote == kVoteEvaluate;
+    return vote >= kVoteEvaluate;
   }
 
   absl::Status Step(TrainingContext& ctx, TrainBatch& batch) {
@@ -165,18 +179,45 @@ class WorkerLoop {
     if (options_.observer != nullptr) options_.observer->OnProgress(p);
   }
 
-  // Every eval.every_batches steps: worker 0 evaluates while the others wait for it.
-  absl::Status MaybeEvaluate(const TrainingContext& ctx) {
+  // Every eval.every_batches steps: worker 0 evaluates while the others wait for it. False: stop.
+  absl::StatusOr<bool> MaybeEvaluate(const TrainingContext& ctx) {
     const uint64_t every = static_cast<uint64_t>(plan_.eval.every_batches);
-    if (every == 0 || !plan_.has_eval_data || ctx.stats().batches % every != 0) return absl::OkStatus();
+    if (every == 0 || !plan_.has_eval_data || ctx.stats().batches % every != 0) return true;
+    return EvaluateNow(ctx);
+  }
+
+  // Worker 0 evaluates and judges early stopping while the others wait for it; returns whether
+  // the workers go on (false once worker 0 stopped early: they stop together).
+  absl::StatusOr<bool> EvaluateNow(const TrainingContext& ctx) {
     if (leader_) {
       HYREC_ASSIGN_OR_RETURN(Evaluation e, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
       const uint64_t samples = ctx.stats().samples * static_cast<uint64_t>(plan_.world_size);
-      report_.evals.emplace_back(samples, e);
+      Note(samples, e);
       if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
     }
-    if (sync_ != nullptr) HYREC_RETURN_IF_ERROR(sync_->AllMin(kVoteGo, Seconds(plan_.eval.timeout_seconds)).status());
-    return absl::OkStatus();
+    int vote = stopped_early_ ? kVoteEnd : kVoteGo;
+    if (sync_ != nullptr) {
+      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.eval.timeout_seconds)));
+    }
+    stopped_early_ = vote == kVoteEnd;
+    return !stopped_early_;
+  }
+
+  // Records an evaluation, keeps the best, and counts evaluations without improvement.
+  void Note(uint64_t samples, const Evaluation& e) {
+    report_.evals.emplace_back(samples, e);
+    const bool by_auc = plan_.eval.metric != "log_loss";
+    const bool better =
+        !report_.has_best_eval || (by_auc ? e.auc > report_.best_eval.auc : e.log_loss < report_.best_eval.log_loss);
+    if (better) {
+      report_.has_best_eval = true;
+      report_.best_eval = e;
+      report_.best_eval_samples = samples;
+      evals_without_gain_ = 0;
+      return;
+    }
+    ++evals_without_gain_;
+    if (plan_.eval.patience > 0 && evals_without_gain_ >= plan_.eval.patience) stopped_early_ = true;
   }
 
   absl::StatusOr<TrainReport> Finish(const TrainingContext& ctx) {
@@ -184,6 +225,7 @@ class WorkerLoop {
     const TrainerStats st = ctx.stats();
     report_.stats = st;
     report_.interrupted = interrupted_;
+    report_.stopped_early = stopped_early_;
     report_.samples = st.samples;
     if (sync_ != nullptr) {  // The job's samples: every worker's.
       torch::Tensor samples = torch::full({1}, static_cast<double>(st.samples),
@@ -215,7 +257,7 @@ class WorkerLoop {
     if (plan_.has_eval_data && !interrupted_) {
       HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
       report_.has_final_eval = true;
-      report_.evals.emplace_back(report_.samples, report_.final_eval);
+      Note(report_.samples, report_.final_eval);
       if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
     }
     if (options_.observer != nullptr) options_.observer->OnFinish(report_);
@@ -238,6 +280,9 @@ class WorkerLoop {
   double loss_window_ = 0;
   uint64_t loss_count_ = 0;
   bool interrupted_ = false;
+  bool evaluate_now_ = false;
+  bool stopped_early_ = false;  // Worker 0's decision; the others learn it from EvaluateNow's vote.
+  int evals_without_gain_ = 0;
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
   uint64_t last_bytes_total_ = 0;

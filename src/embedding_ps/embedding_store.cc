@@ -773,7 +773,6 @@ absl::StatusOr<int> EmbeddingShardStore::TableIndex(absl::string_view name) cons
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create(const StoreOptions& options) {
-  if (options.tables.empty()) return absl::InvalidArgumentError("the store needs at least one table");
   if (options.tables.size() > kMaxTables) {
     return absl::InvalidArgumentError(
         absl::StrCat(options.tables.size(), " tables given; a store holds at most ", kMaxTables));

@@ -80,7 +80,23 @@ uint64_t DenseParameterCount(const WorkerPlan& w) {
     }
     const uint64_t features = slots + (w.num_dense > 0 ? 1 : 0);
     const uint64_t pairs = features * (features - 1) / 2;
-    return total + MlpParameters((w.num_dense > 0 ? d : 0) + pairs, w.model.top, 1);
+    return total + MlpParameters(d * (w.num_dense > 0 ? 1 : slots) + pairs, w.model.top, 1);
+  }
+  if (w.model.kind == "lr") return LinearParameters(static_cast<uint64_t>(w.num_dense), 1);
+  if (UsesWideTables(w.model.kind)) {
+    // A linear map of the dense features; deepfm and fm project the embeddings to embedding_dim
+    // (when their dim differs) for the pairwise term; wide_deep and deepfm add a deep MLP.
+    const uint64_t d = static_cast<uint64_t>(w.model.embedding_dim);
+    const uint64_t deep_slots = slots - static_cast<uint64_t>(w.wide_slots);
+    uint64_t total = LinearParameters(static_cast<uint64_t>(w.num_dense), 1);
+    uint64_t width = static_cast<uint64_t>(w.num_dense);
+    for (uint64_t s = 0; s < deep_slots; ++s) {
+      const uint64_t dim = static_cast<uint64_t>(w.slot_dims[s]);
+      width += dim;
+      if (w.model.kind != "wide_deep" && dim != d) total += dim * d;
+    }
+    if (w.model.kind != "fm") total += MlpParameters(width, w.model.top, 1);
+    return total;
   }
   if (w.model.kind == "dcn") {
     uint64_t width = static_cast<uint64_t>(w.num_dense);
@@ -92,6 +108,8 @@ uint64_t DenseParameterCount(const WorkerPlan& w) {
   }
   return 0;
 }
+
+bool UsesWideTables(const std::string& kind) { return kind == "wide_deep" || kind == "deepfm" || kind == "fm"; }
 
 absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   HYREC_RETURN_IF_ERROR(Annotate(ValidateJobSpec(spec), spec.source_name));
@@ -119,15 +137,46 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     hash_slots[s] = namespace_of[slot_tables[s]];
     shared = shared || hash_slots[s] != s;
   }
+  // The tables the PS serves: the job's, and for a wide model a dim-1 copy of each, read by a
+  // copy of each slot.
+  std::vector<TableSpec> all_tables = spec.tables;
+  std::vector<int> batch_slot_tables = slot_tables, slot_copies;
+  std::vector<Pooling> batch_pooling = pooling;
+  std::vector<std::string> batch_features = spec.features;
+  const bool wide = UsesWideTables(spec.model.kind);
+  if (wide) {
+    for (const TableSpec& t : spec.tables) {
+      TableSpec w = t;
+      w.config.name = t.config.name + "_wide";
+      for (const TableSpec& other : spec.tables) {
+        if (other.config.name == w.config.name) {
+          return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": table '", w.config.name,
+                                                         "' is the name of table '", t.config.name,
+                                                         "''s wide part (model.kind ", spec.model.kind, ")"));
+        }
+      }
+      w.config.dim = 1;
+      w.config.initializer.kind = embedding_ps::InitializerKind::kZeros;
+      all_tables.push_back(w);
+    }
+    for (int s = 0; s < slots; ++s) {
+      slot_copies.push_back(s);
+      batch_slot_tables.push_back(tables + slot_tables[s]);
+      batch_pooling.push_back(Pooling::kSum);
+      batch_features.push_back(spec.features[s] + "_wide");
+    }
+  }
 
   data_loader::LoaderOptions& loader = plan.loader.options;
   loader = spec.loader;
   loader.num_workers = spec.train.workers;
   loader.num_shards = spec.ps.shards;
-  loader.slot_tables = slot_tables;
+  loader.slot_tables = batch_slot_tables;
+  loader.slot_copies = slot_copies;
   if (shared) {
     loader.source.criteo.hash_slots = hash_slots;
     loader.source.libsvm.hash_slots = hash_slots;
+    loader.source.csv.hash_slots = hash_slots;
   }
   HYREC_RETURN_IF_ERROR(Annotate(loader.Validate(), spec.source_name));
 
@@ -139,7 +188,7 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     shard.store.capacity_bytes = spec.ps.capacity_bytes;
     shard.store.num_stripes = spec.ps.num_stripes;
     shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
-    for (const TableSpec& t : spec.tables) {
+    for (const TableSpec& t : all_tables) {
       embedding_ps::TableConfig config = t.config;
       // Each shard holds its share of the table's rows, rounded up.
       config.capacity_rows = (t.capacity_rows + spec.ps.shards - 1) / spec.ps.shards;
@@ -153,14 +202,15 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   const auto [steps, samples] = PlannedSteps(loader, spec.train.workers);
   WorkerPlan worker;
   worker.world_size = spec.train.workers;
-  for (const TableSpec& t : spec.tables) {
+  for (const TableSpec& t : all_tables) {
     worker.table_names.push_back(t.config.name);
     worker.table_dims.push_back(t.config.dim);
   }
-  worker.feature_names = spec.features;
-  worker.slot_tables = slot_tables;
-  worker.pooling = pooling;
-  for (int s = 0; s < slots; ++s) worker.slot_dims.push_back(spec.tables[slot_tables[s]].config.dim);
+  worker.feature_names = batch_features;
+  worker.slot_tables = batch_slot_tables;
+  worker.pooling = batch_pooling;
+  for (int t : batch_slot_tables) worker.slot_dims.push_back(all_tables[t].config.dim);
+  worker.wide_slots = wide ? slots : 0;
   worker.num_dense = spec.loader.source.num_dense();
   worker.embedding_staleness = spec.train.embedding_staleness;
   worker.model = spec.model;

@@ -37,13 +37,16 @@ absl::Status ReadPooling(const YAML::Node& map, absl::string_view key, absl::str
 }
 
 absl::Status ReadModel(const YAML::Node& node, ModelSpec* model, TableDefaults* defaults) {
-  HYREC_RETURN_IF_ERROR(
-      CheckKeys(node, "model", {"kind", "embedding_dim", "bottom", "top", "pooling", "cross_layers", "options"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, "model", {"kind", "embedding_dim", "bottom", "top", "pooling", "cross_layers", "dropout", "options"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", "model", &model->kind));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "embedding_dim", "model", &model->embedding_dim));
   HYREC_RETURN_IF_ERROR(ReadIntList(node, "bottom", "model", 1, kMaxLayerWidth, &model->bottom));
   HYREC_RETURN_IF_ERROR(ReadIntList(node, "top", "model", 1, kMaxLayerWidth, &model->top));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "cross_layers", "model", &model->cross_layers));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dropout", "model", &model->dropout));
+  if (!(model->dropout >= 0 && model->dropout < 1))
+    return Invalid("model.dropout", node["dropout"], "must be in [0, 1)");
   HYREC_RETURN_IF_ERROR(ReadPooling(node, "pooling", "model", &defaults->pooling));
   if (const YAML::Node options = node["options"]) {
     if (!options.IsMap()) return Invalid("model.options", options, "expected a mapping (the model's own settings)");
@@ -202,12 +205,25 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
 }
 
 absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "eval", {"samples", "files", "every_batches", "timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, "eval", {"samples", "files", "every_batches", "every_epoch", "patience", "metric", "timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "samples", "eval", &eval->samples));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "files", "eval", &eval->files));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_batches", "eval", &eval->every_batches));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_epoch", "eval", &eval->every_epoch));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "patience", "eval", &eval->patience));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "metric", "eval", &eval->metric));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "timeout_seconds", "eval", &eval->timeout_seconds));
   if (eval->every_batches < 0) return Invalid("eval.every_batches", node["every_batches"], "must be >= 0");
+  if (eval->patience < 0) return Invalid("eval.patience", node["patience"], "must be >= 0");
+  if (eval->metric != "auc" && eval->metric != "log_loss") {
+    return Invalid("eval.metric", node["metric"], absl::StrCat("'", eval->metric, "' is not auc or log_loss"));
+  }
+  if (eval->patience > 0 && eval->every_batches == 0 && !eval->every_epoch) {
+    return Invalid("eval.patience", node["patience"],
+                   "needs evaluations during training: eval.every_batches or "
+                   "eval.every_epoch");
+  }
   if (!(eval->timeout_seconds > 0 && eval->timeout_seconds <= 86400)) {
     return Invalid("eval.timeout_seconds", node["timeout_seconds"], "must be in (0, 86400]");
   }
@@ -389,6 +405,7 @@ double LrSchedule::Factor(int64_t step) const {
 }
 
 std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& source) {
+  if (source.format == data_loader::Format::kCsv) return source.csv.SlotNames();
   std::vector<std::string> names;
   const int slots = source.num_slots();
   for (int s = 0; s < slots; ++s) {
@@ -411,7 +428,9 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
       return absl::InvalidArgumentError(absl::StrCat("features: '", f, "' is named twice"));
     }
   }
-  if (spec.tables.empty()) return absl::InvalidArgumentError("tables: the job has no embedding table");
+  if (spec.tables.empty() && !spec.features.empty()) {
+    return absl::InvalidArgumentError("tables: the job has sparse features but no embedding table");
+  }
   if (spec.tables.size() > 256) return absl::InvalidArgumentError("tables: at most 256 tables");
   std::set<std::string> table_names, served;
   for (size_t k = 0; k < spec.tables.size(); ++k) {

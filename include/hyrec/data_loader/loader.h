@@ -1,4 +1,4 @@
-// Loader: turns a source (Criteo, libsvm, libffm files, or the synthetic teacher) into batches
+// Loader: turns a source (Criteo, libsvm, libffm or csv files, or the synthetic teacher) into batches
 // for `num_workers` dense workers.
 //
 //   LoaderOptions options;
@@ -51,6 +51,7 @@ struct SourceConfig {
   bool skip_bad_files = false;
   CriteoOptions criteo;
   LibsvmOptions libsvm;  // Also libffm.
+  CsvOptions csv;        // Resolved against the files' header by Loader::Start.
   SyntheticConfig synthetic;
 
   int num_slots() const;
@@ -67,7 +68,10 @@ struct LoaderOptions {
   uint64_t shuffle_window = 1 << 16;  // Samples; rounded up to a multiple of batch_size.
   uint64_t seed = 1;
   int num_shards = 1;            // PS shards: each table's unique ids are grouped by shard.
-  std::vector<int> slot_tables;  // Slot -> table index; empty: slot k is table k.
+  std::vector<int> slot_tables;  // Batch slot -> table index; empty: slot k is table k.
+  // Batch slots after the source's: batch slot num_slots() + k holds the ids (and weights) of
+  // source slot slot_copies[k] again, for another table (a wide model's dim-1 weights).
+  std::vector<int> slot_copies;
   double max_bad_fraction = 0.001;
   uint64_t min_lines_for_bad_check = 10'000;
   int prefetch_batches = 8;  // Per worker.
@@ -77,6 +81,7 @@ struct LoaderOptions {
 
   absl::Status Validate() const;
   int num_tables() const;
+  int num_batch_slots() const { return source.num_slots() + static_cast<int>(slot_copies.size()); }
 };
 
 // The most leading lines of a file that may all be bad before the loader fails.
@@ -121,16 +126,19 @@ class Loader {
 };
 
 // Checks a file source before reading it: every file exists, is a regular file, opens and
-// yields a first line. The first problem is NotFound (a missing file), FailedPrecondition (not a
+// yields a first line (a csv file with a header: a header and a row, every file the same
+// header, which places the named columns). The first problem is NotFound (a missing file), FailedPrecondition (not a
 // regular file) or DataLoss (unreadable, empty, corrupt), naming the file; with
 // source.skip_bad_files problems are logged and only a source with no usable file fails.
 // Returns the files' total bytes on disk. A synthetic source passes with 0.
 absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source);
 
 // Builds a Batch from parsed samples: labels, dense, per-slot CSR ids, and per table the unique
-// ids grouped by PS shard with their inverse maps.
+// ids grouped by PS shard with their inverse maps. `num_slots` is the samples' slots; the batch
+// has as many again as `slot_copies` names (LoaderOptions::slot_copies).
 void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
-                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch);
+                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch,
+                const std::vector<int>& slot_copies = {});
 
 }  // namespace hyrec::data_loader
 

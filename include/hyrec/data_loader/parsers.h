@@ -8,13 +8,21 @@
 //            or by hash_slots[k]), so the same token in two slots gives two ids unless the two
 //            share a table. An empty token is skipped (the slot
 //            has no id) or becomes the slot's "missing" id, per CriteoOptions.
-//   libsvm / libFM: label idx:val ... ; the k-th feature on a line is slot k, its id is
-//     idx hashed with the slot, its value is ignored (one-hot features); labels 0/1 or -1/+1.
-//   libffm: label field:idx:val ... ; the field is the slot.
+//   libsvm / libFM: label idx:val ... ; by default the whole line is one multi-hot slot: each
+//     idx is an id (idx hashed with the slot) weighted by its val. With index_ranges, the indices
+//     in range k are slot k, and an index in no range is an error. Labels 0/1 or -1/+1.
+//   libffm: label field:idx:val ... ; field - field_base is the slot (fields number from 0, or
+//     from 1 with field_base 1), and must be below num_slots; ids weighted by val.
+//   With use_values false the values are checked but not used (every id weighs 1).
+//   csv: delimited text (any one-byte delimiter; RFC 4180 quoting; a header line or not) whose
+//     columns the job declares (CsvOptions): the label, dense columns with a transform,
+//     categorical, multi-value and weighted multi-value columns (sparse slots, in declared
+//     order), and columns to ignore. A quoted field may not span lines.
 #ifndef HYREC_DATA_LOADER_PARSERS_H_
 #define HYREC_DATA_LOADER_PARSERS_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,8 +31,8 @@
 
 namespace hyrec::data_loader {
 
-enum class Format { kCriteo, kLibsvm, kLibffm, kSynthetic };
-// "criteo", "libsvm", "libffm", "synthetic": the name loader.source.format takes.
+enum class Format { kCriteo, kLibsvm, kLibffm, kCsv, kSynthetic };
+// "criteo", "libsvm", "libffm", "csv", "synthetic": the name loader.source.format takes.
 absl::string_view FormatName(Format format);
 
 inline constexpr int kCriteoDense = 13;
@@ -41,10 +49,77 @@ struct CriteoOptions {
   HashSlots hash_slots;
 };
 
-struct LibsvmOptions {
-  int num_slots = 39;  // Features beyond the last slot are an error.
-  HashSlots hash_slots;
+// The indices [first, last] of one libsvm feature.
+struct IndexRange {
+  uint64_t first = 0;
+  uint64_t last = 0;
 };
+
+struct LibsvmOptions {
+  int num_slots = 39;  // libffm: fields; a field beyond the last is an error.
+  int field_base = 0;  // libffm: the number of the first field (0 or 1).
+  // libsvm: one feature per range, in increasing order, not overlapping; empty: one feature of
+  // every index.
+  std::vector<IndexRange> index_ranges;
+  bool use_values = true;  // Ids weighted by their values; false: every id weighs 1.
+  HashSlots hash_slots;
+
+  // Slots of a line: libsvm's features (index_ranges, or 1), libffm's num_slots.
+  int LibsvmSlots() const { return index_ranges.empty() ? 1 : static_cast<int>(index_ranges.size()); }
+  // InvalidArgument naming the key when a setting is out of range or the ranges overlap.
+  absl::Status Validate(bool ffm) const;
+};
+
+// One column of a csv source, as the job declares it (loader.source.csv.columns).
+struct CsvColumn {
+  enum class Kind { kLabel, kDense, kCategorical, kMulti, kWeighted, kIgnore };
+  enum class Transform { kNone, kLog1p, kStandardize };
+  std::string name;  // The header's name for it; empty: `index` places it.
+  int index = -1;    // 0-based field of the line; for a named column, set from the header.
+  Kind kind = Kind::kIgnore;
+  // kLabel: the values meaning a positive and a negative; any other value is a bad line.
+  std::vector<std::string> positives = {"1"};
+  std::vector<std::string> negatives = {"0"};
+  // kDense: none: x; log1p: log(1 + max(x, 0)); standardize: (x - mean) / stddev. An empty
+  // value is 0 (after the transform).
+  Transform transform = Transform::kNone;
+  double mean = 0;
+  double stddev = 1;
+  // kMulti, kWeighted: ids are separated by `separator`; kWeighted's are id<weight_separator>weight.
+  char separator = '|';
+  char weight_separator = ':';
+};
+absl::string_view CsvKindName(CsvColumn::Kind kind);
+
+struct CsvOptions {
+  char delimiter = ',';
+  char quote = '"';                // '\0': fields are never quoted.
+  bool header = true;              // Every file's first line names its columns.
+  bool ignore_undeclared = false;  // false: a field no column declares is an error.
+  std::vector<CsvColumn> columns;
+  bool missing_id_for_empty = false;  // An empty categorical value gets the slot's "missing" id.
+  HashSlots hash_slots;
+
+  int num_dense() const;
+  int num_slots() const;  // Categorical, multi and weighted columns, in declared order.
+  bool weighted() const;  // Some column is weighted: every id then carries a weight.
+  // The names of the sparse columns (a positional one is "c<index>").
+  std::vector<std::string> SlotNames() const;
+  // Checks the declarations (one label; names unique; names only with a header; ...).
+  absl::Status Validate() const;
+  // Places every column: named ones at their field of `header` (a file's first line, split as a
+  // line is), which must hold each declared name; and, without ignore_undeclared, every field of
+  // the header (or, without one, every position up to the last declared) must be declared.
+  // InvalidArgument naming the column or field. ParseCsvLine needs it done.
+  absl::Status Resolve(const std::vector<std::string>* header);
+  // Set by Resolve: the fields a line has (with a header: its count; -1: at least
+  // `min_fields`).
+  int expected_fields = -1;
+  int min_fields = 0;
+};
+
+// Splits a csv line into its fields (unquoting them); InvalidArgument for a bad quote.
+absl::Status SplitCsvLine(absl::string_view line, const CsvOptions& options, std::vector<std::string>* fields);
 
 // The id of `token` in `slot`: xxhash64(token, seed = Mix64(slot + 1)). Shared by the parsers
 // and by the synthetic source's Criteo writer.
@@ -57,6 +132,8 @@ float CriteoDense(int64_t x);
 absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& options, Sample* out);
 absl::Status ParseLibsvmLine(absl::string_view line, const LibsvmOptions& options, Sample* out);
 absl::Status ParseLibffmLine(absl::string_view line, const LibsvmOptions& options, Sample* out);
+// `options` must be resolved (CsvOptions::Resolve).
+absl::Status ParseCsvLine(absl::string_view line, const CsvOptions& options, Sample* out);
 
 }  // namespace hyrec::data_loader
 

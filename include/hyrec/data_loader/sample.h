@@ -23,11 +23,13 @@ struct Sample {
   std::vector<float> dense;
   std::vector<uint32_t> slot_offsets;  // num_slots + 1
   std::vector<uint64_t> ids;
+  std::vector<float> weights;  // Empty (every id weighs 1), or one per id.
 
   void Clear(int num_slots) {
     label = 0.0f;
     dense.clear();
     ids.clear();
+    weights.clear();
     slot_offsets.assign(num_slots + 1, 0);
   }
 };
@@ -35,6 +37,9 @@ struct Sample {
 struct SlotIds {
   std::vector<uint32_t> offsets;  // batch_size + 1
   std::vector<uint64_t> ids;
+  // Empty (every id weighs 1), or one per id: the factor of its row in its bag's pooling (a
+  // libsvm value, a weighted CSV column's weight), which also scales the row's gradient.
+  std::vector<float> weights;
 };
 
 // The unique ids of one table in one batch, grouped by PS shard: shard s owns

@@ -6,10 +6,15 @@
 //                         const std::vector<torch::Tensor>& pooled); // per slot [B, dim]
 //                                                                    // -> logits [B]
 //
-// Two are provided: DLRM (Naumov et al. 2019: bottom MLP on dense features, pairwise dot
-// interactions of the bottom output and the slot embeddings, top MLP) and DCN-v2 (Wang et al.
-// 2021: cross layers x_{l+1} = x0 * (W x_l + b) + x_l beside a deep MLP). A program registers
-// models of its own under a name (model_registry.h), which `model.kind` then selects.
+// Provided: DLRM (Naumov et al. 2019: bottom MLP on dense features, pairwise dot interactions of
+// the bottom output and the slot embeddings, top MLP), DCN-v2 (Wang et al. 2021: cross layers
+// x_{l+1} = x0 * (W x_l + b) + x_l beside a deep MLP), logistic regression (the sum of every
+// pooled embedding coordinate plus a linear map of the dense features: with dim-1 tables, a
+// linear model whose per-id weights live on the PS), and the models with a wide part, whose
+// per-id linear weights are dim-1 PS tables (job_plan.h, UsesWideTables): Wide & Deep (Cheng et
+// al. 2016), FM (Rendle 2010) and DeepFM (Guo et al. 2017). Each works with or without dense
+// features, and with or without sparse ones. A program registers models of
+// its own under a name (model_registry.h), which `model.kind` then selects.
 #ifndef HYREC_DENSE_WORKER_MODEL_H_
 #define HYREC_DENSE_WORKER_MODEL_H_
 
@@ -26,7 +31,8 @@ class DenseModelImpl : public torch::nn::Module {
 };
 
 struct DlrmOptions {
-  int num_dense = 13;  // 0: no bottom MLP; the embeddings interact alone.
+  // 0: no bottom MLP; the top MLP takes the (projected) embeddings beside their interactions.
+  int num_dense = 13;
   int num_slots = 26;
   int embedding_dim = 16;  // The interaction dim.
   // Per slot, its pooled embedding's dim; empty: embedding_dim for every slot. A slot of another
@@ -34,6 +40,7 @@ struct DlrmOptions {
   std::vector<int> slot_dims;
   std::vector<int> bottom = {512, 256};  // Hidden sizes; a last layer maps to embedding_dim.
   std::vector<int> top = {512, 256};     // Hidden sizes; a last layer maps to 1.
+  double dropout = 0;                    // After every hidden layer, while training.
 };
 
 class DlrmImpl : public DenseModelImpl {
@@ -55,6 +62,7 @@ struct DcnOptions {
   std::vector<int> slot_dims = std::vector<int>(26, 16);
   int cross_layers = 3;
   std::vector<int> deep = {256, 128};
+  double dropout = 0;  // After every hidden layer of the deep MLP, while training.
 };
 
 class DcnV2Impl : public DenseModelImpl {
@@ -69,8 +77,52 @@ class DcnV2Impl : public DenseModelImpl {
 };
 TORCH_MODULE(DcnV2);
 
-// An MLP: Linear+ReLU per hidden size, then Linear to `out` (no activation).
-torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out);
+// logit = bias + w . dense + sum over slots of the sum of the pooled embedding's coordinates.
+class LogisticRegressionImpl : public DenseModelImpl {
+ public:
+  explicit LogisticRegressionImpl(int num_dense);
+  torch::Tensor forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) override;
+
+ private:
+  torch::nn::Linear linear_{nullptr};  // num_dense -> 1; none without dense features.
+  torch::Tensor bias_;                 // Without dense features.
+};
+TORCH_MODULE(LogisticRegression);
+
+// The models with a wide part. pooled holds the deep slots' embeddings, then `wide_slots` dim-1
+// pooled weights (the same features' ids in the wide tables). logit =
+//   linear:  b + w . dense + sum of the wide weights                      (every kind)
+//   fm:      1/2 sum_k ((sum_s v_sk)^2 - sum_s v_sk^2), v_s the embeddings (fm, deepfm)
+//            (projected to embedding_dim when their dim differs)
+//   deep:    an MLP (hidden sizes `deep`, then 1) over [dense, embeddings] (wide_deep, deepfm)
+struct WideOptions {
+  int num_dense = 13;
+  std::vector<int> slot_dims = std::vector<int>(26, 16);  // The deep slots'.
+  int wide_slots = 26;
+  int embedding_dim = 16;  // fm: the pairwise term's dim.
+  std::vector<int> deep = {256, 128};
+  double dropout = 0;
+  bool fm = false;
+  bool deep_part = true;
+};
+
+class WideModelImpl : public DenseModelImpl {
+ public:
+  explicit WideModelImpl(const WideOptions& options);
+  torch::Tensor forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) override;
+
+ private:
+  WideOptions options_;
+  torch::nn::Linear linear_{nullptr};           // num_dense -> 1; none without dense features.
+  torch::Tensor bias_;                          // Without dense features.
+  std::vector<torch::nn::Linear> projections_;  // fm: per deep slot; empty for slots of embedding_dim.
+  torch::nn::Sequential deep_{nullptr};
+};
+TORCH_MODULE(WideModel);
+
+// An MLP: Linear+ReLU (+ Dropout when dropout > 0) per hidden size, then Linear to `out` (no
+// activation).
+torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out, double dropout = 0);
 
 }  // namespace hyrec::dense_worker
 

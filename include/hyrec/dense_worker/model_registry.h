@@ -48,6 +48,7 @@ struct ModelContext {
   int num_dense = 0;                       // Dense features per sample (0 for sparse-only data).
   std::vector<std::string> feature_names;  // Per slot, in the order forward's `pooled` has them.
   std::vector<int> slot_dims;              // Per slot: the dim of its pooled embedding.
+  int wide_slots = 0;                      // Trailing dim-1 wide slots (job::WorkerPlan::wide_slots).
   job::ModelSpec spec;                     // kind, embedding_dim, bottom, top, cross_layers.
   YAML::Node options;                      // model.options: a mapping (empty when absent).
 };

@@ -90,8 +90,9 @@ struct TrainBatch {
   uint64_t index = 0;  // Position in this worker's sequence of batches.
   // Per row group, embedding_bag's input, prepared beside the lookup (off the training thread),
   // in host memory: `index` (int64) holds the group's ids (row numbers in the group, slot-major)
-  // and then one offset per (slot, sample) bag; `weights` (float) the per-id pooling scales when
-  // a slot pools by mean or sqrt-n (empty when every slot of the group sums).
+  // and then one offset per (slot, sample) bag; `weights` (float) the per-id pooling factors: the
+  // id's own weight (SlotIds::weights) times 1/n or 1/sqrt(n) when its slot pools by mean or
+  // sqrt-n (empty when every slot of the group sums ids of weight 1).
   struct Bags {
     torch::Tensor index;
     torch::Tensor weights;

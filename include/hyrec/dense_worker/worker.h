@@ -20,8 +20,11 @@
 // next batch. Then: the learning rate of the dense optimizer's schedule, forward, the loss
 // (NaN/Inf is an error naming the batch), backward with the dense gradients' allreduce, the dense
 // step, and the embedding gradients to the PS (TrainingContext, trainer.h). Worker 0 reports
-// progress every train.log_every_batches, evaluates every eval.every_batches (the others wait for
-// it, up to eval.timeout_seconds) and at the end.
+// progress every train.log_every_batches, evaluates every eval.every_batches, before the first
+// batch of each new epoch with eval.every_epoch (the others wait for it, up to
+// eval.timeout_seconds) and at the end. With eval.patience, once that many evaluations in a row
+// did not improve on the best one (eval.metric), the workers stop together as at the end of the
+// data.
 //
 // Every LibTorch exception (a model's shape error, an allocation that fails) is caught and
 // returned as a Status naming the batch and the operation.
@@ -80,6 +83,12 @@ struct TrainReport {
   std::vector<std::pair<uint64_t, Evaluation>> evals;  // (samples trained, evaluation)
   bool has_final_eval = false;                         // False without held-out data or when interrupted.
   Evaluation final_eval;
+  // The best of `evals` by eval.metric, and the samples trained when it was taken (the last
+  // evaluation is final_eval, or evals.back() when there was none).
+  bool has_best_eval = false;
+  uint64_t best_eval_samples = 0;
+  Evaluation best_eval;
+  bool stopped_early = false;      // eval.patience evaluations in a row did not improve on the best.
   double teacher_auc = 0;          // Synthetic sources: the best reachable (0: unknown).
   bool interrupted = false;        // Stopped on request before the end of the data.
   uint64_t dense_fingerprint = 0;  // DenseFingerprint of the trained dense parameters.

@@ -65,6 +65,9 @@ struct WorkerPlan {
   std::vector<int> slot_tables;
   std::vector<Pooling> pooling;
   std::vector<int> slot_dims;
+  // Models with a wide part (UsesWideTables): the last wide_slots slots are dim-1 copies of
+  // slots 0 .. wide_slots - 1, looked up in the "<table>_wide" tables the plan adds.
+  int wide_slots = 0;
   int num_dense = 0;
   int embedding_staleness = 4;
   ModelSpec model;
@@ -108,7 +111,13 @@ absl::StatusOr<JobPlan> PlanJobFile(const std::string& path);
 absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader, const std::string& master_addr,
                           int master_port, JobPlan* plan);
 
-// Dense parameters of the built-in models (dlrm, dcn) for a worker's plan; 0 for other kinds.
+// Whether a built-in model kind has a wide (linear) part over the sparse features: wide_deep,
+// deepfm and fm. The plan then adds, per table T, a dim-1 table "T_wide" (its optimizer,
+// initialized to zeros) and per feature f a slot "f_wide" that repeats f's ids in it.
+bool UsesWideTables(const std::string& kind);
+
+// Dense parameters of the built-in models (dlrm, dcn, lr, wide_deep, deepfm, fm) for a worker's plan; 0 for other
+// kinds.
 uint64_t DenseParameterCount(const WorkerPlan& worker);
 
 // Splits "host:port"; InvalidArgument naming `what` when it is not of that shape.

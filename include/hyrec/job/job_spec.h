@@ -86,20 +86,28 @@ struct DenseOptimizerSpec {
 };
 
 struct ModelSpec {
-  std::string kind = "dlrm";  // dlrm | dcn | a kind registered by the program
+  std::string kind = "dlrm";  // dlrm | dcn | lr | a kind registered by the program
   int embedding_dim = 16;     // Default table dim; DLRM's interaction dim.
   std::vector<int> bottom = {512, 256};
   std::vector<int> top = {512, 256};
   int cross_layers = 3;  // dcn
+  double dropout = 0;    // Dropout after every hidden layer of the MLPs while training.
   // model.options, for a registered model: its own settings, kept as YAML text (a mapping).
   std::string options_yaml;
 };
 
+// When worker 0 evaluates on the held-out split: every every_batches steps, at every epoch's end,
+// and at the end (unless interrupted); the best evaluation is reported beside the last.
 struct EvalSpec {
   uint64_t samples = 50'000;       // Held-out synthetic samples.
   std::vector<std::string> files;  // Held-out files (file sources).
-  int every_batches = 0;           // 0: at the end only.
-  double timeout_seconds = 600;    // Other workers wait this long for worker 0's evaluation.
+  int every_batches = 0;           // 0: not by batches.
+  bool every_epoch = false;        // Also at the end of every epoch (file sources: a pass).
+  // Early stopping: stop once this many evaluations in a row did not improve on the best (0:
+  // never). Needs every_batches or every_epoch.
+  int patience = 0;
+  std::string metric = "auc";    // What "improve" means: auc (higher) or log_loss (lower).
+  double timeout_seconds = 600;  // Other workers wait this long for worker 0's evaluation.
 };
 
 struct PsSpec {
@@ -143,7 +151,7 @@ struct JobSpec {
 };
 
 // The feature names a source has when the job names none: C1..C26 for Criteo (its columns'
-// names), f0, f1, ... otherwise.
+// names), a csv source's sparse column names, f0, f1, ... otherwise.
 std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& source);
 
 // Parses and validates a job. `source_name` prefixes every message.

@@ -1,0 +1,226 @@
+// Every built-in model kind (DLRM, DCN-v2, logistic regression, Wide & Deep, DeepFM, FM) trains
+// end to end on every format, through the job plan and RunTrainJob as
+// `hyrec train` runs it: Criteo, libsvm (one weighted multi-hot feature, and index ranges),
+// libffm (fields from 1), csv with a header (every column type), csv with dense columns only and
+// with sparse columns only, and the synthetic source. The files are generated with a learnable
+// label, so each run must also beat chance on its held-out file. Then the quality settings:
+// early stopping stops, and dropout and weight decay change what is trained.
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "hyrec/dense_worker/train_job.h"
+#include "hyrec/job/job_plan.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+std::string Path(const std::string& name) { return ::testing::TempDir() + "/formats_" + name; }
+
+// One record with a known signal: a user in [0, 30), an item in [0, 40), two dense values; the
+// label's logit adds a user effect, an item effect and the first dense value (so that a linear
+// model can learn it too).
+struct Record {
+  int label, user, item;
+  double x0, x1;
+};
+
+std::vector<Record> Records(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Record> out;
+  for (int i = 0; i < n; ++i) {
+    Record r;
+    r.user = static_cast<int>(rng() % 30);
+    r.item = static_cast<int>(rng() % 40);
+    r.x0 = static_cast<double>(rng() % 1000) / 100.0;
+    r.x1 = static_cast<double>(rng() % 100);
+    const double logit = (r.user % 3 == 0 ? 1.5 : -0.8) + (r.item % 4 == 0 ? 1.5 : -0.6) + 0.3 * (r.x0 - 5);
+    r.label = std::uniform_real_distribution<double>(0, 1)(rng) < 1 / (1 + std::exp(-logit)) ? 1 : 0;
+    out.push_back(r);
+  }
+  return out;
+}
+
+using Writer = std::string (*)(const Record&);
+
+std::string Criteo(const Record& r) {
+  std::string line = absl::StrCat(r.label, "\t", static_cast<int>(r.x0 * 10), "\t", static_cast<int>(r.x1));
+  for (int k = 2; k < 13; ++k) line += "\t";
+  line += absl::StrCat("\t", absl::Hex(r.user), "\t", absl::Hex(1000 + r.item));
+  for (int k = 2; k < 26; ++k) line += "\t";
+  return line;
+}
+std::string Libsvm(const Record& r) {
+  return absl::StrCat(r.label, " ", 1 + r.user, ":1 ", 100 + r.item, ":1 500:", r.x0 / 10);
+}
+std::string Libffm(const Record& r) { return absl::StrCat(r.label, " 1:", r.user, ":1 2:", r.item, ":1"); }
+std::string Csv(const Record& r) {
+  return absl::StrCat("\"r,", r.user, "\",", r.label, ",", r.x0, ",", r.x1, ",u", r.user, ",i", r.item, "|x",
+                      r.item % 5, ",w", r.user % 7, ":0.5;w", r.item % 7, ":2");
+}
+std::string CsvDense(const Record& r) {
+  return absl::StrCat(r.label, ",", r.x0, ",", r.user % 3 == 0 ? 1 : 0, ",", r.item % 4 == 0 ? 1 : 0);
+}
+std::string CsvSparse(const Record& r) { return absl::StrCat(r.label, "\t", r.user, "\t", r.item); }
+
+std::string WriteData(const std::string& name, Writer writer, const std::string& header, int n, uint64_t seed) {
+  const std::string path = Path(name);
+  std::ofstream out(path);
+  if (!header.empty()) out << header << "\n";
+  for (const Record& r : Records(n, seed)) out << writer(r) << "\n";
+  return path;
+}
+
+struct Format {
+  std::string name;
+  Writer writer;
+  std::string header;
+  std::string source;  // The loader.source keys beside format and files.
+};
+
+std::vector<Format> Formats() {
+  return {
+      {"criteo", Criteo, "", "format: criteo"},
+      {"libsvm", Libsvm, "", "format: libsvm"},
+      {"libsvm_ranges", Libsvm, "", "format: libsvm, index_ranges: [[1, 99], [100, 499], [500, 500]]"},
+      {"libffm", Libffm, "", "format: libffm, num_slots: 2, field_base: 1"},
+      {"csv", Csv, "id,click,x0,x1,user,items,weighted",
+       "format: csv, csv: {columns: [{name: id, type: ignore}, {name: click, type: label}, "
+       "{name: x0, type: dense, transform: standardize, mean: 5, stddev: 3}, {name: x1, type: dense, transform: "
+       "log1p}, {name: user, type: categorical}, {name: items, type: multi}, {name: weighted, type: weighted, "
+       "separator: ';'}]}"},
+      {"csv_dense_only", CsvDense, "",
+       "format: csv, csv: {header: false, columns: [{index: 0, type: label}, {index: 1, type: dense}, {index: 2, "
+       "type: dense}, {index: 3, type: dense}]}"},
+      {"csv_sparse_only", CsvSparse, "",
+       "format: csv, csv: {header: false, delimiter: \"\\t\", columns: [{index: 0, type: label}, {index: 1, type: "
+       "categorical}, {index: 2, type: categorical}]}"},
+  };
+}
+
+std::string JobText(const std::string& source, const std::string& model, const std::string& extra) {
+  return absl::StrCat("loader:\n  source: {", source, "}\n  batch_size: 64\n  threads: 1\n  epochs: 3\n",
+                      "  shuffle_window: 1024\n", "model: {kind: ", model,
+                      ", embedding_dim: 4, bottom: [8], top: [16, 8], cross_layers: 2}\n",
+                      "ps: {shards: 2, optimizer: adagrad, learning_rate: 0.1}\n",
+                      "train: {dense_optimizer: adam, dense_learning_rate: 0.01, log_every_batches: 1000}\n", extra);
+}
+
+const char* const kModels[] = {"dlrm", "dcn", "lr", "wide_deep", "deepfm", "fm"};
+
+absl::StatusOr<TrainReport> Train(const std::string& text) {
+  absl::StatusOr<job::JobSpec> spec = job::ParseJobSpecText(text, "job.yaml");
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
+  if (!plan.ok()) return plan.status();
+  return RunTrainJob(*plan, {});
+}
+
+TEST(Formats, EveryModelTrainsOnEveryFormat) {
+  for (const Format& f : Formats()) {
+    const std::string train = WriteData(f.name + "_train", f.writer, f.header, 1200, 1);
+    const std::string test = WriteData(f.name + "_test", f.writer, f.header, 400, 2);
+    const std::string source = absl::StrCat(f.source, ", files: [", train, "]");
+    for (const std::string model : kModels) {
+      SCOPED_TRACE(f.name + " / " + model);
+      absl::StatusOr<TrainReport> r = Train(JobText(source, model, "eval: {files: [" + test + "]}\n"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->samples, 3600u);
+      EXPECT_TRUE(std::isfinite(r->mean_loss_last));
+      ASSERT_TRUE(r->has_final_eval);
+      EXPECT_EQ(r->final_eval.samples, 400u);
+      EXPECT_GT(r->final_eval.auc, 0.6) << "log loss " << r->final_eval.log_loss;
+    }
+  }
+  // And the synthetic source, with and without dense features.
+  for (const std::string dense : {"13", "0"}) {
+    for (const std::string model : kModels) {
+      SCOPED_TRACE("synthetic num_dense " + dense + " / " + model);
+      absl::StatusOr<TrainReport> r =
+          Train(JobText(absl::StrCat("format: synthetic, synthetic: {num_samples: 3000, num_dense: ", dense,
+                                     ", num_slots: 4, vocabulary: 200}"),
+                        model, "eval: {samples: 1000}\n"));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->samples, 9000u);
+      EXPECT_GT(r->final_eval.auc, 0.55);
+    }
+  }
+}
+
+// 64 noisy rows trained for 30 epochs at high learning rates overfit: the held-out log loss
+// stops improving, and patience 2 stops the job two evaluations after its best one. Without
+// patience every epoch is trained.
+TEST(Quality, EarlyStoppingStopsOncePatienceRunsOut) {
+  const std::string train = WriteData("es_train", Csv, Formats()[4].header, 64, 3);
+  const std::string test = WriteData("es_test", Csv, Formats()[4].header, 400, 4);
+  std::string text =
+      JobText(absl::StrCat(Formats()[4].source, ", files: [", train, "]"), "dlrm",
+              absl::StrCat("eval: {files: [", test, "], every_epoch: true, patience: 2, metric: log_loss}\n"));
+  text = absl::StrReplaceAll(text, {{"epochs: 3", "epochs: 30"},
+                                    {"batch_size: 64", "batch_size: 16"},
+                                    {"learning_rate: 0.1", "learning_rate: 0.5"},
+                                    {"dense_learning_rate: 0.01", "dense_learning_rate: 0.05"},
+                                    {"log_every_batches: 1000", "log_every_batches: 1000, embedding_staleness: 0"}});
+  absl::StatusOr<TrainReport> stopped = Train(text);
+  ASSERT_TRUE(stopped.ok()) << stopped.status();
+  EXPECT_TRUE(stopped->stopped_early);
+  EXPECT_LT(stopped->samples, 30u * 64);
+  EXPECT_EQ(stopped->samples % 64, 0u);  // It stops at an epoch's end, where it evaluated.
+  ASSERT_GE(stopped->evals.size(), 3u);
+  ASSERT_TRUE(stopped->has_best_eval);
+  // The best evaluation is the one two before the stop (the final evaluation, after it, is the last).
+  const auto& evals = stopped->evals;
+  EXPECT_EQ(stopped->best_eval_samples, evals[evals.size() - 4 < evals.size() ? evals.size() - 4 : 0].first)
+      << "evaluations: " << evals.size();
+  for (size_t k = 0; k + 1 < evals.size(); ++k) {
+    EXPECT_GE(evals[k].second.log_loss, stopped->best_eval.log_loss);
+  }
+  absl::StatusOr<TrainReport> full = Train(absl::StrReplaceAll(text, {{", patience: 2", ""}}));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_FALSE(full->stopped_early);
+  EXPECT_EQ(full->samples, 30u * 64);
+  EXPECT_EQ(full->evals.size(), 30u);  // 29 epoch ends and the final one.
+}
+
+TEST(Quality, DropoutAndWeightDecayChangeTraining) {
+  const std::string train = WriteData("reg_train", Csv, Formats()[4].header, 640, 5);
+  const std::string base =
+      absl::StrReplaceAll(JobText(absl::StrCat(Formats()[4].source, ", files: [", train, "]"), "dlrm", ""),
+                          {{"log_every_batches: 1000", "log_every_batches: 1000, embedding_staleness: 0"}});
+  absl::StatusOr<TrainReport> plain = Train(base);
+  absl::StatusOr<TrainReport> again = Train(base);
+  absl::StatusOr<TrainReport> dropout =
+      Train(absl::StrReplaceAll(base, {{"cross_layers: 2", "cross_layers: 2, dropout: 0.5"}}));
+  absl::StatusOr<TrainReport> decay = Train(absl::StrReplaceAll(
+      base, {{"dense_optimizer: adam", "dense_optimizer: {kind: adamw, learning_rate: 0.01, weight_decay: 0.5}"},
+             {", dense_learning_rate: 0.01", ""}}));
+  ASSERT_TRUE(plain.ok() && again.ok() && dropout.ok() && decay.ok())
+      << plain.status() << again.status() << dropout.status() << decay.status();
+  EXPECT_EQ(plain->dense_fingerprint, again->dense_fingerprint);  // Deterministic: a change is the setting's.
+  EXPECT_NE(plain->dense_fingerprint, dropout->dense_fingerprint);
+  EXPECT_NE(plain->dense_fingerprint, decay->dense_fingerprint);
+}
+
+// The shipped csv example (examples/configs/clicks-csv.yaml and its generated click log) trains
+// and learns its signal.
+TEST(Formats, TheCsvExampleTrains) {
+  ASSERT_EQ(chdir(HYREC_SOURCE_DIR), 0);
+  absl::StatusOr<job::JobPlan> plan = job::PlanJobFile("examples/configs/clicks-csv.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->workers[0].feature_names,
+            (std::vector<std::string>{"site", "app", "device_type", "tags", "interests"}));
+  absl::StatusOr<TrainReport> r = RunTrainJob(*plan, {});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->samples, 4u * 4000);
+  ASSERT_TRUE(r->has_final_eval);
+  EXPECT_EQ(r->final_eval.samples, 1000u);
+  EXPECT_GT(r->final_eval.auc, 0.65);
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker
