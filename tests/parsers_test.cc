@@ -1,6 +1,9 @@
 #include "hyrec/data_loader/parsers.h"
 
+#include <algorithm>
 #include <cmath>
+
+#include "absl/strings/numbers.h"
 
 #include "gtest/gtest.h"
 #include "hyrec/data_loader/sample.h"
@@ -212,6 +215,36 @@ TEST(CsvParser, DeclaredColumnsByNameGiveLabelDenseAndEverySparseKind) {
   EXPECT_EQ(s.label, 0.0f);
   EXPECT_EQ(s.dense, (std::vector<float>{0.0f, 0.0f}));
   EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 0, 0, 0}));
+}
+
+// Dense values take a fast path for plain decimals; it must give what the general parser gives.
+TEST(CsvParser, DenseValuesEqualTheGeneralParsersForEveryTransform) {
+  for (const auto transform : {CsvColumn::Transform::kNone, CsvColumn::Transform::kLog1p}) {
+    CsvOptions o;
+    o.header = false;
+    CsvColumn label;
+    label.index = 0;
+    label.kind = CsvColumn::Kind::kLabel;
+    CsvColumn x;
+    x.index = 1;
+    x.kind = CsvColumn::Kind::kDense;
+    x.transform = transform;
+    o.columns = {label, x};
+    ASSERT_TRUE(o.Resolve(nullptr).ok());
+    for (const std::string v : {"0", "-0", "7", "-7", "16383", "16384", "123456789012345", "1234567890123456", "0.1",
+                                "3.25", "-2.5e3", "1e-5", "1.", ".5", "0.30000000000000004", "99999.999999"}) {
+      Sample s;
+      ASSERT_TRUE(ParseCsvLine("1," + v, o, &s).ok()) << v;
+      double expected = 0;
+      ASSERT_TRUE(absl::SimpleAtod(v, &expected)) << v;
+      if (transform == CsvColumn::Transform::kLog1p) expected = std::log1p(std::max(expected, 0.0));
+      EXPECT_EQ(s.dense[0], static_cast<float>(expected)) << v;
+    }
+    Sample s;
+    EXPECT_FALSE(ParseCsvLine("1,-", o, &s).ok());
+    EXPECT_FALSE(ParseCsvLine("1,1.2.3", o, &s).ok());
+    EXPECT_FALSE(ParseCsvLine("1,nan", o, &s).ok());
+  }
 }
 
 TEST(CsvParser, QuotingFollowsRfc4180) {

@@ -116,6 +116,8 @@ struct CsvOptions {
   // `min_fields`).
   int expected_fields = -1;
   int min_fields = 0;
+  int resolved_slots = 0;  // num_slots() and weighted(), kept for the parser.
+  bool resolved_weighted = false;
 };
 
 // Splits a csv line into its fields (unquoting them); InvalidArgument for a bad quote.
