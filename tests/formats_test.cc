@@ -171,12 +171,14 @@ TEST(Quality, EarlyStoppingStopsOncePatienceRunsOut) {
   EXPECT_TRUE(stopped->stopped_early);
   EXPECT_LT(stopped->samples, 30u * 64);
   EXPECT_EQ(stopped->samples % 64, 0u);  // It stops at an epoch's end, where it evaluated.
-  ASSERT_GE(stopped->evals.size(), 3u);
-  ASSERT_TRUE(stopped->has_best_eval);
-  // The best evaluation is the one two before the stop (the final evaluation, after it, is the last).
   const auto& evals = stopped->evals;
-  EXPECT_EQ(stopped->best_eval_samples, evals[evals.size() - 4 < evals.size() ? evals.size() - 4 : 0].first)
-      << "evaluations: " << evals.size();
+  ASSERT_GE(evals.size(), 3u);
+  ASSERT_TRUE(stopped->has_best_eval);
+  // The best evaluation is the one two before the stop; the last is the final one (nothing was
+  // trained after it, so it is not taken again).
+  EXPECT_EQ(stopped->best_eval_samples, evals[evals.size() - 3].first) << "evaluations: " << evals.size();
+  EXPECT_EQ(evals.back().first, stopped->samples);
+  EXPECT_EQ(stopped->final_eval.log_loss, evals.back().second.log_loss);
   for (size_t k = 0; k + 1 < evals.size(); ++k) {
     EXPECT_GE(evals[k].second.log_loss, stopped->best_eval.log_loss);
   }

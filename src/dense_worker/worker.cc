@@ -255,10 +255,15 @@ class WorkerLoop {
           data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
     }
     if (plan_.has_eval_data && !interrupted_) {
-      HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      if (!report_.evals.empty() && report_.evals.back().first == report_.samples) {
+        // Nothing was trained since the last evaluation (an early stop, an epoch's end).
+        report_.final_eval = report_.evals.back().second;
+      } else {
+        HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+        Note(report_.samples, report_.final_eval);
+        if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
+      }
       report_.has_final_eval = true;
-      Note(report_.samples, report_.final_eval);
-      if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
     }
     if (options_.observer != nullptr) options_.observer->OnFinish(report_);
     return report_;

@@ -22,7 +22,8 @@
 // step, and the embedding gradients to the PS (TrainingContext, trainer.h). Worker 0 reports
 // progress every train.log_every_batches, evaluates every eval.every_batches, before the first
 // batch of each new epoch with eval.every_epoch (the others wait for it, up to
-// eval.timeout_seconds) and at the end. With eval.patience, once that many evaluations in a row
+// eval.timeout_seconds) and at the end (unless nothing was trained since the last evaluation,
+// which then is the final one). With eval.patience, once that many evaluations in a row
 // did not improve on the best one (eval.metric), the workers stop together as at the end of the
 // data.
 //
