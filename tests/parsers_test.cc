@@ -192,6 +192,19 @@ CsvOptions ClickLog() {
   return o;
 }
 
+// Header-less options with a column of each kind at the given positions.
+CsvOptions Positional(const std::vector<std::pair<int, CsvColumn::Kind>>& columns) {
+  CsvOptions o;
+  o.header = false;
+  for (const auto& [index, kind] : columns) {
+    CsvColumn c;
+    c.index = index;
+    c.kind = kind;
+    o.columns.push_back(c);
+  }
+  return o;
+}
+
 const std::vector<std::string> kHeader = {"site", "click", "price", "tags", "age", "wtags", "note"};
 
 TEST(CsvParser, DeclaredColumnsByNameGiveLabelDenseAndEverySparseKind) {
@@ -220,16 +233,8 @@ TEST(CsvParser, DeclaredColumnsByNameGiveLabelDenseAndEverySparseKind) {
 // Dense values take a fast path for plain decimals; it must give what the general parser gives.
 TEST(CsvParser, DenseValuesEqualTheGeneralParsersForEveryTransform) {
   for (const auto transform : {CsvColumn::Transform::kNone, CsvColumn::Transform::kLog1p}) {
-    CsvOptions o;
-    o.header = false;
-    CsvColumn label;
-    label.index = 0;
-    label.kind = CsvColumn::Kind::kLabel;
-    CsvColumn x;
-    x.index = 1;
-    x.kind = CsvColumn::Kind::kDense;
-    x.transform = transform;
-    o.columns = {label, x};
+    CsvOptions o = Positional({{0, CsvColumn::Kind::kLabel}, {1, CsvColumn::Kind::kDense}});
+    o.columns[1].transform = transform;
     ASSERT_TRUE(o.Resolve(nullptr).ok());
     for (const std::string v : {"0", "-0", "7", "-7", "16383", "16384", "123456789012345", "1234567890123456", "0.1",
                                 "3.25", "-2.5e3", "1e-5", "1.", ".5", "0.30000000000000004", "99999.999999"}) {
@@ -248,15 +253,7 @@ TEST(CsvParser, DenseValuesEqualTheGeneralParsersForEveryTransform) {
 }
 
 TEST(CsvParser, QuotingFollowsRfc4180) {
-  CsvOptions o;
-  o.header = false;
-  CsvColumn label;
-  label.index = 0;
-  label.kind = CsvColumn::Kind::kLabel;
-  CsvColumn text;
-  text.index = 1;
-  text.kind = CsvColumn::Kind::kCategorical;
-  o.columns = {label, text};
+  CsvOptions o = Positional({{0, CsvColumn::Kind::kLabel}, {1, CsvColumn::Kind::kCategorical}});
   ASSERT_TRUE(o.Resolve(nullptr).ok());
   Sample s;
   ASSERT_TRUE(ParseCsvLine("1,\"say \"\"hi\"\", then\"\r", o, &s).ok());
@@ -320,15 +317,7 @@ TEST(CsvParser, DeclarationsAreCheckedAgainstTheHeader) {
   o.columns[3].name = "tags";
   EXPECT_NE(o.Validate().message().find("'tags' is declared twice"), std::string::npos);
   // Positions without a header: every position up to the last declared must be declared.
-  CsvOptions p;
-  p.header = false;
-  CsvColumn label;
-  label.index = 0;
-  label.kind = CsvColumn::Kind::kLabel;
-  CsvColumn cat;
-  cat.index = 2;
-  cat.kind = CsvColumn::Kind::kCategorical;
-  p.columns = {label, cat};
+  CsvOptions p = Positional({{0, CsvColumn::Kind::kLabel}, {2, CsvColumn::Kind::kCategorical}});
   EXPECT_NE(p.Resolve(nullptr).message().find("csv field 2 is not declared"), std::string::npos);
 }
 
