@@ -321,5 +321,13 @@ TEST(CsvParser, DeclarationsAreCheckedAgainstTheHeader) {
   EXPECT_NE(p.Resolve(nullptr).message().find("csv field 2 is not declared"), std::string::npos);
 }
 
+TEST(Formats, EveryFormatHasTheNameItsConfigKeyTakes) {
+  EXPECT_EQ(FormatName(Format::kCriteo), "criteo");
+  EXPECT_EQ(FormatName(Format::kLibsvm), "libsvm");
+  EXPECT_EQ(FormatName(Format::kLibffm), "libffm");
+  EXPECT_EQ(FormatName(Format::kCsv), "csv");
+  EXPECT_EQ(FormatName(Format::kSynthetic), "synthetic");
+}
+
 }  // namespace
 }  // namespace hyrec::data_loader

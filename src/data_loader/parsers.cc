@@ -89,6 +89,8 @@ absl::string_view FormatName(Format format) {
       return "libsvm";
     case Format::kLibffm:
       return "libffm";
+    case Format::kCsv:
+      return "csv";
     case Format::kSynthetic:
       return "synthetic";
   }
