@@ -53,12 +53,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 #endif
   libsvm.field_base = static_cast<int>(size % 2);
   if (size % 3 == 0) libsvm.index_ranges = {{0, 99}, {100, 100}, {1000, uint64_t{1} << 40}};
+  CriteoOptions criteo;
+  criteo.missing_id_for_empty = size % 2 == 0;
   while (true) {
     const size_t newline = input.find('\n');
     const absl::string_view line = input.substr(0, newline);
     absl::Status status;
 #if HYREC_FUZZ_FORMAT == 0
-    status = ParseCriteoLine(line, CriteoOptions{size % 2 == 0}, &sample);
+    status = ParseCriteoLine(line, criteo, &sample);
     if (status.ok()) CheckSample(sample, kCriteoSlots);
 #elif HYREC_FUZZ_FORMAT == 1
     status = ParseLibsvmLine(line, libsvm, &sample);
