@@ -182,6 +182,13 @@ TEST(Quality, EarlyStoppingStopsOncePatienceRunsOut) {
   for (size_t k = 0; k + 1 < evals.size(); ++k) {
     EXPECT_GE(evals[k].second.log_loss, stopped->best_eval.log_loss);
   }
+  // Two workers (Gloo on loopback) stop together on worker 0's decision.
+  absl::StatusOr<TrainReport> two =
+      Train(absl::StrReplaceAll(text, {{"embedding_staleness: 0", "embedding_staleness: 0, workers: 2"}}));
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_TRUE(two->stopped_early);
+  EXPECT_LT(two->samples, 30u * 64);
+  EXPECT_EQ(two->samples % 64, 0u);
   absl::StatusOr<TrainReport> full = Train(absl::StrReplaceAll(text, {{", patience: 2", ""}}));
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_FALSE(full->stopped_early);
