@@ -4,7 +4,7 @@
 //
 //   const int ps_port = 7000;
 //   HYREC_ASSIGN_OR_RETURN(auto proxy, LatencyProxy::Start("127.0.0.1", ps_port, absl::Microseconds(2500)));
-//   std::string address = absl::StrCat("127.0.0.1:", proxy->port());   // each round trip 5 ms longer
+//   std::string address = absl::StrCat("127.0.0.1:", proxy->port());   // round trips: twice the delay longer
 //
 // Each accepted connection gets a connection to the target and, per direction, a reader thread
 // that timestamps what arrives and a sender thread that forwards it once the delay has passed,

@@ -7,7 +7,7 @@
 namespace hyrec::dense_worker {
 
 // Makes OpenBLAS's worker threads sleep as soon as they are idle instead of spinning on
-// sched_yield (for 2^28 cycles, OpenBLAS's default) between matrix products. While a spinning
+// sched_yield (for OpenBLAS's default spin count) between matrix products. While a spinning
 // thread holds a core, the hybrid pipeline's PS and loader threads (at lower priority) hardly run
 // there; with the threads asleep they take the cores the dense step leaves idle
 // (docs/benchmarks.md has the figures).
