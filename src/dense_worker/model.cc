@@ -1,6 +1,40 @@
 #include "hyrec/dense_worker/model.h"
 
 namespace hyrec::dense_worker {
+namespace {
+
+// Registers module `m`'s b + w . dense term: a Linear "linear", or a parameter "bias" alone when
+// there are no dense features (a Linear of no inputs cannot be initialized).
+void RegisterLinearTerm(torch::nn::Module& m, int num_dense, torch::nn::Linear* linear, torch::Tensor* bias) {
+  if (num_dense > 0) {
+    *linear = m.register_module("linear", torch::nn::Linear(num_dense, 1));
+  } else {
+    *bias = m.register_parameter("bias", torch::zeros({1}));
+  }
+}
+
+torch::Tensor LinearLogit(torch::nn::Linear& linear, const torch::Tensor& bias, const torch::Tensor& dense) {
+  if (linear) return linear->forward(dense).squeeze(1);
+  return bias.expand({dense.size(0)});
+}
+
+// Per slot, a learned map (no bias) "project<s>" from its dim to `dim`; an empty module for a
+// slot that already has it.
+std::vector<torch::nn::Linear> RegisterProjections(torch::nn::Module& m, const std::vector<int>& slot_dims, int dim) {
+  std::vector<torch::nn::Linear> projections(slot_dims.size(), torch::nn::Linear(nullptr));
+  for (size_t s = 0; s < slot_dims.size(); ++s) {
+    if (slot_dims[s] == dim) continue;
+    projections[s] = m.register_module("project" + std::to_string(s),
+                                       torch::nn::Linear(torch::nn::LinearOptions(slot_dims[s], dim).bias(false)));
+  }
+  return projections;
+}
+
+torch::Tensor Projected(std::vector<torch::nn::Linear>& projections, size_t s, const torch::Tensor& x) {
+  return s < projections.size() && projections[s] ? projections[s]->forward(x) : x;
+}
+
+}  // namespace
 
 torch::nn::Sequential Mlp(int in, const std::vector<int>& hidden, int out, double dropout) {
   torch::nn::Sequential mlp;
@@ -22,13 +56,7 @@ DlrmImpl::DlrmImpl(const DlrmOptions& options) : options_(options) {
   if (!options.slot_dims.empty() && static_cast<int>(options.slot_dims.size()) != options.num_slots) {
     throw std::invalid_argument("DlrmOptions: slot_dims needs one dim per slot");
   }
-  projections_.resize(options.num_slots, torch::nn::Linear(nullptr));
-  for (size_t s = 0; s < options.slot_dims.size(); ++s) {
-    if (options.slot_dims[s] == options.embedding_dim) continue;
-    projections_[s] = register_module(
-        "project" + std::to_string(s),
-        torch::nn::Linear(torch::nn::LinearOptions(options.slot_dims[s], options.embedding_dim).bias(false)));
-  }
+  projections_ = RegisterProjections(*this, options.slot_dims, options.embedding_dim);
   const int features = options.num_slots + (options.num_dense > 0 ? 1 : 0);
   const int pairs = features * (features - 1) / 2;
   const int first = options.embedding_dim * (options.num_dense > 0 ? 1 : options.num_slots);
@@ -47,7 +75,7 @@ torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Te
     features.push_back(x);
   }
   for (size_t s = 0; s < pooled.size(); ++s) {
-    features.push_back(s < projections_.size() && projections_[s] ? projections_[s]->forward(pooled[s]) : pooled[s]);
+    features.push_back(Projected(projections_, s, pooled[s]));
   }
   torch::Tensor t = torch::stack(features, 1);                                               // [B, F, d]
   torch::Tensor z = torch::bmm(t, t.transpose(1, 2));                                        // [B, F, F]
@@ -79,32 +107,11 @@ torch::Tensor DcnV2Impl::forward(torch::Tensor dense, const std::vector<torch::T
   return head_->forward(torch::cat({x, deep}, 1)).squeeze(1);
 }
 
-namespace {
-
-// logit = b + w . dense: a Linear layer, or a bias alone when there are no dense features (a
-// Linear of no inputs cannot be initialized).
-torch::Tensor LinearLogit(torch::nn::Linear& linear, const torch::Tensor& bias, const torch::Tensor& dense) {
-  if (linear) return linear->forward(dense).squeeze(1);
-  return bias.expand({dense.size(0)});
-}
-
-}  // namespace
-
 WideModelImpl::WideModelImpl(const WideOptions& options) : options_(options) {
-  if (options.num_dense > 0) {
-    linear_ = register_module("linear", torch::nn::Linear(options.num_dense, 1));
-  } else {
-    bias_ = register_parameter("bias", torch::zeros({1}));
-  }
+  RegisterLinearTerm(*this, options.num_dense, &linear_, &bias_);
+  if (options.fm) projections_ = RegisterProjections(*this, options.slot_dims, options.embedding_dim);
   int width = options.num_dense;
-  projections_.resize(options.slot_dims.size(), torch::nn::Linear(nullptr));
-  for (size_t s = 0; s < options.slot_dims.size(); ++s) {
-    width += options.slot_dims[s];
-    if (!options.fm || options.slot_dims[s] == options.embedding_dim) continue;
-    projections_[s] = register_module(
-        "project" + std::to_string(s),
-        torch::nn::Linear(torch::nn::LinearOptions(options.slot_dims[s], options.embedding_dim).bias(false)));
-  }
+  for (int d : options.slot_dims) width += d;
   if (options.deep_part) deep_ = register_module("deep", Mlp(width, options.deep, 1, options.dropout));
 }
 
@@ -115,7 +122,7 @@ torch::Tensor WideModelImpl::forward(torch::Tensor dense, const std::vector<torc
   if (options_.fm && deep_slots > 0) {
     torch::Tensor sum, squares;
     for (size_t s = 0; s < deep_slots; ++s) {
-      const torch::Tensor v = projections_[s] ? projections_[s]->forward(pooled[s]) : pooled[s];
+      const torch::Tensor v = Projected(projections_, s, pooled[s]);
       sum = sum.defined() ? sum + v : v;
       squares = squares.defined() ? squares + v * v : v * v;
     }
@@ -130,11 +137,7 @@ torch::Tensor WideModelImpl::forward(torch::Tensor dense, const std::vector<torc
 }
 
 LogisticRegressionImpl::LogisticRegressionImpl(int num_dense) {
-  if (num_dense > 0) {
-    linear_ = register_module("linear", torch::nn::Linear(num_dense, 1));
-  } else {
-    bias_ = register_parameter("bias", torch::zeros({1}));
-  }
+  RegisterLinearTerm(*this, num_dense, &linear_, &bias_);
 }
 
 torch::Tensor LogisticRegressionImpl::forward(torch::Tensor dense, const std::vector<torch::Tensor>& pooled) {
