@@ -29,9 +29,9 @@ install(TARGETS ${HYREC_INSTALLED_TARGETS} EXPORT hyrecTargets
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/include/hyrec DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-set(HYREC_INSTALLED_BINARIES hyrec hyrec-ps hyrec-loader hyrec-ps-demo)
+set(HYREC_INSTALLED_BINARIES hyrec hyrec-ps hyrec-loader hyrec-ps-demo hyrec-checkpoint)
 if(HYREC_WITH_TORCH)
-  list(APPEND HYREC_INSTALLED_BINARIES hyrec-train hyrec-worker)
+  list(APPEND HYREC_INSTALLED_BINARIES hyrec-train hyrec-worker hyrec-export hyrec-predict hyrec-eval)
 endif()
 install(TARGETS ${HYREC_INSTALLED_BINARIES} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 

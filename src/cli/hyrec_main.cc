@@ -20,6 +20,10 @@ constexpr const char* kRoles[][2] = {
     {"ps", "one embedding parameter-server shard (gRPC)"},
     {"loader", "stream a job's training batches to its dense workers (gRPC DataService)"},
     {"worker", "one dense worker of a job (remote PS and loader, c10d sync)"},
+    {"checkpoint", "inspect or verify a checkpoint, export or delta directory"},
+    {"export", "write the serving artifact (model.pt and rows) of a job's checkpoint"},
+    {"predict", "score data files with an exported model, one probability per line"},
+    {"eval", "AUC and log loss of an exported model on labelled data"},
     {"ps-demo", "start PS shards and drive lookups and updates through the client"},
 };
 

@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/metrics_server.h"
@@ -20,6 +22,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
+#include "hyrec/data_loader/positions.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/job/job_plan.h"
 #include "src/cli/logging.h"
@@ -40,8 +43,19 @@ struct LoaderFlags {
   CommonFlags common;
 };
 
-absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& path) {
+// --resume: a positions file (--positions_out), or a checkpoint (a directory, or 'latest' under the
+// job's checkpoint.dir) whose workers' positions are remapped to the job's workers.
+absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& path, const job::JobPlan& plan) {
   if (path.empty()) return std::vector<ReaderPosition>();
+  if (path == "latest" || Env::Default()->FileExists(JoinPath(path, kManifestName))) {
+    CheckpointManifest manifest;
+    HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), plan.spec.checkpoint.dir,
+                                                                    kCheckpointPrefix, path, &manifest));
+    absl::StatusOr<std::vector<ReaderPosition>> positions =
+        data_loader::ReadPositionFiles(Env::Default(), dir, manifest, plan.loader.options.num_workers);
+    if (!positions.ok()) return Annotate(positions.status(), "--resume");
+    return positions;
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot read --resume file '", path, "'"));
   std::stringstream text;
@@ -85,7 +99,7 @@ absl::Status Serve(const LoaderFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
   const data_loader::LoaderOptions& options = plan.loader.options;
-  HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume));
+  HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume, plan));
   std::string host;
   int planned_port = 0;
   HYREC_RETURN_IF_ERROR(job::SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &planned_port));
@@ -136,7 +150,9 @@ int LoaderMain(int argc, char** argv) {
   flags.String("config", &f.config, "FILE", "The job's YAML file (required); its loader section and plan.");
   flags.String("host", &f.host, "HOST", "Address to listen on.");
   flags.Int("port", &f.port, "Port; 0 picks a free one (printed); -1: the job's cluster.loader port.", -1, 65535);
-  flags.String("resume", &f.resume, "FILE", "Per-worker positions to resume from (written by --positions_out).");
+  flags.String("resume", &f.resume, "FILE|DIR|latest",
+               "Per-worker positions to resume from: a file written by --positions_out, or a checkpoint (its "
+               "directory, or 'latest' under the job's checkpoint.dir).");
   flags.String("positions_out", &f.positions_out, "FILE", "Where to write the workers' positions on shutdown.");
   flags.Int("replay_batches", &f.replay_batches,
             "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);

@@ -78,8 +78,9 @@ class Cluster {
   }
 
   absl::Status StartServers() {
-    const std::vector<std::string> common = {"--config=" + options_.config_path, "--host=127.0.0.1", "--port=0",
-                                             "--log_level=" + options_.log_level};
+    std::vector<std::string> common = {"--config=" + options_.config_path, "--host=127.0.0.1", "--port=0",
+                                       "--log_level=" + options_.log_level};
+    if (!options_.resume.empty()) common.push_back("--resume=" + options_.resume);
     for (size_t i = 0; i < plan().ps.size(); ++i) {
       std::vector<std::string> args = common;
       args.push_back(absl::StrCat("--shard_index=", i));
@@ -118,13 +119,13 @@ class Cluster {
   absl::Status StartWorkers() {
     const int master_port = PickFreeLoopbackPort();
     for (size_t r = 0; r < plan().workers.size(); ++r) {
-      HYREC_ASSIGN_OR_RETURN(auto worker,
-                             Spawn(Command(options_.roles.worker,
-                                           {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
-                                            "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
-                                            "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
-                                            r == 0 ? "--progress=events" : "--progress=none",
-                                            "--plot=", "--log_level=" + options_.log_level})));
+      HYREC_ASSIGN_OR_RETURN(
+          auto worker, Spawn(Command(options_.roles.worker,
+                                     {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
+                                      "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
+                                      "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
+                                      r == 0 ? "--progress=events" : "--progress=none",
+                                      "--plot=", "--log_level=" + options_.log_level, "--resume=" + options_.resume})));
       workers_.push_back(std::move(worker));
       Drain(workers_.back().get(), /*events=*/r == 0);
     }

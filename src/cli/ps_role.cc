@@ -9,6 +9,8 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/metrics_server.h"
@@ -16,6 +18,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/embedding_ps/server.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "hyrec/job/job_plan.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
@@ -36,6 +39,7 @@ struct PsFlags {
   int threads = 0;
   uint64_t max_ids_per_request = 1 << 22;
   int shutdown_grace_ms = 2000;
+  std::string resume;
   CommonFlags common;
 };
 
@@ -86,6 +90,23 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
   server->shard_index = shard.shard_index;
   server->num_shards = shard.num_shards;
   server->max_ids_per_request = shard.max_ids_per_request;
+  server->checkpoint_root = shard.checkpoint_root;
+  server->export_root = shard.export_root;
+  return absl::OkStatus();
+}
+
+// Fills a planned shard's store from a checkpoint (resharding when it was cut with other counts).
+absl::Status RestoreFromCheckpoint(const PsFlags& f, const embedding_ps::ServerOptions& server,
+                                   embedding_ps::EmbeddingShardStore* store) {
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  CheckpointManifest manifest;
+  HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), plan.spec.checkpoint.dir,
+                                                                  kCheckpointPrefix, f.resume, &manifest));
+  const absl::Time start = absl::Now();
+  HYREC_RETURN_IF_ERROR(
+      embedding_ps::RestoreShard(Env::Default(), dir, manifest, server.shard_index, server.num_shards, store));
+  spdlog::info("restored from {} (step {}, {} shard(s) then) in {}", dir, manifest.step, manifest.num_shards,
+               absl::FormatDuration(absl::Now() - start));
   return absl::OkStatus();
 }
 
@@ -100,6 +121,10 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
                                          : PlannedShard(flags, f, &store_options, &server_options));
   server_options.host = f.host;
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
+  if (!f.resume.empty()) {
+    if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
+    HYREC_RETURN_IF_ERROR(Annotate(RestoreFromCheckpoint(f, server_options, store.get()), "--resume"));
+  }
 
   InstallStopSignalHandlers();
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
@@ -153,6 +178,9 @@ int PsMain(int argc, char** argv) {
                "Without --config: larger requests get "
                "RESOURCE_EXHAUSTED.");
   flags.Int("shutdown_grace_ms", &f.shutdown_grace_ms, "Time in-flight requests get to finish on SIGTERM.", 0, 600000);
+  flags.String("resume", &f.resume, "DIR|latest",
+               "With --config: fill the shard from a checkpoint before serving (its rows for this shard of the "
+               "job's ps.shards, whatever the checkpoint's shard count).");
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("ps", f.common.log_level);

@@ -33,6 +33,12 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles);
 // `hyrec worker`: one dense worker of a job, against remote PS shards and a remote loader.
 int WorkerMain(int argc, char** argv);
 
+// `hyrec checkpoint inspect|verify DIR` (no LibTorch), `hyrec export`, `hyrec predict`, `hyrec eval`.
+int CheckpointMain(int argc, char** argv);
+int ExportMain(int argc, char** argv);
+int PredictMain(int argc, char** argv);
+int EvalMain(int argc, char** argv);
+
 }  // namespace hyrec::cli
 
 #endif  // HYREC_SRC_CLI_ROLES_H_

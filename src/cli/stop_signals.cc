@@ -4,13 +4,15 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <csignal>
+
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/signals.h"
 
 namespace hyrec::cli {
 
 StopSignals::StopSignals(std::function<void(int)> on_first, std::function<void()> on_second) {
-  InstallStopSignalHandlers();
+  InstallCheckpointSignalHandler();
   if (pipe2(wake_fd_, O_CLOEXEC) != 0) wake_fd_[0] = wake_fd_[1] = -1;
   thread_ = std::thread([this, on_first = std::move(on_first), on_second = std::move(on_second)] {
     int received = 0;
@@ -20,6 +22,10 @@ StopSignals::StopSignals(std::function<void(int)> on_first, std::function<void()
       if (fds[1].revents != 0) return;
       unsigned char signal = 0;
       if (read(StopSignalFd(), &signal, 1) != 1) continue;
+      if (signal == SIGUSR1) {
+        checkpoint_.store(true);
+        continue;
+      }
       if (++received == 1) {
         stop_.store(true);
         if (on_first) on_first(signal);

@@ -7,7 +7,8 @@
 //   options.stop = signals.flag();
 //
 // It installs the process's stop-signal handlers (common/signals.h) and waits for them on a
-// thread of its own; one StopSignals per process at a time.
+// thread of its own; one StopSignals per process at a time. SIGUSR1 sets checkpoint_flag() and
+// stops nothing.
 #ifndef HYREC_SRC_CLI_STOP_SIGNALS_H_
 #define HYREC_SRC_CLI_STOP_SIGNALS_H_
 
@@ -27,10 +28,13 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
   const std::atomic<bool>* flag() const { return &stop_; }
+  // Set by SIGUSR1 (a checkpoint request); the job resets it once it acts on it.
+  std::atomic<bool>* checkpoint_flag() { return &checkpoint_; }
   bool stopped() const { return stop_.load(); }
 
  private:
   std::atomic<bool> stop_{false};
+  std::atomic<bool> checkpoint_{false};
   int wake_fd_[2] = {-1, -1};  // Written by the destructor to end the thread.
   std::thread thread_;
 };

@@ -8,12 +8,15 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/metrics_server.h"
@@ -39,6 +42,7 @@ using dense_worker::TrainReport;
 // Flags of both training roles.
 struct TrainingFlags {
   std::string config;
+  std::string resume;
   std::string progress = "auto";
   std::string plot;
   std::string report;
@@ -55,6 +59,10 @@ void AddTrainingFlags(FlagSet& flags, TrainingFlags* f, std::vector<std::string>
                "(empty: no plot).");
   flags.String("report", &f->report, "FILE",
                "Also write the summary as YAML (samples, losses, AUC, the dense parameters' fingerprint).");
+  flags.String("resume", &f->resume, "DIR|latest",
+               "Resume from a checkpoint: a checkpoint directory, or 'latest' (the newest one under the job's "
+               "checkpoint.dir that verifies). Every role resumes from the same one; the shard and worker counts "
+               "may differ from the run that wrote it.");
   flags.AddCommon(&f->common);
 }
 
@@ -64,11 +72,12 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
   out << absl::StrFormat(
       "samples: %d\nplanned_samples: %d\nsamples_per_second: %.17g\nfirst_loss: %.17g\nmean_loss_last: %.17g\n"
       "interrupted: %s\nhas_final_eval: %s\nauc: %.17g\nlog_loss: %.17g\neval_samples: %d\nteacher_auc: %.17g\n"
-      "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\nbatches: %d\nobserved_staleness: %.17g\n",
+      "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\nbatches: %d\nobserved_staleness: %.17g\n"
+      "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\n",
       r.samples, r.planned_samples, r.samples_per_second, r.first_loss, r.mean_loss_last,
       r.interrupted ? "true" : "false", r.has_final_eval ? "true" : "false", r.final_eval.auc, r.final_eval.log_loss,
       r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.stats.batches,
-      r.stats.observed_staleness);
+      r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step);
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
   return absl::OkStatus();
@@ -132,6 +141,11 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.log_level = f.training.common.log_level == "info" ? "warn" : f.training.common.log_level;
     options.monitor = monitor_options;
     options.stop = signals.flag();
+    if (!f.training.resume.empty()) {  // Resolved once, so that every role resumes from the same one.
+      CheckpointManifest manifest;
+      HYREC_ASSIGN_OR_RETURN(options.resume, ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix,
+                                                               f.training.resume, &manifest));
+    }
     HYREC_ASSIGN_OR_RETURN(ProcessesResult result, RunProcesses(options));
     if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) return result.exit_code;
     report = result.report;
@@ -142,6 +156,8 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.observer = &monitor;
     options.metrics = monitor_options.metrics;
     options.stop = signals.flag();
+    options.resume = f.training.resume;
+    options.checkpoint_request = signals.checkpoint_flag();
     HYREC_ASSIGN_OR_RETURN(report, dense_worker::RunTrainJob(plan, options));
     code = report.interrupted ? kExitInterrupted : kExitOk;
   }
@@ -193,6 +209,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training.config));
   int rank = 0;
   HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
+  const int world = static_cast<int>(plan.workers.size());
   StopSignals signals(
       [rank](int) {
         std::cerr << "hyrec worker " << rank << ": stopping after the current batch (signal again to stop at once)"
@@ -218,11 +235,19 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
     monitor.worker = static_cast<uint32_t>(rank);
     observer = std::make_unique<dense_worker::JobMonitor>(monitor);
   }
+  std::optional<dense_worker::ResumePoint> resume;
+  if (!f.training.resume.empty()) {
+    HYREC_ASSIGN_OR_RETURN(
+        resume, dense_worker::LoadResumePoint(Env::Default(), plan.spec.checkpoint.dir, f.training.resume, world));
+  }
   dense_worker::WorkerOptions options;
   options.stream = stream.get();
   options.ps = ps.get();
   options.observer = observer.get();
   options.stop = signals.flag();
+  options.resume = resume ? &resume->dense : nullptr;
+  options.checkpoint_request = rank == 0 ? signals.checkpoint_flag() : nullptr;
+  options.job_text = plan.spec.text;
   HYREC_ASSIGN_OR_RETURN(TrainReport report, dense_worker::RunWorker(plan.workers[rank], plan.endpoints, options));
   if (rank == 0) {
     PlotIfAsked(report, f.training.plot, std::cout);

@@ -35,6 +35,18 @@ void InstallStopSignalHandlers() {
   });
 }
 
+void InstallCheckpointSignalHandler() {
+  InstallStopSignalHandlers();
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction action = {};
+    action.sa_handler = OnStopSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGUSR1, &action, nullptr);
+  });
+}
+
 int StopSignalFd() { return g_pipe[0]; }
 
 int WaitForStopSignal() {

@@ -33,6 +33,8 @@ class FieldReader {
         ok = absl::SimpleAtod(it->second, out);
       } else if constexpr (std::is_same_v<T, bool>) {
         *out = it->second == "1";
+      } else if constexpr (std::is_same_v<T, std::string>) {
+        *out = it->second;
       } else {
         ok = absl::SimpleAtoi(it->second, out);
       }
@@ -79,17 +81,19 @@ void EventWriter::OnEvaluation(uint64_t samples, const Evaluation& e) {
 }
 
 void EventWriter::OnFinish(const TrainReport& r) {
-  std::string line =
-      absl::StrCat("finish samples=", r.samples, " planned=", r.planned_samples, " elapsed=", Num(r.elapsed_seconds),
-                   " rate=", Num(r.samples_per_second), " steady=", Num(r.steady_samples_per_second),
-                   " first_loss=", Num(r.first_loss), " mean_loss_last=", Num(r.mean_loss_last),
-                   " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=", Num(r.final_eval.auc),
-                   " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
-                   " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
-                   " has_best_eval=", r.has_best_eval ? 1 : 0, " best_at=", r.best_eval_samples,
-                   " best_auc=", Num(r.best_eval.auc), " best_log_loss=", Num(r.best_eval.log_loss),
-                   " best_samples=", r.best_eval.samples, " stopped_early=", r.stopped_early ? 1 : 0,
-                   " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint), " dense_sum=", Num(r.dense_sum));
+  std::string line = absl::StrCat(
+      "finish samples=", r.samples, " planned=", r.planned_samples, " elapsed=", Num(r.elapsed_seconds),
+      " rate=", Num(r.samples_per_second), " steady=", Num(r.steady_samples_per_second),
+      " first_loss=", Num(r.first_loss), " mean_loss_last=", Num(r.mean_loss_last),
+      " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=", Num(r.final_eval.auc),
+      " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
+      " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
+      " has_best_eval=", r.has_best_eval ? 1 : 0, " best_at=", r.best_eval_samples, " best_auc=", Num(r.best_eval.auc),
+      " best_log_loss=", Num(r.best_eval.log_loss), " best_samples=", r.best_eval.samples,
+      " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
+      " dense_sum=", Num(r.dense_sum), " checkpoint=", r.last_checkpoint, " best_checkpoint=", r.best_checkpoint,
+      " export=", r.export_dir, " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
+      " pause=", Num(r.checkpoint_pause_seconds), " resumed_step=", r.resumed_step);
   AppendStats(r.stats, &line);
   Write(line);
 }
@@ -157,6 +161,13 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("best_log_loss", &r.best_eval.log_loss);
     f.Get("best_samples", &r.best_eval.samples);
     f.Get("stopped_early", &r.stopped_early);
+    f.Get("checkpoint", &r.last_checkpoint);
+    f.Get("best_checkpoint", &r.best_checkpoint);
+    f.Get("export", &r.export_dir);
+    f.Get("checkpoints", &r.checkpoints);
+    f.Get("checkpoint_failures", &r.checkpoint_failures);
+    f.Get("pause", &r.checkpoint_pause_seconds);
+    f.Get("resumed_step", &r.resumed_step);
     f.Get("dense_sum", &r.dense_sum);
     f.Stats(&r.stats);
     if (!f.status().ok()) return f.status();

@@ -151,6 +151,14 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
     if (r.has_final_eval) out << absl::StrFormat("; gap %.4f", r.teacher_auc - r.final_eval.auc);
     out << "\n";
   }
+  if (r.resumed_step > 0) out << absl::StrFormat("  resumed from step %d\n", r.resumed_step);
+  if (!r.last_checkpoint.empty() || r.checkpoint_failures > 0) {
+    out << absl::StrFormat("  checkpoint %s (%d written this run, %d failed; training paused %.2f s for them)\n",
+                           r.last_checkpoint.empty() ? "none" : r.last_checkpoint, r.checkpoints, r.checkpoint_failures,
+                           r.checkpoint_pause_seconds);
+  }
+  if (!r.best_checkpoint.empty()) out << "  best evaluation's checkpoint " << r.best_checkpoint << "\n";
+  if (!r.export_dir.empty()) out << "  export " << r.export_dir << " (hyrec predict --model=" << r.export_dir << ")\n";
   out << absl::StrFormat(
       "  PS lookup %.2f ms, update %.2f ms per batch; waited %.2f ms per batch for rows; observed staleness %.2f "
       "batches\n",

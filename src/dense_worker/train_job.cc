@@ -1,6 +1,7 @@
 #include "hyrec/dense_worker/train_job.h"
 
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,13 +38,36 @@ class PsMetricsObserver : public TrainObserver {
   MetricsRegistry* metrics_;
 };
 
-absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> InProcessShards(const job::JobPlan& plan) {
-  std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
-  for (const job::PsShardPlan& shard : plan.ps) {
-    HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(shard.store));
-    stores.push_back(std::move(store));
+// The plan's shards as in-process stores, restored from `resume` (each shard on its own thread)
+// when given.
+absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> InProcessShards(const job::JobPlan& plan,
+                                                                               const ResumePoint* resume, Env* env) {
+  const size_t n = plan.ps.size();
+  std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores(n);
+  std::vector<absl::Status> errors(n);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> store;
+      if (resume != nullptr) {
+        store = RestoreShardStore(env, resume->dir, resume->manifest, plan.ps[i]);
+      } else {
+        store = embedding_ps::EmbeddingShardStore::Create(plan.ps[i].store);
+      }
+      if (store.ok()) {
+        stores[i] = std::move(*store);
+      } else {
+        errors[i] = Annotate(store.status(), absl::StrCat("PS shard ", i));
+      }
+    });
   }
-  return embedding_ps::NewInProcessEmbeddingClient(std::move(stores));
+  for (std::thread& t : threads) t.join();
+  for (const absl::Status& e : errors) HYREC_RETURN_IF_ERROR(e);
+  embedding_ps::CutRoots roots;
+  roots.checkpoint_root = plan.ps[0].checkpoint_root;
+  roots.export_root = plan.ps[0].export_root;
+  roots.env = env;
+  return embedding_ps::NewInProcessEmbeddingClient(std::move(stores), roots);
 }
 
 }  // namespace
@@ -61,13 +85,19 @@ absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJob
                                                       torch::cuda::device_count(),
                                                       " GPUs (NCCL needs one GPU per worker)"));
   }
-  HYREC_ASSIGN_OR_RETURN(auto ps, InProcessShards(plan));
+  std::optional<ResumePoint> resume;
+  if (!options.resume.empty()) {
+    HYREC_ASSIGN_OR_RETURN(resume, LoadResumePoint(options.env, plan.spec.checkpoint.dir, options.resume, workers));
+  }
+  HYREC_ASSIGN_OR_RETURN(auto ps, InProcessShards(plan, resume ? &*resume : nullptr, options.env));
   // The loader shares the machine with the dense step: its threads run on the cores it leaves idle.
   std::unique_ptr<data_loader::Loader> loader;
   if (options.streams.empty()) {
     data_loader::LoaderOptions loader_options = plan.loader.options;
     loader_options.thread_nice = kIdleNice;
-    HYREC_ASSIGN_OR_RETURN(loader, data_loader::Loader::Start(loader_options, {}));
+    HYREC_ASSIGN_OR_RETURN(
+        loader, data_loader::Loader::Start(loader_options,
+                                           resume ? resume->positions : std::vector<data_loader::ReaderPosition>()));
   }
   PsMetricsObserver observer(options.observer, ps.get(), options.metrics);
   job::Endpoints endpoints = plan.endpoints;  // One process: the rendezvous is on loopback.
@@ -85,6 +115,10 @@ absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJob
       worker.ps = ps.get();
       worker.observer = w == 0 ? &observer : nullptr;
       worker.stop = options.stop;
+      worker.resume = resume ? &resume->dense : nullptr;
+      worker.checkpoint_request = w == 0 ? options.checkpoint_request : nullptr;
+      worker.job_text = plan.spec.text;
+      worker.env = options.env;
       // Workers that are threads share the cores: one intra-op thread each. One worker keeps
       // LibTorch's default.
       worker.intra_op_threads = workers > 1 ? 1 : 0;

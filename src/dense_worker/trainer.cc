@@ -583,8 +583,16 @@ TrainerStats TrainingContext::stats() const {
 }
 
 absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_ps::EmbeddingClient* ps,
-                                    const TrainerOptions& options, DenseModelImpl& model) {
+                                    const TrainerOptions& options, DenseModelImpl& model,
+                                    std::vector<float>* scores_out, std::vector<float>* labels_out) {
   torch::NoGradGuard no_grad;
+  // Evaluation mode (no dropout) for the pass, then the mode the model was in.
+  struct ModeGuard {
+    explicit ModeGuard(DenseModelImpl& m) : model(m), training(m.is_training()) { model.eval(); }
+    ~ModeGuard() { model.train(training); }
+    DenseModelImpl& model;
+    const bool training;
+  } mode(model);
   std::vector<float> scores, labels;
   double loss_sum = 0;
   // A read-only context: lookups (two batches ahead) and pooling, no optimizer, no updates.
@@ -605,6 +613,8 @@ absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_
     labels.insert(labels.end(), tb->batch.labels.begin(), tb->batch.labels.end());
   }
   if (!ctx.status().ok()) return ctx.status();
+  if (scores_out != nullptr) *scores_out = scores;
+  if (labels_out != nullptr) *labels_out = labels;
   Evaluation e;
   e.samples = scores.size();
   e.auc = data_loader::ExactAuc(scores, labels);

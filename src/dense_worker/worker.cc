@@ -1,10 +1,14 @@
 #include "hyrec/dense_worker/worker.h"
 
+#include <climits>
 #include <cmath>
+#include <iostream>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/dense_worker/model_registry.h"
@@ -38,6 +42,8 @@ class WorkerLoop {
       TrainBatch* batch = nullptr;
       HYREC_ASSIGN_OR_RETURN(const bool go, NextStep(ctx, &batch));
       if (!go) break;
+      if (cut_checkpoint_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr));
+      if (cut_delta_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
       if (evaluate_now_) {  // A new epoch: evaluate the last one's model before training on.
         HYREC_ASSIGN_OR_RETURN(const bool go_on, EvaluateNow(ctx));
         if (!go_on) break;
@@ -46,10 +52,12 @@ class WorkerLoop {
       last_epoch_ = batch->batch.epoch;
       last_bytes_read_ = batch->batch.bytes_read;
       last_bytes_total_ = batch->batch.bytes_total;
+      last_position_ = batch->batch.next_position;
       HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
       Record(ctx);
       HYREC_ASSIGN_OR_RETURN(const bool go_on, MaybeEvaluate(ctx));
       if (!go_on) break;
+      HYREC_RETURN_IF_ERROR(MaybeCut(ctx));
     }
     HYREC_RETURN_IF_ERROR(ctx.Finish());
     return Finish(ctx);
@@ -88,7 +96,127 @@ class WorkerLoop {
     }
     HYREC_ASSIGN_OR_RETURN(optimizer_, MakeDenseOptimizer(plan_.dense_optimizer, model_->parameters()));
     trainer_options_ = TrainerOptionsFor(plan_, device_);
+    last_position_ = options_.stream->Position();
+    if (options_.resume != nullptr) HYREC_RETURN_IF_ERROR(Resume(*options_.resume));
+    return SetUpCuts();
+  }
+
+  // Continues the counters of the run a checkpoint was cut from.
+  absl::Status Resume(const DenseState& dense) {
+    HYREC_RETURN_IF_ERROR(ApplyDenseState(dense, *model_, optimizer_.get(), /*restore_rng=*/leader_));
+    const TrainState& s = dense.state;
+    base_step_ = s.step;
+    base_samples_ = s.samples;
+    last_epoch_ = s.epoch;
+    report_.resumed_step = s.step;
+    evals_without_gain_ = s.evals_without_gain;
+    if (s.has_best_eval) {
+      report_.has_best_eval = true;
+      report_.best_eval.auc = s.best_auc;
+      report_.best_eval.log_loss = s.best_log_loss;
+      report_.best_eval.samples = s.best_eval_samples;
+      report_.best_eval_samples = s.best_at_samples;
+    }
     return absl::OkStatus();
+  }
+
+  absl::Status SetUpCuts() {
+    const bool deltas = plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0;
+    if (plan_.checkpoint.dir.empty() && !deltas) return absl::OkStatus();
+    // The run's tag names its cuts: worker 0's clock, agreed by every worker.
+    int tag = static_cast<int>(absl::ToUnixSeconds(absl::Now()) & 0x7fffffff);
+    if (sync_ != nullptr) {
+      HYREC_ASSIGN_OR_RETURN(tag, sync_->AllMin(leader_ ? tag : INT_MAX, Seconds(plan_.sync_timeout_seconds)));
+    }
+    JobCuts::Options o;
+    o.plan = &plan_;
+    o.job_text = options_.job_text;
+    o.ps = options_.ps;
+    o.sync = sync_.get();
+    o.env = options_.env;
+    o.run_tag = static_cast<uint32_t>(tag);
+    cuts_ = std::make_unique<JobCuts>(std::move(o));
+    last_cut_at_ = absl::Now();
+    last_delta_at_ = absl::Now();
+    if (options_.resume != nullptr) {
+      const TrainState& s = options_.resume->state;
+      cuts_->Resume(s.best_checkpoint, s.delta_sequence);
+      last_cut_step_ = s.step;
+      if (leader_ && deltas) DropDeltasAfter(s.delta_sequence);
+    }
+    return absl::OkStatus();
+  }
+
+  // A resumed run's deltas replace those the abandoned run took after its checkpoint.
+  void DropDeltasAfter(uint64_t sequence) {
+    Env* env = options_.env != nullptr ? options_.env : Env::Default();
+    const std::string prefix = kDeltaPrefix;
+    for (const std::string& name : ListCheckpointDirs(env, plan_.serving.dir, prefix)) {
+      uint64_t seq = 0;
+      if (!absl::SimpleAtoi(name.substr(prefix.size() + 1, 12), &seq) || seq <= sequence) continue;
+      (void)DeleteDirAndFiles(env, JoinPath(plan_.serving.dir, name));
+    }
+  }
+
+  uint64_t GlobalStep(const TrainingContext& ctx) const { return base_step_ + ctx.stats().batches; }
+
+  TrainState State(const TrainingContext& ctx) const {
+    TrainState s;
+    s.step = GlobalStep(ctx);
+    s.samples = JobSamples(ctx);
+    s.epoch = last_epoch_;
+    s.has_best_eval = report_.has_best_eval;
+    s.best_auc = report_.best_eval.auc;
+    s.best_log_loss = report_.best_eval.log_loss;
+    s.best_eval_samples = report_.best_eval.samples;
+    s.best_at_samples = report_.best_eval_samples;
+    s.evals_without_gain = evals_without_gain_;
+    return s;
+  }
+
+  uint64_t JobSamples(const TrainingContext& ctx) const {
+    return base_samples_ + ctx.stats().samples * static_cast<uint64_t>(plan_.world_size);
+  }
+
+  // One cut: every update of this worker applied first (the drain), then JobCuts.
+  absl::Status CutNow(TrainingContext& ctx, JobCuts::Kind kind, const Evaluation* eval) {
+    if (cuts_ == nullptr) return absl::OkStatus();
+    HYREC_RETURN_IF_ERROR(ctx.Finish());
+    HYREC_RETURN_IF_ERROR(cuts_->Cut(kind, State(ctx), last_position_, *model_, optimizer_.get(), eval));
+    if (kind == JobCuts::Kind::kCheckpoint) {
+      last_cut_step_ = GlobalStep(ctx);
+      last_cut_at_ = absl::Now();
+    } else {
+      last_delta_at_ = absl::Now();
+    }
+    return absl::OkStatus();
+  }
+
+  // The cuts every worker knows to take after this step (by step counts).
+  absl::Status MaybeCut(TrainingContext& ctx) {
+    if (cuts_ == nullptr) return absl::OkStatus();
+    const uint64_t step = GlobalStep(ctx);
+    const int64_t every = plan_.checkpoint.every_steps;
+    if (!plan_.checkpoint.dir.empty() && every > 0 && step % static_cast<uint64_t>(every) == 0) {
+      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr));
+    }
+    const int64_t delta_every = plan_.serving.delta_every_steps;
+    if (delta_every > 0 && step % static_cast<uint64_t>(delta_every) == 0) {
+      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
+    }
+    return absl::OkStatus();
+  }
+
+  // Worker 0's wishes for a cut before the next step: time since the last, or SIGUSR1.
+  bool WantsCheckpoint() {
+    if (!leader_ || cuts_ == nullptr || plan_.checkpoint.dir.empty()) return false;
+    bool asked = options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false);
+    const double every = plan_.checkpoint.every_seconds;
+    return asked || (every > 0 && absl::Now() - last_cut_at_ >= Seconds(every));
+  }
+  bool WantsDelta() const {
+    const double every = plan_.serving.delta_every_seconds;
+    return leader_ && cuts_ != nullptr && every > 0 && absl::Now() - last_delta_at_ >= Seconds(every);
   }
 
   // Votes of the step agreement; the smallest wins.
@@ -108,17 +236,25 @@ class WorkerLoop {
         (*batch)->batch.epoch != last_epoch_) {
       vote = kVoteEvaluate;
     }
+    // Two low bits carry worker 0's wish for a checkpoint and a delta first (0: wanted), so the
+    // smallest vote still decides and every worker learns both.
+    const bool ckpt = vote >= kVoteEvaluate && WantsCheckpoint();
+    const bool delta = vote >= kVoteEvaluate && WantsDelta();
+    vote = vote * 4 + (ckpt ? 0 : 2) + (delta ? 0 : 1);
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.batch_timeout_seconds)));
     }
     if (!ctx.status().ok()) return ctx.status();  // The others stop with this worker.
+    cut_checkpoint_now_ = (vote & 2) == 0;
+    cut_delta_now_ = (vote & 1) == 0;
+    vote /= 4;
     interrupted_ = vote == kVoteStop;
     evaluate_now_ = vote == kVoteEvaluate;
     return vote >= kVoteEvaluate;
   }
 
   absl::Status Step(TrainingContext& ctx, TrainBatch& batch) {
-    const uint64_t step = ctx.stats().batches;
+    const uint64_t step = GlobalStep(ctx);
     if (plan_.dense_optimizer.schedule.kind != job::LrSchedule::Kind::kConstant ||
         plan_.dense_optimizer.schedule.warmup_steps > 0) {
       SetLearningRate(*optimizer_, plan_.dense_optimizer.learning_rate *
@@ -149,7 +285,7 @@ class WorkerLoop {
     if (st.batches == 1) report_.first_loss = loss_value_;
     loss_window_ += loss_value_;
     ++loss_count_;
-    const uint64_t samples = st.samples * static_cast<uint64_t>(plan_.world_size);
+    const uint64_t samples = JobSamples(ctx);
     if (st.batches == TrainReport::kWarmupBatches) {
       warm_start_ = absl::Now();
       warm_samples_ = samples;
@@ -180,7 +316,7 @@ class WorkerLoop {
   }
 
   // Every eval.every_batches steps: worker 0 evaluates while the others wait for it. False: stop.
-  absl::StatusOr<bool> MaybeEvaluate(const TrainingContext& ctx) {
+  absl::StatusOr<bool> MaybeEvaluate(TrainingContext& ctx) {
     const uint64_t every = static_cast<uint64_t>(plan_.eval.every_batches);
     if (every == 0 || !plan_.has_eval_data || ctx.stats().batches % every != 0) return true;
     return EvaluateNow(ctx);
@@ -188,23 +324,30 @@ class WorkerLoop {
 
   // Worker 0 evaluates and judges early stopping while the others wait for it; returns whether
   // the workers go on (false once worker 0 stopped early: they stop together).
-  absl::StatusOr<bool> EvaluateNow(const TrainingContext& ctx) {
+  // With early stopping and checkpoints, an evaluation that improves on the best is cut as a
+  // checkpoint at once (every worker learns of it through the vote's low bit).
+  absl::StatusOr<bool> EvaluateNow(TrainingContext& ctx) {
+    bool improved = false;
+    Evaluation e;
     if (leader_) {
-      HYREC_ASSIGN_OR_RETURN(Evaluation e, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
-      const uint64_t samples = ctx.stats().samples * static_cast<uint64_t>(plan_.world_size);
-      Note(samples, e);
+      HYREC_ASSIGN_OR_RETURN(e, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      const uint64_t samples = JobSamples(ctx);
+      improved = Note(samples, e);
       if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
     }
-    int vote = stopped_early_ ? kVoteEnd : kVoteGo;
+    const bool keep_best = improved && plan_.eval.patience > 0 && cuts_ != nullptr && !plan_.checkpoint.dir.empty();
+    int vote = (stopped_early_ ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.eval.timeout_seconds)));
     }
-    stopped_early_ = vote == kVoteEnd;
+    if ((vote & 1) == 0) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, leader_ ? &e : nullptr));
+    stopped_early_ = vote / 2 == kVoteEnd;
     return !stopped_early_;
   }
 
-  // Records an evaluation, keeps the best, and counts evaluations without improvement.
-  void Note(uint64_t samples, const Evaluation& e) {
+  // Records an evaluation, keeps the best, and counts evaluations without improvement. True when
+  // it is the new best.
+  bool Note(uint64_t samples, const Evaluation& e) {
     report_.evals.emplace_back(samples, e);
     const bool by_auc = plan_.eval.metric != "log_loss";
     const bool better =
@@ -214,28 +357,30 @@ class WorkerLoop {
       report_.best_eval = e;
       report_.best_eval_samples = samples;
       evals_without_gain_ = 0;
-      return;
+      return true;
     }
     ++evals_without_gain_;
     if (plan_.eval.patience > 0 && evals_without_gain_ >= plan_.eval.patience) stopped_early_ = true;
+    return false;
   }
 
-  absl::StatusOr<TrainReport> Finish(const TrainingContext& ctx) {
+  absl::StatusOr<TrainReport> Finish(TrainingContext& ctx) {
     const absl::Time end = absl::Now();
     const TrainerStats st = ctx.stats();
     report_.stats = st;
     report_.interrupted = interrupted_;
     report_.stopped_early = stopped_early_;
-    report_.samples = st.samples;
+    uint64_t run_samples = st.samples;
     if (sync_ != nullptr) {  // The job's samples: every worker's.
       torch::Tensor samples = torch::full({1}, static_cast<double>(st.samples),
                                           torch::TensorOptions().dtype(torch::kDouble).device(device_));
       HYREC_RETURN_IF_ERROR(sync_->AllreduceMean(samples));
-      report_.samples = static_cast<uint64_t>(std::llround(samples.item<double>() * plan_.world_size));
+      run_samples = static_cast<uint64_t>(std::llround(samples.item<double>() * plan_.world_size));
     }
+    report_.samples = base_samples_ + run_samples;
     report_.planned_samples = plan_.planned_samples;
     report_.elapsed_seconds = absl::ToDoubleSeconds(end - start_);
-    report_.samples_per_second = report_.samples / std::max(report_.elapsed_seconds, 1e-9);
+    report_.samples_per_second = run_samples / std::max(report_.elapsed_seconds, 1e-9);
     if (warm_start_ != absl::InfinitePast() && report_.samples > warm_samples_) {
       report_.steady_samples_per_second =
           (report_.samples - warm_samples_) / std::max(absl::ToDoubleSeconds(end - warm_start_), 1e-9);
@@ -248,25 +393,67 @@ class WorkerLoop {
       report_.dense_sum = sum;
       return absl::OkStatus();
     }));
+    if (leader_) HYREC_RETURN_IF_ERROR(FinalEvaluation(st));
+    HYREC_RETURN_IF_ERROR(FinalCuts(ctx));
     if (!leader_) return report_;
+    if (options_.observer != nullptr) options_.observer->OnFinish(report_);
+    return report_;
+  }
+
+  // Worker 0: the last progress report and the evaluation at the end.
+  absl::Status FinalEvaluation(const TrainerStats& st) {
     Report(st, report_.samples, /*last=*/true);
     if (plan_.synthetic) {
       report_.teacher_auc =
           data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
     }
-    if (plan_.has_eval_data && !interrupted_) {
-      if (!report_.evals.empty() && report_.evals.back().first == report_.samples) {
-        // Nothing was trained since the last evaluation (an early stop, an epoch's end).
-        report_.final_eval = report_.evals.back().second;
-      } else {
-        HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
-        Note(report_.samples, report_.final_eval);
-        if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
-      }
-      report_.has_final_eval = true;
+    if (!plan_.has_eval_data || interrupted_) return absl::OkStatus();
+    if (!report_.evals.empty() && report_.evals.back().first == report_.samples) {
+      // Nothing was trained since the last evaluation (an early stop, an epoch's end).
+      report_.final_eval = report_.evals.back().second;
+    } else {
+      HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      Note(report_.samples, report_.final_eval);
+      if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
     }
-    if (options_.observer != nullptr) options_.observer->OnFinish(report_);
-    return report_;
+    report_.has_final_eval = true;
+    return absl::OkStatus();
+  }
+
+  // The checkpoint at the end (or after an interrupt), the last delta, and worker 0's export.
+  absl::Status FinalCuts(TrainingContext& ctx) {
+    if (cuts_ == nullptr) return absl::OkStatus();
+    const bool wanted = interrupted_ ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
+    if (wanted && !plan_.checkpoint.dir.empty() && GlobalStep(ctx) != last_cut_step_) {
+      HYREC_RETURN_IF_ERROR(
+          CutNow(ctx, JobCuts::Kind::kCheckpoint, report_.has_final_eval ? &report_.final_eval : nullptr));
+    }
+    if (plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0) {
+      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
+    }
+    HYREC_RETURN_IF_ERROR(cuts_->Finish());
+    report_.last_checkpoint = cuts_->last_checkpoint();
+    report_.best_checkpoint = cuts_->best_checkpoint();
+    report_.checkpoints = cuts_->committed();
+    report_.checkpoint_failures = cuts_->failed();
+    report_.checkpoint_pause_seconds = cuts_->pause_seconds();
+    if (!leader_ || plan_.serving.dir.empty() || interrupted_) return absl::OkStatus();
+    const std::string& from =
+        plan_.eval.patience > 0 && !report_.best_checkpoint.empty() ? report_.best_checkpoint : report_.last_checkpoint;
+    if (from.empty()) {
+      return FailedExport(absl::FailedPreconditionError("no checkpoint was committed to export"));
+    }
+    absl::StatusOr<std::string> out = ExportCheckpoint(options_.env, from, plan_.serving.dir);
+    if (!out.ok()) return FailedExport(out.status());
+    report_.export_dir = *out;
+    return absl::OkStatus();
+  }
+
+  absl::Status FailedExport(const absl::Status& status) {
+    const absl::Status s = Annotate(status, "export");
+    if (plan_.checkpoint.fail_on_error) return s;
+    std::cerr << "hyrec: " << s.message() << "\n";
+    return absl::OkStatus();
   }
 
   const job::WorkerPlan& plan_;
@@ -291,6 +478,15 @@ class WorkerLoop {
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
   uint64_t last_bytes_total_ = 0;
+  data_loader::ReaderPosition last_position_;  // After the last trained batch.
+  uint64_t base_step_ = 0;                     // Of the checkpoint resumed from.
+  uint64_t base_samples_ = 0;
+  std::unique_ptr<JobCuts> cuts_;  // Null without checkpoints and deltas.
+  bool cut_checkpoint_now_ = false;
+  bool cut_delta_now_ = false;
+  uint64_t last_cut_step_ = UINT64_MAX;
+  absl::Time last_cut_at_ = absl::InfinitePast();
+  absl::Time last_delta_at_ = absl::InfinitePast();
   TrainReport report_;
 };
 

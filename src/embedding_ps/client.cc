@@ -15,6 +15,7 @@
 #include "hyrec/common/finite.h"
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/status_macros.h"
 #include "src/embedding_ps/wire.h"
 
 namespace hyrec::embedding_ps {
@@ -239,10 +240,37 @@ class ShardedClient : public EmbeddingClient {
 class InProcessClient final : public ShardedClient {
  public:
   InProcessClient(std::vector<std::shared_ptr<EmbeddingShardStore>> stores,
-                  std::vector<std::pair<std::string, int>> tables)
-      : ShardedClient(static_cast<int>(stores.size()), std::move(tables)), stores_(std::move(stores)) {}
+                  std::vector<std::pair<std::string, int>> tables, CutRoots roots)
+      : ShardedClient(static_cast<int>(stores.size()), std::move(tables)),
+        stores_(std::move(stores)),
+        roots_(std::move(roots)) {
+    for (size_t s = 0; s < stores_.size(); ++s) {
+      cutters_.push_back(std::make_unique<ShardCheckpointer>(stores_[s], static_cast<int>(s), num_shards_,
+                                                             roots_.env != nullptr ? roots_.env : Env::Default()));
+    }
+  }
 
   bool remote() const override { return false; }
+
+  absl::Status BeginCut(CutKind kind, const std::string& name, uint64_t id, absl::Duration timeout) override {
+    HYREC_ASSIGN_OR_RETURN(const std::string dir, CutDirectory(roots_, kind, name));
+    for (size_t s = 0; s < cutters_.size(); ++s) {
+      HYREC_RETURN_IF_ERROR(Annotate(cutters_[s]->Begin(dir, id, kind), absl::StrCat("shard ", s)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<ShardFileInfo> out;
+    for (size_t s = 0; s < cutters_.size(); ++s) {
+      absl::StatusOr<ShardFileInfo> info =
+          cutters_[s]->Await(id, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+      if (!info.ok()) return Annotate(info.status(), absl::StrCat("shard ", s));
+      out.push_back(std::move(*info));
+    }
+    return out;
+  }
 
   absl::StatusOr<std::vector<ShardStats>> Stats() override {
     std::vector<ShardStats> out;
@@ -291,6 +319,8 @@ class InProcessClient final : public ShardedClient {
   }
 
   const std::vector<std::shared_ptr<EmbeddingShardStore>> stores_;
+  const CutRoots roots_;
+  std::vector<std::unique_ptr<ShardCheckpointer>> cutters_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -357,7 +387,66 @@ class GrpcClient final : public ShardedClient {
     return out;
   }
 
+  absl::Status BeginCut(CutKind kind, const std::string& name, uint64_t id, absl::Duration timeout) override {
+    proto::BeginCutRequest request;
+    request.set_kind(kind == CutKind::kCheckpoint ? proto::CUT_CHECKPOINT : proto::CUT_DELTA);
+    request.set_name(name);
+    request.set_id(id);
+    std::vector<proto::BeginCutResponse> responses(num_shards_);
+    return OnEveryShard("BeginCut", absl::Now() + timeout, [&](int s, grpc::ClientContext* context) {
+      return stubs_[s]->BeginCut(context, request, &responses[s]);
+    });
+  }
+
+  absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    std::vector<ShardFileInfo> out(num_shards_);
+    for (int s = 0; s < num_shards_; ++s) {
+      for (;;) {  // Short waits on the shard, so that no RPC outlives a shard that died.
+        proto::AwaitCutRequest request;
+        request.set_id(id);
+        const absl::Duration left = deadline - absl::Now();
+        request.set_wait_ms(static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 2000)));
+        proto::AwaitCutResponse response;
+        grpc::ClientContext context;
+        context.set_deadline(
+            absl::ToChronoTime(absl::Now() + absl::Milliseconds(request.wait_ms()) + options_.attempt_timeout));
+        const grpc::Status status = stubs_[s]->AwaitCut(&context, request, &response);
+        if (!status.ok()) return Annotated(status, s, "AwaitCut", 1);
+        if (response.done()) {
+          out[s].file = FileEntry{response.file(), response.length(), response.crc32()};
+          out[s].table_rows.assign(response.table_rows().begin(), response.table_rows().end());
+          break;
+        }
+        if (absl::Now() >= deadline) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("PS shard ", s, " (", addresses_[s], ") was still writing cut ", id, " at the deadline"));
+        }
+      }
+    }
+    return out;
+  }
+
  private:
+  // Runs call(shard, context) on every shard in parallel, each with `deadline`; the first error.
+  absl::Status OnEveryShard(absl::string_view method, absl::Time deadline,
+                            const std::function<grpc::Status(int, grpc::ClientContext*)>& call) {
+    std::vector<grpc::Status> results(num_shards_);
+    std::vector<std::thread> threads;
+    for (int s = 0; s < num_shards_; ++s) {
+      threads.emplace_back([&, s] {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(deadline));
+        results[s] = call(s, &context);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int s = 0; s < num_shards_; ++s) {
+      if (!results[s].ok()) return Annotated(results[s], s, method, 1);
+    }
+    return absl::OkStatus();
+  }
+
   using StartFn = std::function<void(int k, grpc::ClientContext*, std::function<void(grpc::Status)>)>;
 
   std::vector<int> AllShards() const {
@@ -516,7 +605,7 @@ class GrpcClient final : public ShardedClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
-    std::vector<std::shared_ptr<EmbeddingShardStore>> stores) {
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots) {
   if (stores.empty()) return absl::InvalidArgumentError("no stores given");
   std::vector<std::pair<std::string, int>> tables;
   for (int t = 0; t < stores[0]->num_tables(); ++t) {
@@ -532,7 +621,20 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
       return absl::InvalidArgumentError(absl::StrCat("store ", s, " holds different tables from store 0"));
     }
   }
-  return std::unique_ptr<EmbeddingClient>(new InProcessClient(std::move(stores), std::move(tables)));
+  return std::unique_ptr<EmbeddingClient>(new InProcessClient(std::move(stores), std::move(tables), std::move(roots)));
+}
+
+absl::StatusOr<std::string> CutDirectory(const CutRoots& roots, CutKind kind, const std::string& name) {
+  if (name.empty() || name.size() > 255 || name.find('/') != std::string::npos || name == "." || name == "..") {
+    return absl::InvalidArgumentError(absl::StrCat("cut directory '", name.substr(0, 64), "' is not a plain name"));
+  }
+  const std::string& root = kind == CutKind::kCheckpoint ? roots.checkpoint_root : roots.export_root;
+  if (root.empty()) {
+    return absl::FailedPreconditionError(kind == CutKind::kCheckpoint
+                                             ? "this PS has no checkpoint directory (the job's checkpoint.dir)"
+                                             : "this PS has no export directory (the job's export.dir)");
+  }
+  return JoinPath(root, name);
 }
 
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const std::vector<std::string>& addresses,

@@ -124,6 +124,17 @@ class CountMinSketch {
   }
 
   uint64_t bytes() const { return counters_.size(); }
+  bool used() const { return width_ > 0; }
+  uint32_t width() const { return width_; }
+  uint64_t increments() const { return increments_; }
+  const std::vector<uint8_t>& counters() const { return counters_; }
+  // Replaces (exact) or adds to (saturating) the counters; sizes must match.
+  void Restore(const std::vector<uint8_t>& counters, uint64_t increments, bool exact) {
+    for (size_t i = 0; i < counters_.size(); ++i) {
+      counters_[i] = exact ? counters[i] : static_cast<uint8_t>(std::min<uint32_t>(255, counters_[i] + counters[i]));
+    }
+    increments_ = exact ? increments : std::max(increments_, increments);
+  }
 
  private:
   const uint32_t width_;
@@ -157,6 +168,20 @@ class SequenceWindow {
     return kNew;
   }
   uint64_t highest() const { return highest_; }
+  // The window as 16 words (bit k of word k / 64: sequence highest - k was applied).
+  std::vector<uint64_t> Words() const {
+    std::vector<uint64_t> words(kDedupWindow / 64, 0);
+    for (size_t k = 0; k < kDedupWindow; ++k) {
+      if (seen_.test(k)) words[k / 64] |= 1ull << (k % 64);
+    }
+    return words;
+  }
+  // Adds what another window holds (the union of the applied sequences both can tell).
+  void Merge(uint64_t highest, const std::vector<uint64_t>& words) {
+    for (size_t k = kDedupWindow; k-- > 0;) {
+      if ((words[k / 64] >> (k % 64) & 1) != 0 && highest >= k) (void)Mark(highest - k);
+    }
+  }
 
  private:
   uint64_t highest_ = 0;
@@ -235,6 +260,10 @@ struct alignas(64) Stripe {
   std::vector<uint32_t> lru_tail ABSL_GUARDED_BY(mu);
   uint64_t rows ABSL_GUARDED_BY(mu) = 0;
   uint64_t rng_state ABSL_GUARDED_BY(mu);
+  // With track_changes, per table: a flag per slot, set when the row is created or written since
+  // the last delta, and the ids evicted since then.
+  std::vector<std::vector<uint8_t>> dirty ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<uint64_t>> tombstones ABSL_GUARDED_BY(mu);
 };
 
 class StripedStore final : public EmbeddingShardStore {
@@ -244,6 +273,7 @@ class StripedStore final : public EmbeddingShardStore {
         capacity_rows_(options.capacity_rows),
         capacity_bytes_(options.capacity_bytes),
         num_stripes_(options.num_stripes),
+        track_changes_(options.track_changes),
         layouts_(std::move(layouts)),
         rejected_nonfinite_(layouts_.size()),
         duplicates_(layouts_.size()),
@@ -266,6 +296,11 @@ class StripedStore final : public EmbeddingShardStore {
     for (int s = 0; s < num_stripes_; ++s) {
       stripes_.push_back(
           std::make_unique<Stripe>(&arena_, layouts_, options.tables, per_stripe, sketch_width, Mix64(s + 1)));
+      if (track_changes_) {
+        StripeLock lock(&stripes_.back()->mu);
+        stripes_.back()->dirty.resize(layouts_.size());
+        stripes_.back()->tombstones.resize(layouts_.size());
+      }
     }
   }
 
@@ -356,6 +391,7 @@ class StripedStore final : public EmbeddingShardStore {
                                      ApplyOptimizer(config.optimizer, layout.dim,
                                                     grads.data() + static_cast<size_t>(position) * layout.dim, weights,
                                                     weights + layout.dim);
+                                     if (track_changes_) MarkChangedLocked(stripe, handle);
                                      ++stripe.counters[t].updates;
                                      ++local.applied;
                                    });
@@ -407,7 +443,156 @@ class StripedStore final : public EmbeddingShardStore {
     return stats;
   }
 
+  StoreSnapshot Snapshot() const override {
+    StoreSnapshot snap;
+    snap.tables.resize(num_tables());
+    snap.num_stripes = static_cast<uint32_t>(num_stripes_);
+    {
+      absl::MutexLock lock(&dedup_mu_);
+      snap.delta_sequence = delta_sequence_;
+      for (const auto& [worker, windows] : dedup_) {
+        for (size_t t = 0; t < windows.size(); ++t) {
+          if (windows[t].highest() == 0) continue;
+          snap.dedup.push_back({worker, static_cast<uint32_t>(t), windows[t].highest(), windows[t].Words()});
+        }
+      }
+    }
+    for (int s = 0; s < num_stripes_; ++s) {
+      const Stripe& stripe = *stripes_[s];
+      StripeLock lock(&stripe.mu);
+      snap.stripe_rng.push_back(stripe.rng_state);
+      for (int t = 0; t < num_tables(); ++t) {
+        const int floats = layouts_[t].dim + layouts_[t].state_floats;
+        StoreSnapshot::Table& out = snap.tables[t];
+        out.values.reserve(out.values.size() + stripe.counters[t].rows * floats);
+        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = Header(stripe, h)->prev) {
+          out.ids.push_back(Header(stripe, h)->id);
+          const float* w = Weights(stripe, h);
+          out.values.insert(out.values.end(), w, w + floats);
+        }
+        const CountMinSketch& sketch = stripe.sketches[t];
+        if (sketch.used()) {
+          snap.sketches.push_back(
+              {static_cast<uint32_t>(s), static_cast<uint32_t>(t), sketch.increments(), sketch.counters()});
+        }
+      }
+    }
+    return snap;
+  }
+
+  absl::Status RestoreRows(int t, absl::Span<const uint64_t> ids, absl::Span<const float> values) override {
+    HYREC_CHECK_TABLE(t);
+    const TableLayout& layout = layouts_[t];
+    const size_t floats = static_cast<size_t>(layout.dim + layout.state_floats);
+    if (values.size() != ids.size() * floats) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': ", values.size(),
+                                                     " floats restored for ", ids.size(), " rows of ", floats));
+    }
+    if (const size_t k = FirstNonFinite(values.data(), values.size()); k < values.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table(t).name, "': restored row of id ", ids[k / floats], " holds ", values[k]));
+    }
+    absl::Status status;
+    ForEachStripeGroup(t, ids,
+                       [&](Stripe& stripe, absl::Span<const uint32_t> positions,
+                           const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                         for (const uint32_t p : positions) {
+                           uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);
+                           if (handle == kNoHandle) {
+                             handle = InsertLocked(stripe, t, ids[p], hashes[p]);
+                           } else {
+                             MoveToFrontLocked(stripe, handle);
+                           }
+                           if (handle == kNoHandle) {
+                             status = absl::ResourceExhaustedError(
+                                 absl::StrCat("table '", table(t).name, "': a stripe is full while restoring"));
+                             continue;
+                           }
+                           CopyFloats(values.data() + p * floats, Weights(stripe, handle), static_cast<int>(floats));
+                           if (track_changes_) MarkChangedLocked(stripe, handle);
+                         }
+                       });
+    return status;
+  }
+
+  absl::Status RestoreCounters(const StoreSnapshot& snap, bool exact) override {
+    if (exact && snap.num_stripes != static_cast<uint32_t>(num_stripes_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("an exact restore needs ", num_stripes_, " stripes; the snapshot has ", snap.num_stripes));
+    }
+    // A sketch's positions depend on the id's hash alone, and so does its stripe: with the same
+    // stripes, old stripe s's counts belong in new stripe s. With other stripes they are dropped
+    // (admission counts start again).
+    const bool same_stripes = snap.num_stripes == static_cast<uint32_t>(num_stripes_);
+    for (const StoreSnapshot::Sketch& k : snap.sketches) {
+      if (k.table >= layouts_.size()) return absl::InvalidArgumentError(absl::StrCat("sketch of table ", k.table));
+      if (!same_stripes || k.stripe >= static_cast<uint32_t>(num_stripes_)) continue;
+      Stripe& stripe = *stripes_[k.stripe];
+      StripeLock lock(&stripe.mu);
+      CountMinSketch& sketch = stripe.sketches[k.table];
+      if (!sketch.used() || sketch.counters().size() != k.counters.size()) continue;
+      sketch.Restore(k.counters, k.increments, exact);
+    }
+    if (exact) {
+      for (size_t s = 0; s < snap.stripe_rng.size() && s < stripes_.size(); ++s) {
+        StripeLock lock(&stripes_[s]->mu);
+        stripes_[s]->rng_state = snap.stripe_rng[s];
+      }
+    }
+    absl::MutexLock lock(&dedup_mu_);
+    for (const StoreSnapshot::Dedup& d : snap.dedup) {
+      if (d.table >= layouts_.size() || d.seen.size() != kDedupWindow / 64) {
+        return absl::InvalidArgumentError(absl::StrCat("dedup window of worker ", d.worker, ", table ", d.table));
+      }
+      auto it = dedup_.find(d.worker);
+      if (it == dedup_.end()) {
+        if (dedup_.size() >= kMaxDedupWorkers) continue;
+        it = dedup_.emplace(d.worker, std::vector<SequenceWindow>(layouts_.size())).first;
+      }
+      it->second[d.table].Merge(d.highest, d.seen);
+    }
+    delta_sequence_ = std::max(delta_sequence_, snap.delta_sequence);
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StoreDelta> TakeDelta() override {
+    if (!track_changes_) return absl::FailedPreconditionError("the store does not track changes (track_changes)");
+    StoreDelta delta;
+    delta.tables.resize(num_tables());
+    {
+      absl::MutexLock lock(&dedup_mu_);
+      delta.sequence = ++delta_sequence_;
+    }
+    for (const auto& stripe_ptr : stripes_) {
+      Stripe& stripe = *stripe_ptr;
+      StripeLock lock(&stripe.mu);
+      for (int t = 0; t < num_tables(); ++t) {
+        StoreDelta::Table& out = delta.tables[t];
+        std::vector<uint8_t>& dirty = stripe.dirty[t];
+        const int dim = layouts_[t].dim;
+        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = Header(stripe, h)->prev) {
+          const uint32_t slot = HandleSlot(h);
+          if (slot >= dirty.size() || dirty[slot] == 0) continue;
+          dirty[slot] = 0;
+          out.ids.push_back(Header(stripe, h)->id);
+          const float* w = Weights(stripe, h);
+          out.weights.insert(out.weights.end(), w, w + dim);
+        }
+        out.tombstones.insert(out.tombstones.end(), stripe.tombstones[t].begin(), stripe.tombstones[t].end());
+        stripe.tombstones[t].clear();
+      }
+    }
+    return delta;
+  }
+
  private:
+  void MarkChangedLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    std::vector<uint8_t>& dirty = stripe.dirty[HandleTable(handle)];
+    const uint32_t slot = HandleSlot(handle);
+    if (slot >= dirty.size()) dirty.resize(std::max<size_t>(slot + 1, dirty.size() * 2), 0);
+    dirty[slot] = 1;
+  }
+
   // Hashes `ids`, groups their positions by stripe (counting sort), and calls
   // visit(stripe, positions, hashes) once per stripe that has any, holding that stripe's lock:
   // one lock per stripe per batch instead of one per id.
@@ -621,6 +806,11 @@ class StripedStore final : public EmbeddingShardStore {
     const int vt = HandleTable(victim);
     SlotHeader* h = Header(stripe, victim);
     stripe.index.Erase(Hash(vt, h->id), victim);
+    if (track_changes_) {
+      stripe.tombstones[vt].push_back(h->id);
+      std::vector<uint8_t>& dirty = stripe.dirty[vt];
+      if (HandleSlot(victim) < dirty.size()) dirty[HandleSlot(victim)] = 0;
+    }
     UnlinkLocked(stripe, victim);
     stripe.slabs[vt].Free(HandleSlot(victim));
     --stripe.rows;
@@ -663,6 +853,7 @@ class StripedStore final : public EmbeddingShardStore {
             ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { return Hash(HandleTable(other), Header(stripe, other)->id); },
         [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { PrefetchLine(Header(stripe, other)); });
     PushFrontLocked(stripe, handle);
+    if (track_changes_) MarkChangedLocked(stripe, handle);
     ++stripe.rows;
     ++stripe.counters[t].rows;
     return handle;
@@ -675,6 +866,7 @@ class StripedStore final : public EmbeddingShardStore {
                        std::any_of(tables().begin(), tables().end(),
                                    [](const TableConfig& c) { return c.capacity_rows > 0; });
   const int num_stripes_;
+  const bool track_changes_;
   const std::vector<TableLayout> layouts_;
   HugePageArena arena_;  // Before stripes_: outlives every slab.
 
@@ -685,7 +877,8 @@ class StripedStore final : public EmbeddingShardStore {
   std::vector<std::atomic<uint64_t>> rejected_nonfinite_;
   std::vector<std::atomic<uint64_t>> duplicates_;
   std::vector<std::atomic<uint64_t>> table_rows_;  // Per table, over all stripes.
-  absl::Mutex dedup_mu_;
+  mutable absl::Mutex dedup_mu_;
+  uint64_t delta_sequence_ ABSL_GUARDED_BY(dedup_mu_) = 0;
   // Per worker id, one window per table: a worker's update of one batch carries the same
   // sequence to every table, and its tables' updates may arrive in any order.
   absl::flat_hash_map<uint32_t, std::vector<SequenceWindow>> dedup_ ABSL_GUARDED_BY(dedup_mu_);

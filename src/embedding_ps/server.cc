@@ -6,6 +6,8 @@
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "hyrec/common/grpc_status.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "spdlog/spdlog.h"
 #include "src/embedding_ps/wire.h"
 
@@ -44,7 +46,45 @@ void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, p
 class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
  public:
   EmbeddingServiceImpl(std::shared_ptr<EmbeddingShardStore> store, ServerOptions options)
-      : store_(std::move(store)), options_(std::move(options)) {}
+      : store_(std::move(store)),
+        options_(std::move(options)),
+        cutter_(store_, options_.shard_index, options_.num_shards) {}
+
+  grpc::Status BeginCut(grpc::ServerContext*, const proto::BeginCutRequest* request,
+                        proto::BeginCutResponse*) override {
+    const CutKind kind = request->kind() == proto::CUT_DELTA ? CutKind::kDelta : CutKind::kCheckpoint;
+    absl::StatusOr<std::string> dir =
+        CutDirectory(CutRoots{options_.checkpoint_root, options_.export_root, nullptr}, kind, request->name());
+    absl::Status status = dir.status();
+    if (status.ok() && request->kind() != proto::CUT_CHECKPOINT && request->kind() != proto::CUT_DELTA) {
+      status = absl::InvalidArgumentError(absl::StrCat("unknown cut kind ", request->kind()));
+    }
+    if (status.ok()) status = cutter_.Begin(*dir, request->id(), kind);
+    if (!status.ok()) {
+      Refuse("BeginCut", status);
+    } else {
+      spdlog::info("cut {} ({}): snapshot taken, writing {}", request->id(),
+                   kind == CutKind::kCheckpoint ? "checkpoint" : "delta", *dir);
+    }
+    return ToGrpcStatus(status);
+  }
+
+  grpc::Status AwaitCut(grpc::ServerContext*, const proto::AwaitCutRequest* request,
+                        proto::AwaitCutResponse* response) override {
+    const absl::Duration wait = absl::Milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
+    absl::StatusOr<ShardFileInfo> info = cutter_.Await(request->id(), wait);
+    if (absl::IsDeadlineExceeded(info.status())) {
+      response->set_done(false);
+      return grpc::Status::OK;
+    }
+    if (!info.ok()) return ToGrpcStatus(info.status());
+    response->set_done(true);
+    response->set_file(info->file.name);
+    response->set_length(info->file.length);
+    response->set_crc32(info->file.crc32);
+    for (uint64_t rows : info->table_rows) response->add_table_rows(rows);
+    return grpc::Status::OK;
+  }
 
   grpc::Status Lookup(grpc::ServerContext*, const proto::LookupRequest* request,
                       proto::LookupResponse* response) override {
@@ -146,6 +186,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   const std::shared_ptr<EmbeddingShardStore> store_;
   const ServerOptions options_;
+  ShardCheckpointer cutter_;
 };
 
 }  // namespace

@@ -188,6 +188,9 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     shard.store.capacity_bytes = spec.ps.capacity_bytes;
     shard.store.num_stripes = spec.ps.num_stripes;
     shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
+    shard.store.track_changes = spec.serving.delta_every_steps > 0 || spec.serving.delta_every_seconds > 0;
+    shard.checkpoint_root = spec.checkpoint.dir;
+    shard.export_root = spec.serving.dir;
     for (const TableSpec& t : all_tables) {
       embedding_ps::TableConfig config = t.config;
       // Each shard holds its share of the table's rows, rounded up.
@@ -224,6 +227,8 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.planned_samples = samples;
   worker.epochs = spec.loader.epochs;
   worker.eval = spec.eval;
+  worker.checkpoint = spec.checkpoint;
+  worker.serving = spec.serving;
   worker.synthetic = spec.loader.source.format == data_loader::Format::kSynthetic;
   worker.has_eval_data = worker.synthetic ? spec.eval.samples > 0 : !spec.eval.files.empty();
   worker.eval_loader = HeldOut(spec, loader);

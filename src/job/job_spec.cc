@@ -1,7 +1,9 @@
 #include "hyrec/job/job_spec.h"
 
 #include <cmath>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -321,9 +323,53 @@ absl::Status ReadLoader(const YAML::Node& node, data_loader::LoaderOptions* load
   return absl::OkStatus();
 }
 
+absl::Status ReadCheckpoint(const YAML::Node& node, CheckpointSpec* c) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "checkpoint",
+                                  {"dir", "every_steps", "every_seconds", "keep_last", "at_end", "on_interrupt",
+                                   "fail_on_error", "timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "checkpoint", &c->dir));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_steps", "checkpoint", &c->every_steps));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_seconds", "checkpoint", &c->every_seconds));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "keep_last", "checkpoint", &c->keep_last));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "at_end", "checkpoint", &c->at_end));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "on_interrupt", "checkpoint", &c->on_interrupt));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "fail_on_error", "checkpoint", &c->fail_on_error));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "timeout_seconds", "checkpoint", &c->timeout_seconds));
+  if (c->every_steps < 0) return Invalid("checkpoint.every_steps", node["every_steps"], "must be >= 0");
+  if (!(c->every_seconds >= 0 && c->every_seconds <= 1e7)) {
+    return Invalid("checkpoint.every_seconds", node["every_seconds"], "must be in [0, 1e7]");
+  }
+  if (c->keep_last < 1 || c->keep_last > 10000)
+    return Invalid("checkpoint.keep_last", node["keep_last"], "must be in [1, 10000]");
+  if (!(c->timeout_seconds > 0 && c->timeout_seconds <= 86400)) {
+    return Invalid("checkpoint.timeout_seconds", node["timeout_seconds"], "must be in (0, 86400]");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadExport(const YAML::Node& node, ExportSpec* e) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "export", {"dir", "delta_every_steps", "delta_every_seconds"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "export", &e->dir));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "delta_every_steps", "export", &e->delta_every_steps));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "delta_every_seconds", "export", &e->delta_every_seconds));
+  if (e->delta_every_steps < 0) return Invalid("export.delta_every_steps", node["delta_every_steps"], "must be >= 0");
+  if (!(e->delta_every_seconds >= 0 && e->delta_every_seconds <= 1e7)) {
+    return Invalid("export.delta_every_seconds", node["delta_every_seconds"], "must be in [0, 1e7]");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseInto(const YAML::Node& root, JobSpec* spec) {
-  HYREC_RETURN_IF_ERROR(
-      CheckKeys(root, "", {"loader", "features", "tables", "eval", "model", "ps", "train", "cluster"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      root, "", {"loader", "features", "tables", "eval", "model", "ps", "train", "cluster", "checkpoint", "export"}));
+  if (const YAML::Node c = root["checkpoint"]) HYREC_RETURN_IF_ERROR(ReadCheckpoint(c, &spec->checkpoint));
+  if (const YAML::Node e = root["export"]) HYREC_RETURN_IF_ERROR(ReadExport(e, &spec->serving));
+  if (!spec->serving.dir.empty() && spec->checkpoint.dir.empty()) {
+    return Invalid("export.dir", root["export"]["dir"], "needs checkpoint.dir (an export is made from a checkpoint)");
+  }
+  if ((spec->serving.delta_every_steps > 0 || spec->serving.delta_every_seconds > 0) && spec->serving.dir.empty()) {
+    return Invalid("export", root["export"], "deltas need export.dir");
+  }
   if (!root["loader"]) return absl::InvalidArgumentError("missing key 'loader' (the training data)");
   HYREC_RETURN_IF_ERROR(ReadLoader(root["loader"], &spec->loader));
   TableDefaults defaults;
@@ -483,12 +529,19 @@ absl::StatusOr<JobSpec> ParseJobSpec(const YAML::Node& root, absl::string_view s
 
 absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& yaml, absl::string_view source_name) {
   HYREC_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(yaml, source_name));
-  return ParseJobSpec(root, source_name);
+  HYREC_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(root, source_name));
+  spec.text = yaml;
+  return spec;
 }
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
   HYREC_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
-  return ParseJobSpec(root, path);
+  HYREC_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(root, path));
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  spec.text = text.str();
+  return spec;
 }
 
 }  // namespace hyrec::job

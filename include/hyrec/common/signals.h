@@ -18,6 +18,10 @@ namespace hyrec {
 // Installs the handlers of SIGINT and SIGTERM (SA_RESTART).
 void InstallStopSignalHandlers();
 
+// Also notes SIGUSR1 (a checkpoint request) on the same pipe; only roles that take checkpoints
+// (hyrec train, hyrec worker) install it.
+void InstallCheckpointSignalHandler();
+
 // Blocks until a stop signal arrives and returns its number.
 int WaitForStopSignal();
 

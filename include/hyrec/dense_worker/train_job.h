@@ -34,6 +34,12 @@ struct TrainJobOptions {
   // train_benchmark times the training step without the loader's work, as its LibTorch
   // references are timed. The streams must outlive the call.
   std::vector<data_loader::BatchStream*> streams;
+  // "latest" or a checkpoint directory: every shard, the loader and every worker resume from it
+  // (reshards when the job has other shard or worker counts). Empty: a fresh start.
+  std::string resume;
+  // Worker 0 cuts a checkpoint at its next step when this becomes true (and resets it).
+  std::atomic<bool>* checkpoint_request = nullptr;
+  Env* env = nullptr;  // Checkpoint files; nullptr: Env::Default().
 };
 
 // Runs the job; returns worker 0's report (the first failure of any worker otherwise).

@@ -201,14 +201,17 @@ class TrainingContext {
   std::unique_ptr<TaskThreads> tasks_;
 };
 
-// Exact AUC and mean log loss of a model over a stream (no training, no PS updates).
+// Exact AUC and mean log loss of a model over a stream (no training, no PS updates), with the
+// model in evaluation mode (no dropout) for the pass. When given, `scores` and `labels` receive
+// every sample's logit and label, in stream order.
 struct Evaluation {
   double auc = 0;
   double log_loss = 0;
   uint64_t samples = 0;
 };
 absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_ps::EmbeddingClient* ps,
-                                    const TrainerOptions& options, DenseModelImpl& model);
+                                    const TrainerOptions& options, DenseModelImpl& model,
+                                    std::vector<float>* scores = nullptr, std::vector<float>* labels = nullptr);
 
 }  // namespace hyrec::dense_worker
 

@@ -17,7 +17,13 @@
 // stop (one small allreduce when there are several), so they stop together: at the end of the
 // data (the last batches of a worker whose peers have none are not trained), on a stop request
 // (options.stop, e.g. from SIGINT) after the current batch, or when one of them cannot get its
-// next batch. Then: the learning rate of the dense optimizer's schedule, forward, the loss
+// next batch. Checkpoints and deltas (checkpoint.h) are cut at step boundaries the same way:
+// every checkpoint.every_steps steps, and when worker 0 asks (checkpoint.every_seconds, SIGUSR1)
+// through the same vote; at the end of training (checkpoint.at_end) or after an interrupt
+// (checkpoint.on_interrupt); and, with early stopping, at each evaluation that improves on the
+// best, whose checkpoint the export (export.dir, written by worker 0 at the end) then uses. A
+// resumed run continues the step count (the learning-rate schedule), the samples and the early
+// stopping state. Then: the learning rate of the dense optimizer's schedule, forward, the loss
 // (NaN/Inf is an error naming the batch), backward with the dense gradients' allreduce, the dense
 // step, and the embedding gradients to the PS (TrainingContext, trainer.h). Worker 0 reports
 // progress every train.log_every_batches, evaluates every eval.every_batches, before the first
@@ -41,8 +47,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/env.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/loader.h"
+#include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/model.h"
 #include "hyrec/dense_worker/trainer.h"
 #include "hyrec/embedding_ps/client.h"
@@ -95,6 +103,15 @@ struct TrainReport {
   uint64_t dense_fingerprint = 0;  // DenseFingerprint of the trained dense parameters.
   double dense_sum = 0;            // Sum of every dense parameter (for tolerances).
   TrainerStats stats;              // Worker 0's.
+  // Checkpoints (checkpoint.dir): the newest committed one and the best evaluation's (with early
+  // stopping), as directories; the export written at the end (export.dir).
+  std::string last_checkpoint;
+  std::string best_checkpoint;
+  std::string export_dir;
+  int checkpoints = 0;                  // Committed by this run (worker 0).
+  int checkpoint_failures = 0;          // Cuts that failed (logged; the job went on).
+  double checkpoint_pause_seconds = 0;  // Training time this worker spent in cuts.
+  uint64_t resumed_step = 0;            // The step the run resumed from (0: a fresh start).
 };
 
 // What worker 0 reports as training goes; called on its training thread.
@@ -115,6 +132,14 @@ struct WorkerOptions {
   // LibTorch intra-op threads of the calling thread; 0: LibTorch's default. Workers that are
   // threads of one process give each a share of the cores.
   int intra_op_threads = 0;
+  // Resume: the dense state to start from (its stream and PS already hold the checkpoint's
+  // positions and rows); may be null.
+  const DenseState* resume = nullptr;
+  // Worker 0: when it becomes true, a checkpoint is cut at the next step and it is reset (SIGUSR1);
+  // may be null.
+  std::atomic<bool>* checkpoint_request = nullptr;
+  std::string job_text;  // The job file's text, kept in checkpoints.
+  Env* env = nullptr;    // Checkpoint files; nullptr: Env::Default().
 };
 
 // Trains worker `plan.rank` of the job to the end of its data or a stop request. Returns this

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 
 namespace hyrec::embedding_ps {
 
@@ -125,7 +126,33 @@ class EmbeddingClient {
 
   // Statistics of every shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
+
+  // Cuts (shard_checkpoint.h). BeginCut: every shard copies its store now (kCheckpoint: rows with
+  // optimizer state, admission and dedup state; kDelta: its changes since the last delta) and
+  // writes the copy in the background, into the directory `name` (a plain name) under its
+  // checkpoint root or export root. Returns once every shard holds its copy, within `timeout`.
+  // The caller makes the cut consistent: no update of its job may be in flight. Repeating the id
+  // of the cut in progress is acknowledged, not redone. Clients that cannot cut return
+  // Unimplemented.
+  virtual absl::Status BeginCut(CutKind kind, const std::string& name, uint64_t id, absl::Duration timeout) {
+    return absl::UnimplementedError("this PS client takes no checkpoints");
+  }
+  // Waits up to `timeout` for every shard's write of cut `id`; their files in shard order.
+  virtual absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) {
+    return absl::UnimplementedError("this PS client takes no checkpoints");
+  }
 };
+
+// Where in-process shards write their cuts (a PS process has the same two in ServerOptions).
+struct CutRoots {
+  std::string checkpoint_root;  // checkpoint.dir; empty: checkpoints are refused.
+  std::string export_root;      // export.dir; empty: deltas are refused.
+  Env* env = nullptr;           // nullptr: Env::Default().
+};
+
+// "<root>/<name>" for a cut of `kind`: InvalidArgument unless `name` is a plain directory name,
+// FailedPrecondition when that root is not set.
+absl::StatusOr<std::string> CutDirectory(const CutRoots& roots, CutKind kind, const std::string& name);
 
 // Connects to PS processes, one address per shard in shard order. Checks each with Health
 // (within options.call_timeout): every shard must be serving, report its position as its shard
@@ -136,7 +163,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
 // A client over stores in this process; shard k is stores[k]. All stores must hold the same
 // tables with the same dims.
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
-    std::vector<std::shared_ptr<EmbeddingShardStore>> stores);
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots = {});
 
 }  // namespace hyrec::embedding_ps
 

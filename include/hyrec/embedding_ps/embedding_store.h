@@ -59,6 +59,51 @@ struct StoreOptions {
   int num_stripes = 64;         // Lock stripes; each holds at most 2^24 - 1 rows per table.
   // Count-min sketch counters per table (over all stripes) for tables with admission.min_count.
   uint32_t admission_sketch_counters = 1 << 20;
+  // Track the rows changed (and evicted) since the last TakeDelta, for incremental exports. Costs
+  // a byte per row slot and the evicted ids until the next delta.
+  bool track_changes = false;
+};
+
+// A store's state as a checkpoint holds it (shard_checkpoint.h writes and reads it). Rows are per
+// table, least recently used first, each `dim` weights followed by the optimizer's state floats.
+struct StoreSnapshot {
+  struct Table {
+    std::vector<uint64_t> ids;
+    std::vector<float> values;  // ids.size() * (dim + state floats)
+  };
+  std::vector<Table> tables;
+  // Admission: per (stripe, table) with a sketch, its counters and aging count.
+  struct Sketch {
+    uint32_t stripe = 0;
+    uint32_t table = 0;
+    uint64_t increments = 0;
+    std::vector<uint8_t> counters;
+  };
+  std::vector<Sketch> sketches;
+  std::vector<uint64_t> stripe_rng;  // Per stripe: the admission coin's state.
+  // Deduplication: per (worker, table), the highest sequence applied and the bitmap below it.
+  struct Dedup {
+    uint32_t worker = 0;
+    uint32_t table = 0;
+    uint64_t highest = 0;
+    std::vector<uint64_t> seen;  // 16 words: bit k set when sequence highest - k was applied.
+  };
+  std::vector<Dedup> dedup;
+  uint64_t delta_sequence = 0;  // Deltas taken before the snapshot.
+  uint32_t num_stripes = 0;
+};
+
+// What changed since the previous delta: per table, the rows created or updated (weights only,
+// their latest values) and the ids evicted (tombstones). A follower removes the tombstones first,
+// then writes the rows.
+struct StoreDelta {
+  struct Table {
+    std::vector<uint64_t> ids;
+    std::vector<float> weights;  // ids.size() * dim
+    std::vector<uint64_t> tombstones;
+  };
+  std::vector<Table> tables;
+  uint64_t sequence = 0;  // 1 for the first delta.
 };
 
 // Identifies an update of one table for deduplication: a repeat of a (worker_id, sequence) pair
@@ -153,6 +198,21 @@ class EmbeddingShardStore {
   virtual uint64_t rejected_requests() const = 0;
 
   virtual StoreStats Stats() const = 0;
+
+  // Checkpoints. The store's own consistency: each stripe is copied under its lock; the job makes
+  // the cut consistent by taking the snapshot while no update is in flight (checkpoint.h).
+  virtual StoreSnapshot Snapshot() const = 0;
+  // Inserts rows, or overwrites them, in order (the last ends most recently used), evicting as
+  // capacity requires. `values` holds ids.size() * (dim + state floats). InvalidArgument (nothing
+  // written) for a bad table, a wrong size or a non-finite value.
+  virtual absl::Status RestoreRows(int table, absl::Span<const uint64_t> ids, absl::Span<const float> values) = 0;
+  // Restores admission and deduplication state. `exact`: the snapshot is of this shard with the
+  // same stripes and sketch sizes, and replaces the state. Otherwise (a reshard) it is merged:
+  // with the same stripes, sketches add up (saturating; counts may be overestimated, never
+  // under), else they are dropped; dedup windows unite.
+  virtual absl::Status RestoreCounters(const StoreSnapshot& snapshot, bool exact) = 0;
+  // The rows changed since the previous delta (FailedPrecondition unless track_changes).
+  virtual absl::StatusOr<StoreDelta> TakeDelta() = 0;
 
  protected:
   explicit EmbeddingShardStore(std::vector<TableConfig> tables) : tables_(std::move(tables)) {}

@@ -13,7 +13,9 @@
 // Every request is validated before it reaches the store: an unknown table is NOT_FOUND; a byte
 // field of the wrong length, an unknown precision or a NaN/Inf gradient is INVALID_ARGUMENT; a
 // request over max_ids_per_request is RESOURCE_EXHAUSTED. A refused request changes nothing and
-// the server goes on serving. Thread safety: Shutdown and Wait may be called from any thread.
+// the server goes on serving. BeginCut/AwaitCut take checkpoints and deltas of the store
+// (shard_checkpoint.h), written only under the options' roots. Thread safety: Shutdown and Wait may be called from any
+// thread.
 #ifndef HYREC_EMBEDDING_PS_SERVER_H_
 #define HYREC_EMBEDDING_PS_SERVER_H_
 
@@ -35,6 +37,10 @@ struct ServerOptions {
   int num_shards = 1;
   uint64_t max_ids_per_request = 1 << 22;
   int max_message_bytes = 256 << 20;
+  // Where BeginCut writes (a request names only a directory under one of these); empty roots
+  // refuse cuts of that kind with FAILED_PRECONDITION.
+  std::string checkpoint_root;
+  std::string export_root;
 };
 
 class EmbeddingServer {

@@ -46,6 +46,10 @@ struct PsShardPlan {
   embedding_ps::StoreOptions store;
   uint64_t max_ids_per_request = 1 << 22;
   int threads = 0;
+  // Where the shard writes checkpoints (checkpoint.dir) and deltas (export.dir); store.track_changes
+  // is set when the job takes deltas.
+  std::string checkpoint_root;
+  std::string export_root;
 };
 
 struct LoaderPlan {
@@ -83,6 +87,10 @@ struct WorkerPlan {
   uint64_t planned_samples = 0;
   uint64_t epochs = 1;  // The loader's; 0: forever.
   EvalSpec eval;
+  // Worker 0 runs the cuts (checkpoints, deltas) and writes the dense state, the manifests and the
+  // export; every worker writes its loader position.
+  CheckpointSpec checkpoint;
+  ExportSpec serving;
   // The held-out split, read by worker 0 alone: the synthetic teacher's samples from index 2^40
   // (eval.samples of them), or eval.files in the training format; one epoch, no shuffle.
   data_loader::LoaderOptions eval_loader;

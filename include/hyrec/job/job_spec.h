@@ -138,8 +138,31 @@ struct ClusterSpec {
   std::string master = "127.0.0.1:29500";  // Worker 0 hosts the c10d rendezvous here.
 };
 
+// Checkpoints (docs/checkpoint-format.md): one consistent cut of the whole job, written under
+// `dir` by every role (PS shards their rows, worker 0 the dense state and the manifest, every
+// worker its loader position), periodically, on SIGUSR1, at the end and on interrupt.
+struct CheckpointSpec {
+  std::string dir;               // Empty: no checkpoints. Every role must see the same directory.
+  int64_t every_steps = 0;       // 0: not by steps.
+  double every_seconds = 0;      // 0: not by time.
+  int keep_last = 3;             // Committed checkpoints kept (the best evaluation's is kept too).
+  bool at_end = true;            // When training ends (the data, early stopping).
+  bool on_interrupt = true;      // When training is interrupted (Ctrl-C, SIGTERM).
+  bool fail_on_error = false;    // A checkpoint that cannot be written fails the job (else: logged).
+  double timeout_seconds = 600;  // Most time the shards may take to write one.
+};
+
+// The trained model for serving (hyrec predict): written at the end from the final checkpoint
+// (the best evaluation's with early stopping), and deltas of the rows changed since the last.
+struct ExportSpec {
+  std::string dir;                 // Empty: no export. Needs checkpoint.dir.
+  int64_t delta_every_steps = 0;   // 0: no deltas by steps.
+  double delta_every_seconds = 0;  // 0: no deltas by time.
+};
+
 struct JobSpec {
   std::string source_name;            // The file the spec came from (for messages).
+  std::string text;                   // Its text (kept in checkpoints).
   data_loader::LoaderOptions loader;  // As parsed; the plan sets workers, shards, tables.
   std::vector<std::string> features;  // Sparse features, in the source's slot order.
   std::vector<TableSpec> tables;
@@ -148,6 +171,8 @@ struct JobSpec {
   PsSpec ps;
   TrainSpec train;
   ClusterSpec cluster;
+  CheckpointSpec checkpoint;
+  ExportSpec serving;  // The `export` section.
 };
 
 // The feature names a source has when the job names none: C1..C26 for Criteo (its columns'

@@ -1,0 +1,92 @@
+// Checkpoint directories: the manifest that commits one, and how they are found, checked and
+// retired. docs/checkpoint-format.md documents the layout and the guarantees.
+//
+// A checkpoint (or an export, or a delta) is a directory of block files (block_file.h) and one
+// MANIFEST listing each with its length and crc32. The manifest is the commit point: data files
+// are written under temporary names, synced and renamed; then the directory is synced, the
+// manifest written to MANIFEST.tmp, synced, renamed and the directory synced again. A directory
+// without a valid MANIFEST, or whose files do not match it, is not a checkpoint.
+//
+//   CheckpointManifest m;
+//   m.step = 1200;
+//   m.files = {shard0, shard1, dense};          // FileEntry from BlockWriter::Finish
+//   HYREC_RETURN_IF_ERROR(CommitManifest(env, "ckpt/ckpt-000000001200-...", m));
+//   HYREC_ASSIGN_OR_RETURN(std::string dir, ResolveCheckpoint(env, "ckpt", "latest", &m));
+#ifndef HYREC_COMMON_CHECKPOINT_DIR_H_
+#define HYREC_COMMON_CHECKPOINT_DIR_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/common/block_file.h"
+#include "hyrec/common/env.h"
+
+namespace hyrec {
+
+inline constexpr char kManifestName[] = "MANIFEST";
+// Directory name prefixes: checkpoints under checkpoint.dir, exports and deltas under export.dir.
+inline constexpr char kCheckpointPrefix[] = "ckpt";
+inline constexpr char kExportPrefix[] = "model";
+inline constexpr char kDeltaPrefix[] = "delta";
+inline constexpr uint64_t kMaxManifestBytes = 64 << 20;
+
+struct CheckpointManifest {
+  std::string kind = "checkpoint";  // checkpoint | export | delta
+  uint64_t step = 0;                // Optimizer steps of each worker at the cut.
+  uint64_t samples = 0;             // Samples the job had trained at the cut.
+  uint64_t created_unix_ms = 0;
+  uint32_t num_shards = 0;
+  uint32_t num_workers = 0;
+  // A delta's own sequence number (1, 2, ...); for a checkpoint or export, the last delta taken
+  // before its cut (a follower applies the deltas after it).
+  uint64_t delta_sequence = 0;
+  bool has_eval = false;  // The held-out evaluation at the cut, when there was one.
+  double auc = 0;
+  double log_loss = 0;
+  std::string job_yaml;  // The job file the run was started with.
+  struct Table {
+    std::string name;
+    uint32_t dim = 0;
+    std::string optimizer;
+    uint64_t rows = 0;
+  };
+  std::vector<Table> tables;
+  std::vector<FileEntry> files;
+
+  const FileEntry* Find(const std::string& name) const;
+};
+
+std::string EncodeManifest(const CheckpointManifest& m);
+// Parses a MANIFEST's bytes (`name` for messages): DATA_LOSS for anything malformed.
+absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& name, std::string bytes);
+
+// Syncs `dir` (the data files' renames), then writes its MANIFEST atomically.
+absl::Status CommitManifest(Env* env, const std::string& dir, const CheckpointManifest& m);
+absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir);
+// The manifest, and every file it lists checked against its length and crc32.
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(Env* env, const std::string& dir);
+
+// The directory name of a checkpoint: "<prefix>-<step, 12 digits>-<unix ms, 13 digits>", so that
+// names sort by step, then by time.
+std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms);
+// The entries of `root` named "<prefix>-...", oldest first (by name); none when root is missing.
+std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, const std::string& prefix);
+
+// `which` is "latest" (the newest directory under `root` with the prefix whose checkpoint
+// verifies; each newer one that does not is logged to `skipped` and passed over) or a directory
+// (which must verify). NotFound when there is none.
+absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root, const std::string& prefix,
+                                              const std::string& which, CheckpointManifest* manifest,
+                                              std::vector<std::string>* skipped = nullptr);
+
+// Deletes the committed checkpoints under `root` older than the newest `keep_last`, except
+// `keep` (e.g. the best evaluation's), and directories without a manifest that are older than the
+// newest committed one (what failed writes left). Call only once the newest manifest is durable.
+absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
+                               const std::string& keep);
+
+}  // namespace hyrec
+
+#endif  // HYREC_COMMON_CHECKPOINT_DIR_H_

@@ -1,0 +1,139 @@
+// Env: the file operations checkpoints and exports use, behind an interface so that tests can
+// inject failures (LevelDB's habit).
+//
+//   Env* env = Env::Default();
+//   HYREC_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env->NewWritableFile("ckpt/a.tmp"));
+//   HYREC_RETURN_IF_ERROR(file->Append("bytes"));
+//   HYREC_RETURN_IF_ERROR(file->Sync());
+//   HYREC_RETURN_IF_ERROR(file->Close());
+//   HYREC_RETURN_IF_ERROR(env->RenameFile("ckpt/a.tmp", "ckpt/a"));
+//   HYREC_RETURN_IF_ERROR(env->SyncDir("ckpt"));
+//
+// Every error names the path and the operation (errno's text). A failed Sync is reported once and
+// the file is then unusable: its unsynced data may be lost, and a retry of the same data would
+// hide that (a writer starts a new file instead).
+//
+// Thread safety: Env methods may be called from many threads; one WritableFile is used by one.
+#ifndef HYREC_COMMON_ENV_H_
+#define HYREC_COMMON_ENV_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+namespace hyrec {
+
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual absl::Status Append(absl::string_view data) = 0;
+  // Makes everything appended durable (fdatasync).
+  virtual absl::Status Sync() = 0;
+  virtual absl::Status Close() = 0;
+};
+
+// Reads a file front to back.
+class SequentialFile {
+ public:
+  virtual ~SequentialFile() = default;
+  // Reads up to n bytes into `scratch`; `out` views what was read (empty at the end).
+  virtual absl::Status Read(size_t n, std::string* scratch, absl::string_view* out) = 0;
+};
+
+class Env {
+ public:
+  virtual ~Env() = default;
+  // The process-wide POSIX Env.
+  static Env* Default();
+
+  // Creates (or truncates) `path` for writing.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
+  // Atomically replaces `to` with `from` (rename(2)).
+  virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
+  // Makes the directory's entries (creations, renames) durable.
+  virtual absl::Status SyncDir(const std::string& dir) = 0;
+  // Creates `dir` and its parents; OK when it exists.
+  virtual absl::Status CreateDirs(const std::string& dir) = 0;
+  virtual absl::Status DeleteFile(const std::string& path) = 0;
+  // Removes an empty directory.
+  virtual absl::Status DeleteDir(const std::string& dir) = 0;
+  // Names in `dir` (not "." or ".."), sorted.
+  virtual absl::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
+  virtual bool FileExists(const std::string& path) = 0;
+  virtual absl::StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
+};
+
+// Reads a whole file; FailedPrecondition when it holds more than `max_bytes`.
+absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, uint64_t max_bytes);
+
+// Writes `data` to `path` durably: to path + ".tmp", Sync, Close, rename over `path`, SyncDir.
+absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data);
+
+// Deletes `dir` and the files in it (one level: checkpoint directories hold no subdirectories).
+absl::Status DeleteDirAndFiles(Env* env, const std::string& dir);
+
+// "a/b" from ("a", "b"); an absolute `name` stays as it is.
+std::string JoinPath(absl::string_view dir, absl::string_view name);
+
+// An Env over another that fails chosen operations and can forget what was never synced, so
+// tests see what a crash or a full disk leaves behind without crashing.
+//
+//   FaultInjectionEnv env(Env::Default());
+//   env.FailAfter(FaultInjectionEnv::kSync, 2);   // the third Sync fails with DATA_LOSS
+//   ... write a checkpoint through &env: it fails, the previous one is intact ...
+//   env.DropUnsyncedData();                        // what a power loss would leave
+class FaultInjectionEnv final : public Env {
+ public:
+  enum Op { kAppend, kSync, kRename, kSyncDir, kCreate, kNumOps };
+  explicit FaultInjectionEnv(Env* base) : base_(base) {}
+
+  // The (n+1)-th call of `op` from now, and every one after it, fails (kAppend fails as a full
+  // disk: RESOURCE_EXHAUSTED; the others with DATA_LOSS/UNAVAILABLE). n < 0: never.
+  void FailAfter(Op op, int64_t n);
+  // Stops failing anything.
+  void Heal();
+  // Truncates every file written through this Env to its last synced length, and removes the
+  // files created (or renamed into place) after the last SyncDir of their directory.
+  absl::Status DropUnsyncedData();
+  int64_t calls(Op op) const;
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
+    return base_->NewSequentialFile(path);
+  }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override;
+  absl::Status SyncDir(const std::string& dir) override;
+  absl::Status CreateDirs(const std::string& dir) override;
+  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
+  absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }
+  absl::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) override {
+    return base_->GetChildren(dir);
+  }
+  bool FileExists(const std::string& path) override { return base_->FileExists(path); }
+  absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+
+  // Called by this Env's files.
+  absl::Status Check(Op op, const std::string& path);
+  void NoteSynced(const std::string& path, uint64_t length);
+
+ private:
+  Env* const base_;
+  mutable absl::Mutex mu_;
+  int64_t calls_[kNumOps] ABSL_GUARDED_BY(mu_) = {};
+  int64_t fail_at_[kNumOps] ABSL_GUARDED_BY(mu_) = {-1, -1, -1, -1, -1};
+  // Per file written: its synced length.
+  std::vector<std::pair<std::string, uint64_t>> synced_ ABSL_GUARDED_BY(mu_);
+  // Entries created or renamed into a directory since its last SyncDir.
+  std::vector<std::string> unsynced_entries_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace hyrec
+
+#endif  // HYREC_COMMON_ENV_H_

@@ -1,0 +1,157 @@
+// Checkpoints, resume and export of a training job (docs/checkpoint-format.md).
+//
+// A checkpoint is one consistent cut of the whole job, taken at a step boundary that every worker
+// agrees on (the step vote, worker.h):
+//   1. every worker waits until all its embedding updates are acknowledged (the staleness window
+//      drains: every update issued before the cut is applied);
+//   2. every worker writes its loader position (after its last trained batch) into the
+//      checkpoint's directory; the workers agree that all succeeded;
+//   3. worker 0 asks every PS shard to copy its store (rows, optimizer state, admission and dedup
+//      state) and copies the dense parameters, the dense optimizer's state and the training
+//      counters into memory; the workers agree again, and only then train on (no update after
+//      the cut can reach a shard before its copy is taken);
+//   4. in the background, the shards write their files, worker 0 writes the dense file and,
+//      once every file is durable, the manifest (the commit point), then retires old checkpoints.
+// Training pauses for steps 1-3 only. Draining was chosen over versioned updates and
+// watermarks: the window is at most embedding_staleness batches, so the drain costs a few
+// batches' update latency, and the store needs no per-row versions.
+//
+// Deltas (export.delta_every_*) are cut the same way without positions: the shards write the
+// rows changed since the previous delta, weights only, with tombstones for evicted rows.
+#ifndef HYREC_DENSE_WORKER_CHECKPOINT_H_
+#define HYREC_DENSE_WORKER_CHECKPOINT_H_
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
+#include "hyrec/data_loader/sample.h"
+#include "hyrec/dense_worker/model.h"
+#include "hyrec/dense_worker/trainer.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/nn_sync/dense_sync.h"
+
+namespace hyrec::dense_worker {
+
+inline constexpr char kDenseFileName[] = "dense.blk";
+inline constexpr char kModelFileName[] = "model.pt";
+
+// The training counters a checkpoint keeps beside the weights.
+struct TrainState {
+  uint64_t step = 0;     // Optimizer steps each worker had taken.
+  uint64_t samples = 0;  // Samples the job had trained.
+  uint64_t epoch = 0;    // Of worker 0's last trained batch.
+  bool has_best_eval = false;
+  double best_auc = 0;
+  double best_log_loss = 0;
+  uint64_t best_eval_samples = 0;  // Held-out samples of the best evaluation.
+  uint64_t best_at_samples = 0;    // Samples trained when it was taken.
+  int evals_without_gain = 0;
+  uint64_t delta_sequence = 0;  // Deltas taken before the cut.
+  std::string best_checkpoint;  // Directory name of the best evaluation's checkpoint.
+};
+
+// The dense part of a checkpoint: LibTorch archives of the model and its optimizer, and the
+// CPU generator's state (dropout), as bytes.
+struct DenseState {
+  TrainState state;
+  std::string model;
+  std::string optimizer;
+  std::string rng;
+};
+
+// Copies the model's parameters (and buffers), its optimizer's state and the CPU generator.
+absl::StatusOr<DenseState> CaptureDenseState(DenseModelImpl& model, torch::optim::Optimizer* optimizer,
+                                             const TrainState& state);
+// Loads what CaptureDenseState copied into a model of the same plan (and its optimizer, when
+// given): InvalidArgument naming the parameter when the shapes differ.
+absl::Status ApplyDenseState(const DenseState& dense, DenseModelImpl& model, torch::optim::Optimizer* optimizer,
+                             bool restore_rng);
+
+absl::StatusOr<FileEntry> WriteDenseFile(Env* env, const std::string& dir, const DenseState& dense);
+absl::StatusOr<DenseState> ReadDenseFile(Env* env, const std::string& dir, const CheckpointManifest& manifest);
+
+// What a run resumes from.
+struct ResumePoint {
+  std::string dir;
+  CheckpointManifest manifest;
+  DenseState dense;
+  std::vector<data_loader::ReaderPosition> positions;  // One per worker of the new run.
+};
+
+// Resolves `which` ("latest" under root, or a directory), verifies it and reads its dense state
+// and positions (remapped to `workers`). A checkpoint that does not verify is never loaded:
+// "latest" passes over it to the previous one (logged).
+absl::StatusOr<ResumePoint> LoadResumePoint(Env* env, const std::string& root, const std::string& which, int workers);
+
+// Builds the PS shard `shard` of a plan from a checkpoint (resharding when the counts differ).
+absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardStore(Env* env, const std::string& dir,
+                                                                                     const CheckpointManifest& manifest,
+                                                                                     const job::PsShardPlan& shard);
+
+// Writes the serving artifact of a checkpoint into a new directory under `export_root`
+// ("model-<step>-<time>"): model.pt (the dense model's LibTorch archive), rows-<i>-of-<n>.blk
+// (every shard's rows, weights only) and a manifest of kind "export" holding the job's text.
+// Returns the directory.
+absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkpoint_dir,
+                                             const std::string& export_root);
+
+// Runs a worker's cuts. Every worker of the job calls Cut at the same steps with the same kind.
+class JobCuts {
+ public:
+  struct Options {
+    const job::WorkerPlan* plan = nullptr;
+    std::string job_text;
+    embedding_ps::EmbeddingClient* ps = nullptr;
+    nn_sync::DenseSync* sync = nullptr;  // Null with one worker.
+    Env* env = nullptr;
+    uint32_t run_tag = 0;  // The same on every worker; names this run's cuts.
+  };
+  explicit JobCuts(Options options);
+  ~JobCuts();
+
+  enum class Kind { kCheckpoint, kDelta };
+  // One cut at a step boundary. `position` is this worker's resume point after its last trained
+  // batch; `eval` the evaluation just taken at this step, if any. Returns an error only when the
+  // job must stop (checkpoint.fail_on_error, or the workers' agreement itself failed); other
+  // failures are logged and counted.
+  absl::Status Cut(Kind kind, const TrainState& state, const data_loader::ReaderPosition& position,
+                   DenseModelImpl& model, torch::optim::Optimizer* optimizer, const Evaluation* eval);
+  // Waits for the last background commit; its error when checkpoint.fail_on_error.
+  absl::Status Finish();
+
+  // Worker 0: the newest committed checkpoint and the best evaluation's, as directories.
+  std::string last_checkpoint() const;
+  std::string best_checkpoint() const;
+  // A resumed run: the best evaluation's checkpoint of the run it resumes, and its deltas.
+  void Resume(const std::string& best_checkpoint, uint64_t delta_sequence);
+  uint64_t delta_sequence() const { return delta_sequence_; }
+  int committed() const;
+  int failed() const;
+  double pause_seconds() const { return pause_seconds_; }  // Training time spent in cuts.
+
+ private:
+  struct Shared;
+  absl::StatusOr<bool> Agree(bool ok);
+  absl::Status Failed(const absl::Status& status);
+
+  Options options_;
+  const bool leader_;
+  uint64_t cuts_ = 0;
+  uint64_t delta_sequence_ = 0;
+  double pause_seconds_ = 0;
+  std::shared_ptr<Shared> shared_;
+  std::thread commit_;
+};
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_CHECKPOINT_H_

@@ -1,0 +1,75 @@
+// Predictor: scores data with an export (`hyrec export`, or export.dir at the end of training),
+// without the training job: the dense model rebuilt from the export's job text and loaded from
+// its model.pt (a LibTorch archive of the module's parameters, loadable with torch::load into
+// the same model), the rows held in one in-process store, and the trainer's own pooling, so its
+// scores are those of the trained model in memory.
+//
+//   HYREC_ASSIGN_OR_RETURN(auto predictor, Predictor::Load("model/model-000000001200-..."));
+//   std::vector<float> logits, labels;
+//   HYREC_RETURN_IF_ERROR(predictor->Score({"new_clicks.csv"}, &logits, &labels));
+//
+// Ids the export does not hold get their table's initial row, as they would in training.
+// Deltas (export.delta_every_*) bring an export's rows up to date: ServingRows holds them.
+#ifndef HYREC_DENSE_WORKER_PREDICTOR_H_
+#define HYREC_DENSE_WORKER_PREDICTOR_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
+#include "hyrec/dense_worker/model.h"
+#include "hyrec/dense_worker/trainer.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/job/job_plan.h"
+
+namespace hyrec::dense_worker {
+
+// The rows of an export as a follower holds them: per table, id -> weights.
+struct ServingRows {
+  std::map<std::string, absl::flat_hash_map<uint64_t, std::vector<float>>> tables;
+  std::string model;            // model.pt's bytes.
+  uint64_t step = 0;            // Of the export or of the last delta applied.
+  uint64_t delta_sequence = 0;  // The last delta folded in (an export: the last before its cut).
+  std::string job_yaml;         // The job's text, from the export's manifest.
+};
+
+// Reads a verified export directory.
+absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir);
+// Applies one delta directory (its sequence must be delta_sequence + 1): tombstones removed
+// first, then the changed rows written, and the dense model replaced.
+absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows);
+// Applies every delta under `export_root` after rows->delta_sequence, in order; returns how many.
+absl::StatusOr<int> ApplyDeltas(Env* env, const std::string& export_root, ServingRows* rows);
+
+// "path" itself when it holds a MANIFEST, else the newest valid export under it.
+absl::StatusOr<std::string> ResolveExport(Env* env, const std::string& path);
+
+class Predictor {
+ public:
+  static absl::StatusOr<std::unique_ptr<Predictor>> Load(const std::string& path, Env* env = nullptr);
+  // A predictor over rows already read (an export with its deltas applied) and the job's text.
+  static absl::StatusOr<std::unique_ptr<Predictor>> FromRows(const ServingRows& rows, const std::string& job_yaml);
+
+  const job::JobPlan& plan() const { return plan_; }
+  const std::string& dir() const { return dir_; }
+
+  // Scores every sample of `files` (the job's source format and columns), in file order: one logit
+  // and label each. A bad line is an error naming it (nothing is skipped).
+  absl::Status Score(const std::vector<std::string>& files, std::vector<float>* logits, std::vector<float>* labels);
+
+ private:
+  Predictor() = default;
+  job::JobPlan plan_;
+  std::string dir_;
+  std::shared_ptr<DenseModelImpl> model_;
+  std::unique_ptr<embedding_ps::EmbeddingClient> rows_;
+};
+
+}  // namespace hyrec::dense_worker
+
+#endif  // HYREC_DENSE_WORKER_PREDICTOR_H_

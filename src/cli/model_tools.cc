@@ -1,0 +1,143 @@
+// `hyrec export`, `hyrec predict` and `hyrec eval`: the trained model out of a checkpoint, and
+// scores of new data with it (dense_worker/predictor.h).
+//
+//   hyrec export --config=job.yaml [--checkpoint=latest|DIR] [--out=DIR]   (default: export.dir)
+//   hyrec predict --model=model/ --input=new.csv [--output=scores.txt]     (one probability a line)
+//   hyrec eval --model=model/ --input=heldout.csv                           (AUC and log loss)
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/data_loader/sample.h"
+#include "hyrec/dense_worker/checkpoint.h"
+#include "hyrec/dense_worker/predictor.h"
+#include "hyrec/job/job_plan.h"
+#include "src/cli/logging.h"
+#include "src/cli/roles.h"
+
+namespace hyrec::cli {
+namespace {
+
+int Finish(const std::string& program, const absl::Status& status) {
+  if (status.ok()) return kExitOk;
+  std::cerr << program << ": " << status.message() << std::endl;
+  return ExitCodeFor(status);
+}
+
+struct ScoreFlags {
+  std::string model;
+  std::string input;
+  std::string output;
+  bool deltas = true;
+  CommonFlags common;
+};
+
+void AddScoreFlags(FlagSet& flags, ScoreFlags* f) {
+  flags.String("model", &f->model, "DIR",
+               "An export directory, or a directory of exports (export.dir): the newest that verifies (required).");
+  flags.String("input", &f->input, "FILES", "Data files in the job's format, comma-separated (required).");
+  flags.Bool("deltas", &f->deltas,
+             "With a directory of exports: also apply the deltas written after the export (export.delta_every_*).");
+  flags.AddCommon(&f->common);
+}
+
+// The predictor of --model, brought up to date with its deltas when --model is a directory of
+// exports.
+absl::StatusOr<std::unique_ptr<dense_worker::Predictor>> LoadPredictor(const ScoreFlags& f) {
+  if (f.model.empty()) return absl::InvalidArgumentError("--model=DIR is required");
+  if (f.input.empty()) return absl::InvalidArgumentError("--input=FILES is required");
+  Env* env = Env::Default();
+  HYREC_ASSIGN_OR_RETURN(const std::string dir, dense_worker::ResolveExport(env, f.model));
+  HYREC_ASSIGN_OR_RETURN(dense_worker::ServingRows rows, dense_worker::ReadExport(env, dir));
+  int deltas = 0;
+  if (f.deltas && dir != f.model) {
+    HYREC_ASSIGN_OR_RETURN(deltas, dense_worker::ApplyDeltas(env, f.model, &rows));
+  }
+  std::cerr << "model " << dir << " (step " << rows.step << (deltas > 0 ? absl::StrCat(", +", deltas, " deltas") : "")
+            << ")" << std::endl;
+  return dense_worker::Predictor::FromRows(rows, rows.job_yaml);
+}
+
+absl::Status Predict(const ScoreFlags& f) {
+  HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
+  std::vector<float> logits, labels;
+  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels));
+  std::ofstream file;
+  if (!f.output.empty()) file.open(f.output);
+  std::ostream& out = f.output.empty() ? std::cout : file;
+  for (float logit : logits) out << absl::StrFormat("%.9g\n", 1.0 / (1.0 + std::exp(-static_cast<double>(logit))));
+  out.flush();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --output '", f.output, "'"));
+  std::cerr << logits.size() << " samples scored" << std::endl;
+  return absl::OkStatus();
+}
+
+absl::Status Eval(const ScoreFlags& f) {
+  HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
+  std::vector<float> logits, labels;
+  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels));
+  double loss = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {  // As binary_cross_entropy_with_logits computes it.
+    const double x = logits[i], y = labels[i];
+    loss += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
+  }
+  const double auc = data_loader::ExactAuc(logits, labels);
+  std::cout << absl::StrFormat("auc: %.9f\nlog_loss: %.9f\nsamples: %d\n", auc,
+                               logits.empty() ? 0.0 : loss / logits.size(), logits.size());
+  return absl::OkStatus();
+}
+
+absl::Status Export(const std::string& config, const std::string& which, const std::string& out) {
+  if (config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::PlanJobFile(config));
+  const std::string root = !out.empty() ? out : plan.spec.serving.dir;
+  if (root.empty()) return absl::InvalidArgumentError("--out=DIR is required when the job has no export.dir");
+  CheckpointManifest manifest;
+  HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), plan.spec.checkpoint.dir,
+                                                                  kCheckpointPrefix, which, &manifest));
+  HYREC_ASSIGN_OR_RETURN(const std::string exported, dense_worker::ExportCheckpoint(Env::Default(), dir, root));
+  std::cout << "exported " << dir << " (step " << manifest.step << ") to " << exported << std::endl;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PredictMain(int argc, char** argv) {
+  ScoreFlags f;
+  FlagSet flags("hyrec predict", "Score data files with an exported model: one probability per line, in input order.");
+  AddScoreFlags(flags, &f);
+  flags.String("output", &f.output, "FILE", "Where the scores go (default: standard output).");
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("predict", f.common.log_level);
+  return Finish("hyrec predict", Predict(f));
+}
+
+int EvalMain(int argc, char** argv) {
+  ScoreFlags f;
+  FlagSet flags("hyrec eval", "AUC and log loss of an exported model on labelled data files.");
+  AddScoreFlags(flags, &f);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("eval", f.common.log_level);
+  return Finish("hyrec eval", Eval(f));
+}
+
+int ExportMain(int argc, char** argv) {
+  std::string config, which = "latest", out;
+  CommonFlags common;
+  FlagSet flags("hyrec export", "Write the serving artifact of a job's checkpoint (model.pt and its rows).");
+  flags.String("config", &config, "FILE", "The job's YAML file (required).");
+  flags.String("checkpoint", &which, "DIR|latest", "The checkpoint to export.");
+  flags.String("out", &out, "DIR", "Where the export directory is made (default: the job's export.dir).");
+  flags.AddCommon(&common);
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  SetUpLogging("export", common.log_level);
+  return Finish("hyrec export", Export(config, which, out));
+}
+
+}  // namespace hyrec::cli

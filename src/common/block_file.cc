@@ -1,0 +1,268 @@
+#include "hyrec/common/block_file.h"
+
+#include <zlib.h>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec {
+namespace {
+
+constexpr size_t kFileHeaderBytes = 20;
+constexpr size_t kFlushBytes = 4 << 20;
+
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// A file held in memory (BlockReader::FromString).
+class StringFile final : public SequentialFile {
+ public:
+  explicit StringFile(std::string data) : data_(std::move(data)) {}
+  absl::Status Read(size_t n, std::string* scratch, absl::string_view* out) override {
+    const size_t k = std::min(n, data_.size() - pos_);
+    *out = absl::string_view(data_).substr(pos_, k);
+    pos_ += k;
+    return absl::OkStatus();
+  }
+
+ private:
+  const std::string data_;
+  size_t pos_ = 0;
+};
+
+void PutU32(std::string* out, uint32_t v) { out->append(reinterpret_cast<const char*>(&v), 4); }
+void PutU64(std::string* out, uint64_t v) { out->append(reinterpret_cast<const char*>(&v), 8); }
+uint32_t GetU32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+uint64_t GetU64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;
+}
+
+}  // namespace
+
+absl::string_view FileKindName(FileKind kind) {
+  switch (kind) {
+    case FileKind::kManifest:
+      return "manifest";
+    case FileKind::kPsShard:
+      return "PS shard";
+    case FileKind::kDense:
+      return "dense state";
+    case FileKind::kPosition:
+      return "loader position";
+    case FileKind::kExportRows:
+      return "exported rows";
+    case FileKind::kDeltaRows:
+      return "delta rows";
+  }
+  return "unknown";
+}
+
+uint32_t Crc32(absl::string_view data, uint32_t crc) {
+  uLong c = crc;
+  while (!data.empty()) {
+    const uInt n = static_cast<uInt>(std::min<size_t>(data.size(), 1u << 30));
+    c = crc32(c, reinterpret_cast<const Bytef*>(data.data()), n);
+    data.remove_prefix(n);
+  }
+  return static_cast<uint32_t>(c);
+}
+
+// ---- BlockWriter ----
+
+absl::StatusOr<std::unique_ptr<BlockWriter>> BlockWriter::Create(Env* env, const std::string& path, FileKind kind) {
+  HYREC_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path + ".tmp"));
+  std::unique_ptr<BlockWriter> w(new BlockWriter(env, path, std::move(file)));
+  std::string header(kBlockFileMagic, 8);
+  PutU32(&header, kBlockFormatVersion);
+  PutU32(&header, static_cast<uint32_t>(kind));
+  PutU32(&header, Crc32(header));
+  HYREC_RETURN_IF_ERROR(w->Write(header));
+  return w;
+}
+
+BlockWriter::~BlockWriter() {
+  if (file_ != nullptr) {  // Never finished: leave no temporary file behind.
+    (void)file_->Close();
+    (void)env_->DeleteFile(path_ + ".tmp");
+  }
+}
+
+absl::Status BlockWriter::Fail(absl::Status status) {
+  if (failed_.ok()) failed_ = status;
+  return status;
+}
+
+absl::Status BlockWriter::Write(absl::string_view bytes) {
+  if (!failed_.ok()) return failed_;
+  crc_ = Crc32(bytes, crc_);
+  length_ += bytes.size();
+  if (buffer_.size() + bytes.size() > kFlushBytes && !buffer_.empty()) HYREC_RETURN_IF_ERROR(Flush());
+  if (bytes.size() >= kFlushBytes) {
+    absl::Status s = file_->Append(bytes);
+    return s.ok() ? s : Fail(s);
+  }
+  buffer_.append(bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+absl::Status BlockWriter::Flush() {
+  if (buffer_.empty()) return absl::OkStatus();
+  absl::Status s = file_->Append(buffer_);
+  buffer_.clear();
+  return s.ok() ? s : Fail(s);
+}
+
+absl::Status BlockWriter::Add(uint32_t type, absl::string_view payload) {
+  if (payload.size() > kMaxBlockBytes) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("block of ", payload.size(), " bytes for '", path_, "' is over ", kMaxBlockBytes)));
+  }
+  std::string head;
+  PutU32(&head, type);
+  PutU32(&head, 0);
+  PutU64(&head, payload.size());
+  const uint32_t crc = Crc32(payload, Crc32(head));
+  HYREC_RETURN_IF_ERROR(Write(head));
+  HYREC_RETURN_IF_ERROR(Write(payload));
+  std::string tail;
+  PutU32(&tail, crc);
+  HYREC_RETURN_IF_ERROR(Write(tail));
+  ++blocks_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileEntry> BlockWriter::Finish() {
+  std::string count;
+  PutU64(&count, blocks_);
+  HYREC_RETURN_IF_ERROR(Add(kEndBlock, count));
+  absl::Status s = Flush();
+  if (s.ok()) s = file_->Sync();
+  const absl::Status closed = file_->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env_->RenameFile(path_ + ".tmp", path_);
+  file_.reset();
+  if (!s.ok()) {
+    (void)env_->DeleteFile(path_ + ".tmp");
+    return Fail(s);
+  }
+  return FileEntry{BaseName(path_), length_, crc_};
+}
+
+// ---- BlockReader ----
+
+absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::Open(Env* env, const std::string& path, FileKind kind) {
+  HYREC_ASSIGN_OR_RETURN(const uint64_t size, env->GetFileSize(path));
+  HYREC_ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
+  return Start(std::unique_ptr<BlockReader>(new BlockReader(path, std::move(file), size)), kind);
+}
+
+absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::FromString(std::string name, std::string data,
+                                                                     FileKind kind) {
+  const uint64_t size = data.size();
+  return Start(std::unique_ptr<BlockReader>(
+                   new BlockReader(std::move(name), std::make_unique<StringFile>(std::move(data)), size)),
+               kind);
+}
+
+absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::Start(std::unique_ptr<BlockReader> r, FileKind kind) {
+  const uint64_t size = r->size_;
+  std::string header;
+  if (size < kFileHeaderBytes) return r->Corrupt(0, absl::StrCat("file of ", size, " bytes has no header"));
+  HYREC_RETURN_IF_ERROR(r->ReadExactly(kFileHeaderBytes, &header));
+  if (header.compare(0, 8, kBlockFileMagic) != 0) return r->Corrupt(0, "not a hyrec block file (bad magic)");
+  if (Crc32(absl::string_view(header).substr(0, 16)) != GetU32(header.data() + 16)) {
+    return r->Corrupt(0, "header checksum mismatch");
+  }
+  const uint32_t version = GetU32(header.data() + 8);
+  if (version != kBlockFormatVersion) {
+    return r->Corrupt(8, absl::StrCat("format version ", version, "; this build reads version ", kBlockFormatVersion));
+  }
+  const uint32_t got_kind = GetU32(header.data() + 12);
+  if (got_kind != static_cast<uint32_t>(kind)) {
+    return r->Corrupt(12, absl::StrCat("holds file kind ", got_kind, ", expected a ", FileKindName(kind), " file"));
+  }
+  return r;
+}
+
+absl::Status BlockReader::Corrupt(uint64_t offset, absl::string_view what) const {
+  return absl::DataLossError(absl::StrCat(path_, ": offset ", offset, ": ", what));
+}
+
+absl::Status BlockReader::ReadExactly(size_t n, std::string* out) {
+  out->clear();
+  std::string part;
+  while (out->size() < n) {
+    absl::string_view got;
+    HYREC_RETURN_IF_ERROR(file_->Read(std::min<size_t>(n - out->size(), 64 << 20), &part, &got));
+    if (got.empty()) return Corrupt(offset_ + out->size(), "unexpected end of file (truncated)");
+    out->append(got.data(), got.size());
+  }
+  offset_ += n;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> BlockReader::Next(Block* block) {
+  if (done_) return false;
+  const uint64_t start = offset_;
+  if (size_ - offset_ < kBlockHeaderBytes - 4 + 4) return Corrupt(start, "truncated before a block header");
+  HYREC_RETURN_IF_ERROR(ReadExactly(16, &scratch_));
+  const uint32_t type = GetU32(scratch_.data());
+  const uint32_t reserved = GetU32(scratch_.data() + 4);
+  const uint64_t length = GetU64(scratch_.data() + 8);
+  if (reserved != 0) return Corrupt(start + 4, "reserved field is not 0");
+  if (length > kMaxBlockBytes) return Corrupt(start + 8, absl::StrCat("block length ", length, " is over the cap"));
+  if (length + 4 > size_ - offset_) {
+    return Corrupt(start + 8, absl::StrCat("block length ", length, " runs past the end of the file (truncated?)"));
+  }
+  uint32_t crc = Crc32(scratch_);
+  HYREC_RETURN_IF_ERROR(ReadExactly(static_cast<size_t>(length), &block->payload));
+  crc = Crc32(block->payload, crc);
+  HYREC_RETURN_IF_ERROR(ReadExactly(4, &scratch_));
+  if (GetU32(scratch_.data()) != crc) return Corrupt(start, absl::StrCat("block checksum mismatch (type ", type, ")"));
+  block->type = type;
+  block->offset = start;
+  if (type == kEndBlock) {
+    if (length != 8 || GetU64(block->payload.data()) != blocks_)
+      return Corrupt(start, "end block does not count the blocks");
+    if (offset_ != size_) return Corrupt(offset_, "bytes after the end block");
+    done_ = true;
+    return false;
+  }
+  ++blocks_;
+  return true;
+}
+
+absl::Status VerifyFileEntry(Env* env, const std::string& dir, const FileEntry& entry) {
+  const std::string path = JoinPath(dir, entry.name);
+  HYREC_ASSIGN_OR_RETURN(const uint64_t size, env->GetFileSize(path));
+  if (size != entry.length) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", size, " bytes, the manifest says ", entry.length, " (truncated or replaced)"));
+  }
+  HYREC_ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
+  std::string scratch;
+  uint32_t crc = 0;
+  uint64_t read = 0;
+  for (;;) {
+    absl::string_view got;
+    HYREC_RETURN_IF_ERROR(file->Read(4 << 20, &scratch, &got));
+    if (got.empty()) break;
+    crc = Crc32(got, crc);
+    read += got.size();
+  }
+  if (read != entry.length) return absl::DataLossError(absl::StrCat(path, ": changed while it was read"));
+  if (crc != entry.crc32) {
+    return absl::DataLossError(absl::StrCat(path, ": crc32 ", crc, " differs from the manifest's ", entry.crc32));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hyrec

@@ -1,0 +1,243 @@
+#include "hyrec/common/checkpoint_dir.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec {
+namespace {
+
+// Block types of a MANIFEST.
+constexpr uint32_t kMetaBlock = 1;
+constexpr uint32_t kTableBlock = 2;
+constexpr uint32_t kFileBlock = 3;
+// Caps of what a manifest may list.
+constexpr uint64_t kMaxNameBytes = 4096;
+constexpr uint64_t kMaxJobYamlBytes = 16 << 20;
+
+bool SafeName(const std::string& name) {
+  return !name.empty() && name.size() <= 255 && name.find('/') == std::string::npos && name != "." && name != "..";
+}
+
+}  // namespace
+
+const FileEntry* CheckpointManifest::Find(const std::string& name) const {
+  for (const FileEntry& f : files) {
+    if (f.name == name) return &f;
+  }
+  return nullptr;
+}
+
+std::string EncodeManifest(const CheckpointManifest& m) {
+  // The block layout without an Env: the same bytes BlockWriter writes.
+  auto block = [](uint32_t type, const std::string& payload, std::string* out, uint64_t* count) {
+    Encoder head;
+    head.U32(type);
+    head.U32(0);
+    head.U64(payload.size());
+    const uint32_t crc = Crc32(payload, Crc32(head.str()));
+    out->append(head.str());
+    out->append(payload);
+    out->append(reinterpret_cast<const char*>(&crc), 4);
+    ++*count;
+  };
+  std::string out(kBlockFileMagic, 8);
+  Encoder h;
+  h.U32(kBlockFormatVersion);
+  h.U32(static_cast<uint32_t>(FileKind::kManifest));
+  out.append(h.str());
+  const uint32_t header_crc = Crc32(out);
+  out.append(reinterpret_cast<const char*>(&header_crc), 4);
+  uint64_t blocks = 0;
+  Encoder meta;
+  meta.Bytes(m.kind);
+  meta.U64(m.step);
+  meta.U64(m.samples);
+  meta.U64(m.created_unix_ms);
+  meta.U32(m.num_shards);
+  meta.U32(m.num_workers);
+  meta.U64(m.delta_sequence);
+  meta.U32(m.has_eval ? 1 : 0);
+  meta.F64(m.auc);
+  meta.F64(m.log_loss);
+  meta.Bytes(m.job_yaml);
+  block(kMetaBlock, meta.str(), &out, &blocks);
+  for (const CheckpointManifest::Table& t : m.tables) {
+    Encoder e;
+    e.Bytes(t.name);
+    e.U32(t.dim);
+    e.Bytes(t.optimizer);
+    e.U64(t.rows);
+    block(kTableBlock, e.str(), &out, &blocks);
+  }
+  for (const FileEntry& f : m.files) {
+    Encoder e;
+    e.Bytes(f.name);
+    e.U64(f.length);
+    e.U32(f.crc32);
+    block(kFileBlock, e.str(), &out, &blocks);
+  }
+  Encoder end;
+  end.U64(blocks);
+  uint64_t ignored = 0;
+  block(kEndBlock, end.str(), &out, &ignored);
+  return out;
+}
+
+absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& name, std::string bytes) {
+  HYREC_ASSIGN_OR_RETURN(auto reader, BlockReader::FromString(name, std::move(bytes), FileKind::kManifest));
+  CheckpointManifest m;
+  bool has_meta = false;
+  Block b;
+  for (;;) {
+    HYREC_ASSIGN_OR_RETURN(const bool more, reader->Next(&b));
+    if (!more) break;
+    Decoder d(b.payload);
+    auto bad = [&](absl::string_view what) {
+      return absl::DataLossError(absl::StrCat(name, ": offset ", b.offset, ": ", what));
+    };
+    if (b.type == kMetaBlock) {
+      if (has_meta) return bad("a second meta block");
+      has_meta = true;
+      m.kind = d.Bytes();
+      m.step = d.U64();
+      m.samples = d.U64();
+      m.created_unix_ms = d.U64();
+      m.num_shards = d.U32();
+      m.num_workers = d.U32();
+      m.delta_sequence = d.U64();
+      m.has_eval = d.U32() != 0;
+      m.auc = d.F64();
+      m.log_loss = d.F64();
+      m.job_yaml = d.Bytes();
+      if (!d.done()) return bad("malformed meta block");
+      if (m.kind != "checkpoint" && m.kind != "export" && m.kind != "delta") {
+        return bad(absl::StrCat("unknown kind '", m.kind.substr(0, 32), "'"));
+      }
+      if (m.job_yaml.size() > kMaxJobYamlBytes) return bad("job text over its cap");
+      if (m.num_shards > (1u << 16) || m.num_workers > (1u << 16)) return bad("implausible shard or worker count");
+    } else if (b.type == kTableBlock) {
+      CheckpointManifest::Table t;
+      t.name = d.Bytes();
+      t.dim = d.U32();
+      t.optimizer = d.Bytes();
+      t.rows = d.U64();
+      if (!d.done() || t.name.size() > kMaxNameBytes || t.optimizer.size() > 64) return bad("malformed table block");
+      m.tables.push_back(std::move(t));
+    } else if (b.type == kFileBlock) {
+      FileEntry f;
+      f.name = d.Bytes();
+      f.length = d.U64();
+      f.crc32 = d.U32();
+      if (!d.done()) return bad("malformed file block");
+      if (!SafeName(f.name) || f.name == kManifestName) {
+        return bad(absl::StrCat("file name '", f.name.substr(0, 64), "' is not a plain name in the directory"));
+      }
+      if (m.Find(f.name) != nullptr) return bad(absl::StrCat("file '", f.name, "' listed twice"));
+      m.files.push_back(std::move(f));
+    } else {
+      return bad(absl::StrCat("unknown block type ", b.type));
+    }
+  }
+  if (!has_meta) return absl::DataLossError(absl::StrCat(name, ": no meta block"));
+  return m;
+}
+
+absl::Status CommitManifest(Env* env, const std::string& dir, const CheckpointManifest& m) {
+  HYREC_RETURN_IF_ERROR(env->SyncDir(dir));
+  return WriteFileAtomically(env, JoinPath(dir, kManifestName), EncodeManifest(m));
+}
+
+absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir) {
+  const std::string path = JoinPath(dir, kManifestName);
+  absl::StatusOr<std::string> bytes = ReadFileToString(env, path, kMaxManifestBytes);
+  if (!bytes.ok()) {
+    if (absl::IsNotFound(bytes.status())) {
+      return absl::NotFoundError(absl::StrCat("'", dir, "' is not a committed checkpoint: no ", kManifestName));
+    }
+    if (absl::IsFailedPrecondition(bytes.status())) return absl::DataLossError(bytes.status().message());
+    return bytes.status();
+  }
+  return DecodeManifest(path, std::move(*bytes));
+}
+
+absl::StatusOr<CheckpointManifest> VerifyCheckpoint(Env* env, const std::string& dir) {
+  HYREC_ASSIGN_OR_RETURN(CheckpointManifest m, ReadManifest(env, dir));
+  for (const FileEntry& f : m.files) {
+    absl::Status s = VerifyFileEntry(env, dir, f);
+    if (absl::IsNotFound(s)) return absl::DataLossError(s.message());
+    HYREC_RETURN_IF_ERROR(s);
+  }
+  return m;
+}
+
+std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms) {
+  return absl::StrFormat("%s-%012d-%013d", prefix, step, unix_ms);
+}
+
+std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, const std::string& prefix) {
+  std::vector<std::string> out;
+  absl::StatusOr<std::vector<std::string>> names = env->GetChildren(root);
+  if (!names.ok()) return out;
+  for (const std::string& n : *names) {
+    if (absl::StartsWith(n, prefix + "-") && !absl::EndsWith(n, ".tmp")) out.push_back(n);
+  }
+  return out;  // GetChildren sorts.
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root, const std::string& prefix,
+                                              const std::string& which, CheckpointManifest* manifest,
+                                              std::vector<std::string>* skipped) {
+  if (which != "latest") {
+    HYREC_ASSIGN_OR_RETURN(*manifest, VerifyCheckpoint(env, which));
+    return which;
+  }
+  if (root.empty()) return absl::InvalidArgumentError("'latest' needs a checkpoint directory (checkpoint.dir)");
+  const std::vector<std::string> dirs = ListCheckpointDirs(env, root, prefix);
+  for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
+    const std::string dir = JoinPath(root, *it);
+    absl::StatusOr<CheckpointManifest> m = VerifyCheckpoint(env, dir);
+    if (m.ok()) {
+      *manifest = std::move(*m);
+      return dir;
+    }
+    if (skipped != nullptr) skipped->push_back(absl::StrCat(dir, ": ", m.status().message()));
+  }
+  return absl::NotFoundError(absl::StrCat("no valid checkpoint under '", root, "'",
+                                          dirs.empty() ? "" : absl::StrCat(" (", dirs.size(), " tried)")));
+}
+
+absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
+                               const std::string& keep) {
+  const std::vector<std::string> dirs = ListCheckpointDirs(env, root, prefix);
+  std::vector<bool> committed(dirs.size());
+  int newest_committed = -1;
+  for (size_t i = 0; i < dirs.size(); ++i) {
+    committed[i] = env->FileExists(JoinPath(JoinPath(root, dirs[i]), kManifestName));
+    if (committed[i]) newest_committed = static_cast<int>(i);
+  }
+  int kept = 0;
+  absl::Status first_error;
+  for (int i = static_cast<int>(dirs.size()) - 1; i >= 0; --i) {
+    const std::string dir = JoinPath(root, dirs[i]);
+    bool remove = false;
+    if (committed[i]) {
+      remove = kept >= keep_last && dir != keep && dirs[i] != keep;
+      if (!remove) ++kept;
+    } else {
+      remove = i < newest_committed;  // Newer ones may still be being written.
+    }
+    if (!remove) continue;
+    // The manifest goes first: a directory half deleted is then never taken for a checkpoint.
+    const std::string manifest = JoinPath(dir, kManifestName);
+    absl::Status s = env->FileExists(manifest) ? env->DeleteFile(manifest) : absl::OkStatus();
+    if (s.ok()) s = DeleteDirAndFiles(env, dir);
+    if (!s.ok() && first_error.ok()) first_error = s;
+  }
+  return first_error;
+}
+
+}  // namespace hyrec

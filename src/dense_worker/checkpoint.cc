@@ -1,0 +1,442 @@
+#include "hyrec/dense_worker/checkpoint.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "hyrec/common/block_file.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/data_loader/positions.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
+#include "src/dense_worker/torch_status.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+// Block types of the dense file.
+constexpr uint32_t kStateBlock = 30;
+constexpr uint32_t kModelBlock = 31;  // The archive's bytes, in order, over as many blocks as needed.
+constexpr uint32_t kOptimizerBlock = 32;
+constexpr uint32_t kRngBlock = 33;
+constexpr size_t kChunkBytes = 256 << 20;
+constexpr uint64_t kMaxDenseBytes = 64ull << 30;
+
+Env* EnvOr(Env* env) { return env != nullptr ? env : Env::Default(); }
+
+absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
+
+std::string EncodeState(const TrainState& s) {
+  Encoder e;
+  e.U64(s.step);
+  e.U64(s.samples);
+  e.U64(s.epoch);
+  e.U32(s.has_best_eval ? 1 : 0);
+  e.F64(s.best_auc);
+  e.F64(s.best_log_loss);
+  e.U64(s.best_eval_samples);
+  e.U64(s.best_at_samples);
+  e.U32(static_cast<uint32_t>(s.evals_without_gain));
+  e.U64(s.delta_sequence);
+  e.Bytes(s.best_checkpoint);
+  return std::move(e.str());
+}
+
+bool DecodeState(absl::string_view bytes, TrainState* s) {
+  Decoder d(bytes);
+  s->step = d.U64();
+  s->samples = d.U64();
+  s->epoch = d.U64();
+  s->has_best_eval = d.U32() != 0;
+  s->best_auc = d.F64();
+  s->best_log_loss = d.F64();
+  s->best_eval_samples = d.U64();
+  s->best_at_samples = d.U64();
+  s->evals_without_gain = static_cast<int>(d.U32());
+  s->delta_sequence = d.U64();
+  s->best_checkpoint = d.Bytes();
+  return d.done() && s->evals_without_gain >= 0 && s->best_checkpoint.size() < 4096;
+}
+
+absl::Status AddChunked(BlockWriter* w, uint32_t type, const std::string& bytes) {
+  for (size_t begin = 0; begin < bytes.size(); begin += kChunkBytes) {
+    HYREC_RETURN_IF_ERROR(w->Add(type, absl::string_view(bytes).substr(begin, kChunkBytes)));
+  }
+  return absl::OkStatus();
+}
+
+template <typename Save>
+std::string ArchiveBytes(Save&& save) {
+  torch::serialize::OutputArchive archive;
+  save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+template <typename Load>
+void LoadArchive(const std::string& bytes, Load&& load) {
+  torch::serialize::InputArchive archive;
+  archive.load_from(bytes.data(), bytes.size());
+  load(archive);
+}
+
+// Writes `bytes` as a plain file named `name` in `dir` (temporary name, sync, rename).
+absl::StatusOr<FileEntry> WriteRawFile(Env* env, const std::string& dir, const std::string& name,
+                                       const std::string& bytes) {
+  const std::string path = JoinPath(dir, name);
+  HYREC_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path + ".tmp"));
+  absl::Status s = file->Append(bytes);
+  if (s.ok()) s = file->Sync();
+  const absl::Status closed = file->Close();
+  if (s.ok()) s = closed;
+  if (s.ok()) s = env->RenameFile(path + ".tmp", path);
+  if (!s.ok()) {
+    (void)env->DeleteFile(path + ".tmp");
+    return s;
+  }
+  return FileEntry{name, bytes.size(), Crc32(bytes)};
+}
+
+// A file already written, with its length and crc32 (the small position files).
+absl::StatusOr<FileEntry> EntryOf(Env* env, const std::string& dir, const std::string& name) {
+  HYREC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(env, JoinPath(dir, name), 1 << 20));
+  return FileEntry{name, bytes.size(), Crc32(bytes)};
+}
+
+uint64_t NowMs() { return static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())); }
+
+}  // namespace
+
+absl::StatusOr<DenseState> CaptureDenseState(DenseModelImpl& model, torch::optim::Optimizer* optimizer,
+                                             const TrainState& state) {
+  DenseState d;
+  d.state = state;
+  HYREC_RETURN_IF_ERROR(GuardTorch("saving the dense state", [&] {
+    d.model = ArchiveBytes([&](torch::serialize::OutputArchive& a) { model.save(a); });
+    if (optimizer != nullptr) {
+      d.optimizer = ArchiveBytes([&](torch::serialize::OutputArchive& a) { optimizer->save(a); });
+    }
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    torch::Tensor rng;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      rng = gen.get_state();
+    }
+    d.rng = ArchiveBytes([&](torch::serialize::OutputArchive& a) { a.write("state", rng); });
+    return absl::OkStatus();
+  }));
+  return d;
+}
+
+absl::Status ApplyDenseState(const DenseState& dense, DenseModelImpl& model, torch::optim::Optimizer* optimizer,
+                             bool restore_rng) {
+  HYREC_RETURN_IF_ERROR(GuardTorch("loading the checkpoint's dense parameters", [&] {
+    LoadArchive(dense.model, [&](torch::serialize::InputArchive& a) { model.load(a); });
+    return absl::OkStatus();
+  }));
+  if (optimizer != nullptr && !dense.optimizer.empty()) {
+    HYREC_RETURN_IF_ERROR(GuardTorch("loading the checkpoint's dense optimizer state", [&] {
+      LoadArchive(dense.optimizer, [&](torch::serialize::InputArchive& a) { optimizer->load(a); });
+      return absl::OkStatus();
+    }));
+  }
+  if (restore_rng && !dense.rng.empty()) {
+    HYREC_RETURN_IF_ERROR(GuardTorch("restoring the random generator", [&] {
+      torch::Tensor rng;
+      LoadArchive(dense.rng, [&](torch::serialize::InputArchive& a) { a.read("state", rng); });
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+      return absl::OkStatus();
+    }));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FileEntry> WriteDenseFile(Env* env, const std::string& dir, const DenseState& dense) {
+  HYREC_ASSIGN_OR_RETURN(auto w, BlockWriter::Create(env, JoinPath(dir, kDenseFileName), FileKind::kDense));
+  HYREC_RETURN_IF_ERROR(w->Add(kStateBlock, EncodeState(dense.state)));
+  HYREC_RETURN_IF_ERROR(AddChunked(w.get(), kModelBlock, dense.model));
+  HYREC_RETURN_IF_ERROR(AddChunked(w.get(), kOptimizerBlock, dense.optimizer));
+  HYREC_RETURN_IF_ERROR(w->Add(kRngBlock, dense.rng));
+  return w->Finish();
+}
+
+absl::StatusOr<DenseState> ReadDenseFile(Env* env, const std::string& dir, const CheckpointManifest& manifest) {
+  const FileEntry* entry = manifest.Find(kDenseFileName);
+  if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", kDenseFileName));
+  HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, dir, *entry));
+  HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, JoinPath(dir, kDenseFileName), FileKind::kDense));
+  DenseState d;
+  bool has_state = false;
+  Block b;
+  for (;;) {
+    HYREC_ASSIGN_OR_RETURN(const bool more, r->Next(&b));
+    if (!more) break;
+    std::string* target = b.type == kModelBlock ? &d.model : b.type == kOptimizerBlock ? &d.optimizer : nullptr;
+    if (b.type == kStateBlock) {
+      if (has_state || !DecodeState(b.payload, &d.state)) {
+        return absl::DataLossError(absl::StrCat(r->path(), ": offset ", b.offset, ": malformed state block"));
+      }
+      has_state = true;
+    } else if (b.type == kRngBlock) {
+      d.rng = std::move(b.payload);
+    } else if (target != nullptr) {
+      if (target->size() + b.payload.size() > kMaxDenseBytes) return absl::DataLossError("dense state over its cap");
+      target->append(b.payload);
+    } else {
+      return absl::DataLossError(absl::StrCat(r->path(), ": offset ", b.offset, ": unknown block type ", b.type));
+    }
+  }
+  if (!has_state || d.model.empty()) return absl::DataLossError(absl::StrCat(r->path(), ": no state or no model"));
+  return d;
+}
+
+absl::StatusOr<ResumePoint> LoadResumePoint(Env* env, const std::string& root, const std::string& which, int workers) {
+  env = EnvOr(env);
+  ResumePoint p;
+  std::vector<std::string> skipped;
+  absl::StatusOr<std::string> dir = ResolveCheckpoint(env, root, kCheckpointPrefix, which, &p.manifest, &skipped);
+  for (const std::string& s : skipped)
+    std::cerr << "hyrec: passing over a checkpoint that does not verify: " << s << "\n";
+  if (!dir.ok()) return Annotate(dir.status(), "--resume");
+  p.dir = *dir;
+  if (p.manifest.kind != "checkpoint") {
+    return absl::InvalidArgumentError(absl::StrCat("--resume ", p.dir, ": a ", p.manifest.kind, ", not a checkpoint"));
+  }
+  HYREC_ASSIGN_OR_RETURN(p.dense, ReadDenseFile(env, p.dir, p.manifest));
+  HYREC_ASSIGN_OR_RETURN(p.positions, data_loader::ReadPositionFiles(env, p.dir, p.manifest, workers));
+  return p;
+}
+
+absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardStore(Env* env, const std::string& dir,
+                                                                                     const CheckpointManifest& manifest,
+                                                                                     const job::PsShardPlan& shard) {
+  HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(shard.store));
+  HYREC_RETURN_IF_ERROR(
+      embedding_ps::RestoreShard(EnvOr(env), dir, manifest, shard.shard_index, shard.num_shards, store.get()));
+  return std::shared_ptr<embedding_ps::EmbeddingShardStore>(std::move(store));
+}
+
+absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkpoint_dir,
+                                             const std::string& export_root) {
+  env = EnvOr(env);
+  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, checkpoint_dir));
+  if (m.kind != "checkpoint") return absl::InvalidArgumentError(absl::StrCat(checkpoint_dir, " is not a checkpoint"));
+  HYREC_ASSIGN_OR_RETURN(const DenseState dense, ReadDenseFile(env, checkpoint_dir, m));
+  const std::string out = JoinPath(export_root, CheckpointDirName(kExportPrefix, m.step, NowMs()));
+  HYREC_RETURN_IF_ERROR(env->CreateDirs(out));
+  CheckpointManifest e = m;
+  e.kind = "export";
+  e.created_unix_ms = NowMs();
+  e.files.clear();
+  HYREC_ASSIGN_OR_RETURN(FileEntry model, WriteRawFile(env, out, kModelFileName, dense.model));
+  e.files.push_back(model);
+  for (uint32_t s = 0; s < m.num_shards; ++s) {
+    const std::string name = embedding_ps::ShardFileName(embedding_ps::CutKind::kCheckpoint, s, m.num_shards);
+    const FileEntry* entry = m.Find(name);
+    if (entry == nullptr) return absl::DataLossError(absl::StrCat(checkpoint_dir, ": the manifest lists no ", name));
+    HYREC_ASSIGN_OR_RETURN(
+        FileEntry rows,
+        embedding_ps::ExportShardFile(env, checkpoint_dir, *entry, out, embedding_ps::ExportFileName(s, m.num_shards)));
+    e.files.push_back(rows);
+  }
+  HYREC_RETURN_IF_ERROR(CommitManifest(env, out, e));
+  return out;
+}
+
+// ---- JobCuts ----
+
+// What worker 0's background commit and its training thread share.
+struct JobCuts::Shared {
+  std::mutex mu;
+  std::string last_checkpoint;
+  std::string best_checkpoint;
+  int committed = 0;
+  int failed = 0;
+  absl::Status error;  // The last commit's failure, until reported.
+};
+
+JobCuts::JobCuts(Options options)
+    : options_(std::move(options)), leader_(options_.plan->rank == 0), shared_(std::make_shared<Shared>()) {
+  options_.env = EnvOr(options_.env);
+}
+
+JobCuts::~JobCuts() {
+  if (commit_.joinable()) commit_.join();
+}
+
+absl::StatusOr<bool> JobCuts::Agree(bool ok) {
+  if (options_.sync == nullptr) return ok;
+  HYREC_ASSIGN_OR_RETURN(const int all,
+                         options_.sync->AllMin(ok ? 1 : 0, Seconds(options_.plan->checkpoint.timeout_seconds)));
+  return all == 1;
+}
+
+absl::Status JobCuts::Failed(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    ++shared_->failed;
+  }
+  if (leader_) std::cerr << "hyrec: " << status.message() << "\n";
+  if (options_.plan->checkpoint.fail_on_error) return status;
+  return absl::OkStatus();
+}
+
+absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader::ReaderPosition& position,
+                          DenseModelImpl& model, torch::optim::Optimizer* optimizer, const Evaluation* eval) {
+  const absl::Time start = absl::Now();
+  const job::WorkerPlan& plan = *options_.plan;
+  Env* env = options_.env;
+  const bool checkpoint = kind == Kind::kCheckpoint;
+  ++cuts_;
+  const uint64_t id = (static_cast<uint64_t>(options_.run_tag) << 24) + cuts_;
+  const uint64_t tag = static_cast<uint64_t>(options_.run_tag) * 1000 + cuts_;
+  const uint64_t sequence = delta_sequence_ + 1;
+  const std::string name = checkpoint ? CheckpointDirName(kCheckpointPrefix, state.step, tag)
+                                      : CheckpointDirName(kDeltaPrefix, sequence, tag);
+  const std::string root = checkpoint ? plan.checkpoint.dir : plan.serving.dir;
+  const std::string dir = JoinPath(root, name);
+  const std::string what = absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir);
+  absl::Status local;
+  if (checkpoint || leader_) local = env->CreateDirs(dir);
+  if (local.ok() && checkpoint) local = data_loader::WritePositionFile(env, dir, plan.rank, position).status();
+  HYREC_ASSIGN_OR_RETURN(bool all, Agree(local.ok()));
+  auto finish = [&](absl::Status s) {
+    pause_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+    if (s.ok()) return s;
+    return Failed(Annotate(s, what));
+  };
+  if (!all) {
+    return finish(local.ok() ? absl::AbortedError("another worker could not write its loader position") : local);
+  }
+  // Worker 0: the previous commit must be done before the shards start on another cut.
+  std::optional<DenseState> dense;
+  if (leader_) {
+    if (commit_.joinable()) commit_.join();
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      if (!shared_->error.ok() && plan.checkpoint.fail_on_error) return shared_->error;
+      shared_->error = absl::OkStatus();
+    }
+    TrainState s = state;
+    s.delta_sequence = delta_sequence_;
+    const bool is_best =
+        eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
+    s.best_checkpoint = is_best && checkpoint ? dir : best_checkpoint();
+    local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta, name,
+                                  id, Seconds(plan.checkpoint.timeout_seconds));
+    if (local.ok()) {
+      absl::StatusOr<DenseState> d = CaptureDenseState(model, checkpoint ? optimizer : nullptr, s);
+      local = d.status();
+      if (d.ok()) dense = std::move(*d);
+    }
+  }
+  HYREC_ASSIGN_OR_RETURN(all, Agree(local.ok()));
+  if (!all) return finish(local.ok() ? absl::AbortedError("the cut failed on worker 0") : local);
+  if (!checkpoint) delta_sequence_ = sequence;
+  if (!leader_) return finish(absl::OkStatus());
+
+  CheckpointManifest m;
+  m.kind = checkpoint ? "checkpoint" : "delta";
+  m.step = state.step;
+  m.samples = state.samples;
+  m.created_unix_ms = NowMs();
+  m.num_shards = static_cast<uint32_t>(options_.ps->num_shards());
+  m.num_workers = static_cast<uint32_t>(plan.world_size);
+  m.delta_sequence = checkpoint ? delta_sequence_ : sequence;
+  if (eval != nullptr) {
+    m.has_eval = true;
+    m.auc = eval->auc;
+    m.log_loss = eval->log_loss;
+  }
+  m.job_yaml = options_.job_text;
+  const bool best =
+      eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
+  commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, m = std::move(m),
+                         dense = std::move(*dense)]() mutable {
+    const job::WorkerPlan& plan = *options_.plan;
+    absl::Status s = [&]() -> absl::Status {
+      HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, dense)
+                                                              : WriteRawFile(env, dir, kModelFileName, dense.model));
+      HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
+                             options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds)));
+      m.files.push_back(dense_file);
+      for (size_t t = 0; t < plan.table_names.size(); ++t) {
+        CheckpointManifest::Table table;
+        table.name = plan.table_names[t];
+        table.dim = static_cast<uint32_t>(plan.table_dims[t]);
+        for (const embedding_ps::ShardFileInfo& info : shards) {
+          if (t < info.table_rows.size()) table.rows += info.table_rows[t];
+        }
+        m.tables.push_back(table);
+      }
+      for (const embedding_ps::ShardFileInfo& info : shards) m.files.push_back(info.file);
+      if (checkpoint) {
+        for (int r = 0; r < plan.world_size; ++r) {
+          HYREC_ASSIGN_OR_RETURN(FileEntry pos, EntryOf(env, dir, data_loader::PositionFileName(r)));
+          m.files.push_back(pos);
+        }
+      }
+      HYREC_RETURN_IF_ERROR(CommitManifest(env, dir, m));
+      if (!checkpoint) return absl::OkStatus();
+      std::string keep;
+      {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        if (best) shared_->best_checkpoint = dir;
+        keep = shared_->best_checkpoint;
+      }
+      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep);
+    }();
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (s.ok()) {
+      if (checkpoint) shared_->last_checkpoint = dir;
+      ++shared_->committed;
+    } else {
+      ++shared_->failed;
+      shared_->error = Annotate(s, absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir));
+      std::cerr << "hyrec: " << shared_->error.message() << "\n";
+    }
+  });
+  return finish(absl::OkStatus());
+}
+
+absl::Status JobCuts::Finish() {
+  if (commit_.joinable()) commit_.join();
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (!shared_->error.ok() && options_.plan->checkpoint.fail_on_error) return shared_->error;
+  return absl::OkStatus();
+}
+
+std::string JobCuts::last_checkpoint() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->last_checkpoint;
+}
+
+void JobCuts::Resume(const std::string& best_checkpoint, uint64_t delta_sequence) {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->best_checkpoint = best_checkpoint;
+  delta_sequence_ = delta_sequence;
+}
+
+std::string JobCuts::best_checkpoint() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->best_checkpoint;
+}
+
+int JobCuts::committed() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->committed;
+}
+
+int JobCuts::failed() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->failed;
+}
+
+}  // namespace hyrec::dense_worker

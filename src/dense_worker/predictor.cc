@@ -1,0 +1,170 @@
+#include "hyrec/dense_worker/predictor.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/dense_worker/checkpoint.h"
+#include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/dense_worker/worker.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
+#include "src/dense_worker/torch_status.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+Env* EnvOr(Env* env) { return env != nullptr ? env : Env::Default(); }
+
+constexpr uint64_t kMaxModelBytes = 64ull << 30;
+
+// Reads every rows file of a verified directory (export or delta) into `rows`.
+absl::Status FoldRowsFiles(Env* env, const std::string& dir, const CheckpointManifest& m, FileKind kind,
+                           absl::string_view prefix, ServingRows* rows) {
+  for (const FileEntry& f : m.files) {
+    if (!absl::StartsWith(f.name, prefix)) continue;
+    HYREC_RETURN_IF_ERROR(
+        embedding_ps::ReadRowsFile(env, JoinPath(dir, f.name), kind, [&](embedding_ps::ExportedTable& t) {
+          auto& table = rows->tables[t.name];
+          for (uint64_t id : t.tombstones) table.erase(id);
+          for (size_t i = 0; i < t.ids.size(); ++i) {
+            table[t.ids[i]].assign(t.weights.begin() + i * t.dim, t.weights.begin() + (i + 1) * t.dim);
+          }
+          return absl::OkStatus();
+        }));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir) {
+  env = EnvOr(env);
+  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, dir));
+  if (m.kind != "export") return absl::InvalidArgumentError(absl::StrCat(dir, " is a ", m.kind, ", not an export"));
+  ServingRows rows;
+  HYREC_ASSIGN_OR_RETURN(rows.model, ReadFileToString(env, JoinPath(dir, kModelFileName), kMaxModelBytes));
+  HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kExportRows, "rows-", &rows));
+  rows.step = m.step;
+  rows.delta_sequence = m.delta_sequence;
+  rows.job_yaml = m.job_yaml;
+  return rows;
+}
+
+absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows) {
+  env = EnvOr(env);
+  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, dir));
+  if (m.kind != "delta") return absl::InvalidArgumentError(absl::StrCat(dir, " is a ", m.kind, ", not a delta"));
+  if (m.delta_sequence != rows->delta_sequence + 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(dir, " is delta ", m.delta_sequence, "; the rows need delta ", rows->delta_sequence + 1, " next"));
+  }
+  HYREC_ASSIGN_OR_RETURN(std::string model, ReadFileToString(env, JoinPath(dir, kModelFileName), kMaxModelBytes));
+  HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kDeltaRows, "delta-", rows));
+  rows->model = std::move(model);
+  rows->step = m.step;
+  rows->delta_sequence = m.delta_sequence;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ApplyDeltas(Env* env, const std::string& export_root, ServingRows* rows) {
+  env = EnvOr(env);
+  std::vector<std::pair<uint64_t, std::string>> deltas;
+  const std::string prefix = kDeltaPrefix;
+  for (const std::string& name : ListCheckpointDirs(env, export_root, prefix)) {
+    uint64_t seq = 0;
+    if (!absl::SimpleAtoi(name.substr(prefix.size() + 1, 12), &seq)) continue;
+    if (seq > rows->delta_sequence) deltas.emplace_back(seq, name);
+  }
+  std::sort(deltas.begin(), deltas.end());
+  int applied = 0;
+  for (const auto& [seq, name] : deltas) {
+    if (seq != rows->delta_sequence + 1) break;  // The newest run's delta of a sequence sorts last.
+    HYREC_RETURN_IF_ERROR(ApplyDelta(env, JoinPath(export_root, name), rows));
+    ++applied;
+  }
+  return applied;
+}
+
+absl::StatusOr<std::string> ResolveExport(Env* env, const std::string& path) {
+  env = EnvOr(env);
+  if (env->FileExists(JoinPath(path, kManifestName))) return path;
+  CheckpointManifest m;
+  return ResolveCheckpoint(env, path, kExportPrefix, "latest", &m);
+}
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Load(const std::string& path, Env* env) {
+  HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveExport(env, path));
+  HYREC_ASSIGN_OR_RETURN(const ServingRows rows, ReadExport(env, dir));
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<Predictor> p, FromRows(rows, rows.job_yaml));
+  p->dir_ = dir;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromRows(const ServingRows& rows, const std::string& job_yaml) {
+  std::unique_ptr<Predictor> p(new Predictor());
+  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::ParseJobSpecText(job_yaml, "the export's job"));
+  HYREC_ASSIGN_OR_RETURN(p->plan_, job::Plan(spec));
+  // One unbounded store of weights: the job's tables without optimizer state.
+  embedding_ps::StoreOptions store_options = p->plan_.ps[0].store;
+  store_options.capacity_rows = 0;
+  store_options.capacity_bytes = 0;
+  store_options.track_changes = false;
+  for (embedding_ps::TableConfig& t : store_options.tables) {
+    t.optimizer = embedding_ps::OptimizerConfig();
+    t.optimizer.kind = embedding_ps::OptimizerKind::kSgd;
+    t.capacity_rows = 0;
+  }
+  HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
+  for (const auto& [name, table] : rows.tables) {
+    HYREC_ASSIGN_OR_RETURN(const int t, store->TableIndex(name));
+    const int dim = store->table(t).dim;
+    std::vector<uint64_t> ids;
+    std::vector<float> weights;
+    for (const auto& [id, w] : table) {
+      if (static_cast<int>(w.size()) != dim) {
+        return absl::DataLossError(absl::StrCat("table '", name, "': a row of ", w.size(), " weights, dim ", dim));
+      }
+      ids.push_back(id);
+      weights.insert(weights.end(), w.begin(), w.end());
+    }
+    HYREC_RETURN_IF_ERROR(store->RestoreRows(t, ids, weights));
+  }
+  std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
+  stores.push_back(std::move(store));
+  HYREC_ASSIGN_OR_RETURN(p->rows_, embedding_ps::NewInProcessEmbeddingClient(std::move(stores)));
+  HYREC_ASSIGN_OR_RETURN(p->model_, MakeModel(p->plan_.workers[0]));
+  DenseState dense;
+  dense.model = rows.model;
+  HYREC_RETURN_IF_ERROR(ApplyDenseState(dense, *p->model_, nullptr, /*restore_rng=*/false));
+  p->model_->eval();
+  return p;
+}
+
+absl::Status Predictor::Score(const std::vector<std::string>& files, std::vector<float>* logits,
+                              std::vector<float>* labels) {
+  data_loader::LoaderOptions o = plan_.loader.options;
+  if (o.source.format == data_loader::Format::kSynthetic) {
+    return absl::InvalidArgumentError("the export's job reads a synthetic source; give it a file format to score");
+  }
+  o.source.files = files;
+  o.source.skip_bad_files = false;
+  o.num_workers = 1;
+  o.num_shards = 1;
+  o.shuffle = false;
+  o.epochs = 1;
+  o.drop_last = false;
+  o.max_bad_fraction = 0;
+  o.min_lines_for_bad_check = 1;
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(o, {}));
+  const TrainerOptions options = TrainerOptionsFor(plan_.workers[0], torch::kCPU);
+  absl::StatusOr<Evaluation> e;
+  HYREC_RETURN_IF_ERROR(GuardTorch("scoring", [&] {
+    e = Evaluate(loader->stream(0), rows_.get(), options, *model_, logits, labels);
+    return absl::OkStatus();
+  }));
+  return e.status();
+}
+
+}  // namespace hyrec::dense_worker

@@ -1,0 +1,354 @@
+// Checkpoint files and PS shard checkpoints without training: the block format detects every
+// flipped byte and every truncation, manifests commit atomically under injected faults, shards
+// restore exactly and reshard (4 -> 3, 2 -> 5) with their optimizer state, deltas bring an
+// export's rows to a later snapshot, and loader positions remap to other worker counts.
+#include <filesystem>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/block_file.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
+#include "hyrec/common/hash.h"
+#include "hyrec/data_loader/positions.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
+
+namespace hyrec {
+namespace {
+
+using embedding_ps::CutKind;
+using embedding_ps::EmbeddingShardStore;
+using embedding_ps::StoreOptions;
+using embedding_ps::TableConfig;
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/checkpoint_test_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+std::string ReadAll(const std::string& path) { return *ReadFileToString(Env::Default(), path, 1 << 30); }
+void WriteAll(const std::string& path, const std::string& bytes) {
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, bytes).ok());
+}
+
+TEST(BlockFileTest, RoundTripsAndDetectsEveryFlippedByteAndTruncation) {
+  const std::string dir = FreshDir("blocks");
+  const std::string path = dir + "/f.blk";
+  auto w = BlockWriter::Create(Env::Default(), path, FileKind::kDense);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Add(7, "hello").ok());
+  ASSERT_TRUE((*w)->Add(8, std::string(40, 'x')).ok());
+  absl::StatusOr<FileEntry> entry = (*w)->Finish();
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  const std::string good = ReadAll(path);
+  EXPECT_EQ(entry->length, good.size());
+  EXPECT_EQ(entry->crc32, Crc32(good));
+  auto parse = [](const std::string& bytes) -> absl::Status {
+    auto r = BlockReader::FromString("f.blk", bytes, FileKind::kDense);
+    if (!r.ok()) return r.status();
+    Block b;
+    for (;;) {
+      absl::StatusOr<bool> more = (*r)->Next(&b);
+      if (!more.ok()) return more.status();
+      if (!*more) return absl::OkStatus();
+    }
+  };
+  ASSERT_TRUE(parse(good).ok());
+  for (size_t i = 0; i < good.size(); ++i) {  // Header, lengths, payloads, checksums, end block.
+    std::string bad = good;
+    bad[i] ^= 0x10;
+    const absl::Status s = parse(bad);
+    EXPECT_TRUE(absl::IsDataLoss(s)) << "flip at " << i << ": " << s;
+    EXPECT_NE(s.message().find("offset"), absl::string_view::npos) << s;
+  }
+  for (size_t n = 0; n < good.size(); ++n) {
+    EXPECT_TRUE(absl::IsDataLoss(parse(good.substr(0, n)))) << "truncated to " << n;
+  }
+  EXPECT_TRUE(absl::IsDataLoss(parse(good + "x")));
+  EXPECT_TRUE(absl::IsDataLoss(BlockReader::FromString("f", good, FileKind::kManifest).status()));
+}
+
+CheckpointManifest SampleManifest() {
+  CheckpointManifest m;
+  m.step = 42;
+  m.samples = 4200;
+  m.num_shards = 2;
+  m.num_workers = 1;
+  m.job_yaml = "loader: {}\n";
+  m.tables.push_back({"user", 8, "adagrad", 10});
+  m.files.push_back({"dense.blk", 100, 7});
+  return m;
+}
+
+TEST(ManifestTest, RoundTripsAndRefusesEveryCorruption) {
+  const std::string bytes = EncodeManifest(SampleManifest());
+  absl::StatusOr<CheckpointManifest> m = DecodeManifest("M", bytes);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->step, 42u);
+  EXPECT_EQ(m->tables[0].name, "user");
+  EXPECT_EQ(m->files[0].name, "dense.blk");
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    std::string bad = bytes;
+    bad[i] ^= 0x01;
+    EXPECT_FALSE(DecodeManifest("M", bad).ok()) << "flip at " << i;
+  }
+  CheckpointManifest evil = SampleManifest();
+  evil.files[0].name = "../outside";
+  EXPECT_TRUE(absl::IsDataLoss(DecodeManifest("M", EncodeManifest(evil)).status()));
+}
+
+StoreOptions Options(uint64_t capacity = 0, bool track = false) {
+  TableConfig user;
+  user.name = "user";
+  user.dim = 8;
+  user.optimizer.kind = embedding_ps::OptimizerKind::kAdagrad;
+  TableConfig item;
+  item.name = "item";
+  item.dim = 4;
+  item.seed = 3;
+  item.optimizer.kind = embedding_ps::OptimizerKind::kAdam;
+  StoreOptions o;
+  o.tables = {user, item};
+  o.num_stripes = 8;
+  o.capacity_rows = capacity;
+  o.track_changes = track;
+  return o;
+}
+
+// Looks up and updates ids of both tables so that rows and optimizer state move.
+void Train(EmbeddingShardStore* store, const std::vector<uint64_t>& ids, uint64_t sequence) {
+  for (int t = 0; t < 2; ++t) {
+    const int dim = store->table(t).dim;
+    std::vector<float> rows(ids.size() * dim);
+    ASSERT_TRUE(store->Lookup(t, ids, absl::MakeSpan(rows), nullptr).ok());
+    std::vector<float> grads(rows.size());
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>((i * 7 + sequence) % 13) - 0.05f;
+    ASSERT_TRUE(store->Update(t, ids, grads, embedding_ps::UpdateId{1, sequence}, nullptr).ok());
+  }
+}
+
+// Every (table, id) -> its floats (weights and state).
+std::map<std::pair<int, uint64_t>, std::vector<float>> Rows(const EmbeddingShardStore& store) {
+  const embedding_ps::StoreSnapshot snap = store.Snapshot();
+  std::map<std::pair<int, uint64_t>, std::vector<float>> out;
+  for (size_t t = 0; t < snap.tables.size(); ++t) {
+    const size_t floats = snap.tables[t].values.size() / std::max<size_t>(1, snap.tables[t].ids.size());
+    for (size_t i = 0; i < snap.tables[t].ids.size(); ++i) {
+      out[{static_cast<int>(t), snap.tables[t].ids[i]}].assign(snap.tables[t].values.begin() + i * floats,
+                                                               snap.tables[t].values.begin() + (i + 1) * floats);
+    }
+  }
+  return out;
+}
+
+// Writes a checkpoint of `stores` (shard k of stores.size()) into dir and commits its manifest.
+CheckpointManifest WriteCheckpoint(Env* env, const std::string& dir,
+                                   const std::vector<std::unique_ptr<EmbeddingShardStore>>& stores,
+                                   absl::Status* status = nullptr) {
+  CheckpointManifest m;
+  m.num_shards = static_cast<uint32_t>(stores.size());
+  m.num_workers = 1;
+  absl::Status s = env->CreateDirs(dir);
+  for (size_t k = 0; k < stores.size() && s.ok(); ++k) {
+    auto info = embedding_ps::WriteShardFile(env, dir, static_cast<int>(k), static_cast<int>(stores.size()),
+                                             stores[k]->tables(), stores[k]->Snapshot());
+    s = info.status();
+    if (s.ok()) m.files.push_back(info->file);
+  }
+  if (s.ok()) s = CommitManifest(env, dir, m);
+  if (status != nullptr) {
+    *status = s;
+  } else {
+    EXPECT_TRUE(s.ok()) << s;
+  }
+  return m;
+}
+
+std::vector<std::unique_ptr<EmbeddingShardStore>> Cluster(int shards, int ids) {
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  for (int k = 0; k < shards; ++k) stores.push_back(*EmbeddingShardStore::Create(Options()));
+  for (int round = 1; round <= 3; ++round) {
+    std::vector<std::vector<uint64_t>> per(shards);
+    for (int i = 0; i < ids; ++i) {
+      const uint64_t id = Mix64(i + 1) >> 20;
+      per[ShardForId(id, shards)].push_back(id);
+    }
+    for (int k = 0; k < shards; ++k) Train(stores[k].get(), per[k], round);
+  }
+  return stores;
+}
+
+TEST(ShardCheckpointTest, RestoresExactlyWithOptimizerState) {
+  const std::string dir = FreshDir("exact");
+  auto stores = Cluster(2, 300);
+  const CheckpointManifest m = WriteCheckpoint(Env::Default(), dir, stores);
+  for (int k = 0; k < 2; ++k) {
+    auto restored = *EmbeddingShardStore::Create(Options());
+    ASSERT_TRUE(
+        embedding_ps::RestoreShard(Env::Default(), dir, *ReadManifest(Env::Default(), dir), k, 2, restored.get()).ok());
+    EXPECT_EQ(Rows(*restored), Rows(*stores[k]));
+    // The same next update gives the same rows (Adagrad and Adam state came back).
+    Train(restored.get(), {7, 8, 9}, 10);
+    Train(stores[k].get(), {7, 8, 9}, 10);
+    EXPECT_EQ(Rows(*restored), Rows(*stores[k]));
+    // The dedup window came back: a repeat of an applied sequence is not applied again.
+    embedding_ps::UpdateResult r;
+    const std::vector<float> grad(8, 0.5f);
+    ASSERT_TRUE(restored->Update(0, std::vector<uint64_t>{7}, grad, embedding_ps::UpdateId{1, 3}, &r).ok());
+    EXPECT_TRUE(r.duplicate);
+  }
+  (void)m;
+}
+
+void ExpectReshard(int from, int to) {
+  const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to));
+  auto stores = Cluster(from, 500);
+  WriteCheckpoint(Env::Default(), dir, stores);
+  std::map<std::pair<int, uint64_t>, std::vector<float>> before, after;
+  for (auto& s : stores) {
+    for (auto& [key, value] : Rows(*s)) before[key] = value;
+  }
+  const CheckpointManifest m = *ReadManifest(Env::Default(), dir);
+  for (int k = 0; k < to; ++k) {
+    auto restored = *EmbeddingShardStore::Create(Options());
+    ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), dir, m, k, to, restored.get()).ok());
+    for (auto& [key, value] : Rows(*restored)) {
+      EXPECT_EQ(ShardForId(key.second, to), k) << "id " << key.second << " on the wrong shard";
+      EXPECT_TRUE(after.emplace(key, value).second);
+    }
+  }
+  EXPECT_EQ(after, before);  // Every row once, with its weights and optimizer state.
+}
+
+TEST(ShardCheckpointTest, ReshardsFourToThree) { ExpectReshard(4, 3); }
+TEST(ShardCheckpointTest, ReshardsTwoToFive) { ExpectReshard(2, 5); }
+
+TEST(ShardCheckpointTest, CorruptionIsDetectedAndLatestFallsBack) {
+  const std::string root = FreshDir("fallback");
+  auto stores = Cluster(2, 200);
+  const std::string older = JoinPath(root, CheckpointDirName(kCheckpointPrefix, 10, 1));
+  const std::string newer = JoinPath(root, CheckpointDirName(kCheckpointPrefix, 20, 2));
+  WriteCheckpoint(Env::Default(), older, stores);
+  const CheckpointManifest m = WriteCheckpoint(Env::Default(), newer, stores);
+  const std::string shard = JoinPath(newer, m.files[1].name);
+  const std::string good = ReadAll(shard);
+  for (const size_t offset : {size_t{3}, size_t{30}, good.size() / 2, good.size() - 2}) {
+    std::string bad = good;
+    bad[offset] ^= 0x40;
+    WriteAll(shard, bad);
+    auto store = *EmbeddingShardStore::Create(Options());
+    const absl::Status s = embedding_ps::RestoreShard(Env::Default(), newer, m, 1, 2, store.get());
+    EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+    EXPECT_NE(s.message().find(m.files[1].name), absl::string_view::npos) << s;
+    EXPECT_EQ(store->Stats().rows, 0u);  // Nothing of a bad file is loaded.
+    CheckpointManifest chosen;
+    std::vector<std::string> skipped;
+    EXPECT_EQ(*ResolveCheckpoint(Env::Default(), root, kCheckpointPrefix, "latest", &chosen, &skipped), older);
+    EXPECT_EQ(skipped.size(), 1u);
+  }
+  WriteAll(shard, good.substr(0, good.size() - 9));  // Truncated.
+  CheckpointManifest chosen;
+  EXPECT_EQ(*ResolveCheckpoint(Env::Default(), root, kCheckpointPrefix, "latest", &chosen), older);
+  std::string manifest = ReadAll(JoinPath(newer, kManifestName));
+  manifest[manifest.size() / 2] ^= 1;
+  WriteAll(JoinPath(newer, kManifestName), manifest);
+  EXPECT_TRUE(absl::IsDataLoss(VerifyCheckpoint(Env::Default(), newer).status()));
+}
+
+TEST(FaultInjectionTest, AFailedCheckpointLeavesThePreviousOneIntact) {
+  const std::string root = FreshDir("faults");
+  auto stores = Cluster(2, 100);
+  const std::string first = JoinPath(root, CheckpointDirName(kCheckpointPrefix, 1, 1));
+  WriteCheckpoint(Env::Default(), first, stores);
+  int step = 2;
+  for (const FaultInjectionEnv::Op op : {FaultInjectionEnv::kAppend, FaultInjectionEnv::kSync,
+                                         FaultInjectionEnv::kRename, FaultInjectionEnv::kSyncDir}) {
+    for (int after : {0, 1, 2}) {
+      if (op == FaultInjectionEnv::kSyncDir && after == 2) continue;  // A commit syncs the directory twice.
+      FaultInjectionEnv env(Env::Default());
+      env.FailAfter(op, after);
+      const std::string dir = JoinPath(root, CheckpointDirName(kCheckpointPrefix, step++, 1));
+      absl::Status s;
+      WriteCheckpoint(&env, dir, stores, &s);
+      EXPECT_FALSE(s.ok()) << "op " << op << " after " << after;
+      ASSERT_TRUE(env.DropUnsyncedData().ok());  // What a crash right then would leave.
+      CheckpointManifest chosen;
+      EXPECT_EQ(*ResolveCheckpoint(Env::Default(), root, kCheckpointPrefix, "latest", &chosen), first)
+          << "op " << op << " after " << after;
+    }
+  }
+  // A later good checkpoint retires the broken directories and keeps the last one.
+  const std::string last = JoinPath(root, CheckpointDirName(kCheckpointPrefix, 99, 1));
+  WriteCheckpoint(Env::Default(), last, stores);
+  ASSERT_TRUE(RetireCheckpoints(Env::Default(), root, kCheckpointPrefix, 1, "").ok());
+  EXPECT_EQ(ListCheckpointDirs(Env::Default(), root, kCheckpointPrefix),
+            std::vector<std::string>{CheckpointDirName(kCheckpointPrefix, 99, 1)});
+}
+
+TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {
+  const std::string dir = FreshDir("delta");
+  auto store = *EmbeddingShardStore::Create(Options(/*capacity=*/120, /*track=*/true));
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 0; i < 100; ++i) ids.push_back(i * 3);
+  Train(store.get(), ids, 1);
+  ASSERT_TRUE(store->TakeDelta().ok());  // The base: everything so far.
+  std::map<std::pair<int, uint64_t>, std::vector<float>> follower;
+  for (auto& [key, v] : Rows(*store)) follower[key] = v;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<uint64_t> more;  // New ids evict old ones (capacity 120).
+    for (uint64_t i = 0; i < 40; ++i) more.push_back(1000 + round * 100 + i);
+    more.push_back(3);
+    Train(store.get(), more, 2 + round);
+    const std::string sub = JoinPath(dir, absl::StrCat("d", round));
+    ASSERT_TRUE(Env::Default()->CreateDirs(sub).ok());
+    auto delta = store->TakeDelta();
+    ASSERT_TRUE(delta.ok());
+    auto info = embedding_ps::WriteDeltaFile(Env::Default(), sub, 0, 1, store->tables(), *delta);
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_TRUE(
+        embedding_ps::ReadRowsFile(
+            Env::Default(), JoinPath(sub, info->file.name), FileKind::kDeltaRows,
+            [&](embedding_ps::ExportedTable& t) {
+              const int ti = t.name == "user" ? 0 : 1;
+              for (uint64_t id : t.tombstones) follower.erase({ti, id});
+              for (size_t i = 0; i < t.ids.size(); ++i) {
+                follower[{ti, t.ids[i]}].assign(t.weights.begin() + i * t.dim, t.weights.begin() + (i + 1) * t.dim);
+              }
+              return absl::OkStatus();
+            })
+            .ok());
+  }
+  std::map<std::pair<int, uint64_t>, std::vector<float>> expected;
+  for (auto& [key, v] : Rows(*store)) {
+    const int dim = key.first == 0 ? 8 : 4;
+    expected[key].assign(v.begin(), v.begin() + dim);
+  }
+  for (auto& [key, v] : follower) v.resize(key.first == 0 ? 8 : 4);
+  EXPECT_EQ(follower, expected);
+  EXPECT_GT(store->Stats().tables[0].evictions, 0u);
+}
+
+TEST(PositionsTest, RemapsAConsistentCutToOtherWorkerCounts) {
+  data_loader::ReaderPosition a, b;
+  a.window_global = 8;
+  a.next_batch = 10;
+  b.window_global = 8;
+  b.next_batch = 11;
+  auto one = data_loader::RemapPositions({a, b}, 1);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ((*one)[0].next_batch, 10u);
+  auto three = data_loader::RemapPositions({a, b}, 3);
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ((*three)[0].next_batch, 12u);
+  EXPECT_EQ((*three)[1].next_batch, 10u);
+  EXPECT_EQ((*three)[2].next_batch, 11u);
+  b.next_batch = 13;
+  EXPECT_FALSE(data_loader::RemapPositions({a, b}, 1).ok());
+}
+
+}  // namespace
+}  // namespace hyrec

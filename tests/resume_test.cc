@@ -1,0 +1,205 @@
+// Checkpoint, resume and export through RunTrainJob as `hyrec train` runs it:
+// - resume exactness: a run that checkpoints at step K, resumed from there, ends with the dense
+//   weights and embedding rows of the uninterrupted run (one worker, staleness 0), having
+//   trained every remaining sample once;
+// - resharding on load: the same checkpoint resumed with 3 PS shards and 2 workers, and a
+//   2-worker checkpoint resumed with 1 worker, train every remaining sample once;
+// - export: predict on the export gives the held-out AUC and log loss the trained model had in
+//   memory, and the export of step K plus the deltas after it equals the final export.
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/dense_worker/checkpoint.h"
+#include "hyrec/dense_worker/predictor.h"
+#include "hyrec/dense_worker/train_job.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
+#include "hyrec/job/job_plan.h"
+
+namespace hyrec::dense_worker {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/resume_test_" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// libsvm lines with a learnable label: a user id, an item id and one dense-like weighted index.
+std::string WriteData(const std::string& path, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::ofstream out(path);
+  for (int i = 0; i < n; ++i) {
+    const int user = static_cast<int>(rng() % 30), item = static_cast<int>(rng() % 40);
+    const double logit = (user % 3 == 0 ? 1.5 : -0.8) + (item % 4 == 0 ? 1.5 : -0.6);
+    const int label = std::uniform_real_distribution<double>(0, 1)(rng) < 1 / (1 + std::exp(-logit)) ? 1 : 0;
+    out << label << " " << 1 + user << ":1 " << 100 + item << ":1\n";
+  }
+  return path;
+}
+
+std::string Job(const std::string& dir, const std::string& source, int shards, int workers, const std::string& extra) {
+  return absl::StrCat("loader:\n  source: {", source, "}\n  batch_size: 32\n  threads: 1\n  epochs: 2\n",
+                      "  shuffle_window: 256\n", "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n",
+                      "ps: {shards: ", shards, ", optimizer: adagrad, learning_rate: 0.1}\n",
+                      "train: {workers: ", workers,
+                      ", embedding_staleness: 0, dense_optimizer: adam, dense_learning_rate: 0.01, "
+                      "log_every_batches: 1000}\n",
+                      "checkpoint: {dir: ", dir, "/ckpt, every_steps: 10, keep_last: 20}\n", extra);
+}
+
+absl::StatusOr<TrainReport> Train(const std::string& text, const std::string& resume = "") {
+  absl::StatusOr<job::JobSpec> spec = job::ParseJobSpecText(text, "job.yaml");
+  if (!spec.ok()) return spec.status();
+  absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
+  if (!plan.ok()) return plan.status();
+  TrainJobOptions options;
+  options.resume = resume;
+  return RunTrainJob(*plan, options);
+}
+
+// The checkpoint of `step` under root.
+std::string CheckpointAt(const std::string& root, uint64_t step) {
+  for (const std::string& name : ListCheckpointDirs(Env::Default(), root, kCheckpointPrefix)) {
+    absl::StatusOr<CheckpointManifest> m = ReadManifest(Env::Default(), JoinPath(root, name));
+    if (m.ok() && m->step == step) return JoinPath(root, name);
+  }
+  return "";
+}
+
+// Every row of a checkpoint, weights and optimizer state, by (table, id).
+std::map<std::pair<std::string, uint64_t>, std::vector<float>> CheckpointRows(const std::string& dir,
+                                                                              const std::string& job_text) {
+  const job::JobPlan plan = *job::Plan(*job::ParseJobSpecText(job_text, "job.yaml"));
+  const CheckpointManifest m = *VerifyCheckpoint(Env::Default(), dir);
+  std::map<std::pair<std::string, uint64_t>, std::vector<float>> rows;
+  for (const job::PsShardPlan& shard : plan.ps) {
+    auto store = RestoreShardStore(Env::Default(), dir, m, shard);
+    EXPECT_TRUE(store.ok()) << store.status();
+    const embedding_ps::StoreSnapshot snap = (*store)->Snapshot();
+    for (size_t t = 0; t < snap.tables.size(); ++t) {
+      const auto& table = snap.tables[t];
+      const size_t floats = table.ids.empty() ? 0 : table.values.size() / table.ids.size();
+      for (size_t i = 0; i < table.ids.size(); ++i) {
+        rows[{(*store)->table(t).name, table.ids[i]}].assign(table.values.begin() + i * floats,
+                                                             table.values.begin() + (i + 1) * floats);
+      }
+    }
+  }
+  return rows;
+}
+
+TEST(Resume, ContinuesExactlyAsTheUninterruptedRun) {
+  const std::string dir = FreshDir("exact");
+  const std::string data = WriteData(dir + "/train.svm", 800, 1);  // 25 batches an epoch, 50 in all.
+  const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");
+  absl::StatusOr<TrainReport> full = Train(job);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->samples, 1600u);
+  ASSERT_FALSE(full->last_checkpoint.empty());
+  const std::string at20 = CheckpointAt(dir + "/ckpt", 20);
+  ASSERT_FALSE(at20.empty());
+  absl::StatusOr<TrainReport> resumed = Train(job, at20);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->resumed_step, 20u);
+  EXPECT_EQ(resumed->samples, 1600u);              // 640 before the cut, 960 after: none twice, none lost.
+  EXPECT_EQ(resumed->stats.samples, 1600u - 640);  // This run's own.
+  EXPECT_EQ(resumed->dense_fingerprint, full->dense_fingerprint);
+  EXPECT_EQ(CheckpointRows(resumed->last_checkpoint, job), CheckpointRows(full->last_checkpoint, job));
+}
+
+TEST(Resume, ReshardsPsShardsAndWorkers) {
+  const std::string dir = FreshDir("reshard");
+  const std::string data = WriteData(dir + "/train.svm", 1024, 2);  // 32 batches an epoch.
+  const std::string source = "format: libsvm, files: [" + data + "]";
+  absl::StatusOr<TrainReport> two = Train(Job(dir, source, 4, 2, ""));
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->samples, 2048u);
+  const std::string at10 = CheckpointAt(dir + "/ckpt", 10);  // 10 steps of 2 workers: 640 samples.
+  ASSERT_FALSE(at10.empty());
+  const auto saved = CheckpointRows(at10, Job(dir, source, 4, 2, ""));
+  // 4 shards -> 3, 2 workers -> 1: every row of the checkpoint is in the new shards.
+  EXPECT_EQ(CheckpointRows(at10, Job(dir, source, 3, 1, "")), saved);
+  absl::StatusOr<TrainReport> one = Train(Job(dir, source, 3, 1, ""), at10);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->samples, 2048u);
+  EXPECT_EQ(one->stats.samples, 2048u - 640);
+  // 2 shards -> 5 shards, 1 worker -> 2 workers.
+  const std::string at20 = CheckpointAt(dir + "/ckpt", 20);
+  ASSERT_FALSE(at20.empty());
+  absl::StatusOr<TrainReport> five = Train(Job(dir, source, 5, 2, ""), at20);
+  ASSERT_TRUE(five.ok()) << five.status();
+  EXPECT_EQ(five->samples, 2048u);
+}
+
+TEST(Export, PredictGivesTheTrainedModelsScoresAndDeltasReachTheFinalExport) {
+  const std::string dir = FreshDir("export");
+  const std::string data = WriteData(dir + "/train.svm", 900, 3);
+  const std::string heldout = WriteData(dir + "/heldout.svm", 300, 4);
+  const std::string job =
+      Job(dir, "format: libsvm, files: [" + data + "]", 2, 1,
+          absl::StrCat("eval: {files: [", heldout, "]}\nexport: {dir: ", dir, "/model, delta_every_steps: 10}\n"));
+  absl::StatusOr<TrainReport> r = Train(job);  // 57 steps: the last checkpoint is the one at the end.
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(r->has_final_eval);
+  ASSERT_FALSE(r->export_dir.empty());
+  auto predictor = Predictor::Load(dir + "/model");
+  ASSERT_TRUE(predictor.ok()) << predictor.status();
+  EXPECT_EQ((*predictor)->dir(), r->export_dir);
+  std::vector<float> logits, labels;
+  ASSERT_TRUE((*predictor)->Score({heldout}, &logits, &labels).ok());
+  ASSERT_EQ(logits.size(), 300u);
+  EXPECT_EQ(data_loader::ExactAuc(logits, labels), r->final_eval.auc);
+  double loss = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double x = logits[i], y = labels[i];
+    loss += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
+  }
+  EXPECT_NEAR(loss / logits.size(), r->final_eval.log_loss, 1e-6);
+
+  // The export of step 20 plus every delta after it is the final export.
+  const std::string at20 = CheckpointAt(dir + "/ckpt", 20);
+  ASSERT_FALSE(at20.empty());
+  absl::StatusOr<std::string> early = ExportCheckpoint(Env::Default(), at20, dir + "/early");
+  ASSERT_TRUE(early.ok()) << early.status();
+  absl::StatusOr<ServingRows> follower = ReadExport(Env::Default(), *early);
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  absl::StatusOr<int> applied = ApplyDeltas(Env::Default(), dir + "/model", &*follower);
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_GE(*applied, 3);
+  absl::StatusOr<ServingRows> last = ReadExport(Env::Default(), r->export_dir);
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(follower->tables, last->tables);
+  auto a = Predictor::FromRows(*follower, last->job_yaml);
+  auto b = Predictor::FromRows(*last, last->job_yaml);
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> la, lb, ya, yb;
+  ASSERT_TRUE((*a)->Score({heldout}, &la, &ya).ok());
+  ASSERT_TRUE((*b)->Score({heldout}, &lb, &yb).ok());
+  EXPECT_EQ(la, lb);
+}
+
+TEST(Resume, RefusesACorruptCheckpointAndLatestFallsBack) {
+  const std::string dir = FreshDir("corrupt");
+  const std::string data = WriteData(dir + "/train.svm", 640, 5);
+  const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");
+  ASSERT_TRUE(Train(job).ok());
+  const std::string newest = ListCheckpointDirs(Env::Default(), dir + "/ckpt", kCheckpointPrefix).back();
+  const std::string dense = JoinPath(JoinPath(dir + "/ckpt", newest), kDenseFileName);
+  std::string bytes = *ReadFileToString(Env::Default(), dense, 1 << 30);
+  bytes[bytes.size() / 2] ^= 0x20;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), dense, bytes).ok());
+  absl::StatusOr<TrainReport> direct = Train(job, JoinPath(dir + "/ckpt", newest));
+  EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
+  absl::StatusOr<TrainReport> latest = Train(job, "latest");
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_LT(latest->resumed_step, 40u);  // The checkpoint before the corrupt one.
+  EXPECT_GT(latest->resumed_step, 0u);
+}
+
+}  // namespace
+}  // namespace hyrec::dense_worker
