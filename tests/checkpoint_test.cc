@@ -311,7 +311,7 @@ TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {
     ASSERT_TRUE(info.ok()) << info.status();
     ASSERT_TRUE(
         embedding_ps::ReadRowsFile(
-            Env::Default(), JoinPath(sub, info->file.name), FileKind::kDeltaRows,
+            Env::Default(), JoinPath(sub, info->file.name), FileKind::kDeltaRows, &info->file,
             [&](embedding_ps::ExportedTable& t) {
               const int ti = t.name == "user" ? 0 : 1;
               for (uint64_t id : t.tombstones) follower.erase({ti, id});

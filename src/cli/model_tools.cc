@@ -14,7 +14,6 @@
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
-#include "hyrec/data_loader/sample.h"
 #include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/predictor.h"
 #include "hyrec/job/job_plan.h"
@@ -67,7 +66,7 @@ absl::StatusOr<std::unique_ptr<dense_worker::Predictor>> LoadPredictor(const Sco
 absl::Status Predict(const ScoreFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
   std::vector<float> logits, labels;
-  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels));
+  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels).status());
   std::ofstream file;
   if (!f.output.empty()) file.open(f.output);
   std::ostream& out = f.output.empty() ? std::cout : file;
@@ -80,16 +79,9 @@ absl::Status Predict(const ScoreFlags& f) {
 
 absl::Status Eval(const ScoreFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
-  std::vector<float> logits, labels;
-  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels));
-  double loss = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {  // As binary_cross_entropy_with_logits computes it.
-    const double x = logits[i], y = labels[i];
-    loss += std::max(x, 0.0) - x * y + std::log1p(std::exp(-std::abs(x)));
-  }
-  const double auc = data_loader::ExactAuc(logits, labels);
-  std::cout << absl::StrFormat("auc: %.9f\nlog_loss: %.9f\nsamples: %d\n", auc,
-                               logits.empty() ? 0.0 : loss / logits.size(), logits.size());
+  HYREC_ASSIGN_OR_RETURN(const dense_worker::Evaluation e,
+                         predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), nullptr, nullptr));
+  std::cout << absl::StrFormat("auc: %.9f\nlog_loss: %.9f\nsamples: %d\n", e.auc, e.log_loss, e.samples);
   return absl::OkStatus();
 }
 

@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <optional>
+
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/status_macros.h"
 
@@ -45,7 +47,45 @@ uint64_t GetU64(const char* p) {
   return v;
 }
 
+// The file header, and a block's bytes before its payload: the framing BlockWriter streams and
+// EncodeBlockFile builds in memory.
+std::string FileHeader(FileKind kind) {
+  std::string header(kBlockFileMagic, 8);
+  PutU32(&header, kBlockFormatVersion);
+  PutU32(&header, static_cast<uint32_t>(kind));
+  PutU32(&header, Crc32(header));
+  return header;
+}
+
+std::string BlockHead(uint32_t type, uint64_t length) {
+  std::string head;
+  PutU32(&head, type);
+  PutU32(&head, 0);
+  PutU64(&head, length);
+  return head;
+}
+
+std::string EndPayload(uint64_t blocks) {
+  std::string count;
+  PutU64(&count, blocks);
+  return count;
+}
+
 }  // namespace
+
+std::string EncodeBlockFile(FileKind kind, const std::vector<std::pair<uint32_t, std::string>>& blocks) {
+  std::string out = FileHeader(kind);
+  auto add = [&out](uint32_t type, const std::string& payload) {
+    const std::string head = BlockHead(type, payload.size());
+    const uint32_t crc = Crc32(payload, Crc32(head));
+    out.append(head);
+    out.append(payload);
+    PutU32(&out, crc);
+  };
+  for (const auto& [type, payload] : blocks) add(type, payload);
+  add(kEndBlock, EndPayload(blocks.size()));
+  return out;
+}
 
 absl::string_view FileKindName(FileKind kind) {
   switch (kind) {
@@ -80,11 +120,7 @@ uint32_t Crc32(absl::string_view data, uint32_t crc) {
 absl::StatusOr<std::unique_ptr<BlockWriter>> BlockWriter::Create(Env* env, const std::string& path, FileKind kind) {
   HYREC_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path + ".tmp"));
   std::unique_ptr<BlockWriter> w(new BlockWriter(env, path, std::move(file)));
-  std::string header(kBlockFileMagic, 8);
-  PutU32(&header, kBlockFormatVersion);
-  PutU32(&header, static_cast<uint32_t>(kind));
-  PutU32(&header, Crc32(header));
-  HYREC_RETURN_IF_ERROR(w->Write(header));
+  HYREC_RETURN_IF_ERROR(w->Write(FileHeader(kind)));
   return w;
 }
 
@@ -125,10 +161,7 @@ absl::Status BlockWriter::Add(uint32_t type, absl::string_view payload) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("block of ", payload.size(), " bytes for '", path_, "' is over ", kMaxBlockBytes)));
   }
-  std::string head;
-  PutU32(&head, type);
-  PutU32(&head, 0);
-  PutU64(&head, payload.size());
+  const std::string head = BlockHead(type, payload.size());
   const uint32_t crc = Crc32(payload, Crc32(head));
   HYREC_RETURN_IF_ERROR(Write(head));
   HYREC_RETURN_IF_ERROR(Write(payload));
@@ -140,9 +173,7 @@ absl::Status BlockWriter::Add(uint32_t type, absl::string_view payload) {
 }
 
 absl::StatusOr<FileEntry> BlockWriter::Finish() {
-  std::string count;
-  PutU64(&count, blocks_);
-  HYREC_RETURN_IF_ERROR(Add(kEndBlock, count));
+  HYREC_RETURN_IF_ERROR(Add(kEndBlock, EndPayload(blocks_)));
   absl::Status s = Flush();
   if (s.ok()) s = file_->Sync();
   const absl::Status closed = file_->Close();
@@ -158,10 +189,21 @@ absl::StatusOr<FileEntry> BlockWriter::Finish() {
 
 // ---- BlockReader ----
 
-absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::Open(Env* env, const std::string& path, FileKind kind) {
-  HYREC_ASSIGN_OR_RETURN(const uint64_t size, env->GetFileSize(path));
+absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::Open(Env* env, const std::string& path, FileKind kind,
+                                                               const FileEntry* expect) {
+  absl::StatusOr<uint64_t> size = env->GetFileSize(path);
+  if (expect != nullptr && absl::IsNotFound(size.status())) {
+    return absl::DataLossError(absl::StrCat(path, ": listed in the manifest but missing"));
+  }
+  if (!size.ok()) return size.status();
+  if (expect != nullptr && *size != expect->length) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": ", *size, " bytes, the manifest says ", expect->length, " (truncated or replaced)"));
+  }
   HYREC_ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
-  return Start(std::unique_ptr<BlockReader>(new BlockReader(path, std::move(file), size)), kind);
+  std::unique_ptr<BlockReader> r(new BlockReader(path, std::move(file), *size));
+  if (expect != nullptr) r->expect_crc_ = expect->crc32;
+  return Start(std::move(r), kind);
 }
 
 absl::StatusOr<std::unique_ptr<BlockReader>> BlockReader::FromString(std::string name, std::string data,
@@ -206,6 +248,7 @@ absl::Status BlockReader::ReadExactly(size_t n, std::string* out) {
     out->append(got.data(), got.size());
   }
   offset_ += n;
+  crc_ = Crc32(*out, crc_);
   return absl::OkStatus();
 }
 
@@ -233,6 +276,9 @@ absl::StatusOr<bool> BlockReader::Next(Block* block) {
     if (length != 8 || GetU64(block->payload.data()) != blocks_)
       return Corrupt(start, "end block does not count the blocks");
     if (offset_ != size_) return Corrupt(offset_, "bytes after the end block");
+    if (expect_crc_.has_value() && crc_ != *expect_crc_) {
+      return absl::DataLossError(absl::StrCat(path_, ": crc32 ", crc_, " differs from the manifest's ", *expect_crc_));
+    }
     done_ = true;
     return false;
   }

@@ -32,26 +32,7 @@ const FileEntry* CheckpointManifest::Find(const std::string& name) const {
 }
 
 std::string EncodeManifest(const CheckpointManifest& m) {
-  // The block layout without an Env: the same bytes BlockWriter writes.
-  auto block = [](uint32_t type, const std::string& payload, std::string* out, uint64_t* count) {
-    Encoder head;
-    head.U32(type);
-    head.U32(0);
-    head.U64(payload.size());
-    const uint32_t crc = Crc32(payload, Crc32(head.str()));
-    out->append(head.str());
-    out->append(payload);
-    out->append(reinterpret_cast<const char*>(&crc), 4);
-    ++*count;
-  };
-  std::string out(kBlockFileMagic, 8);
-  Encoder h;
-  h.U32(kBlockFormatVersion);
-  h.U32(static_cast<uint32_t>(FileKind::kManifest));
-  out.append(h.str());
-  const uint32_t header_crc = Crc32(out);
-  out.append(reinterpret_cast<const char*>(&header_crc), 4);
-  uint64_t blocks = 0;
+  std::vector<std::pair<uint32_t, std::string>> blocks;
   Encoder meta;
   meta.Bytes(m.kind);
   meta.U64(m.step);
@@ -64,27 +45,23 @@ std::string EncodeManifest(const CheckpointManifest& m) {
   meta.F64(m.auc);
   meta.F64(m.log_loss);
   meta.Bytes(m.job_yaml);
-  block(kMetaBlock, meta.str(), &out, &blocks);
+  blocks.emplace_back(kMetaBlock, std::move(meta.str()));
   for (const CheckpointManifest::Table& t : m.tables) {
     Encoder e;
     e.Bytes(t.name);
     e.U32(t.dim);
     e.Bytes(t.optimizer);
     e.U64(t.rows);
-    block(kTableBlock, e.str(), &out, &blocks);
+    blocks.emplace_back(kTableBlock, std::move(e.str()));
   }
   for (const FileEntry& f : m.files) {
     Encoder e;
     e.Bytes(f.name);
     e.U64(f.length);
     e.U32(f.crc32);
-    block(kFileBlock, e.str(), &out, &blocks);
+    blocks.emplace_back(kFileBlock, std::move(e.str()));
   }
-  Encoder end;
-  end.U64(blocks);
-  uint64_t ignored = 0;
-  block(kEndBlock, end.str(), &out, &ignored);
-  return out;
+  return EncodeBlockFile(FileKind::kManifest, blocks);
 }
 
 absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& name, std::string bytes) {
@@ -174,6 +151,21 @@ absl::StatusOr<CheckpointManifest> VerifyCheckpoint(Env* env, const std::string&
   return m;
 }
 
+absl::StatusOr<std::string> ReadListedFile(Env* env, const std::string& dir, const CheckpointManifest& m,
+                                           const std::string& name, uint64_t max_bytes) {
+  const std::string path = JoinPath(dir, name);
+  const FileEntry* entry = m.Find(name);
+  if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", name));
+  absl::StatusOr<std::string> bytes = ReadFileToString(env, path, max_bytes);
+  if (absl::IsNotFound(bytes.status())) return absl::DataLossError(absl::StrCat(path, ": listed but missing"));
+  if (!bytes.ok()) return bytes.status();
+  if (bytes->size() != entry->length || Crc32(*bytes) != entry->crc32) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(), " bytes with crc32 ", Crc32(*bytes),
+                                            "; the manifest says ", entry->length, " bytes, crc32 ", entry->crc32));
+  }
+  return bytes;
+}
+
 std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms) {
   return absl::StrFormat("%s-%012d-%013d", prefix, step, unix_ms);
 }
@@ -192,7 +184,16 @@ absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root,
                                               const std::string& which, CheckpointManifest* manifest,
                                               std::vector<std::string>* skipped) {
   if (which != "latest") {
-    HYREC_ASSIGN_OR_RETURN(*manifest, VerifyCheckpoint(env, which));
+    // Its files are checked against the manifest by whoever reads them: each role reads only
+    // its own (a PS shard never reads the dense state).
+    HYREC_ASSIGN_OR_RETURN(*manifest, ReadManifest(env, which));
+    for (const FileEntry& f : manifest->files) {
+      absl::StatusOr<uint64_t> size = env->GetFileSize(JoinPath(which, f.name));
+      if (!size.ok() || *size != f.length) {
+        return absl::DataLossError(
+            absl::StrCat(JoinPath(which, f.name), ": missing or not of the manifest's ", f.length, " bytes"));
+      }
+    }
     return which;
   }
   if (root.empty()) return absl::InvalidArgumentError("'latest' needs a checkpoint directory (checkpoint.dir)");
@@ -225,7 +226,8 @@ absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::str
     const std::string dir = JoinPath(root, dirs[i]);
     bool remove = false;
     if (committed[i]) {
-      remove = kept >= keep_last && dir != keep && dirs[i] != keep;
+      if (dir == keep || dirs[i] == keep) continue;  // Kept beside the newest keep_last.
+      remove = kept >= keep_last;
       if (!remove) ++kept;
     } else {
       remove = i < newest_committed;  // Newer ones may still be being written.

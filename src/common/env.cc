@@ -220,7 +220,7 @@ absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, 
   return data;
 }
 
-absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data) {
+absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data, bool sync_dir) {
   const std::string tmp = path + ".tmp";
   HYREC_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(tmp));
   absl::Status status = file->Append(data);
@@ -232,7 +232,7 @@ absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string
     (void)env->DeleteFile(tmp);
     return status;
   }
-  return env->SyncDir(DirName(path));
+  return sync_dir ? env->SyncDir(DirName(path)) : absl::OkStatus();
 }
 
 absl::Status DeleteDirAndFiles(Env* env, const std::string& dir) {

@@ -37,8 +37,7 @@ absl::StatusOr<std::vector<ReaderPosition>> ReadPositionFiles(Env* env, const st
     const std::string name = PositionFileName(static_cast<int>(r));
     const FileEntry* entry = manifest.Find(name);
     if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", name));
-    HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, dir, *entry));
-    HYREC_ASSIGN_OR_RETURN(auto reader, BlockReader::Open(env, JoinPath(dir, name), FileKind::kPosition));
+    HYREC_ASSIGN_OR_RETURN(auto reader, BlockReader::Open(env, JoinPath(dir, name), FileKind::kPosition, entry));
     Block b;
     HYREC_ASSIGN_OR_RETURN(const bool has, reader->Next(&b));
     Decoder d(b.payload);
@@ -54,7 +53,7 @@ absl::StatusOr<std::vector<ReaderPosition>> ReadPositionFiles(Env* env, const st
     if (!has || b.type != kPositionBlock || !d.done() || rank != r) {
       return absl::DataLossError(absl::StrCat(reader->path(), ": malformed position block"));
     }
-    HYREC_ASSIGN_OR_RETURN(const bool more, reader->Next(&b));
+    HYREC_ASSIGN_OR_RETURN(const bool more, reader->Next(&b));  // The end block: checks the file's crc32.
     if (more) return absl::DataLossError(absl::StrCat(reader->path(), ": more than one position block"));
     saved.push_back(p);
   }

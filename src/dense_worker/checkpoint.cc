@@ -85,20 +85,11 @@ void LoadArchive(const std::string& bytes, Load&& load) {
   load(archive);
 }
 
-// Writes `bytes` as a plain file named `name` in `dir` (temporary name, sync, rename).
+// Writes `bytes` as a plain file named `name` in `dir`, durably but for the directory entry (the
+// manifest's commit syncs the directory once for every file).
 absl::StatusOr<FileEntry> WriteRawFile(Env* env, const std::string& dir, const std::string& name,
                                        const std::string& bytes) {
-  const std::string path = JoinPath(dir, name);
-  HYREC_ASSIGN_OR_RETURN(auto file, env->NewWritableFile(path + ".tmp"));
-  absl::Status s = file->Append(bytes);
-  if (s.ok()) s = file->Sync();
-  const absl::Status closed = file->Close();
-  if (s.ok()) s = closed;
-  if (s.ok()) s = env->RenameFile(path + ".tmp", path);
-  if (!s.ok()) {
-    (void)env->DeleteFile(path + ".tmp");
-    return s;
-  }
+  HYREC_RETURN_IF_ERROR(WriteFileAtomically(env, JoinPath(dir, name), bytes, /*sync_dir=*/false));
   return FileEntry{name, bytes.size(), Crc32(bytes)};
 }
 
@@ -170,8 +161,7 @@ absl::StatusOr<FileEntry> WriteDenseFile(Env* env, const std::string& dir, const
 absl::StatusOr<DenseState> ReadDenseFile(Env* env, const std::string& dir, const CheckpointManifest& manifest) {
   const FileEntry* entry = manifest.Find(kDenseFileName);
   if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", kDenseFileName));
-  HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, dir, *entry));
-  HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, JoinPath(dir, kDenseFileName), FileKind::kDense));
+  HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, JoinPath(dir, kDenseFileName), FileKind::kDense, entry));
   DenseState d;
   bool has_state = false;
   Block b;
@@ -226,7 +216,8 @@ absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardS
 absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkpoint_dir,
                                              const std::string& export_root) {
   env = EnvOr(env);
-  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, checkpoint_dir));
+  // Every file is checked against the manifest as it is read.
+  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifest(env, checkpoint_dir));
   if (m.kind != "checkpoint") return absl::InvalidArgumentError(absl::StrCat(checkpoint_dir, " is not a checkpoint"));
   HYREC_ASSIGN_OR_RETURN(const DenseState dense, ReadDenseFile(env, checkpoint_dir, m));
   const std::string out = JoinPath(export_root, CheckpointDirName(kExportPrefix, m.step, NowMs()));
@@ -315,22 +306,25 @@ absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader:
   if (!all) {
     return finish(local.ok() ? absl::AbortedError("another worker could not write its loader position") : local);
   }
-  // Worker 0: the previous commit must be done before the shards start on another cut.
+  // Worker 0: the previous commit must be done before the shards start on another cut. Its
+  // failure, with fail_on_error, fails this cut on every worker (through the agreement below).
   std::optional<DenseState> dense;
+  const bool best =
+      eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
   if (leader_) {
     if (commit_.joinable()) commit_.join();
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
-      if (!shared_->error.ok() && plan.checkpoint.fail_on_error) return shared_->error;
+      if (plan.checkpoint.fail_on_error) local = shared_->error;
       shared_->error = absl::OkStatus();
     }
     TrainState s = state;
     s.delta_sequence = delta_sequence_;
-    const bool is_best =
-        eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
-    s.best_checkpoint = is_best && checkpoint ? dir : best_checkpoint();
-    local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta, name,
-                                  id, Seconds(plan.checkpoint.timeout_seconds));
+    s.best_checkpoint = best && checkpoint ? dir : best_checkpoint();
+    if (local.ok()) {
+      local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta,
+                                    name, id, Seconds(plan.checkpoint.timeout_seconds));
+    }
     if (local.ok()) {
       absl::StatusOr<DenseState> d = CaptureDenseState(model, checkpoint ? optimizer : nullptr, s);
       local = d.status();
@@ -356,8 +350,6 @@ absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader:
     m.log_loss = eval->log_loss;
   }
   m.job_yaml = options_.job_text;
-  const bool best =
-      eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
   commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, m = std::move(m),
                          dense = std::move(*dense)]() mutable {
     const job::WorkerPlan& plan = *options_.plan;

@@ -19,13 +19,14 @@ Env* EnvOr(Env* env) { return env != nullptr ? env : Env::Default(); }
 
 constexpr uint64_t kMaxModelBytes = 64ull << 30;
 
-// Reads every rows file of a verified directory (export or delta) into `rows`.
+// Reads every rows file of a directory (export or delta) into `rows`, each checked against the
+// manifest as it is read.
 absl::Status FoldRowsFiles(Env* env, const std::string& dir, const CheckpointManifest& m, FileKind kind,
                            absl::string_view prefix, ServingRows* rows) {
   for (const FileEntry& f : m.files) {
     if (!absl::StartsWith(f.name, prefix)) continue;
     HYREC_RETURN_IF_ERROR(
-        embedding_ps::ReadRowsFile(env, JoinPath(dir, f.name), kind, [&](embedding_ps::ExportedTable& t) {
+        embedding_ps::ReadRowsFile(env, JoinPath(dir, f.name), kind, &f, [&](embedding_ps::ExportedTable& t) {
           auto& table = rows->tables[t.name];
           for (uint64_t id : t.tombstones) table.erase(id);
           for (size_t i = 0; i < t.ids.size(); ++i) {
@@ -41,10 +42,11 @@ absl::Status FoldRowsFiles(Env* env, const std::string& dir, const CheckpointMan
 
 absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir) {
   env = EnvOr(env);
-  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, dir));
+  // One pass: the rows are new, so a file that fails its check leaves nothing behind.
+  HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifest(env, dir));
   if (m.kind != "export") return absl::InvalidArgumentError(absl::StrCat(dir, " is a ", m.kind, ", not an export"));
   ServingRows rows;
-  HYREC_ASSIGN_OR_RETURN(rows.model, ReadFileToString(env, JoinPath(dir, kModelFileName), kMaxModelBytes));
+  HYREC_ASSIGN_OR_RETURN(rows.model, ReadListedFile(env, dir, m, kModelFileName, kMaxModelBytes));
   HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kExportRows, "rows-", &rows));
   rows.step = m.step;
   rows.delta_sequence = m.delta_sequence;
@@ -54,13 +56,15 @@ absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir) {
 
 absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows) {
   env = EnvOr(env);
+  // Verified whole first: the delta is folded into rows already serving, which a bad file must
+  // leave as they were.
   HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, VerifyCheckpoint(env, dir));
   if (m.kind != "delta") return absl::InvalidArgumentError(absl::StrCat(dir, " is a ", m.kind, ", not a delta"));
   if (m.delta_sequence != rows->delta_sequence + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat(dir, " is delta ", m.delta_sequence, "; the rows need delta ", rows->delta_sequence + 1, " next"));
   }
-  HYREC_ASSIGN_OR_RETURN(std::string model, ReadFileToString(env, JoinPath(dir, kModelFileName), kMaxModelBytes));
+  HYREC_ASSIGN_OR_RETURN(std::string model, ReadListedFile(env, dir, m, kModelFileName, kMaxModelBytes));
   HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kDeltaRows, "delta-", rows));
   rows->model = std::move(model);
   rows->step = m.step;
@@ -142,8 +146,8 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromRows(const ServingRows
   return p;
 }
 
-absl::Status Predictor::Score(const std::vector<std::string>& files, std::vector<float>* logits,
-                              std::vector<float>* labels) {
+absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& files, std::vector<float>* logits,
+                                            std::vector<float>* labels) {
   data_loader::LoaderOptions o = plan_.loader.options;
   if (o.source.format == data_loader::Format::kSynthetic) {
     return absl::InvalidArgumentError("the export's job reads a synthetic source; give it a file format to score");
@@ -164,7 +168,7 @@ absl::Status Predictor::Score(const std::vector<std::string>& files, std::vector
     e = Evaluate(loader->stream(0), rows_.get(), options, *model_, logits, labels);
     return absl::OkStatus();
   }));
-  return e.status();
+  return e;
 }
 
 }  // namespace hyrec::dense_worker

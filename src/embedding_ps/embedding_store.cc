@@ -447,6 +447,11 @@ class StripedStore final : public EmbeddingShardStore {
     StoreSnapshot snap;
     snap.tables.resize(num_tables());
     snap.num_stripes = static_cast<uint32_t>(num_stripes_);
+    for (int t = 0; t < num_tables(); ++t) {  // Once: rows created meanwhile only grow the vectors.
+      const uint64_t rows = table_rows_[t].load(std::memory_order_relaxed);
+      snap.tables[t].ids.reserve(rows);
+      snap.tables[t].values.reserve(rows * (layouts_[t].dim + layouts_[t].state_floats));
+    }
     {
       absl::MutexLock lock(&dedup_mu_);
       snap.delta_sequence = delta_sequence_;
@@ -464,7 +469,6 @@ class StripedStore final : public EmbeddingShardStore {
       for (int t = 0; t < num_tables(); ++t) {
         const int floats = layouts_[t].dim + layouts_[t].state_floats;
         StoreSnapshot::Table& out = snap.tables[t];
-        out.values.reserve(out.values.size() + stripe.counters[t].rows * floats);
         for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = Header(stripe, h)->prev) {
           out.ids.push_back(Header(stripe, h)->id);
           const float* w = Weights(stripe, h);

@@ -42,28 +42,17 @@ std::string EncodeTable(const TableHeader& t) {
   return std::move(e.str());
 }
 
-// Appends the rows of one table in blocks of at most kRowsPerBlock.
-absl::Status AddRows(BlockWriter* w, uint32_t table, const std::vector<uint64_t>& ids, const float* values,
-                     size_t floats_per_row) {
+// Appends ids of one table in blocks of at most kRowsPerBlock rows, each id followed in its block
+// by `floats_per_row` values (rows blocks) or by none (tombstone blocks: values null, 0 floats).
+absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table, const std::vector<uint64_t>& ids,
+                         const float* values, size_t floats_per_row) {
   for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
     const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
     Encoder e;
     e.U32(table);
     e.U32(static_cast<uint32_t>(n));
     e.Raw(ids.data() + begin, n * sizeof(uint64_t));
-    e.Raw(values + begin * floats_per_row, n * floats_per_row * sizeof(float));
-    HYREC_RETURN_IF_ERROR(w->Add(kRowsBlock, e.str()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status AddIds(BlockWriter* w, uint32_t type, uint32_t table, const std::vector<uint64_t>& ids) {
-  for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
-    const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
-    Encoder e;
-    e.U32(table);
-    e.U32(static_cast<uint32_t>(n));
-    e.Raw(ids.data() + begin, n * sizeof(uint64_t));
+    if (floats_per_row > 0) e.Raw(values + begin * floats_per_row, n * floats_per_row * sizeof(float));
     HYREC_RETURN_IF_ERROR(w->Add(type, e.str()));
   }
   return absl::OkStatus();
@@ -80,10 +69,20 @@ absl::Status AddStoreBlock(BlockWriter* w, int shard, int num_shards, uint32_t s
   return w->Add(kStoreBlock, e.str());
 }
 
-// Reads one shard-like file block by block: its tables, rows and the rest, checked.
+// What the store and table blocks of a shard-like file declare.
+struct ShardFileHeader {
+  uint32_t num_stripes = 0;
+  uint64_t delta_sequence = 0;
+  std::vector<TableHeader> tables;
+};
+
+// Reads one shard-like file block by block: its tables, rows and the rest, checked (against its
+// manifest entry too, when given).
 class ShardFileReader {
  public:
   struct Handlers {
+    // Once, when every table is declared: before the first block of another kind.
+    std::function<absl::Status(const ShardFileHeader&)> tables;
     std::function<absl::Status(uint32_t table, absl::Span<const uint64_t> ids, absl::Span<const float> values)> rows;
     std::function<absl::Status(uint32_t table, absl::Span<const uint64_t> ids)> tombstones;
     std::function<void(StoreSnapshot::Sketch&&)> sketch;
@@ -91,11 +90,19 @@ class ShardFileReader {
     std::function<void(StoreSnapshot::Dedup&&)> dedup;
   };
 
-  static absl::Status Read(Env* env, const std::string& path, FileKind kind, const Handlers& h,
-                           std::vector<TableHeader>* tables, uint32_t* num_stripes, uint64_t* delta_sequence) {
-    HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, path, kind));
+  static absl::Status Read(Env* env, const std::string& path, FileKind kind, const FileEntry* expect, const Handlers& h,
+                           ShardFileHeader* header) {
+    HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, path, kind, expect));
+    std::vector<TableHeader>* tables = &header->tables;
     bool has_store = false;
+    bool tables_done = false;
     uint32_t declared_tables = 0;
+    auto end_of_tables = [&]() -> absl::Status {
+      if (tables_done) return absl::OkStatus();
+      tables_done = true;
+      if (tables->size() != declared_tables) return absl::DataLossError(absl::StrCat(path, ": missing table blocks"));
+      return h.tables ? Annotate(h.tables(*header), path) : absl::OkStatus();
+    };
     Block b;
     for (;;) {
       HYREC_ASSIGN_OR_RETURN(const bool more, r->Next(&b));
@@ -105,15 +112,16 @@ class ShardFileReader {
         return absl::DataLossError(absl::StrCat(path, ": offset ", b.offset, ": ", what));
       };
       if (!has_store && b.type != kStoreBlock) return bad("the first block is not the store block");
+      if (b.type != kStoreBlock && b.type != kTableBlock) HYREC_RETURN_IF_ERROR(end_of_tables());
       switch (b.type) {
         case kStoreBlock: {
           if (has_store) return bad("a second store block");
           has_store = true;
           d.U32();
           d.U32();
-          *num_stripes = d.U32();
+          header->num_stripes = d.U32();
           declared_tables = d.U32();
-          *delta_sequence = d.U64();
+          header->delta_sequence = d.U64();
           if (!d.done() || declared_tables > kMaxTables) return bad("malformed store block");
           break;
         }
@@ -127,7 +135,9 @@ class ShardFileReader {
           if (!d.done() || t.dim == 0 || t.dim > kMaxDim || t.state_floats > 2 * kMaxDim + 1 || t.name.size() > 4096) {
             return bad("malformed table block");
           }
-          if (tables->size() >= declared_tables) return bad("more table blocks than the store block declares");
+          if (tables_done || tables->size() >= declared_tables) {
+            return bad("a table block beyond those the store block declares");
+          }
           tables->push_back(std::move(t));
           break;
         }
@@ -185,8 +195,7 @@ class ShardFileReader {
       }
     }
     if (!has_store) return absl::DataLossError(absl::StrCat(path, ": no store block"));
-    if (tables->size() != declared_tables) return absl::DataLossError(absl::StrCat(path, ": missing table blocks"));
-    return absl::OkStatus();
+    return end_of_tables();
   }
 };
 
@@ -217,8 +226,8 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
   }
   for (size_t t = 0; t < tables.size(); ++t) {
     const size_t floats = tables[t].dim + OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim);
-    HYREC_RETURN_IF_ERROR(
-        AddRows(w.get(), static_cast<uint32_t>(t), snap.tables[t].ids, snap.tables[t].values.data(), floats));
+    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), kRowsBlock, static_cast<uint32_t>(t), snap.tables[t].ids,
+                                      snap.tables[t].values.data(), floats));
   }
   for (const StoreSnapshot::Sketch& k : snap.sketches) {
     Encoder e;
@@ -260,9 +269,10 @@ absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, i
     info.table_rows.push_back(h.rows);
   }
   for (size_t t = 0; t < tables.size(); ++t) {
-    HYREC_RETURN_IF_ERROR(AddIds(w.get(), kTombBlock, static_cast<uint32_t>(t), delta.tables[t].tombstones));
     HYREC_RETURN_IF_ERROR(
-        AddRows(w.get(), static_cast<uint32_t>(t), delta.tables[t].ids, delta.tables[t].weights.data(), tables[t].dim));
+        AddIdBlocks(w.get(), kTombBlock, static_cast<uint32_t>(t), delta.tables[t].tombstones, nullptr, 0));
+    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), kRowsBlock, static_cast<uint32_t>(t), delta.tables[t].ids,
+                                      delta.tables[t].weights.data(), tables[t].dim));
   }
   HYREC_ASSIGN_OR_RETURN(info.file, w->Finish());
   return info;
@@ -280,37 +290,38 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
     if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", name));
     // The whole file first: a corrupt checkpoint restores nothing of it.
     HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, dir, *entry));
-    std::vector<TableHeader> tables;
-    std::vector<int> target;  // Per checkpoint table: the store's index, or -1.
+    std::vector<int> target;  // Per checkpoint table: the store's index, or -1 (not in the job).
+    std::vector<size_t> floats_of;
     StoreSnapshot counters;
-    uint32_t stripes = 0;
-    uint64_t delta_sequence = 0;
     std::vector<uint64_t> keep_ids;
     std::vector<float> keep_values;
     ShardFileReader::Handlers h;
-    h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
-      if (target.size() < tables.size()) {  // Match tables once all headers are read.
-        for (size_t k = target.size(); k < tables.size(); ++k) {
-          absl::StatusOr<int> index = store->TableIndex(tables[k].name);
-          int mapped = -1;
-          if (index.ok()) {
-            const TableConfig& c = store->table(*index);
-            const int state = OptimizerStateFloats(c.optimizer.kind, c.dim);
-            if (static_cast<uint32_t>(c.dim) != tables[k].dim ||
-                static_cast<uint32_t>(state) != tables[k].state_floats ||
-                OptimizerName(c.optimizer.kind) != tables[k].optimizer) {
-              return absl::InvalidArgumentError(absl::StrCat(
-                  "table '", tables[k].name, "' was saved with dim ", tables[k].dim, " and optimizer ",
-                  tables[k].optimizer, "; the job has dim ", c.dim, " and ", OptimizerName(c.optimizer.kind)));
-            }
-            mapped = *index;
-          }
-          target.push_back(mapped);
+    h.tables = [&](const ShardFileHeader& header) -> absl::Status {
+      for (const TableHeader& saved : header.tables) {
+        floats_of.push_back(saved.dim + saved.state_floats);
+        absl::StatusOr<int> index = store->TableIndex(saved.name);
+        if (!index.ok()) {
+          target.push_back(-1);
+          continue;
         }
+        const TableConfig& c = store->table(*index);
+        if (static_cast<uint32_t>(c.dim) != saved.dim ||
+            static_cast<uint32_t>(OptimizerStateFloats(c.optimizer.kind, c.dim)) != saved.state_floats ||
+            OptimizerName(c.optimizer.kind) != saved.optimizer) {
+          return absl::InvalidArgumentError(absl::StrCat("table '", saved.name, "' was saved with dim ", saved.dim,
+                                                         " and optimizer ", saved.optimizer, "; the job has dim ",
+                                                         c.dim, " and ", OptimizerName(c.optimizer.kind)));
+        }
+        target.push_back(*index);
       }
+      counters.num_stripes = header.num_stripes;
+      counters.delta_sequence = header.delta_sequence;
+      return absl::OkStatus();
+    };
+    h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
       if (target[t] < 0) return absl::OkStatus();
-      const size_t floats = tables[t].dim + tables[t].state_floats;
       if (same_layout) return store->RestoreRows(target[t], ids, values);
+      const size_t floats = floats_of[t];
       keep_ids.clear();
       keep_values.clear();
       for (size_t i = 0; i < ids.size(); ++i) {
@@ -320,77 +331,60 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
       }
       return store->RestoreRows(target[t], keep_ids, keep_values);
     };
-    h.sketch = [&](StoreSnapshot::Sketch&& k) { counters.sketches.push_back(std::move(k)); };
+    // Counters name tables by the checkpoint's index: kept under the store's, dropped when the job
+    // no longer has the table.
+    h.sketch = [&](StoreSnapshot::Sketch&& k) {
+      if (target[k.table] < 0) return;
+      k.table = static_cast<uint32_t>(target[k.table]);
+      counters.sketches.push_back(std::move(k));
+    };
     h.rng = [&](std::vector<uint64_t>&& rng) { counters.stripe_rng = std::move(rng); };
-    h.dedup = [&](StoreSnapshot::Dedup&& x) { counters.dedup.push_back(std::move(x)); };
-    HYREC_RETURN_IF_ERROR(
-        ShardFileReader::Read(env, JoinPath(dir, name), FileKind::kPsShard, h, &tables, &stripes, &delta_sequence));
-    // Counters name tables by the checkpoint's index: map them to the store's.
-    std::vector<int> by_name(tables.size(), -1);
-    for (size_t k = 0; k < tables.size(); ++k) {
-      absl::StatusOr<int> index = store->TableIndex(tables[k].name);
-      if (index.ok()) by_name[k] = *index;
-    }
-    StoreSnapshot mapped;
-    mapped.num_stripes = stripes;
-    mapped.delta_sequence = delta_sequence;
-    mapped.stripe_rng = std::move(counters.stripe_rng);
-    for (StoreSnapshot::Sketch& k : counters.sketches) {
-      if (by_name[k.table] < 0) continue;
-      k.table = static_cast<uint32_t>(by_name[k.table]);
-      mapped.sketches.push_back(std::move(k));
-    }
-    for (StoreSnapshot::Dedup& x : counters.dedup) {
-      if (by_name[x.table] < 0) continue;
-      x.table = static_cast<uint32_t>(by_name[x.table]);
-      mapped.dedup.push_back(std::move(x));
-    }
-    HYREC_RETURN_IF_ERROR(store->RestoreCounters(mapped, /*exact=*/same_layout));
+    h.dedup = [&](StoreSnapshot::Dedup&& x) {
+      if (target[x.table] < 0) return;
+      x.table = static_cast<uint32_t>(target[x.table]);
+      counters.dedup.push_back(std::move(x));
+    };
+    ShardFileHeader header;
+    HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, JoinPath(dir, name), FileKind::kPsShard, nullptr, h, &header));
+    HYREC_RETURN_IF_ERROR(store->RestoreCounters(counters, /*exact=*/same_layout));
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoint_dir, const FileEntry& shard_file,
                                           const std::string& out_dir, const std::string& out_name) {
-  HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, checkpoint_dir, shard_file));
   HYREC_ASSIGN_OR_RETURN(auto w, BlockWriter::Create(env, JoinPath(out_dir, out_name), FileKind::kExportRows));
   std::vector<TableHeader> tables;
-  bool headers_written = false;
-  uint32_t stripes = 0;
-  uint64_t delta_sequence = 0;
   std::vector<float> weights;
-  auto write_headers = [&]() -> absl::Status {
-    if (headers_written) return absl::OkStatus();
-    headers_written = true;
-    HYREC_RETURN_IF_ERROR(AddStoreBlock(w.get(), 0, 1, 0, tables.size(), delta_sequence));
+  ShardFileReader::Handlers h;
+  h.tables = [&](const ShardFileHeader& header) -> absl::Status {
+    tables = header.tables;
+    HYREC_RETURN_IF_ERROR(AddStoreBlock(w.get(), 0, 1, 0, tables.size(), header.delta_sequence));
     for (TableHeader t : tables) {
       t.state_floats = 0;
       HYREC_RETURN_IF_ERROR(w->Add(kTableBlock, EncodeTable(t)));
     }
     return absl::OkStatus();
   };
-  ShardFileReader::Handlers h;
   h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
-    HYREC_RETURN_IF_ERROR(write_headers());
     const size_t dim = tables[t].dim;
     const size_t floats = dim + tables[t].state_floats;
     weights.resize(ids.size() * dim);
     for (size_t i = 0; i < ids.size(); ++i) {
       std::copy_n(values.begin() + i * floats, dim, weights.begin() + i * dim);
     }
-    return AddRows(w.get(), t, std::vector<uint64_t>(ids.begin(), ids.end()), weights.data(), dim);
+    return AddIdBlocks(w.get(), kRowsBlock, t, std::vector<uint64_t>(ids.begin(), ids.end()), weights.data(), dim);
   };
-  HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, JoinPath(checkpoint_dir, shard_file.name), FileKind::kPsShard, h,
-                                              &tables, &stripes, &delta_sequence));
-  HYREC_RETURN_IF_ERROR(write_headers());
+  ShardFileHeader header;
+  HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, JoinPath(checkpoint_dir, shard_file.name), FileKind::kPsShard,
+                                              &shard_file, h, &header));
   return w->Finish();
 }
 
-absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind,
+absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind, const FileEntry* expect,
                           const std::function<absl::Status(ExportedTable&)>& table) {
-  std::vector<TableHeader> tables;
-  uint32_t stripes = 0;
-  uint64_t delta_sequence = 0;
+  ShardFileHeader header;
+  const std::vector<TableHeader>& tables = header.tables;
   ShardFileReader::Handlers h;
   ExportedTable current;
   auto emit = [&](uint32_t t) {
@@ -410,7 +404,7 @@ absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind,
     current.tombstones.assign(ids.begin(), ids.end());
     return emit(t);
   };
-  return ShardFileReader::Read(env, path, kind, h, &tables, &stripes, &delta_sequence);
+  return ShardFileReader::Read(env, path, kind, expect, h, &header);
 }
 
 // ---- ShardCheckpointer ----

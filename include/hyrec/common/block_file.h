@@ -22,7 +22,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -96,7 +99,12 @@ struct Block {
 class BlockReader {
  public:
   // Opens `path` and checks its header: the magic, the format version and that it is a `kind`.
-  static absl::StatusOr<std::unique_ptr<BlockReader>> Open(Env* env, const std::string& path, FileKind kind);
+  // With `expect` (the file's manifest entry), the file must have its length, and the crc32 of
+  // everything read must match it when the end block is reached: one pass both checks the file
+  // and reads it. Blocks are checked on their own as they come, so a caller acts on no byte of a
+  // bad block; it must still drop what it built from a file whose last Next fails.
+  static absl::StatusOr<std::unique_ptr<BlockReader>> Open(Env* env, const std::string& path, FileKind kind,
+                                                           const FileEntry* expect = nullptr);
   // The same over bytes in memory (fuzzing, tests); `name` stands for the path in messages.
   static absl::StatusOr<std::unique_ptr<BlockReader>> FromString(std::string name, std::string data, FileKind kind);
 
@@ -117,9 +125,14 @@ class BlockReader {
   const uint64_t size_;
   uint64_t offset_ = 0;
   uint64_t blocks_ = 0;
+  uint32_t crc_ = 0;                    // Of every byte read.
+  std::optional<uint32_t> expect_crc_;  // The manifest's, when given.
   bool done_ = false;
   std::string scratch_;
 };
+
+// A whole block file in memory, with its end block: the bytes BlockWriter writes for these blocks.
+std::string EncodeBlockFile(FileKind kind, const std::vector<std::pair<uint32_t, std::string>>& blocks);
 
 // Checks a whole file's length and crc32 against its manifest entry.
 absl::Status VerifyFileEntry(Env* env, const std::string& dir, const FileEntry& entry);

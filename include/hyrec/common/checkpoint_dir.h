@@ -68,6 +68,11 @@ absl::StatusOr<CheckpointManifest> ReadManifest(Env* env, const std::string& dir
 // The manifest, and every file it lists checked against its length and crc32.
 absl::StatusOr<CheckpointManifest> VerifyCheckpoint(Env* env, const std::string& dir);
 
+// Reads the file `name` the manifest lists, checked against its length and crc32 in the same
+// pass: DATA_LOSS when it is missing from the manifest or the directory, or differs.
+absl::StatusOr<std::string> ReadListedFile(Env* env, const std::string& dir, const CheckpointManifest& m,
+                                           const std::string& name, uint64_t max_bytes);
+
 // The directory name of a checkpoint: "<prefix>-<step, 12 digits>-<unix ms, 13 digits>", so that
 // names sort by step, then by time.
 std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms);
@@ -76,13 +81,14 @@ std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, c
 
 // `which` is "latest" (the newest directory under `root` with the prefix whose checkpoint
 // verifies; each newer one that does not is logged to `skipped` and passed over) or a directory
-// (which must verify). NotFound when there is none.
+// (its manifest must read and its files have their lengths; their contents are checked by
+// whoever reads them, before use). NotFound when there is none.
 absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root, const std::string& prefix,
                                               const std::string& which, CheckpointManifest* manifest,
                                               std::vector<std::string>* skipped = nullptr);
 
 // Deletes the committed checkpoints under `root` older than the newest `keep_last`, except
-// `keep` (e.g. the best evaluation's), and directories without a manifest that are older than the
+// `keep` (e.g. the best evaluation's, kept beside them), and directories without a manifest that are older than the
 // newest committed one (what failed writes left). Call only once the newest manifest is durable.
 absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
                                const std::string& keep);

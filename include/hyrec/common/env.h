@@ -73,8 +73,9 @@ class Env {
 // Reads a whole file; FailedPrecondition when it holds more than `max_bytes`.
 absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, uint64_t max_bytes);
 
-// Writes `data` to `path` durably: to path + ".tmp", Sync, Close, rename over `path`, SyncDir.
-absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data);
+// Writes `data` to `path` durably: to path + ".tmp", Sync, Close, rename over `path`, then (with
+// sync_dir) SyncDir. After an error the temporary file is removed and `path` is as it was.
+absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data, bool sync_dir = true);
 
 // Deletes `dir` and the files in it (one level: checkpoint directories hold no subdirectories).
 absl::Status DeleteDirAndFiles(Env* env, const std::string& dir);

@@ -6,7 +6,7 @@
 //
 //   HYREC_ASSIGN_OR_RETURN(auto predictor, Predictor::Load("model/model-000000001200-..."));
 //   std::vector<float> logits, labels;
-//   HYREC_RETURN_IF_ERROR(predictor->Score({"new_clicks.csv"}, &logits, &labels));
+//   HYREC_ASSIGN_OR_RETURN(Evaluation e, predictor->Score({"new_clicks.csv"}, &logits, &labels));
 //
 // Ids the export does not hold get their table's initial row, as they would in training.
 // Deltas (export.delta_every_*) bring an export's rows up to date: ServingRows holds them.
@@ -59,8 +59,10 @@ class Predictor {
   const std::string& dir() const { return dir_; }
 
   // Scores every sample of `files` (the job's source format and columns), in file order: one logit
-  // and label each. A bad line is an error naming it (nothing is skipped).
-  absl::Status Score(const std::vector<std::string>& files, std::vector<float>* logits, std::vector<float>* labels);
+  // and label each, and their AUC and log loss (as the trained job evaluates). A bad line is an
+  // error naming it (nothing is skipped).
+  absl::StatusOr<Evaluation> Score(const std::vector<std::string>& files, std::vector<float>* logits,
+                                   std::vector<float>* labels);
 
  private:
   Predictor() = default;

@@ -50,8 +50,8 @@ absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, i
 // Restores shard `shard` of `num_shards` from the checkpoint in `dir` (its manifest already
 // read), whatever its shard count: every row whose ShardForId(id, num_shards) is `shard`, with
 // its optimizer state, matched to the store's tables by name. Each file is checked against the
-// manifest while it is read (DATA_LOSS naming the file and offset). A checkpoint table of another
-// dim or optimizer is InvalidArgument; a store table the checkpoint lacks starts empty.
+// manifest before any of it is restored (DATA_LOSS naming the file and offset). A checkpoint table
+// of another dim or optimizer is InvalidArgument; a store table the checkpoint lacks starts empty.
 absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointManifest& manifest, int shard,
                           int num_shards, EmbeddingShardStore* store);
 
@@ -64,13 +64,15 @@ struct ExportedTable {
   std::vector<uint64_t> tombstones;  // Deltas only.
 };
 
-// Writes the export file of one checkpoint shard file (weights only, same tables).
+// Writes the export file of one checkpoint shard file (weights only, same tables), checking the
+// shard file against its manifest entry as it reads it.
 absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoint_dir, const FileEntry& shard_file,
                                           const std::string& out_dir, const std::string& out_name);
 
 // Reads an export or delta rows file (kind kExportRows or kDeltaRows), calling `table` once per
-// table block run. Checked as RestoreShard checks.
-absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind,
+// block (rows or tombstones of one table). Checked as RestoreShard checks, against `expect` (its
+// manifest entry) when given.
+absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind, const FileEntry* expect,
                           const std::function<absl::Status(ExportedTable&)>& table);
 
 // Snapshots a store at once and writes the snapshot in the background, one cut at a time.
