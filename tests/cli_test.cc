@@ -4,10 +4,14 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "run_command.h"
@@ -31,7 +35,7 @@ std::string WriteFile(const std::string& name, const std::string& text) {
 TEST(Cli, TheLauncherListsRolesAndItsVersion) {
   Outcome r = Hyrec({"--help"});
   EXPECT_EQ(r.code, 0);
-  for (const char* role : {"train", "ps", "loader", "worker", "ps-demo"}) {
+  for (const char* role : {"train", "ps", "loader", "worker", "checkpoint", "export", "predict", "eval", "ps-demo"}) {
     EXPECT_TRUE(absl::StrContains(r.out, absl::StrCat("  ", role, " "))) << role << "\n" << r.out;
   }
   EXPECT_TRUE(absl::StrContains(r.out, "exit codes: 0 success")) << r.out;
@@ -47,7 +51,7 @@ TEST(Cli, TheLauncherListsRolesAndItsVersion) {
 }
 
 TEST(Cli, EveryRoleHasHelpVersionAndTheCommonFlags) {
-  for (const char* role : {"train", "ps", "loader", "worker", "ps-demo"}) {
+  for (const char* role : {"train", "ps", "loader", "worker", "export", "predict", "eval", "ps-demo"}) {
     Outcome r = Hyrec({role, "--help"});
     EXPECT_EQ(r.code, 0) << role << ": " << r.err;
     EXPECT_TRUE(absl::StartsWith(r.out, absl::StrCat("usage: hyrec ", role, " [flags]\n"))) << r.out;
@@ -142,9 +146,9 @@ TEST(Cli, ALostPeerIsTransient) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
-// A job long enough to be interrupted.
-std::string LongJob() {
-  return WriteFile("long.yaml", R"(loader:
+// A job long enough to be interrupted, with `extra` keys (written to `name`).
+std::string LongJob(const std::string& extra = "", const std::string& name = "long.yaml") {
+  return WriteFile(name, R"(loader:
   source:
     format: synthetic
     synthetic: {num_samples: 50000000, vocabulary: 1000}
@@ -153,7 +157,7 @@ std::string LongJob() {
 eval: {samples: 2000}
 model: {bottom: [16], top: [16]}
 train: {workers: 2, log_every_batches: 10}
-)");
+)" + extra);
 }
 
 // Starts `hyrec train` in a process group of its own (as a shell does) and waits for training.
@@ -210,6 +214,173 @@ TEST(Cli, ASecondControlCStopsAtOnce) {
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 130);
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
+// A libsvm file with a learnable label: a user and an item id per line.
+std::string WriteLibsvm(const std::string& name, int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string text;
+  for (int i = 0; i < n; ++i) {
+    const int user = static_cast<int>(rng() % 30), item = static_cast<int>(rng() % 40);
+    const double logit = (user % 3 == 0 ? 1.5 : -0.8) + (item % 4 == 0 ? 1.5 : -0.6);
+    const int label = std::uniform_real_distribution<double>(0, 1)(rng) < 1 / (1 + std::exp(-logit)) ? 1 : 0;
+    absl::StrAppend(&text, label, " ", 1 + user, ":1 ", 100 + item, ":1\n");
+  }
+  return WriteFile(name, text);
+}
+
+std::string ReportField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, key + ": ")) return std::string(absl::StripPrefix(line, key + ": "));
+  }
+  return "";
+}
+
+std::string Unquote(std::string s) {
+  if (s.size() >= 2 && s.front() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+// The whole life of a trained model from the command line: `hyrec train --processes` leaves
+// checkpoints and an export; a run with other shard and worker counts resumes from the newest;
+// `hyrec checkpoint` inspects and verifies (its exit code naming what is wrong); `hyrec predict`
+// and `hyrec eval` use the export; and every bad path, flag or file is exit 2 with a message.
+TEST(Cli, TrainResumeInspectPredictAndEval) {
+  const std::string dir = ::testing::TempDir() + "/cli_model";
+  std::filesystem::remove_all(dir);
+  const std::string train = WriteLibsvm("model_train.svm", 1024, 1);
+  const std::string heldout = WriteLibsvm("model_heldout.svm", 256, 2);
+  auto job = [&](int shards, int workers) {
+    return WriteFile(absl::StrCat("model_", shards, "_", workers, ".yaml"),
+                     absl::StrCat("loader:\n  source: {format: libsvm, files: [", train,
+                                  "]}\n  batch_size: 64\n  threads: 1\n  epochs: 2\n", "eval: {files: [", heldout,
+                                  "]}\n", "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n",
+                                  "ps: {shards: ", shards, "}\ntrain: {workers: ", workers, "}\n", "checkpoint: {dir: ",
+                                  dir, "/ckpt, every_steps: 4, keep_last: 2}\n", "export: {dir: ", dir, "/model}\n"));
+  };
+  const std::string report = dir + "_report.yaml";
+  Outcome r = RunCommand({HYREC_TRAIN_BINARY, "--processes", "--config=" + job(2, 2), "--plot=", "--report=" + report});
+  ASSERT_EQ(r.code, 0) << r.all();
+  const std::string checkpoint = Unquote(ReportField(report, "checkpoint"));
+  const std::string exported = Unquote(ReportField(report, "export"));
+  ASSERT_FALSE(checkpoint.empty()) << r.all();
+  ASSERT_FALSE(exported.empty()) << r.all();
+  EXPECT_EQ(ReportField(report, "samples"), "2048");
+  // keep_last 2: the older checkpoints are gone.
+  int kept = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) kept += e.is_directory() ? 1 : 0;
+  EXPECT_EQ(kept, 2);
+
+  r = Hyrec({"checkpoint", "verify", checkpoint});
+  EXPECT_EQ(r.code, 0) << r.all();
+  r = Hyrec({"checkpoint", "inspect", checkpoint});
+  EXPECT_EQ(r.code, 0) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.out, "checkpoint at step 16 (2048 samples trained)")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "2 PS shard(s), 2 worker(s)")) << r.out;
+
+  // Resumed with 3 shards and 1 worker from the newest: nothing left to train, the same samples.
+  r = RunCommand(
+      {HYREC_TRAIN_BINARY, "--processes", "--config=" + job(3, 1), "--plot=", "--resume=latest", "--report=" + report});
+  ASSERT_EQ(r.code, 0) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.out, "resumed from step 16")) << r.out;
+  EXPECT_EQ(ReportField(report, "samples"), "2048");
+
+  // Predict and eval on the export: one probability a line; eval's AUC is the run's.
+  r = Hyrec({"predict", "--model=" + dir + "/model", "--input=" + heldout});
+  ASSERT_EQ(r.code, 0) << r.all();
+  const std::vector<std::string> lines = absl::StrSplit(r.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 256u);
+  for (const std::string& line : lines) {
+    double p = 0;
+    ASSERT_TRUE(absl::SimpleAtod(line, &p)) << line;
+    EXPECT_TRUE(p > 0 && p < 1) << line;
+  }
+  r = Hyrec({"eval", "--model=" + exported, "--input=" + heldout});
+  ASSERT_EQ(r.code, 0) << r.all();
+  double auc = 0, trained_auc = 0;
+  ASSERT_TRUE(absl::SimpleAtod(ReportField(report, "auc"), &trained_auc));
+  ASSERT_EQ(std::sscanf(r.out.c_str(), "auc: %lf", &auc), 1) << r.out;
+  EXPECT_GT(auc, 0.6);
+  EXPECT_NEAR(auc, trained_auc, 1e-6);  // The resumed run evaluated the same model in memory.
+
+  // Bad input: exit 2, saying what and where.
+  r = Hyrec({"predict", "--input=" + heldout});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "--model=DIR is required")) << r.err;
+  r = Hyrec({"predict", "--model=" + dir + "/nothing", "--input=" + heldout});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "no valid checkpoint under")) << r.err;
+  const std::string garbage = WriteFile("model_garbage.svm", "1 3:1\nthis is not libsvm\n");
+  r = Hyrec({"predict", "--model=" + exported, "--input=" + garbage});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "model_garbage.svm:2")) << r.err;
+  r = Hyrec({"export", "--config=" + job(2, 2), "--checkpoint=" + dir + "/nothing"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "not a committed checkpoint")) << r.err;
+  r = Hyrec({"train", "--config=" + LongJob(), "--resume=latest"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "needs a checkpoint directory")) << r.err;
+  r = Hyrec({"checkpoint", "inspect"});
+  EXPECT_EQ(r.code, 2);
+  r = Hyrec({"checkpoint", "verify", dir});
+  EXPECT_EQ(r.code, 2) << r.all();
+
+  // verify's exit code says what failed: a manifest (4), a file (5).
+  const std::string copy = dir + "/copy";
+  std::filesystem::copy(checkpoint, copy);
+  auto flip = [](const std::string& path, size_t at) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(at));
+    char c = 0;
+    f.get(c);
+    f.seekp(static_cast<std::streamoff>(at));
+    f.put(static_cast<char>(c ^ 0x08));
+  };
+  flip(copy + "/dense.blk", 40);
+  r = Hyrec({"checkpoint", "verify", copy});
+  EXPECT_EQ(r.code, 5) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "dense.blk")) << r.err;
+  r = RunCommand({HYREC_TRAIN_BINARY, "--config=" + job(2, 2), "--plot=", "--resume=" + copy});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "dense.blk: offset")) << r.err;
+  flip(copy + "/MANIFEST", 30);
+  r = Hyrec({"checkpoint", "verify", copy});
+  EXPECT_EQ(r.code, 4) << r.all();
+}
+
+// A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher
+// passes it to worker 0), cuts one at the next step while training goes on.
+TEST(Cli, SigusrOneCutsACheckpoint) {
+  for (const bool processes : {false, true}) {
+    SCOPED_TRACE(processes ? "--processes" : "embedded");
+    const std::string dir = ::testing::TempDir() + (processes ? "/cli_usr1_p" : "/cli_usr1_e");
+    std::filesystem::remove_all(dir);
+    const std::string job = LongJob(absl::StrCat("checkpoint: {dir: ", dir, ", on_interrupt: false}\n"), "usr1.yaml");
+    std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--progress=lines", "--plot="};
+    if (processes) argv.push_back("--processes");
+    hyrec::SpawnOptions options;
+    options.new_process_group = true;
+    auto p = hyrec::Subprocess::Spawn(argv, options);
+    ASSERT_TRUE(p.ok());
+    for (;;) {
+      auto line = (*p)->ReadLine(absl::Seconds(60));
+      ASSERT_TRUE(line.ok()) << line.status();
+      if (absl::StartsWith(*line, "samples ")) break;
+    }
+    kill((*p)->pid(), SIGUSR1);
+    bool committed = false;
+    for (const absl::Time until = absl::Now() + absl::Seconds(60); !committed && absl::Now() < until;) {
+      absl::SleepFor(absl::Milliseconds(200));
+      if (!std::filesystem::exists(dir)) continue;
+      for (const auto& e : std::filesystem::directory_iterator(dir)) {
+        committed |= std::filesystem::exists(e.path() / "MANIFEST");
+      }
+    }
+    EXPECT_TRUE(committed);
+    ControlC(**p);
+    ExpectInterruptedSummary(**p);
+  }
 }
 
 }  // namespace

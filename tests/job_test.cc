@@ -313,6 +313,42 @@ TEST(JobSpec, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(Error("model: {kind: dlrm}\n").find("missing key 'loader'"), std::string::npos);
 }
 
+TEST(JobSpec, CheckpointAndExportKeysAreChecked) {
+  const std::string base = "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\n";
+  EXPECT_EQ(Error(base + "checkpoint: {dir: c, evry_steps: 5}\n"),
+            "job.yaml: checkpoint.evry_steps (line 2): unknown key; did you mean 'every_steps'?");
+  EXPECT_NE(
+      Error(base + "checkpoint: {dir: c, every_steps: -1}\n").find("checkpoint.every_steps (line 2): must be >= 0"),
+      std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: c, keep_last: 0}\n").find("checkpoint.keep_last (line 2): must be in"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: c, every_seconds: -3}\n").find("checkpoint.every_seconds"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: c, timeout_seconds: 0}\n").find("checkpoint.timeout_seconds"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: [c]}\n").find("checkpoint.dir"), std::string::npos);
+  EXPECT_NE(Error(base + "export: {dir: m}\n").find("export.dir (line 2): needs checkpoint.dir"), std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: c}\nexport: {delta_every_steps: 5}\n").find("deltas need export.dir"),
+            std::string::npos);
+  EXPECT_NE(
+      Error(base + "checkpoint: {dir: c}\nexport: {dir: m, delta_every_steps: -5}\n").find("export.delta_every_steps"),
+      std::string::npos);
+  // A good section reaches every role's plan: the shards' roots and change tracking, the workers'.
+  absl::StatusOr<JobSpec> spec = ParseJobSpecText(
+      base + "checkpoint: {dir: c, every_steps: 7}\nexport: {dir: m, delta_every_seconds: 30}\n", "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<JobPlan> plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  for (const PsShardPlan& shard : plan->ps) {
+    EXPECT_EQ(shard.checkpoint_root, "c");
+    EXPECT_EQ(shard.export_root, "m");
+    EXPECT_TRUE(shard.store.track_changes);
+  }
+  EXPECT_EQ(plan->workers[0].checkpoint.every_steps, 7);
+  EXPECT_EQ(plan->workers[0].serving.delta_every_seconds, 30);
+  EXPECT_NE(plan->spec.text.find("every_steps: 7"), std::string::npos);
+}
+
 TEST(JobSpec, NoDocumentShapeThrows) {
   // Each of these once aborted `hyrec train` with an uncaught yaml-cpp exception or became a file
   // named "null".

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
@@ -17,6 +18,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "http_get.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
@@ -576,6 +579,105 @@ TEST(PsBinary, ServesTheTablesOfItsShardOfTheJob) {
     EXPECT_EQ(s.store.tables[1].capacity_rows, 5u);  // 10 over 2 shards.
   }
   EXPECT_EQ((*stats)[0].store.tables[0].admission_rejections + (*stats)[1].store.tables[0].admission_rejections, 1u);
+}
+
+// Cuts over gRPC: a shard writes only under its job's checkpoint.dir, refuses names that are not
+// plain directory names, and a hand-started shard resumes from what shards of another count wrote.
+TEST(PsBinary, CutsOnlyUnderItsRootAndResumesResharded) {
+  const std::string root = ::testing::TempDir() + "/ps_cut_root";
+  std::filesystem::remove_all(root);
+  auto job = [&](int shards) {
+    const std::string path = ::testing::TempDir() + absl::StrCat("/ps_cut_", shards, ".yaml");
+    std::ofstream(path) << "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n"
+                        << "ps: {shards: " << shards << "}\n"
+                        << "tables: [{name: emb, features: [f0], dim: 4, optimizer: adagrad}]\n"
+                        << "checkpoint: {dir: " << root << "}\n";
+    return path;
+  };
+  auto launch = [&](int shards, std::vector<std::string> args) {
+    PsClusterOptions options;
+    options.binary = HYREC_PS_BINARY;
+    options.job_config = job(shards);
+    options.num_shards = shards;
+    options.args = std::move(args);
+    options.args.push_back("--log_level=error");
+    return PsCluster::Launch(options);
+  };
+  auto two = launch(2, {});
+  ASSERT_TRUE(two.ok()) << two.status();
+  auto client = ConnectEmbeddingClient((*two)->addresses(), ClientOptions());
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 1; i <= 200; ++i) ids.push_back(i * 13);
+  std::vector<float> rows(ids.size() * 4);
+  ASSERT_TRUE((*client)->Lookup("emb", ids, absl::MakeSpan(rows)).ok());
+  ASSERT_TRUE((*client)->Update("emb", ids, std::vector<float>(rows.size(), 0.25f), UpdateId{1, 1}).ok());
+  ASSERT_TRUE((*client)->Lookup("emb", ids, absl::MakeSpan(rows)).ok());
+
+  auto stub =
+      proto::EmbeddingService::NewStub(grpc::CreateChannel((*two)->addresses()[0], grpc::InsecureChannelCredentials()));
+  for (const std::string bad : {"../outside", "", "a/b", ".."}) {
+    grpc::ClientContext context;
+    proto::BeginCutRequest request;
+    request.set_name(bad);
+    request.set_id(9);
+    proto::BeginCutResponse response;
+    const grpc::Status s = stub->BeginCut(&context, request, &response);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad << ": " << s.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    proto::AwaitCutRequest request;
+    request.set_id(12345);
+    proto::AwaitCutResponse response;
+    EXPECT_EQ(stub->AwaitCut(&context, request, &response).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+  EXPECT_FALSE(std::filesystem::exists(::testing::TempDir() + "/outside"));
+  // The job has no export.dir: the shards take no deltas.
+  const absl::Status delta = (*client)->BeginCut(CutKind::kDelta, "d", 3, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsFailedPrecondition(delta)) << delta;
+
+  // A real cut: both shards write their files, which a manifest then commits.
+  const std::string name = CheckpointDirName(kCheckpointPrefix, 1, 1);
+  ASSERT_TRUE((*client)->BeginCut(CutKind::kCheckpoint, name, 7, absl::Seconds(10)).ok());
+  auto files = (*client)->AwaitCut(7, absl::Seconds(30));
+  ASSERT_TRUE(files.ok()) << files.status();
+  CheckpointManifest m;
+  m.num_shards = 2;
+  m.num_workers = 1;
+  for (const ShardFileInfo& f : *files) m.files.push_back(f.file);
+  ASSERT_TRUE(CommitManifest(Env::Default(), JoinPath(root, name), m).ok());
+  ASSERT_TRUE((*two)->Stop().ok());
+
+  // Three hand-started shards resume from the two shards' checkpoint: the same rows.
+  auto three = launch(3, {"--resume=latest"});
+  ASSERT_TRUE(three.ok()) << three.status();
+  auto client3 = ConnectEmbeddingClient((*three)->addresses(), ClientOptions());
+  ASSERT_TRUE(client3.ok()) << client3.status();
+  std::vector<float> resumed(rows.size());
+  ASSERT_TRUE((*client3)->Lookup("emb", ids, absl::MakeSpan(resumed)).ok());
+  EXPECT_EQ(resumed, rows);
+  auto stats = (*client3)->Stats();
+  ASSERT_TRUE(stats.ok());
+  uint64_t total = 0;
+  for (const ShardStats& s : *stats) total += s.store.rows;
+  EXPECT_EQ(total, ids.size());
+
+  // A corrupt shard file: the shard refuses to start (exit 2) naming the file, never serves it.
+  const std::string shard0 = JoinPath(JoinPath(root, name), m.files[0].name);
+  std::string bytes = *ReadFileToString(Env::Default(), shard0, 1 << 30);
+  bytes[bytes.size() / 2] ^= 1;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), shard0, bytes).ok());
+  int code = 0;
+  const std::string out = RunAndCapture(
+      {HYREC_PS_BINARY, "--config=" + job(3), "--shard_index=0", "--port=0", "--resume=" + JoinPath(root, name)},
+      &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find(m.files[0].name), std::string::npos) << out;
+  const std::string missing = RunAndCapture(
+      {HYREC_PS_BINARY, "--config=" + job(3), "--shard_index=0", "--port=0", "--resume=" + root + "/nothing"}, &code);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(missing.find("not a committed checkpoint"), std::string::npos) << missing;
 }
 
 }  // namespace

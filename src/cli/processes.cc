@@ -157,6 +157,9 @@ class Cluster {
     int result = kExitOk;
     absl::Time kill_at = absl::InfiniteFuture();
     for (;;) {
+      if (options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false)) {
+        workers_[0]->Signal(SIGUSR1);  // Worker 0 decides when; the others follow its vote.
+      }
       if (options_.stop != nullptr && options_.stop->load() && !forwarded) {
         for (auto& w : workers_) w->Signal(SIGINT);
         forwarded = true;

@@ -24,7 +24,9 @@ struct ProcessesOptions {
   std::string log_level = "warn";           // Of the child processes.
   dense_worker::MonitorOptions monitor;     // Worker 0's reports are shown through a JobMonitor.
   const std::atomic<bool>* stop = nullptr;  // Set: the workers stop after their current batch.
-  // A verified checkpoint directory every role resumes from (--resume=DIR); empty: a fresh start.
+  // When it becomes true (SIGUSR1, POST /checkpoint), worker 0 is sent SIGUSR1 and it is reset.
+  std::atomic<bool>* checkpoint_request = nullptr;
+  // A checkpoint directory every role resumes from (--resume=DIR); empty: a fresh start.
   std::string resume;
 };
 

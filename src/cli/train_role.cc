@@ -85,10 +85,20 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
 
 bool LiveProgress(const std::string& mode) { return mode == "live" || (mode == "auto" && isatty(1) != 0); }
 
+// The metrics endpoint, with POST /checkpoint setting `checkpoint` (null: no admin request).
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const CommonFlags& common, MetricsRegistry* m,
-                                                                     const std::string& who) {
+                                                                     const std::string& who,
+                                                                     std::atomic<bool>* checkpoint) {
   if (common.metrics_port < 0) return std::unique_ptr<MetricsHttpServer>();
-  HYREC_ASSIGN_OR_RETURN(auto server, MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m));
+  std::function<std::string()> on_checkpoint;
+  if (checkpoint != nullptr) {
+    on_checkpoint = [checkpoint] {
+      checkpoint->store(true);
+      return std::string("a checkpoint is cut at the next step (the job's checkpoint.dir)\n");
+    };
+  }
+  HYREC_ASSIGN_OR_RETURN(
+      auto server, MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m, std::move(on_checkpoint)));
   std::cout << who << " metrics: http://" << common.metrics_host << ":" << server->port() << "/metrics" << std::endl;
   return server;
 }
@@ -125,7 +135,8 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
       },
       nullptr);
   MetricsRegistry metrics;
-  HYREC_ASSIGN_OR_RETURN(auto metrics_server, MaybeServeMetrics(f.training.common, &metrics, "hyrec train"));
+  HYREC_ASSIGN_OR_RETURN(auto metrics_server,
+                         MaybeServeMetrics(f.training.common, &metrics, "hyrec train", signals.checkpoint_flag()));
   dense_worker::MonitorOptions monitor_options;
   monitor_options.out = &std::cout;
   monitor_options.live = LiveProgress(f.training.progress);
@@ -141,6 +152,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.log_level = f.training.common.log_level == "info" ? "warn" : f.training.common.log_level;
     options.monitor = monitor_options;
     options.stop = signals.flag();
+    options.checkpoint_request = signals.checkpoint_flag();
     if (!f.training.resume.empty()) {  // Resolved once, so that every role resumes from the same one.
       CheckpointManifest manifest;
       HYREC_ASSIGN_OR_RETURN(options.resume, ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix,
@@ -218,7 +230,8 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
       nullptr);
   MetricsRegistry metrics;
   HYREC_ASSIGN_OR_RETURN(auto metrics_server,
-                         MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank)));
+                         MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank),
+                                           rank == 0 ? signals.checkpoint_flag() : nullptr));
   HYREC_ASSIGN_OR_RETURN(auto ps,
                          embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, embedding_ps::ClientOptions()));
   HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, {}));

@@ -22,11 +22,11 @@ std::string BaseName(const std::string& path) {
 class StringFile final : public SequentialFile {
  public:
   explicit StringFile(std::string data) : data_(std::move(data)) {}
-  absl::Status Read(size_t n, std::string* scratch, absl::string_view* out) override {
+  absl::StatusOr<size_t> Read(char* dst, size_t n) override {
     const size_t k = std::min(n, data_.size() - pos_);
-    *out = absl::string_view(data_).substr(pos_, k);
+    std::memcpy(dst, data_.data() + pos_, k);
     pos_ += k;
-    return absl::OkStatus();
+    return k;
   }
 
  private:
@@ -136,9 +136,9 @@ absl::Status BlockWriter::Fail(absl::Status status) {
   return status;
 }
 
-absl::Status BlockWriter::Write(absl::string_view bytes) {
+absl::Status BlockWriter::Write(absl::string_view bytes, bool crc) {
   if (!failed_.ok()) return failed_;
-  crc_ = Crc32(bytes, crc_);
+  if (crc) crc_ = Crc32(bytes, crc_);
   length_ += bytes.size();
   if (buffer_.size() + bytes.size() > kFlushBytes && !buffer_.empty()) HYREC_RETURN_IF_ERROR(Flush());
   if (bytes.size() >= kFlushBytes) {
@@ -156,26 +156,36 @@ absl::Status BlockWriter::Flush() {
   return s.ok() ? s : Fail(s);
 }
 
-absl::Status BlockWriter::Add(uint32_t type, absl::string_view payload) {
-  if (payload.size() > kMaxBlockBytes) {
+absl::Status BlockWriter::Add(uint32_t type, absl::string_view payload) { return AddParts(type, {payload}); }
+
+absl::Status BlockWriter::AddParts(uint32_t type, std::initializer_list<absl::string_view> parts) {
+  uint64_t length = 0;
+  for (absl::string_view part : parts) length += part.size();
+  if (length > kMaxBlockBytes) {
     return Fail(absl::InvalidArgumentError(
-        absl::StrCat("block of ", payload.size(), " bytes for '", path_, "' is over ", kMaxBlockBytes)));
+        absl::StrCat("block of ", length, " bytes for '", path_, "' is over ", kMaxBlockBytes)));
   }
-  const std::string head = BlockHead(type, payload.size());
-  const uint32_t crc = Crc32(payload, Crc32(head));
-  HYREC_RETURN_IF_ERROR(Write(head));
-  HYREC_RETURN_IF_ERROR(Write(payload));
+  // One crc32 pass: the block's, folded into the file's with crc32_combine.
+  const std::string head = BlockHead(type, length);
+  uint32_t crc = Crc32(head);
+  HYREC_RETURN_IF_ERROR(Write(head, /*crc=*/false));
+  for (absl::string_view part : parts) {
+    crc = Crc32(part, crc);
+    HYREC_RETURN_IF_ERROR(Write(part, /*crc=*/false));
+  }
   std::string tail;
   PutU32(&tail, crc);
-  HYREC_RETURN_IF_ERROR(Write(tail));
+  HYREC_RETURN_IF_ERROR(Write(tail, /*crc=*/false));
+  const uLong block_crc = crc32(crc, reinterpret_cast<const Bytef*>(tail.data()), 4);
+  crc_ = static_cast<uint32_t>(crc32_combine(crc_, block_crc, static_cast<z_off_t>(head.size() + length + 4)));
   ++blocks_;
   return absl::OkStatus();
 }
 
-absl::StatusOr<FileEntry> BlockWriter::Finish() {
+absl::StatusOr<FileEntry> BlockWriter::Finish(bool sync) {
   HYREC_RETURN_IF_ERROR(Add(kEndBlock, EndPayload(blocks_)));
   absl::Status s = Flush();
-  if (s.ok()) s = file_->Sync();
+  if (s.ok() && sync) s = file_->Sync();
   const absl::Status closed = file_->Close();
   if (s.ok()) s = closed;
   if (s.ok()) s = env_->RenameFile(path_ + ".tmp", path_);
@@ -239,16 +249,11 @@ absl::Status BlockReader::Corrupt(uint64_t offset, absl::string_view what) const
 }
 
 absl::Status BlockReader::ReadExactly(size_t n, std::string* out) {
-  out->clear();
-  std::string part;
-  while (out->size() < n) {
-    absl::string_view got;
-    HYREC_RETURN_IF_ERROR(file_->Read(std::min<size_t>(n - out->size(), 64 << 20), &part, &got));
-    if (got.empty()) return Corrupt(offset_ + out->size(), "unexpected end of file (truncated)");
-    out->append(got.data(), got.size());
-  }
+  out->resize(n);  // Keeps its capacity: a reused Block reads every block into the same buffer.
+  HYREC_ASSIGN_OR_RETURN(const size_t got, file_->Read(out->data(), n));
+  if (got < n) return Corrupt(offset_ + got, "unexpected end of file (truncated)");
   offset_ += n;
-  crc_ = Crc32(*out, crc_);
+  if (expect_crc_.has_value()) crc_ = Crc32(*out, crc_);
   return absl::OkStatus();
 }
 
@@ -294,15 +299,14 @@ absl::Status VerifyFileEntry(Env* env, const std::string& dir, const FileEntry& 
         absl::StrCat(path, ": ", size, " bytes, the manifest says ", entry.length, " (truncated or replaced)"));
   }
   HYREC_ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
-  std::string scratch;
+  std::string buffer(4 << 20, '\0');
   uint32_t crc = 0;
   uint64_t read = 0;
   for (;;) {
-    absl::string_view got;
-    HYREC_RETURN_IF_ERROR(file->Read(4 << 20, &scratch, &got));
-    if (got.empty()) break;
-    crc = Crc32(got, crc);
-    read += got.size();
+    HYREC_ASSIGN_OR_RETURN(const size_t got, file->Read(buffer.data(), buffer.size()));
+    if (got == 0) break;
+    crc = Crc32(absl::string_view(buffer.data(), got), crc);
+    read += got;
   }
   if (read != entry.length) return absl::DataLossError(absl::StrCat(path, ": changed while it was read"));
   if (crc != entry.crc32) {

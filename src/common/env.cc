@@ -67,11 +67,10 @@ class PosixSequentialFile final : public SequentialFile {
   PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
   ~PosixSequentialFile() override { ::close(fd_); }
 
-  absl::Status Read(size_t n, std::string* scratch, absl::string_view* out) override {
-    scratch->resize(n);
+  absl::StatusOr<size_t> Read(char* dst, size_t n) override {
     size_t got = 0;
     while (got < n) {
-      const ssize_t r = ::read(fd_, scratch->data() + got, n - got);
+      const ssize_t r = ::read(fd_, dst + got, n - got);
       if (r < 0) {
         if (errno == EINTR) continue;
         return PosixError("reading", path_, errno);
@@ -79,8 +78,7 @@ class PosixSequentialFile final : public SequentialFile {
       if (r == 0) break;
       got += static_cast<size_t>(r);
     }
-    *out = absl::string_view(scratch->data(), got);
-    return absl::OkStatus();
+    return got;
   }
 
  private:
@@ -114,6 +112,16 @@ class PosixEnv final : public Env {
     const int error = errno;
     ::close(fd);
     if (rc != 0) return PosixError("syncing directory", dir, error);
+    return absl::OkStatus();
+  }
+
+  absl::Status SyncFile(const std::string& path) override {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return PosixError("opening", path, errno);
+    const int rc = ::fdatasync(fd);
+    const int error = errno;
+    ::close(fd);
+    if (rc != 0) return PosixError("syncing", path, error);
     return absl::OkStatus();
   }
 
@@ -206,17 +214,10 @@ absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, 
         absl::StrCat("'", path, "' holds ", size, " bytes, over the limit of ", max_bytes));
   }
   HYREC_ASSIGN_OR_RETURN(auto file, env->NewSequentialFile(path));
-  std::string data, scratch;
-  data.reserve(size);
-  for (;;) {
-    absl::string_view got;
-    HYREC_RETURN_IF_ERROR(file->Read(1 << 20, &scratch, &got));
-    if (got.empty()) break;
-    if (data.size() + got.size() > max_bytes) {
-      return absl::FailedPreconditionError(absl::StrCat("'", path, "' grew over the limit of ", max_bytes, " bytes"));
-    }
-    data.append(got.data(), got.size());
-  }
+  std::string data(size + 1, '\0');  // One byte more: a file that grew since its size was read.
+  HYREC_ASSIGN_OR_RETURN(const size_t got, file->Read(data.data(), data.size()));
+  if (got > size) return absl::FailedPreconditionError(absl::StrCat("'", path, "' grew while it was read"));
+  data.resize(got);
   return data;
 }
 
@@ -324,6 +325,14 @@ absl::Status FaultInjectionEnv::SyncDir(const std::string& dir) {
   unsynced_entries_.erase(std::remove_if(unsynced_entries_.begin(), unsynced_entries_.end(),
                                          [&](const std::string& e) { return DirName(e) == dir; }),
                           unsynced_entries_.end());
+  return absl::OkStatus();
+}
+
+absl::Status FaultInjectionEnv::SyncFile(const std::string& path) {
+  HYREC_RETURN_IF_ERROR(Check(kSync, path));
+  HYREC_RETURN_IF_ERROR(base_->SyncFile(path));
+  HYREC_ASSIGN_OR_RETURN(const uint64_t size, base_->GetFileSize(path));
+  NoteSynced(path, size);
   return absl::OkStatus();
 }
 

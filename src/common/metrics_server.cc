@@ -12,7 +12,7 @@ namespace {
 
 class HttplibMetricsServer final : public MetricsHttpServer {
  public:
-  explicit HttplibMetricsServer(MetricsRegistry* registry) : registry_(registry) {
+  HttplibMetricsServer(MetricsRegistry* registry, std::function<std::string()> on_checkpoint) : registry_(registry) {
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
     // process share (and silently split) the port instead of failing to bind.
     server_.set_socket_options([](socket_t sock) {
@@ -24,6 +24,12 @@ class HttplibMetricsServer final : public MetricsHttpServer {
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
     });
+    if (on_checkpoint) {
+      server_.Post("/checkpoint", [on_checkpoint](const httplib::Request&, httplib::Response& response) {
+        response.status = 202;
+        response.set_content(on_checkpoint(), "text/plain; charset=utf-8");
+      });
+    }
   }
   ~HttplibMetricsServer() override { Stop(); }
 
@@ -54,11 +60,11 @@ class HttplibMetricsServer final : public MetricsHttpServer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
-                                                                            MetricsRegistry* registry) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
+    const std::string& host, int port, MetricsRegistry* registry, std::function<std::string()> on_checkpoint) {
   if (port < 0 || port > 65535)
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
-  auto server = std::make_unique<HttplibMetricsServer>(registry);
+  auto server = std::make_unique<HttplibMetricsServer>(registry, std::move(on_checkpoint));
   absl::Status s = server->Bind(host, port);
   if (!s.ok()) return s;
   return std::unique_ptr<MetricsHttpServer>(std::move(server));
@@ -70,7 +76,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(cons
 
 namespace hyrec {
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int, MetricsRegistry*) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int, MetricsRegistry*,
+                                                                            std::function<std::string()>) {
   return absl::UnimplementedError("this build has no metrics endpoint (configured with -DHYREC_WITH_HTTP=OFF)");
 }
 

@@ -15,7 +15,8 @@ constexpr uint32_t kPositionBlock = 20;  // u32 rank, then the 7 fields of Reade
 
 std::string PositionFileName(int rank) { return absl::StrCat("pos-", rank, ".blk"); }
 
-absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, int rank, const ReaderPosition& p) {
+absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, int rank, const ReaderPosition& p,
+                                            bool sync) {
   HYREC_ASSIGN_OR_RETURN(auto w, BlockWriter::Create(env, JoinPath(dir, PositionFileName(rank)), FileKind::kPosition));
   Encoder e;
   e.U32(static_cast<uint32_t>(rank));
@@ -27,7 +28,7 @@ absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, in
   e.U64(p.line_number);
   e.U64(p.next_batch);
   HYREC_RETURN_IF_ERROR(w->Add(kPositionBlock, e.str()));
-  return w->Finish();
+  return w->Finish(sync);
 }
 
 absl::StatusOr<std::vector<ReaderPosition>> ReadPositionFiles(Env* env, const std::string& dir,

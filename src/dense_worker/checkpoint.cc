@@ -93,8 +93,9 @@ absl::StatusOr<FileEntry> WriteRawFile(Env* env, const std::string& dir, const s
   return FileEntry{name, bytes.size(), Crc32(bytes)};
 }
 
-// A file already written, with its length and crc32 (the small position files).
+// A file already written, made durable, with its length and crc32 (the small position files).
 absl::StatusOr<FileEntry> EntryOf(Env* env, const std::string& dir, const std::string& name) {
+  HYREC_RETURN_IF_ERROR(env->SyncFile(JoinPath(dir, name)));
   HYREC_ASSIGN_OR_RETURN(const std::string bytes, ReadFileToString(env, JoinPath(dir, name), 1 << 20));
   return FileEntry{name, bytes.size(), Crc32(bytes)};
 }
@@ -250,7 +251,9 @@ struct JobCuts::Shared {
   std::string best_checkpoint;
   int committed = 0;
   int failed = 0;
-  absl::Status error;  // The last commit's failure, until reported.
+  int deltas = 0;            // Committed deltas.
+  double write_seconds = 0;  // Of the committed checkpoints: from the cut to the manifest's commit.
+  absl::Status error;        // The last commit's failure, until reported.
 };
 
 JobCuts::JobCuts(Options options)
@@ -279,9 +282,10 @@ absl::Status JobCuts::Failed(const absl::Status& status) {
   return absl::OkStatus();
 }
 
-absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader::ReaderPosition& position,
-                          DenseModelImpl& model, torch::optim::Optimizer* optimizer, const Evaluation* eval) {
-  const absl::Time start = absl::Now();
+absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
+                          const data_loader::ReaderPosition& position, DenseModelImpl& model,
+                          torch::optim::Optimizer* optimizer, const Evaluation* eval) {
+  const absl::Time start = began;
   const job::WorkerPlan& plan = *options_.plan;
   Env* env = options_.env;
   const bool checkpoint = kind == Kind::kCheckpoint;
@@ -296,7 +300,10 @@ absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader:
   const std::string what = absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir);
   absl::Status local;
   if (checkpoint || leader_) local = env->CreateDirs(dir);
-  if (local.ok() && checkpoint) local = data_loader::WritePositionFile(env, dir, plan.rank, position).status();
+  // Not synced here: worker 0's commit syncs every position file, off the training path.
+  if (local.ok() && checkpoint) {
+    local = data_loader::WritePositionFile(env, dir, plan.rank, position, /*sync=*/false).status();
+  }
   HYREC_ASSIGN_OR_RETURN(bool all, Agree(local.ok()));
   auto finish = [&](absl::Status s) {
     pause_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
@@ -350,7 +357,8 @@ absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader:
     m.log_loss = eval->log_loss;
   }
   m.job_yaml = options_.job_text;
-  commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, m = std::move(m),
+  const absl::Time cut_at = absl::Now();
+  commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, cut_at, m = std::move(m),
                          dense = std::move(*dense)]() mutable {
     const job::WorkerPlan& plan = *options_.plan;
     absl::Status s = [&]() -> absl::Status {
@@ -386,9 +394,12 @@ absl::Status JobCuts::Cut(Kind kind, const TrainState& state, const data_loader:
       return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep);
     }();
     std::lock_guard<std::mutex> lock(shared_->mu);
-    if (s.ok()) {
-      if (checkpoint) shared_->last_checkpoint = dir;
+    if (s.ok() && checkpoint) {
+      shared_->last_checkpoint = dir;
       ++shared_->committed;
+      shared_->write_seconds += absl::ToDoubleSeconds(absl::Now() - cut_at);
+    } else if (s.ok()) {
+      ++shared_->deltas;
     } else {
       ++shared_->failed;
       shared_->error = Annotate(s, absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir));
@@ -424,6 +435,11 @@ std::string JobCuts::best_checkpoint() const {
 int JobCuts::committed() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   return shared_->committed;
+}
+
+double JobCuts::write_seconds() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->write_seconds;
 }
 
 int JobCuts::failed() const {

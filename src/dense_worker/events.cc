@@ -93,7 +93,8 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
       " dense_sum=", Num(r.dense_sum), " checkpoint=", r.last_checkpoint, " best_checkpoint=", r.best_checkpoint,
       " export=", r.export_dir, " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
-      " pause=", Num(r.checkpoint_pause_seconds), " resumed_step=", r.resumed_step);
+      " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
+      " resumed_step=", r.resumed_step);
   AppendStats(r.stats, &line);
   Write(line);
 }
@@ -167,6 +168,7 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("checkpoints", &r.checkpoints);
     f.Get("checkpoint_failures", &r.checkpoint_failures);
     f.Get("pause", &r.checkpoint_pause_seconds);
+    f.Get("write", &r.checkpoint_write_seconds);
     f.Get("resumed_step", &r.resumed_step);
     f.Get("dense_sum", &r.dense_sum);
     f.Stats(&r.stats);

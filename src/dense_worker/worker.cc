@@ -181,8 +181,9 @@ class WorkerLoop {
   // One cut: every update of this worker applied first (the drain), then JobCuts.
   absl::Status CutNow(TrainingContext& ctx, JobCuts::Kind kind, const Evaluation* eval) {
     if (cuts_ == nullptr) return absl::OkStatus();
+    const absl::Time began = absl::Now();
     HYREC_RETURN_IF_ERROR(ctx.Finish());
-    HYREC_RETURN_IF_ERROR(cuts_->Cut(kind, State(ctx), last_position_, *model_, optimizer_.get(), eval));
+    HYREC_RETURN_IF_ERROR(cuts_->Cut(kind, began, State(ctx), last_position_, *model_, optimizer_.get(), eval));
     if (kind == JobCuts::Kind::kCheckpoint) {
       last_cut_step_ = GlobalStep(ctx);
       last_cut_at_ = absl::Now();
@@ -437,6 +438,7 @@ class WorkerLoop {
     report_.checkpoints = cuts_->committed();
     report_.checkpoint_failures = cuts_->failed();
     report_.checkpoint_pause_seconds = cuts_->pause_seconds();
+    report_.checkpoint_write_seconds = cuts_->write_seconds();
     if (!leader_ || plan_.serving.dir.empty() || interrupted_) return absl::OkStatus();
     const std::string& from =
         plan_.eval.patience > 0 && !report_.best_checkpoint.empty() ? report_.best_checkpoint : report_.last_checkpoint;

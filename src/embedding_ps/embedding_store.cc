@@ -503,7 +503,7 @@ class StripedStore final : public EmbeddingShardStore {
                          for (const uint32_t p : positions) {
                            uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);
                            if (handle == kNoHandle) {
-                             handle = InsertLocked(stripe, t, ids[p], hashes[p]);
+                             handle = InsertLocked(stripe, t, ids[p], hashes[p], /*initialize=*/false);
                            } else {
                              MoveToFrontLocked(stripe, handle);
                            }
@@ -827,8 +827,10 @@ class StripedStore final : public EmbeddingShardStore {
 
   // Creates the row of (t, id), evicting least recently used rows of this stripe to stay within
   // the table's capacity (its own rows) and the store's (the table's own rows first; see
-  // StoreOptions). Returns kNoHandle when the stripe's slab for t is full.
-  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  // StoreOptions). Returns kNoHandle when the stripe's slab for t is full. `initialize`: write the
+  // row's initial weights and optimizer state (RestoreRows, which overwrites them, does not).
+  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash, bool initialize = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const TableLayout& layout = layouts_[t];
     total_rows_.fetch_add(1, std::memory_order_relaxed);
     table_rows_[t].fetch_add(1, std::memory_order_relaxed);
@@ -848,9 +850,11 @@ class StripedStore final : public EmbeddingShardStore {
     const uint32_t handle = MakeHandle(t, slot);
     SlotHeader* h = Header(stripe, handle);
     h->id = id;
-    float* weights = reinterpret_cast<float*>(h + 1);
-    InitialRow(table(t), id, weights);
-    InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
+    if (initialize) {
+      float* weights = reinterpret_cast<float*>(h + 1);
+      InitialRow(table(t), id, weights);
+      InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
+    }
     stripe.index.Insert(
         hash, handle,
         [&](uint32_t other)

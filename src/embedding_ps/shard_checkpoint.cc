@@ -48,12 +48,14 @@ absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table, const st
                          const float* values, size_t floats_per_row) {
   for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
     const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
-    Encoder e;
-    e.U32(table);
-    e.U32(static_cast<uint32_t>(n));
-    e.Raw(ids.data() + begin, n * sizeof(uint64_t));
-    if (floats_per_row > 0) e.Raw(values + begin * floats_per_row, n * floats_per_row * sizeof(float));
-    HYREC_RETURN_IF_ERROR(w->Add(type, e.str()));
+    Encoder head;
+    head.U32(table);
+    head.U32(static_cast<uint32_t>(n));
+    // The ids and values go to the file straight from the caller's arrays.
+    HYREC_RETURN_IF_ERROR(w->AddParts(
+        type, {head.str(), absl::string_view(reinterpret_cast<const char*>(ids.data() + begin), n * sizeof(uint64_t)),
+               absl::string_view(reinterpret_cast<const char*>(values + begin * floats_per_row),
+                                 floats_per_row > 0 ? n * floats_per_row * sizeof(float) : 0)}));
   }
   return absl::OkStatus();
 }
@@ -97,6 +99,8 @@ class ShardFileReader {
     bool has_store = false;
     bool tables_done = false;
     uint32_t declared_tables = 0;
+    std::vector<uint64_t> ids;
+    std::vector<float> values;
     auto end_of_tables = [&]() -> absl::Status {
       if (tables_done) return absl::OkStatus();
       tables_done = true;
@@ -149,9 +153,9 @@ class ShardFileReader {
           const TableHeader& t = (*tables)[table];
           const uint64_t floats = b.type == kRowsBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
           if (d.remaining() != n * (8 + 4 * floats)) return bad("rows block length does not match its row count");
-          std::vector<uint64_t> ids(n);
+          ids.resize(n);  // Reused from block to block: no allocation per block.
           d.Raw(ids.data(), n * 8ull);
-          std::vector<float> values(n * floats);
+          values.resize(n * floats);
           d.Raw(values.data(), values.size() * 4);
           if (b.type == kRowsBlock) {
             if (h.rows) HYREC_RETURN_IF_ERROR(Annotate(h.rows(table, ids, values), path));

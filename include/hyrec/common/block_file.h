@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -68,15 +69,20 @@ class BlockWriter {
   ~BlockWriter();
 
   absl::Status Add(uint32_t type, absl::string_view payload);
-  // Appends the end block, syncs, closes and renames into place (the directory is not synced:
-  // the manifest's commit does that once for every file). After an error the temporary file is
-  // removed and nothing is renamed.
-  absl::StatusOr<FileEntry> Finish();
+  // A block whose payload is `parts` one after another, written without copying them together.
+  absl::Status AddParts(uint32_t type, std::initializer_list<absl::string_view> parts);
+  // Appends the end block, syncs (unless `sync` is false: the caller then syncs the file with
+  // Env::SyncFile before the manifest lists it), closes and renames into place (the directory is
+  // not synced: the manifest's commit does that once for every file). After an error the
+  // temporary file is removed and nothing is renamed.
+  absl::StatusOr<FileEntry> Finish(bool sync = true);
 
  private:
   BlockWriter(Env* env, std::string path, std::unique_ptr<WritableFile> file)
       : env_(env), path_(std::move(path)), file_(std::move(file)) {}
-  absl::Status Write(absl::string_view bytes);
+  // Appends bytes to the file; `crc`: also fold them into the file's crc32 (AddParts folds whole
+  // blocks in with crc32_combine instead).
+  absl::Status Write(absl::string_view bytes, bool crc = true);
   absl::Status Flush();
   absl::Status Fail(absl::Status status);
 

@@ -42,8 +42,8 @@ class WritableFile {
 class SequentialFile {
  public:
   virtual ~SequentialFile() = default;
-  // Reads up to n bytes into `scratch`; `out` views what was read (empty at the end).
-  virtual absl::Status Read(size_t n, std::string* scratch, absl::string_view* out) = 0;
+  // Reads up to n bytes into dst; returns how many (0 at the end, fewer only there).
+  virtual absl::StatusOr<size_t> Read(char* dst, size_t n) = 0;
 };
 
 class Env {
@@ -59,6 +59,8 @@ class Env {
   virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
   // Makes the directory's entries (creations, renames) durable.
   virtual absl::Status SyncDir(const std::string& dir) = 0;
+  // Makes a closed file's data durable (fdatasync of the file).
+  virtual absl::Status SyncFile(const std::string& path) = 0;
   // Creates `dir` and its parents; OK when it exists.
   virtual absl::Status CreateDirs(const std::string& dir) = 0;
   virtual absl::Status DeleteFile(const std::string& path) = 0;
@@ -111,6 +113,7 @@ class FaultInjectionEnv final : public Env {
   }
   absl::Status RenameFile(const std::string& from, const std::string& to) override;
   absl::Status SyncDir(const std::string& dir) override;
+  absl::Status SyncFile(const std::string& path) override;
   absl::Status CreateDirs(const std::string& dir) override;
   absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
   absl::Status DeleteDir(const std::string& dir) override { return base_->DeleteDir(dir); }

@@ -7,11 +7,13 @@
 //
 // Port 0 picks a free port (server->port() says which). The server runs on threads of its own
 // (cpp-httplib from Debian) and renders the registry (running its collectors) at each scrape. Unknown paths answer 404;
-// only GET and HEAD are served. Reads and writes of a connection time out after 5 s, so a stuck scraper cannot hold a
-// thread forever.
+// only GET and HEAD are served, and POST /checkpoint when the server was given an `on_checkpoint` action (a training
+// role's admin request: a checkpoint at the next step; it answers 202 with the action's text). Reads and writes of a
+// connection time out after 5 s, so a stuck scraper cannot hold a thread forever.
 #ifndef HYREC_COMMON_METRICS_SERVER_H_
 #define HYREC_COMMON_METRICS_SERVER_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,7 +27,8 @@ class MetricsHttpServer {
   // Binds host:port and starts serving; UNAVAILABLE when the address cannot be bound.
   // `registry` must outlive the server.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
-                                                                  MetricsRegistry* registry);
+                                                                  MetricsRegistry* registry,
+                                                                  std::function<std::string()> on_checkpoint = {});
   virtual ~MetricsHttpServer() = default;
   virtual int port() const = 0;
   virtual void Stop() = 0;

@@ -19,9 +19,11 @@ namespace hyrec::data_loader {
 
 std::string PositionFileName(int rank);
 
-// Writes worker `rank`'s position durably (renamed into place; the manifest's commit syncs the
-// directory).
-absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, int rank, const ReaderPosition& p);
+// Writes worker `rank`'s position, renamed into place; synced unless `sync` is false (the
+// checkpoint's commit then syncs it with Env::SyncFile, off the training path). The manifest's
+// commit syncs the directory.
+absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, int rank, const ReaderPosition& p,
+                                            bool sync = true);
 
 // The positions of a checkpoint's manifest.num_workers workers, each file checked against the
 // manifest, remapped to `workers` workers (RemapPositions).

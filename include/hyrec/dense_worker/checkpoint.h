@@ -5,7 +5,8 @@
 //   1. every worker waits until all its embedding updates are acknowledged (the staleness window
 //      drains: every update issued before the cut is applied);
 //   2. every worker writes its loader position (after its last trained batch) into the
-//      checkpoint's directory; the workers agree that all succeeded;
+//      checkpoint's directory, unsynced (worker 0's commit syncs it); the workers agree that all
+//      succeeded;
 //   3. worker 0 asks every PS shard to copy its store (rows, optimizer state, admission and dedup
 //      state) and copies the dense parameters, the dense optimizer's state and the training
 //      counters into memory; the workers agree again, and only then train on (no update after
@@ -119,11 +120,12 @@ class JobCuts {
   ~JobCuts();
 
   enum class Kind { kCheckpoint, kDelta };
-  // One cut at a step boundary. `position` is this worker's resume point after its last trained
+  // One cut at a step boundary, its drain (every update acknowledged) done since `began`, which
+  // the pause counts from. `position` is this worker's resume point after its last trained
   // batch; `eval` the evaluation just taken at this step, if any. Returns an error only when the
   // job must stop (checkpoint.fail_on_error, or the workers' agreement itself failed); other
   // failures are logged and counted.
-  absl::Status Cut(Kind kind, const TrainState& state, const data_loader::ReaderPosition& position,
+  absl::Status Cut(Kind kind, absl::Time began, const TrainState& state, const data_loader::ReaderPosition& position,
                    DenseModelImpl& model, torch::optim::Optimizer* optimizer, const Evaluation* eval);
   // Waits for the last background commit; its error when checkpoint.fail_on_error.
   absl::Status Finish();
@@ -134,9 +136,12 @@ class JobCuts {
   // A resumed run: the best evaluation's checkpoint of the run it resumes, and its deltas.
   void Resume(const std::string& best_checkpoint, uint64_t delta_sequence);
   uint64_t delta_sequence() const { return delta_sequence_; }
-  int committed() const;
-  int failed() const;
-  double pause_seconds() const { return pause_seconds_; }  // Training time spent in cuts.
+  int committed() const;                                   // Worker 0: checkpoints committed (deltas are not counted).
+  int failed() const;                                      // Cuts (checkpoints or deltas) that failed.
+  double pause_seconds() const { return pause_seconds_; }  // Training time spent in cuts, drains included.
+  // Worker 0: of the committed checkpoints (committed() of them), the time from each cut to its
+  // manifest's commit.
+  double write_seconds() const;
 
  private:
   struct Shared;

@@ -111,6 +111,7 @@ struct TrainReport {
   int checkpoints = 0;                  // Committed by this run (worker 0).
   int checkpoint_failures = 0;          // Cuts that failed (logged; the job went on).
   double checkpoint_pause_seconds = 0;  // Training time this worker spent in cuts.
+  double checkpoint_write_seconds = 0;  // Worker 0: from each committed cut to its manifest's commit.
   uint64_t resumed_step = 0;            // The step the run resumed from (0: a fresh start).
 };
 
