@@ -160,9 +160,11 @@ train: {workers: 2, log_every_batches: 10}
 )" + extra);
 }
 
-// Starts `hyrec train` in a process group of its own (as a shell does) and waits for training.
-std::unique_ptr<hyrec::Subprocess> StartTraining(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + LongJob(), "--progress=lines", "--plot="};
+// Starts `hyrec train` on `job` in a process group of its own (as a shell does) and waits for
+// training.
+std::unique_ptr<hyrec::Subprocess> StartTraining(const std::vector<std::string>& extra,
+                                                 const std::string& job = LongJob()) {
+  std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--progress=lines", "--plot="};
   argv.insert(argv.end(), extra.begin(), extra.end());
   hyrec::SpawnOptions options;
   options.new_process_group = true;
@@ -357,18 +359,8 @@ TEST(Cli, SigusrOneCutsACheckpoint) {
     const std::string dir = ::testing::TempDir() + (processes ? "/cli_usr1_p" : "/cli_usr1_e");
     std::filesystem::remove_all(dir);
     const std::string job = LongJob(absl::StrCat("checkpoint: {dir: ", dir, ", on_interrupt: false}\n"), "usr1.yaml");
-    std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--progress=lines", "--plot="};
-    if (processes) argv.push_back("--processes");
-    hyrec::SpawnOptions options;
-    options.new_process_group = true;
-    auto p = hyrec::Subprocess::Spawn(argv, options);
-    ASSERT_TRUE(p.ok());
-    for (;;) {
-      auto line = (*p)->ReadLine(absl::Seconds(60));
-      ASSERT_TRUE(line.ok()) << line.status();
-      if (absl::StartsWith(*line, "samples ")) break;
-    }
-    kill((*p)->pid(), SIGUSR1);
+    auto p = StartTraining(processes ? std::vector<std::string>{"--processes"} : std::vector<std::string>{}, job);
+    kill(p->pid(), SIGUSR1);
     bool committed = false;
     for (const absl::Time until = absl::Now() + absl::Seconds(60); !committed && absl::Now() < until;) {
       absl::SleepFor(absl::Milliseconds(200));
@@ -378,8 +370,8 @@ TEST(Cli, SigusrOneCutsACheckpoint) {
       }
     }
     EXPECT_TRUE(committed);
-    ControlC(**p);
-    ExpectInterruptedSummary(**p);
+    ControlC(*p);
+    ExpectInterruptedSummary(*p);
   }
 }
 

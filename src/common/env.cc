@@ -106,25 +106,25 @@ class PosixEnv final : public Env {
   }
 
   absl::Status SyncDir(const std::string& dir) override {
-    const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return PosixError("opening directory", dir, errno);
-    const int rc = ::fsync(fd);
+    return SyncPath(dir.empty() ? "." : dir, O_DIRECTORY, " directory", ::fsync);
+  }
+
+  absl::Status SyncFile(const std::string& path) override { return SyncPath(path, 0, "", ::fdatasync); }
+
+ private:
+  // Opens `path` read-only (with `flags`) and syncs it with `sync`; errors say "opening<what>" or
+  // "syncing<what>" and name it.
+  static absl::Status SyncPath(const std::string& path, int flags, absl::string_view what, int (*sync)(int)) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
+    if (fd < 0) return PosixError(absl::StrCat("opening", what), path, errno);
+    const int rc = sync(fd);
     const int error = errno;
     ::close(fd);
-    if (rc != 0) return PosixError("syncing directory", dir, error);
+    if (rc != 0) return PosixError(absl::StrCat("syncing", what), path, error);
     return absl::OkStatus();
   }
 
-  absl::Status SyncFile(const std::string& path) override {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return PosixError("opening", path, errno);
-    const int rc = ::fdatasync(fd);
-    const int error = errno;
-    ::close(fd);
-    if (rc != 0) return PosixError("syncing", path, error);
-    return absl::OkStatus();
-  }
-
+ public:
   absl::Status CreateDirs(const std::string& dir) override {
     for (size_t pos = 1; pos <= dir.size(); ++pos) {
       if (pos != dir.size() && dir[pos] != '/') continue;
