@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "hyrec/common/certs.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/hash.h"
@@ -106,10 +107,21 @@ absl::Status Run() {
   cluster_options.args = {
       "--tables=" + tables, absl::StrCat("--capacity_rows=", g_flags.capacity_rows),
       "--log_level=" + std::string(g_flags.common.log_level == "info" ? "warn" : g_flags.common.log_level)};
-  std::printf("starting %d PS shard process(es): %s\n", shards, cluster_options.binary.c_str());
+  // mTLS as in a cluster: a throw-away CA and certificates for the shards and this client.
+  char certs[] = "/tmp/hyrec-ps-demo-certs-XXXXXX";
+  if (mkdtemp(certs) == nullptr) return absl::UnavailableError("cannot create a directory for certificates");
+  hyrec::CertificateRequest request;
+  request.dir = certs;
+  request.identities = hyrec::JobIdentities(/*workers=*/1, shards, /*loaders=*/0);
+  request.token_secret = false;
+  absl::Status written = hyrec::WriteJobCertificates(request);
+  if (!written.ok()) return written;
+  cluster_options.certs = certs;
+  std::printf("starting %d PS shard process(es) with mTLS: %s\n", shards, cluster_options.binary.c_str());
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return cluster.status();
   ClientOptions client_options;
+  client_options.security = hyrec::SecurityInDirectory(certs, {hyrec::Role::kWorker, 0});
   client_options.precision = g_flags.fp16 ? Precision::kFp16 : Precision::kFp32;
   auto remote = ConnectEmbeddingClient((*cluster)->addresses(), client_options);
   if (!remote.ok()) return remote.status();

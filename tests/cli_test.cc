@@ -137,7 +137,7 @@ TEST(Cli, BadJobFilesAreInvalidInputNamingTheKeyAndLine) {
 }
 
 TEST(Cli, ALostPeerIsTransient) {
-  const std::string job = WriteFile("peer.yaml", "loader:\n  source: {format: synthetic}\n");
+  const std::string job = WriteFile("peer.yaml", "loader:\n  source: {format: synthetic}\nsecurity: {mode: none}\n");
   const int dead = hyrec::PickFreeLoopbackPort();
   const absl::Time start = absl::Now();
   Outcome r = Hyrec({"worker", "--config=" + job, absl::StrCat("--ps=127.0.0.1:", dead, ",127.0.0.1:", dead),

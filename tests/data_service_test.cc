@@ -3,9 +3,11 @@
 #include <signal.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "data.pb.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
@@ -30,6 +32,7 @@ constexpr char kConfig[] = R"(loader:
   prefetch_batches: 2
 ps: {shards: 3}
 train: {workers: 2}
+security: {mode: none}
 )";
 
 std::string WriteConfig(const std::string& name, const std::string& text) {
@@ -198,6 +201,60 @@ TEST(DataService, ConnectHasADeadline) {
   auto s = ConnectBatchStream("127.0.0.1:1", 0, options);
   EXPECT_FALSE(s.ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+// What a hostile or broken loader could send: each malformed batch is refused with DATA_LOSS
+// naming its field, before the worker indexes anything with it.
+TEST(DataService, AWorkerRefusesAMalformedBatchNamingTheField) {
+  Batch good;
+  good.batch_size = 2;
+  good.num_dense = 1;
+  good.labels = {0, 1};
+  good.dense = {0.5f, 0.25f};
+  good.slots.resize(1);
+  good.slots[0].offsets = {0, 1, 3};
+  good.slots[0].ids = {10, 11, 10};
+  good.tables.resize(1);
+  good.tables[0].unique_ids = {10, 11};
+  good.tables[0].shard_offsets = {0, 1, 2};
+  good.tables[0].inverse = {{0, 1, 0}};
+  BatchShape shape;
+  shape.num_dense = 1;
+  shape.num_tables = 1;
+  shape.num_shards = 2;
+  shape.slot_tables = {0};
+  ASSERT_TRUE(ValidateBatch(good, shape).ok()) << ValidateBatch(good, shape);
+  auto refused = [&](const std::function<void(Batch*)>& spoil, const std::string& field) {
+    Batch b = good;
+    spoil(&b);
+    const absl::Status s = ValidateBatch(b, shape);
+    EXPECT_TRUE(absl::IsDataLoss(s)) << field << ": " << s;
+    EXPECT_NE(s.message().find(field), std::string::npos) << s;
+  };
+  refused([](Batch* b) { b->slots.clear(); }, "slots");
+  refused([](Batch* b) { b->tables[0].inverse[0][2] = 7; }, "tables[0].inverse[0][2]");
+  refused([](Batch* b) { b->slots[0].offsets = {0, 3, 1}; }, "slots[0].offsets");
+  refused([](Batch* b) { b->slots[0].offsets = {0, 1, 9}; }, "slots[0].offsets");
+  refused([](Batch* b) { b->slots[0].offsets.pop_back(); }, "slots[0].offsets");
+  refused([](Batch* b) { b->tables[0].inverse[0].pop_back(); }, "tables[0].inverse[0]");
+  refused([](Batch* b) { b->tables[0].inverse.clear(); }, "tables[0].inverse[0]");
+  refused([](Batch* b) { b->tables[0].shard_offsets = {0, 2}; }, "tables[0].shard_offsets");
+  refused([](Batch* b) { b->dense.pop_back(); }, "dense");
+  refused([](Batch* b) { b->num_dense = 3; }, "num_dense");
+  refused([](Batch* b) { b->labels.push_back(1); }, "batch_size");
+  refused([](Batch* b) { b->slots[0].weights = {1}; }, "slots[0].weights");
+  refused([](Batch* b) { b->tables.clear(); }, "tables");
+  // The same through the wire decoder: a message with an odd-length field, and one that does
+  // not parse at all.
+  proto::BatchProto message;
+  message.set_batch_id(4);
+  message.set_batch_size(2);
+  message.set_labels(std::string(7, '\0'));
+  Batch decoded;
+  const absl::Status odd = DecodeBatchMessage(message.SerializeAsString(), shape, &decoded);
+  EXPECT_TRUE(absl::IsDataLoss(odd)) << odd;
+  EXPECT_NE(odd.message().find("labels"), std::string::npos) << odd;
+  EXPECT_TRUE(absl::IsDataLoss(DecodeBatchMessage("\xff\xff\xff", shape, &decoded)));
 }
 
 TEST(DataService, BadConfigsAreReportedWithKeyAndLine) {

@@ -432,5 +432,55 @@ TEST(EmbeddingShardStore, CreateRejectsBadOptions) {
   EXPECT_NE(EmbeddingShardStore::Create(o).status().message().find("raise num_stripes"), std::string::npos);
 }
 
+TEST(EmbeddingShardStore, RepeatedIdsInOneUpdateGetOneStepOfTheirSummedGradient) {
+  // Adagrad's step depends on the gradient non-linearly: two steps of g differ from one of 2g.
+  auto summed = MakeStore({Table("t", 2, OptimizerKind::kAdagrad)});
+  auto repeated = MakeStore({Table("t", 2, OptimizerKind::kAdagrad)});
+  ASSERT_TRUE(summed->Update(0, {5, 9}, std::vector<float>{0.75f, -0.25f, 1, 1}, UpdateId{}, nullptr).ok());
+  UpdateResult r;
+  ASSERT_TRUE(
+      repeated->Update(0, {5, 9, 5}, std::vector<float>{0.5f, -0.125f, 1, 1, 0.25f, -0.125f}, UpdateId{}, &r).ok());
+  EXPECT_EQ(r.applied, 2u);
+  EXPECT_EQ(Row(*repeated, 0, 5), Row(*summed, 0, 5));
+  EXPECT_EQ(Row(*repeated, 0, 9), Row(*summed, 0, 9));
+}
+
+TEST(EmbeddingShardStore, AStepThatWouldMakeARowNonFiniteLeavesItUnchanged) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
+    auto store = MakeStore({Table("t", 2, kind, 1.0f)});
+    // Finite gradients whose step overflows: g^2 at once for Adagrad and Adam; for SGD the
+    // second of two steps (w = -3e38, then -6e38).
+    std::vector<float> before;
+    UpdateResult r;
+    for (int step = 0; step < 2 && r.nonfinite == 0; ++step) {
+      before = Row(*store, 0, 1);
+      ASSERT_TRUE(store->Update(0, {1}, std::vector<float>{3e38f, 3e38f}, UpdateId{}, &r).ok());
+    }
+    EXPECT_EQ(r.nonfinite, 1u) << static_cast<int>(kind);
+    EXPECT_EQ(r.applied, 0u);
+    EXPECT_EQ(Row(*store, 0, 1), before) << static_cast<int>(kind);
+    EXPECT_EQ(store->Stats().tables[0].nonfinite_results, 1u);
+    // The row still trains (SGD's weights are near -3e38: a step must be large to show).
+    const float g = kind == OptimizerKind::kSgd ? -1e38f : -0.5f;
+    ASSERT_TRUE(store->Update(0, {1}, std::vector<float>{g, g}, UpdateId{}, &r).ok());
+    EXPECT_EQ(r.applied, 1u);
+    EXPECT_NE(Row(*store, 0, 1), before);
+  }
+}
+
+TEST(EmbeddingShardStore, ACapacityThisMachineCannotHoldIsAnErrorNotAnAbort) {
+  StoreOptions o;
+  o.tables = {Table("t", 4)};
+  o.capacity_bytes = 1'000'000'000'000'000ull;
+  auto store = EmbeddingShardStore::Create(o);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(store.status().message().find("memory"), std::string::npos) << store.status();
+  o.capacity_bytes = 0;
+  o.num_stripes = 65536;
+  o.capacity_rows = 1ull << 40;
+  store = EmbeddingShardStore::Create(o);
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
+}
+
 }  // namespace
 }  // namespace hyrec::embedding_ps

@@ -349,6 +349,31 @@ TEST(JobSpec, CheckpointAndExportKeysAreChecked) {
   EXPECT_NE(plan->spec.text.find("every_steps: 7"), std::string::npos);
 }
 
+TEST(JobSpec, SecurityIsOnByDefaultAndItsKeysAreChecked) {
+  const std::string base = "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\n";
+  auto spec = ParseJobSpecText(base, "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->security.mtls);
+  EXPECT_EQ(spec->security.dir, "certs");
+  const SecurityOptions worker = RoleSecurity(spec->security, Identity{Role::kWorker, 3}, "");
+  EXPECT_TRUE(worker.enabled);
+  EXPECT_EQ(worker.cert_file, "certs/worker-3.pem");
+  EXPECT_TRUE(worker.token_secret_file.empty());
+  EXPECT_EQ(RoleSecurity(spec->security, Identity{Role::kPs, 1}, "/run/x").key_file, "/run/x/ps-1.key");
+  EXPECT_NE(Error(base + "security: {mode: tls}\n").find("security.mode (line 2): must be mtls or none"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "security: {mode: none, tokens: true}\n").find("security.tokens (line 2): needs mode mtls"),
+            std::string::npos);
+  EXPECT_EQ(Error(base + "security: {mod: none}\n"),
+            "job.yaml: security.mod (line 2): unknown key; did you mean 'mode'?");
+  auto plain = ParseJobSpecText(base + "security: {mode: none}\n", "job.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(RoleSecurity(plain->security, Identity{Role::kWorker, 0}, "").enabled);
+  auto tokens = ParseJobSpecText(base + "security: {tokens: true}\n", "job.yaml");
+  ASSERT_TRUE(tokens.ok());
+  EXPECT_EQ(RoleSecurity(tokens->security, Identity{Role::kLoader, 0}, "").token_secret_file, "certs/token.secret");
+}
+
 TEST(JobSpec, NoDocumentShapeThrows) {
   // Each of these once aborted `hyrec train` with an uncaught yaml-cpp exception or became a file
   // named "null".

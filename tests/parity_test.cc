@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -121,27 +122,31 @@ Report Processes(const std::string& job, const std::string& name) {
 
 // hyrec ps x 3, hyrec loader and hyrec worker, started one by one as a person (or Kubernetes)
 // would, each given only the job file, its index and where the others are.
+// The job is secure by default: its certificates come from `hyrec certs`, given to each role.
 Report HandStarted(const std::string& job, const std::string& name, int shards) {
+  const std::string certs = TempPath(name + "-certs");
+  std::filesystem::remove_all(certs);
+  EXPECT_EQ(RunToEnd({HYREC_CERTS_BINARY, "--dir=" + certs, "--config=" + job}), 0);
   std::vector<std::unique_ptr<Subprocess>> servers;
   std::vector<std::string> ps;
   for (int i = 0; i < shards; ++i) {
     auto p = Subprocess::Spawn({HYREC_PS_BINARY, "--config=" + job, absl::StrCat("--shard_index=", i),
-                                "--host=127.0.0.1", "--port=0", "--log_level=warn"});
+                                "--host=127.0.0.1", "--port=0", "--log_level=warn", "--certs=" + certs});
     EXPECT_TRUE(p.ok());
     auto port = hyrec::WaitForListeningPort(**p, absl::Seconds(30));
     EXPECT_TRUE(port.ok()) << port.status();
     ps.push_back(absl::StrCat("127.0.0.1:", port.ok() ? *port : 0));
     servers.push_back(std::move(*p));
   }
-  auto loader =
-      Subprocess::Spawn({HYREC_LOADER_BINARY, "--config=" + job, "--host=127.0.0.1", "--port=0", "--log_level=warn"});
+  auto loader = Subprocess::Spawn(
+      {HYREC_LOADER_BINARY, "--config=" + job, "--host=127.0.0.1", "--port=0", "--log_level=warn", "--certs=" + certs});
   EXPECT_TRUE(loader.ok());
   auto loader_port = hyrec::WaitForListeningPort(**loader, absl::Seconds(30));
   EXPECT_TRUE(loader_port.ok()) << loader_port.status();
   const std::string report = TempPath(name + ".report.yaml");
   EXPECT_EQ(RunToEnd({HYREC_WORKER_BINARY, "--config=" + job, "--rank=0", "--ps=" + absl::StrJoin(ps, ","),
                       absl::StrCat("--loader=127.0.0.1:", loader_port.ok() ? *loader_port : 0), "--report=" + report,
-                      "--progress=lines"}),
+                      "--progress=lines", "--certs=" + certs}),
             0);
   (*loader)->Signal(SIGTERM);
   EXPECT_EQ(*(*loader)->Wait(absl::Seconds(10)), 0);

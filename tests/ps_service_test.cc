@@ -450,7 +450,7 @@ TEST(PsService, ClientRefusesNonFiniteGradientsBeforeSending) {
 }
 
 TEST(PsBinary, ServesPrometheusMetricsPerTable) {
-  auto ps = Subprocess::Spawn({HYREC_PS_BINARY, "--tables=emb:8:sgd:0.1,other:4", "--host=127.0.0.1", "--port=0",
+  auto ps = Subprocess::Spawn({HYREC_PS_BINARY, "--tables=emb:8:sgd:0.1,other:4", "--security=none", "--port=0",
                                "--metrics_port=0", "--shard_index=0", "--log_level=error"});
   ASSERT_TRUE(ps.ok()) << ps.status();
   int port = 0, metrics_port = 0;
@@ -540,6 +540,7 @@ TEST(PsBinary, ReportsBadFlagsAndConfigs) {
 TEST(PsBinary, ServesTheTablesOfItsShardOfTheJob) {
   const std::string path = ::testing::TempDir() + "/ps_good.yaml";
   std::ofstream(path) << "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\n"
+                         "security: {mode: none}\n"
                          "ps: {shards: 2, capacity_rows: 5000, num_stripes: 4}\n"
                          "tables:\n"
                          "  - name: emb\n    features: [f0]\n    dim: 8\n    seed: 3\n"
@@ -589,6 +590,7 @@ TEST(PsBinary, CutsOnlyUnderItsRootAndResumesResharded) {
   auto job = [&](int shards) {
     const std::string path = ::testing::TempDir() + absl::StrCat("/ps_cut_", shards, ".yaml");
     std::ofstream(path) << "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n"
+                        << "security: {mode: none}\n"
                         << "ps: {shards: " << shards << "}\n"
                         << "tables: [{name: emb, features: [f0], dim: 4, optimizer: adagrad}]\n"
                         << "checkpoint: {dir: " << root << "}\n";

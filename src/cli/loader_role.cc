@@ -27,6 +27,7 @@
 #include "hyrec/job/job_plan.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
+#include "src/cli/security_flags.h"
 
 namespace hyrec::cli {
 namespace {
@@ -35,12 +36,13 @@ using data_loader::ReaderPosition;
 
 struct LoaderFlags {
   std::string config;
-  std::string host = "0.0.0.0";
+  std::string host;  // Empty: the host of the job's cluster.loader.
   int port = -1;
   std::string resume;
   std::string positions_out;
   int replay_batches = 16;
   CommonFlags common;
+  SecurityFlags security;
 };
 
 // --resume: a positions file (--positions_out), or a checkpoint (a directory, or 'latest' under the
@@ -111,9 +113,10 @@ absl::Status Serve(const LoaderFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(options, resume));
   data_loader::Loader* raw_loader = loader.get();
   data_loader::DataServerOptions server_options;
-  server_options.host = f.host;
+  server_options.host = f.host.empty() ? host : f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;
+  server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
   HYREC_ASSIGN_OR_RETURN(auto server,
                          data_loader::DataServer::Start(std::move(loader), options, resume, server_options));
   MetricsRegistry metrics;
@@ -148,7 +151,7 @@ int LoaderMain(int argc, char** argv) {
   LoaderFlags f;
   FlagSet flags("hyrec loader", "The job's data loader: streams each dense worker its batches (gRPC DataService).");
   flags.String("config", &f.config, "FILE", "The job's YAML file (required); its loader section and plan.");
-  flags.String("host", &f.host, "HOST", "Address to listen on.");
+  flags.String("host", &f.host, "HOST", "Address to listen on; default: the host of the job's cluster.loader.");
   flags.Int("port", &f.port, "Port; 0 picks a free one (printed); -1: the job's cluster.loader port.", -1, 65535);
   flags.String("resume", &f.resume, "FILE|DIR|latest",
                "Per-worker positions to resume from: a file written by --positions_out, or a checkpoint (its "
@@ -156,6 +159,7 @@ int LoaderMain(int argc, char** argv) {
   flags.String("positions_out", &f.positions_out, "FILE", "Where to write the workers' positions on shutdown.");
   flags.Int("replay_batches", &f.replay_batches,
             "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);
+  AddSecurityFlags(flags, &f.security);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("loader", f.common.log_level);

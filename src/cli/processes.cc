@@ -1,11 +1,17 @@
 #include "src/cli/processes.h"
 
+#include <stdlib.h>
+
+#include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hyrec/common/certs.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/latency_proxy.h"
 #include "hyrec/common/status_macros.h"
@@ -35,9 +41,11 @@ class Cluster {
     StopServers();
     done_ = true;
     for (std::thread& t : readers_) t.join();
+    if (!certs_dir_.empty()) (void)DeleteDirAndFiles(Env::Default(), certs_dir_);
   }
 
   absl::StatusOr<ProcessesResult> Run() {
+    HYREC_RETURN_IF_ERROR(MakeCertificates());
     HYREC_RETURN_IF_ERROR(StartServers());
     HYREC_RETURN_IF_ERROR(StartWorkers());
     ProcessesResult result;
@@ -77,9 +85,33 @@ class Cluster {
                      "); its error is above"));
   }
 
+  // With security.mode mtls: a CA and a certificate per role, made for this run only, in a
+  // private temporary directory that goes when the run ends.
+  absl::Status MakeCertificates() {
+    if (!plan().spec.security.mtls) return absl::OkStatus();
+    char pattern[] = "/tmp/hyrec-certs-XXXXXX";
+    if (mkdtemp(pattern) == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot create a directory for the run's certificates: ", std::strerror(errno)));
+    }
+    certs_dir_ = pattern;
+    CertificateRequest request;
+    request.dir = certs_dir_;
+    request.identities =
+        JobIdentities(static_cast<int>(plan().workers.size()), static_cast<int>(plan().ps.size()), /*loaders=*/1);
+    request.validity = absl::Hours(24 * 30);
+    return Annotate(WriteJobCertificates(request), "the run's certificates");
+  }
+
+  std::vector<std::string> CertsFlag() const {
+    if (certs_dir_.empty()) return {};
+    return {"--certs=" + certs_dir_};
+  }
+
   absl::Status StartServers() {
     std::vector<std::string> common = {"--config=" + options_.config_path, "--host=127.0.0.1", "--port=0",
                                        "--log_level=" + options_.log_level};
+    for (std::string& flag : CertsFlag()) common.push_back(std::move(flag));
     if (!options_.resume.empty()) common.push_back("--resume=" + options_.resume);
     for (size_t i = 0; i < plan().ps.size(); ++i) {
       std::vector<std::string> args = common;
@@ -103,8 +135,9 @@ class Cluster {
     loader_address_ = absl::StrCat("127.0.0.1:", loader_port);
     dense_worker::MonitorOptions monitor = options_.monitor;
     if (monitor.metrics != nullptr) {  // The PS figures, read from the shards at each report.
-      HYREC_ASSIGN_OR_RETURN(metrics_client_,
-                             embedding_ps::ConnectEmbeddingClient(ps_addresses_, embedding_ps::ClientOptions()));
+      embedding_ps::ClientOptions client;
+      client.security = job::RoleSecurity(plan().spec.security, Identity{Role::kAdmin, 0}, certs_dir_);
+      HYREC_ASSIGN_OR_RETURN(metrics_client_, embedding_ps::ConnectEmbeddingClient(ps_addresses_, client));
       monitor.ps = metrics_client_.get();
     }
     monitor_ = std::make_unique<dense_worker::JobMonitor>(monitor);
@@ -119,13 +152,18 @@ class Cluster {
   absl::Status StartWorkers() {
     const int master_port = PickFreeLoopbackPort();
     for (size_t r = 0; r < plan().workers.size(); ++r) {
-      HYREC_ASSIGN_OR_RETURN(
-          auto worker, Spawn(Command(options_.roles.worker,
-                                     {"--config=" + options_.config_path, absl::StrCat("--rank=", r),
-                                      "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
-                                      "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
-                                      r == 0 ? "--progress=events" : "--progress=none",
-                                      "--plot=", "--log_level=" + options_.log_level, "--resume=" + options_.resume})));
+      std::vector<std::string> args = {"--config=" + options_.config_path,
+                                       absl::StrCat("--rank=", r),
+                                       "--ps=" + absl::StrJoin(ps_addresses_, ","),
+                                       "--loader=" + loader_address_,
+                                       "--master_addr=127.0.0.1",
+                                       absl::StrCat("--master_port=", master_port),
+                                       r == 0 ? "--progress=events" : "--progress=none",
+                                       "--plot=",
+                                       "--log_level=" + options_.log_level,
+                                       "--resume=" + options_.resume};
+      for (std::string& flag : CertsFlag()) args.push_back(std::move(flag));
+      HYREC_ASSIGN_OR_RETURN(auto worker, Spawn(Command(options_.roles.worker, args)));
       workers_.push_back(std::move(worker));
       Drain(workers_.back().get(), /*events=*/r == 0);
     }
@@ -212,6 +250,7 @@ class Cluster {
   std::unique_ptr<embedding_ps::EmbeddingClient> metrics_client_;
   std::vector<std::string> ps_addresses_;
   std::string loader_address_;
+  std::string certs_dir_;  // The run's certificates (security.mode mtls).
   std::atomic<bool> done_{false};
   std::vector<std::thread> readers_;
 };

@@ -22,6 +22,7 @@
 #include "hyrec/job/job_plan.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
+#include "src/cli/security_flags.h"
 
 namespace hyrec::cli {
 namespace {
@@ -29,7 +30,7 @@ namespace {
 struct PsFlags {
   std::string config;
   int shard_index = 0;
-  std::string host = "0.0.0.0";
+  std::string host;  // Empty: the host of the job's cluster.ps entry; 127.0.0.1 without a job.
   int port = -1;
   std::string tables;
   int num_shards = 1;
@@ -40,7 +41,9 @@ struct PsFlags {
   uint64_t max_ids_per_request = 1 << 22;
   int shutdown_grace_ms = 2000;
   std::string resume;
+  std::string security = "mtls";  // Without --config.
   CommonFlags common;
+  SecurityFlags security_files;
 };
 
 // What a PS started without a job (--tables) serves.
@@ -57,6 +60,13 @@ absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::Sto
   server->shard_index = f.shard_index;
   server->num_shards = f.num_shards;
   server->max_ids_per_request = f.max_ids_per_request;
+  server->host = f.host.empty() ? "127.0.0.1" : f.host;
+  if (f.security != "mtls" && f.security != "none") {
+    return absl::InvalidArgumentError(absl::StrCat("--security must be mtls or none, not '", f.security, "'"));
+  }
+  job::SecuritySpec security;
+  security.mtls = f.security == "mtls";
+  server->security = ResolveSecurity(security, Identity{Role::kPs, f.shard_index}, f.security_files);
   if (f.shard_index >= f.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shard_index ", f.shard_index, " is not below --num_shards ", f.num_shards));
@@ -67,8 +77,8 @@ absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::Sto
 // Shard --shard_index of the job's plan. Settings the plan holds are not flags here.
 absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreOptions* store,
                           embedding_ps::ServerOptions* server) {
-  for (const char* planned :
-       {"tables", "num_shards", "capacity_rows", "capacity_bytes", "stripes", "threads", "max_ids_per_request"}) {
+  for (const char* planned : {"tables", "num_shards", "capacity_rows", "capacity_bytes", "stripes", "threads",
+                              "max_ids_per_request", "security"}) {
     if (flags.WasSet(planned)) {
       return absl::InvalidArgumentError(absl::StrCat("--", planned,
                                                      " with --config: the job file sets it (ps and tables "
@@ -86,6 +96,8 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
   int planned_port = 0;
   HYREC_RETURN_IF_ERROR(job::SplitHostPort(plan.endpoints.ps[f.shard_index], "cluster.ps", &host, &planned_port));
   server->port = f.port >= 0 ? f.port : planned_port;
+  server->host = f.host.empty() ? host : f.host;
+  server->security = ResolveSecurity(plan.spec.security, Identity{Role::kPs, shard.shard_index}, f.security_files);
   server->threads = shard.threads;
   server->shard_index = shard.shard_index;
   server->num_shards = shard.num_shards;
@@ -119,7 +131,6 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   }
   HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
                                          : PlannedShard(flags, f, &store_options, &server_options));
-  server_options.host = f.host;
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
   if (!f.resume.empty()) {
     if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
@@ -163,7 +174,9 @@ int PsMain(int argc, char** argv) {
                 "without a job (--tables).");
   flags.String("config", &f.config, "FILE", "The job's YAML file; the shard serves its plan's tables and capacity.");
   flags.Int("shard_index", &f.shard_index, "This shard's index in [0, shards).", 0, 1023);
-  flags.String("host", &f.host, "HOST", "Address to listen on.");
+  flags.String("host", &f.host, "HOST",
+               "Address to listen on; default: the host of the job's cluster.ps entry (with --config), else "
+               "127.0.0.1.");
   flags.Int("port", &f.port,
             "Port to listen on; 0 picks a free one (printed); -1: the job's cluster.ps port "
             "(with --config), else 0.",
@@ -181,6 +194,10 @@ int PsMain(int argc, char** argv) {
   flags.String("resume", &f.resume, "DIR|latest",
                "With --config: fill the shard from a checkpoint before serving (its rows for this shard of the "
                "job's ps.shards, whatever the checkpoint's shard count).");
+  flags.String("security", &f.security, "mtls|none",
+               "Without --config: mtls (the certificates under --certs, default ./certs) or none (plaintext; any "
+               "process that reaches the port may read and write rows).");
+  AddSecurityFlags(flags, &f.security_files);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("ps", f.common.log_level);

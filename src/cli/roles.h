@@ -35,6 +35,8 @@ int WorkerMain(int argc, char** argv);
 
 // `hyrec checkpoint inspect|verify DIR` (no LibTorch), `hyrec export`, `hyrec predict`, `hyrec eval`.
 int CheckpointMain(int argc, char** argv);
+// `hyrec certs`: a job's CA, role certificates, token secret and tokens (no LibTorch, no gRPC).
+int CertsMain(int argc, char** argv);
 int ExportMain(int argc, char** argv);
 int PredictMain(int argc, char** argv);
 int EvalMain(int argc, char** argv);

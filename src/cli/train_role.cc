@@ -31,6 +31,7 @@
 #include "src/cli/plot.h"
 #include "src/cli/processes.h"
 #include "src/cli/roles.h"
+#include "src/cli/security_flags.h"
 #include "src/cli/stop_signals.h"
 #include "src/dense_worker/events.h"
 
@@ -187,6 +188,7 @@ struct WorkerFlags {
   std::string loader;
   std::string master_addr;
   int master_port = 0;
+  SecurityFlags security;
 };
 
 // The worker's rank and endpoints: flags, else the environment Kubernetes jobs and torchrun set
@@ -217,6 +219,17 @@ absl::Status ApplyPlacement(const WorkerFlags& f, job::JobPlan* plan, int* rank)
   return job::SetEndpoints(ps, f.loader, master_addr, master_port, plan);
 }
 
+// What worker `rank`'s model takes of every batch (checked before the batch is used).
+data_loader::BatchShape ModelBatchShape(const job::JobPlan& plan, int rank) {
+  const job::WorkerPlan& worker = plan.workers[rank];
+  data_loader::BatchShape shape;
+  shape.num_dense = worker.num_dense;
+  shape.num_tables = static_cast<int>(worker.table_names.size());
+  shape.num_shards = static_cast<int>(plan.ps.size());
+  shape.slot_tables = worker.slot_tables;
+  return shape;
+}
+
 absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training.config));
   int rank = 0;
@@ -232,9 +245,14 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto metrics_server,
                          MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank),
                                            rank == 0 ? signals.checkpoint_flag() : nullptr));
-  HYREC_ASSIGN_OR_RETURN(auto ps,
-                         embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, embedding_ps::ClientOptions()));
-  HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, {}));
+  const SecurityOptions security = ResolveSecurity(plan.spec.security, Identity{Role::kWorker, rank}, f.security);
+  embedding_ps::ClientOptions ps_options;
+  ps_options.security = security;
+  HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, ps_options));
+  data_loader::StreamClientOptions stream_options;
+  stream_options.security = security;
+  stream_options.expect = ModelBatchShape(plan, rank);
+  HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, stream_options));
   std::unique_ptr<dense_worker::TrainObserver> observer;
   const std::string& mode = f.training.progress;
   if (mode == "events") {
@@ -327,6 +345,7 @@ int WorkerMain(int argc, char** argv) {
                "Worker 0's rendezvous host (default: $MASTER_ADDR, else the job's cluster.master).");
   flags.Int("master_port", &f.master_port,
             "Worker 0's rendezvous port (default: $MASTER_PORT, else the job's cluster.master).", 0, 65535);
+  AddSecurityFlags(flags, &f.security);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("worker", f.training.common.log_level);
   return Finish("hyrec worker", Work(f));

@@ -1,14 +1,18 @@
 #include "hyrec/data_loader/data_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "data.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "hyrec/common/grpc_status.h"
+#include "hyrec/common/status_macros.h"
 #include "spdlog/spdlog.h"
+#include "src/common/rpc.h"
 
 namespace hyrec::data_loader {
 namespace {
@@ -73,43 +77,72 @@ void EncodeBatch(const Batch& b, proto::BatchProto* out) {
   out->set_bytes_total(b.bytes_total);
 }
 
+// Copies the message's arrays into the batch; whether they fit together is ValidateBatch's.
 absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
   b->batch_id = p.batch_id();
   b->epoch = p.epoch();
-  b->batch_size = static_cast<int>(p.batch_size());
-  b->num_dense = static_cast<int>(p.num_dense());
-  const size_t n = p.batch_size();
-  bool ok = GetArray(p.labels(), n, &b->labels) && GetArray(p.dense(), n * p.num_dense(), &b->dense);
+  b->batch_size = static_cast<int>(std::min<uint32_t>(p.batch_size(), INT32_MAX));
+  b->num_dense = static_cast<int>(std::min<uint32_t>(p.num_dense(), INT32_MAX));
+  auto malformed = [&](absl::string_view field) {
+    return absl::DataLossError(absl::StrCat("malformed batch ", p.batch_id(), " from the loader: ", field,
+                                            " is not a whole number of values"));
+  };
+  if (!GetArray(p.labels(), SIZE_MAX, &b->labels)) return malformed("labels");
+  if (!GetArray(p.dense(), SIZE_MAX, &b->dense)) return malformed("dense");
   b->slots.resize(p.slots_size());
-  for (int s = 0; ok && s < p.slots_size(); ++s) {
-    ok = GetArray(p.slots(s).offsets(), n + 1, &b->slots[s].offsets) &&
-         GetArray(p.slots(s).ids(), SIZE_MAX, &b->slots[s].ids) && b->slots[s].offsets.back() == b->slots[s].ids.size();
-    b->slots[s].weights.clear();
-    if (ok && !p.slots(s).weights().empty())
-      ok = GetArray(p.slots(s).weights(), b->slots[s].ids.size(), &b->slots[s].weights);
-  }
-  b->tables.resize(p.tables_size());
-  for (int t = 0; ok && t < p.tables_size(); ++t) {
-    TableIds& table = b->tables[t];
-    ok = GetArray(p.tables(t).unique_ids(), SIZE_MAX, &table.unique_ids) &&
-         GetArray(p.tables(t).shard_offsets(), SIZE_MAX, &table.shard_offsets);
-    table.inverse.resize(p.tables(t).inverse_size());
-    for (int s = 0; ok && s < p.tables(t).inverse_size(); ++s) {
-      ok = GetArray(p.tables(t).inverse(s), SIZE_MAX, &table.inverse[s]);
+  for (int s = 0; s < p.slots_size(); ++s) {
+    SlotIds& slot = b->slots[s];
+    if (!GetArray(p.slots(s).offsets(), SIZE_MAX, &slot.offsets))
+      return malformed(absl::StrCat("slots[", s, "].offsets"));
+    if (!GetArray(p.slots(s).ids(), SIZE_MAX, &slot.ids)) return malformed(absl::StrCat("slots[", s, "].ids"));
+    slot.weights.clear();
+    if (!GetArray(p.slots(s).weights(), SIZE_MAX, &slot.weights)) {
+      return malformed(absl::StrCat("slots[", s, "].weights"));
     }
   }
-  if (!ok) return absl::DataLossError(absl::StrCat("malformed batch ", p.batch_id(), " from the loader"));
+  b->tables.resize(p.tables_size());
+  for (int t = 0; t < p.tables_size(); ++t) {
+    TableIds& table = b->tables[t];
+    if (!GetArray(p.tables(t).unique_ids(), SIZE_MAX, &table.unique_ids)) {
+      return malformed(absl::StrCat("tables[", t, "].unique_ids"));
+    }
+    if (!GetArray(p.tables(t).shard_offsets(), SIZE_MAX, &table.shard_offsets)) {
+      return malformed(absl::StrCat("tables[", t, "].shard_offsets"));
+    }
+    table.inverse.resize(p.tables(t).inverse_size());
+    for (int s = 0; s < p.tables(t).inverse_size(); ++s) {
+      if (!GetArray(p.tables(t).inverse(s), SIZE_MAX, &table.inverse[s])) {
+        return malformed(absl::StrCat("tables[", t, "].inverse[", s, "]"));
+      }
+    }
+  }
   b->next_position = FromProto(p.next_position());
   b->bytes_read = p.bytes_read();
   b->bytes_total = p.bytes_total();
   return absl::OkStatus();
 }
 
+// Offsets of `count` bags over `total` entries: count + 1 of them, from 0, never decreasing, to total.
+absl::Status CheckOffsets(const std::vector<uint32_t>& offsets, size_t count, size_t total, uint64_t batch_id,
+                          const std::string& field) {
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("malformed batch ", batch_id, " from the loader: ", field, " ", what));
+  };
+  if (offsets.size() != count + 1) return bad(absl::StrCat("holds ", offsets.size(), " offsets, expected ", count + 1));
+  if (offsets[0] != 0) return bad(absl::StrCat("starts at ", offsets[0], ", not 0"));
+  for (size_t i = 1; i < offsets.size(); ++i) {
+    if (offsets[i] < offsets[i - 1]) return bad(absl::StrCat("decreases at ", i));
+  }
+  if (offsets.back() != total) return bad(absl::StrCat("ends at ", offsets.back(), ", expected ", total));
+  return absl::OkStatus();
+}
+
 class DataServiceImpl final : public proto::DataService::Service {
  public:
   DataServiceImpl(std::unique_ptr<Loader> loader, const LoaderOptions& loader_options,
-                  std::vector<ReaderPosition> starts, int replay_batches)
-      : loader_(std::move(loader)),
+                  std::vector<ReaderPosition> starts, int replay_batches, const SecurityOptions& security)
+      : authorizer_(security),
+        loader_(std::move(loader)),
         options_(loader_options),
         starts_(std::move(starts)),
         replay_batches_(replay_batches),
@@ -121,7 +154,10 @@ class DataServiceImpl final : public proto::DataService::Service {
 
   void Stop() { loader_->Stop(); }
 
-  grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*, proto::LoaderInfoResponse* out) override {
+  grpc::Status Info(grpc::ServerContext* context, const proto::LoaderInfoRequest*,
+                    proto::LoaderInfoResponse* out) override {
+    absl::Status allowed = authorizer_.Allow(*context, {Role::kWorker, Role::kPs, Role::kLoader, Role::kAdmin}, "Info");
+    if (!allowed.ok()) return Refused("Info", allowed);
     out->set_num_workers(options_.num_workers);
     out->set_num_slots(options_.num_batch_slots());
     out->set_num_dense(options_.source.num_dense());
@@ -141,6 +177,9 @@ class DataServiceImpl final : public proto::DataService::Service {
   grpc::Status StreamBatches(grpc::ServerContext* context, const proto::StreamRequest* request,
                              grpc::ServerWriter<proto::BatchProto>* writer) override {
     const int w = static_cast<int>(request->worker());
+    if (absl::Status allowed = AllowStream(*context, request->worker()); !allowed.ok()) {
+      return Refused("StreamBatches", allowed);
+    }
     if (request->worker() >= static_cast<uint32_t>(options_.num_workers)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("worker ", request->worker(), " is not in [0, ", options_.num_workers, ")"));
@@ -166,6 +205,22 @@ class DataServiceImpl final : public proto::DataService::Service {
     std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last replay_batches sent.
     uint64_t next_from_loader = 0;                            // Id the loader hands out next.
   };
+
+  // A worker's batches go to that worker only: no other process can take them.
+  absl::Status AllowStream(const grpc::ServerContext& context, uint32_t worker) const {
+    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker}, "StreamBatches"));
+    const std::optional<Identity> peer = authorizer_.Peer(context);
+    if (peer.has_value() && static_cast<uint32_t>(peer->index) != worker) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(IdentityName(*peer), " asked for worker ", worker, "'s batches; a worker streams its own"));
+    }
+    return absl::OkStatus();
+  }
+
+  grpc::Status Refused(absl::string_view method, const absl::Status& status) {
+    if (log_limit_.Admit()) spdlog::warn("{} refused: {}", std::string(method), status.ToString());
+    return ToGrpcStatus(status);
+  }
 
   grpc::Status Serve(grpc::ServerContext* context, uint64_t next, int w,
                      grpc::ServerWriter<proto::BatchProto>* writer) {
@@ -205,6 +260,8 @@ class DataServiceImpl final : public proto::DataService::Service {
     }
   }
 
+  const rpc::Authorizer authorizer_;
+  rpc::LogLimiter log_limit_;
   std::unique_ptr<Loader> loader_;
   const LoaderOptions options_;
   const std::vector<ReaderPosition> starts_;
@@ -217,8 +274,8 @@ class DataServiceImpl final : public proto::DataService::Service {
 class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReactor<proto::BatchProto> {
  public:
   RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next, ReaderPosition start,
-                    int capacity)
-      : stub_(std::move(stub)), capacity_(capacity), position_(start) {
+                    int capacity, BatchShape shape)
+      : stub_(std::move(stub)), shape_(std::move(shape)), capacity_(capacity), position_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
     stub_->async()->StreamBatches(&context_, &request_, this);
@@ -236,6 +293,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     if (!ok) return;  // OnDone follows.
     Batch batch;
     absl::Status decoded = DecodeBatch(incoming_, &batch);
+    if (decoded.ok()) decoded = ValidateBatch(batch, shape_);
     absl::MutexLock lock(&mu_);
     if (!decoded.ok()) {
       if (error_.ok()) error_ = decoded;
@@ -285,6 +343,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
 
  private:
   std::unique_ptr<proto::DataService::Stub> stub_;
+  const BatchShape shape_;
   grpc::ClientContext context_;
   proto::StreamRequest request_;
   proto::BatchProto incoming_;
@@ -301,8 +360,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
 
 struct DataServer::Impl {
   std::unique_ptr<DataServiceImpl> service;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
+  std::unique_ptr<rpc::RpcServer> server;
 };
 
 DataServer::DataServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -324,33 +382,107 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(std::unique_ptr<Lo
   }
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<DataServiceImpl>(std::move(loader), loader_options, std::move(start_positions),
-                                                    options.replay_batches);
-  grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
-  builder.RegisterService(impl->service.get());
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  }
+                                                    options.replay_batches, options.security);
+  rpc::ServerConfig config;
+  config.host = options.host;
+  config.port = options.port;
+  config.security = options.security;
+  config.max_message_bytes = options.max_message_bytes;
+  HYREC_ASSIGN_OR_RETURN(impl->server, rpc::RpcServer::Start(config, {impl->service.get()}));
   return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
 }
 
-int DataServer::port() const { return impl_->port; }
+int DataServer::port() const { return impl_->server->port(); }
 
 void DataServer::Shutdown(absl::Duration grace) {
   impl_->service->Stop();
-  impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
+  impl_->server->Shutdown(grace);
 }
 
 void DataServer::Wait() { impl_->server->Wait(); }
+
+absl::Status ValidateBatch(const Batch& b, const BatchShape& shape) {
+  const uint64_t id = b.batch_id;
+  auto bad = [id](const std::string& what) {
+    return absl::DataLossError(absl::StrCat("malformed batch ", id, " from the loader: ", what));
+  };
+  const size_t n = static_cast<size_t>(std::max(0, b.batch_size));
+  if (b.batch_size <= 0 || b.labels.size() != n) {
+    return bad(absl::StrCat("batch_size ", b.batch_size, " with ", b.labels.size(), " labels"));
+  }
+  if (shape.num_dense >= 0 && b.num_dense != shape.num_dense) {
+    return bad(absl::StrCat("num_dense is ", b.num_dense, "; the model takes ", shape.num_dense));
+  }
+  if (b.num_dense < 0 || b.dense.size() != n * static_cast<size_t>(b.num_dense)) {
+    return bad(absl::StrCat("dense holds ", b.dense.size(), " values, expected ", n, " x ", b.num_dense));
+  }
+  if (!shape.slot_tables.empty() && b.slots.size() != shape.slot_tables.size()) {
+    return bad(absl::StrCat(b.slots.size(), " slots; the model takes ", shape.slot_tables.size()));
+  }
+  if (shape.num_tables >= 0 && b.tables.size() != static_cast<size_t>(shape.num_tables)) {
+    return bad(absl::StrCat(b.tables.size(), " tables; the model takes ", shape.num_tables));
+  }
+  for (size_t s = 0; s < b.slots.size(); ++s) {
+    const SlotIds& slot = b.slots[s];
+    const std::string field = absl::StrCat("slots[", s, "]");
+    HYREC_RETURN_IF_ERROR(CheckOffsets(slot.offsets, n, slot.ids.size(), id, field + ".offsets"));
+    if (!slot.weights.empty() && slot.weights.size() != slot.ids.size()) {
+      return bad(absl::StrCat(field, ".weights holds ", slot.weights.size(), " values for ", slot.ids.size(), " ids"));
+    }
+  }
+  for (size_t t = 0; t < b.tables.size(); ++t) {
+    const TableIds& table = b.tables[t];
+    const std::string field = absl::StrCat("tables[", t, "]");
+    const size_t shards = shape.num_shards >= 0 ? static_cast<size_t>(shape.num_shards)
+                                                : (table.shard_offsets.empty() ? 0 : table.shard_offsets.size() - 1);
+    HYREC_RETURN_IF_ERROR(
+        CheckOffsets(table.shard_offsets, shards, table.unique_ids.size(), id, field + ".shard_offsets"));
+    if (table.inverse.size() > b.slots.size()) {
+      return bad(absl::StrCat(field, " has inverses for ", table.inverse.size(), " slots of ", b.slots.size()));
+    }
+    for (size_t s = 0; s < table.inverse.size(); ++s) {
+      const std::vector<uint32_t>& inverse = table.inverse[s];
+      if (inverse.empty()) continue;
+      if (inverse.size() != b.slots[s].ids.size()) {
+        return bad(absl::StrCat(field, ".inverse[", s, "] holds ", inverse.size(), " indices for ",
+                                b.slots[s].ids.size(), " ids"));
+      }
+      for (size_t j = 0; j < inverse.size(); ++j) {
+        if (inverse[j] >= table.unique_ids.size()) {
+          return bad(absl::StrCat(field, ".inverse[", s, "][", j, "] is ", inverse[j], ", past the ",
+                                  table.unique_ids.size(), " unique ids"));
+        }
+      }
+    }
+  }
+  // Every slot with ids is covered by its table's inverse (the model reads it there).
+  for (size_t s = 0; s < shape.slot_tables.size(); ++s) {
+    const int t = shape.slot_tables[s];
+    if (b.slots[s].ids.empty()) continue;
+    if (t < 0 || static_cast<size_t>(t) >= b.tables.size() || b.tables[t].inverse.size() <= s ||
+        b.tables[t].inverse[s].empty()) {
+      return bad(absl::StrCat("slots[", s, "] has ", b.slots[s].ids.size(), " ids but tables[", t, "].inverse[", s,
+                              "] is missing"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DecodeBatchMessage(const std::string& bytes, const BatchShape& shape, Batch* batch) {
+  proto::BatchProto message;
+  if (!message.ParseFromString(bytes)) return absl::DataLossError("a batch message that does not parse");
+  HYREC_RETURN_IF_ERROR(DecodeBatch(message, batch));
+  return ValidateBatch(*batch, shape);
+}
 
 absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,
                                                                 const StreamClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  rpc::SetServerName(options.security, Identity{Role::kLoader, 0}, &args);
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                         rpc::ChannelCredentials(options.security));
+  auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
   context.set_wait_for_ready(true);
@@ -365,12 +497,28 @@ absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::strin
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", worker, " is not in [0, ", info.num_workers(), ") of the loader at ", address));
   }
+  BatchShape shape = options.expect;
+  const auto resolve = [&](const char* what, int* expected, uint32_t served) -> absl::Status {
+    if (*expected >= 0 && static_cast<uint32_t>(*expected) != served) {
+      return absl::FailedPreconditionError(absl::StrCat("the loader at ", address, " serves ", served, " ", what,
+                                                        "; this worker's model takes ", *expected));
+    }
+    *expected = static_cast<int>(served);
+    return absl::OkStatus();
+  };
+  HYREC_RETURN_IF_ERROR(resolve("dense features", &shape.num_dense, info.num_dense()));
+  HYREC_RETURN_IF_ERROR(resolve("tables", &shape.num_tables, info.num_tables()));
+  HYREC_RETURN_IF_ERROR(resolve("PS shards", &shape.num_shards, info.num_shards()));
+  if (!shape.slot_tables.empty() && shape.slot_tables.size() != info.num_slots()) {
+    return absl::FailedPreconditionError(absl::StrCat("the loader at ", address, " serves ", info.num_slots(),
+                                                      " slots; this worker's model takes ", shape.slot_tables.size()));
+  }
   const ReaderPosition start = FromProto(info.start_positions(worker));
   const uint64_t next = options.next_batch >= 0 ? static_cast<uint64_t>(options.next_batch) : start.next_batch;
   ReaderPosition position = start;
   position.next_batch = next;
-  return std::unique_ptr<BatchStream>(
-      new RemoteBatchStream(std::move(stub), worker, next, position, std::max(1, options.prefetch_batches)));
+  return std::unique_ptr<BatchStream>(new RemoteBatchStream(std::move(stub), worker, next, position,
+                                                            std::max(1, options.prefetch_batches), std::move(shape)));
 }
 
 }  // namespace hyrec::data_loader

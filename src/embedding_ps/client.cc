@@ -16,6 +16,7 @@
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
+#include "src/common/rpc.h"
 #include "src/embedding_ps/wire.h"
 
 namespace hyrec::embedding_ps {
@@ -360,6 +361,8 @@ class GrpcClient final : public ShardedClient {
       stats.shard_index = static_cast<int>(r.shard_index());
       stats.num_shards = static_cast<int>(r.num_shards());
       stats.rejected_requests = r.rejected_requests();
+      stats.accept_errors = r.accept_errors();
+      stats.refused_connections = r.refused_connections();
       stats.store.capacity_rows = r.capacity_rows();
       stats.store.capacity_bytes = r.capacity_bytes();
       stats.store.rows = r.rows();
@@ -381,6 +384,7 @@ class GrpcClient final : public ShardedClient {
         t.rejected_nonfinite = p.rejected_nonfinite();
         t.duplicate_updates = p.duplicate_updates();
         t.capacity_rows = p.capacity_rows();
+        t.nonfinite_results = p.nonfinite_results();
         stats.store.tables.push_back(std::move(t));
       }
     }
@@ -640,13 +644,15 @@ absl::StatusOr<std::string> CutDirectory(const CutRoots& roots, CutKind kind, co
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const std::vector<std::string>& addresses,
                                                                         const ClientOptions& options) {
   if (addresses.empty()) return absl::InvalidArgumentError("no PS addresses given");
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  args.SetMaxSendMessageSize(options.max_message_bytes);
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                         rpc::ChannelCredentials(options.security));
   std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
-  for (const std::string& address : addresses) {
-    stubs.push_back(
-        proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args)));
+  for (size_t s = 0; s < addresses.size(); ++s) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(options.max_message_bytes);
+    args.SetMaxSendMessageSize(options.max_message_bytes);
+    rpc::SetServerName(options.security, Identity{Role::kPs, static_cast<int>(s)}, &args);
+    stubs.push_back(proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(addresses[s], credentials, args)));
   }
   std::vector<std::pair<std::string, int>> tables;
   const absl::Time deadline = absl::Now() + options.call_timeout;

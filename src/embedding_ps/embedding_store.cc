@@ -1,10 +1,13 @@
 #include "hyrec/embedding_ps/embedding_store.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <bitset>
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -266,6 +269,36 @@ struct alignas(64) Stripe {
   std::vector<std::vector<uint64_t>> tombstones ABSL_GUARDED_BY(mu);
 };
 
+// When `ids` repeats an id, fills `unique_ids` with each id once (first-seen order) and `summed`
+// with its gradients added up, and returns true; false (and nothing filled) when every id is
+// unique.
+bool SumRepeatedIds(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int dim,
+                    std::vector<uint64_t>* unique_ids, std::vector<float>* summed) {
+  if (ids.size() < 2) return false;
+  thread_local absl::flat_hash_map<uint64_t, uint32_t> first;
+  first.clear();
+  first.reserve(ids.size());
+  size_t k = 0;
+  while (k < ids.size() && first.try_emplace(ids[k], static_cast<uint32_t>(k)).second) ++k;
+  if (k < ids.size()) {
+    unique_ids->assign(ids.begin(), ids.begin() + k);
+    summed->assign(grads.begin(), grads.begin() + k * dim);
+    for (; k < ids.size(); ++k) {
+      auto [it, fresh] = first.try_emplace(ids[k], static_cast<uint32_t>(unique_ids->size()));
+      const float* g = grads.data() + k * dim;
+      if (fresh) {
+        unique_ids->push_back(ids[k]);
+        summed->insert(summed->end(), g, g + dim);
+      } else {
+        float* into = summed->data() + static_cast<size_t>(it->second) * dim;
+        for (int j = 0; j < dim; ++j) into[j] += g[j];
+      }
+    }
+  }
+  if (first.capacity() > (1u << 20)) first = {};  // Keep a huge request's table from staying.
+  return !unique_ids->empty();
+}
+
 class StripedStore final : public EmbeddingShardStore {
  public:
   StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts)
@@ -277,6 +310,7 @@ class StripedStore final : public EmbeddingShardStore {
         layouts_(std::move(layouts)),
         rejected_nonfinite_(layouts_.size()),
         duplicates_(layouts_.size()),
+        nonfinite_results_(layouts_.size()),
         table_rows_(layouts_.size()) {
     uint64_t expected = 0;
     if (capacity_rows_ > 0) {
@@ -342,6 +376,12 @@ class StripedStore final : public EmbeddingShardStore {
       return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
                                                      " floats, expected ", ids.size(), " ids x dim ", layout.dim));
     }
+    std::vector<uint64_t> unique_ids;
+    std::vector<float> summed;
+    if (SumRepeatedIds(ids, grads, layout.dim, &unique_ids, &summed)) {
+      ids = unique_ids;
+      grads = summed;
+    }
     if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
       rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
       const size_t row = k / layout.dim;
@@ -387,15 +427,17 @@ class StripedStore final : public EmbeddingShardStore {
                                        ++local.dropped;
                                        return;
                                      }
-                                     float* weights = Weights(stripe, handle);
-                                     ApplyOptimizer(config.optimizer, layout.dim,
-                                                    grads.data() + static_cast<size_t>(position) * layout.dim, weights,
-                                                    weights + layout.dim);
+                                     if (!StepRowLocked(stripe, handle, layout, config,
+                                                        grads.data() + static_cast<size_t>(position) * layout.dim)) {
+                                       ++local.nonfinite;
+                                       return;
+                                     }
                                      if (track_changes_) MarkChangedLocked(stripe, handle);
                                      ++stripe.counters[t].updates;
                                      ++local.applied;
                                    });
                        });
+    if (local.nonfinite > 0) nonfinite_results_[t].fetch_add(local.nonfinite, std::memory_order_relaxed);
     if (result != nullptr) *result = local;
     return absl::OkStatus();
   }
@@ -418,6 +460,7 @@ class StripedStore final : public EmbeddingShardStore {
       ts.capacity_rows = table(t).capacity_rows;
       ts.rejected_nonfinite = rejected_nonfinite_[t].load(std::memory_order_relaxed);
       ts.duplicate_updates = duplicates_[t].load(std::memory_order_relaxed);
+      ts.nonfinite_results = nonfinite_results_[t].load(std::memory_order_relaxed);
     }
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
@@ -595,6 +638,22 @@ class StripedStore final : public EmbeddingShardStore {
     const uint32_t slot = HandleSlot(handle);
     if (slot >= dirty.size()) dirty.resize(std::max<size_t>(slot + 1, dirty.size() * 2), 0);
     dirty[slot] = 1;
+  }
+
+  // One optimizer step of a row, kept only when the weights and the optimizer's moments stay
+  // finite; otherwise the row is put back as it was and false returned.
+  bool StepRowLocked(Stripe& stripe, uint32_t handle, const TableLayout& layout, const TableConfig& config,
+                     const float* grad) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    float* weights = Weights(stripe, handle);
+    const size_t floats = static_cast<size_t>(layout.dim + layout.state_floats);
+    thread_local std::vector<float> before;
+    before.assign(weights, weights + floats);
+    ApplyOptimizer(config.optimizer, layout.dim, grad, weights, weights + layout.dim);
+    // Adam's last state float holds its step count, not a float.
+    const size_t checked = static_cast<size_t>(layout.dim + std::min(layout.state_floats, 2 * layout.dim));
+    if (FirstNonFinite(weights, checked) == checked) return true;
+    std::memcpy(weights, before.data(), floats * sizeof(float));
+    return false;
   }
 
   // Hashes `ids`, groups their positions by stripe (counting sort), and calls
@@ -884,6 +943,7 @@ class StripedStore final : public EmbeddingShardStore {
   std::atomic<uint64_t> rejected_requests_{0};
   std::vector<std::atomic<uint64_t>> rejected_nonfinite_;
   std::vector<std::atomic<uint64_t>> duplicates_;
+  std::vector<std::atomic<uint64_t>> nonfinite_results_;
   std::vector<std::atomic<uint64_t>> table_rows_;  // Per table, over all stripes.
   mutable absl::Mutex dedup_mu_;
   uint64_t delta_sequence_ ABSL_GUARDED_BY(dedup_mu_) = 0;
@@ -973,6 +1033,16 @@ absl::StatusOr<int> EmbeddingShardStore::TableIndex(absl::string_view name) cons
   return absl::NotFoundError(absl::StrCat("unknown table '", name, "'"));
 }
 
+namespace {
+
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create(const StoreOptions& options) {
   if (options.tables.size() > kMaxTables) {
     return absl::InvalidArgumentError(
@@ -999,14 +1069,35 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
     layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
     layouts.push_back(layout);
   }
-  // Each stripe holds at most kMaxSlots rows per table; keep a 2x margin for uneven spreading.
-  const uint64_t rows_per_stripe = options.capacity_rows / options.num_stripes;
-  if (rows_per_stripe * 2 > kMaxSlots) {
-    return absl::InvalidArgumentError(absl::StrCat("capacity_rows ", options.capacity_rows, " over ",
-                                                   options.num_stripes, " stripes exceeds ", kMaxSlots / 2,
-                                                   " rows per stripe; raise num_stripes"));
+  // A shard holds its rows in memory: a capacity past the machine's is a mistake that would
+  // otherwise surface as an allocation failure, at start-up or much later.
+  const uint64_t memory = PhysicalMemoryBytes();
+  if (memory > 0 && options.capacity_bytes > memory) {
+    return absl::InvalidArgumentError(absl::StrCat("capacity_bytes ", options.capacity_bytes,
+                                                   " is more than this machine's memory (", memory, " bytes)"));
   }
-  return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts)));
+  uint64_t min_charge = UINT64_MAX;
+  for (const TableLayout& l : layouts) min_charge = std::min(min_charge, l.charge);
+  uint64_t rows = options.capacity_rows;
+  if (rows == 0 && options.capacity_bytes > 0 && !layouts.empty()) rows = options.capacity_bytes / min_charge;
+  // Each stripe holds at most kMaxSlots rows per table; keep a 2x margin for uneven spreading.
+  if (rows / options.num_stripes * 2 > kMaxSlots) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(options.capacity_rows > 0 ? "capacity_rows " : "capacity_bytes ",
+                     options.capacity_rows > 0 ? options.capacity_rows : options.capacity_bytes, " over ",
+                     options.num_stripes, " stripes exceeds ", kMaxSlots / 2, " rows per stripe; raise num_stripes"));
+  }
+  if (memory > 0 && options.capacity_rows > 0 && !layouts.empty() && options.capacity_rows > memory / min_charge) {
+    return absl::InvalidArgumentError(absl::StrCat("capacity_rows ", options.capacity_rows, " at ", min_charge,
+                                                   " bytes or more each is more than this machine's memory (", memory,
+                                                   " bytes)"));
+  }
+  try {
+    return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts)));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(absl::StrCat("cannot allocate the store's index for ", rows,
+                                                     " rows (capacity) in ", options.num_stripes, " stripes"));
+  }
 }
 
 }  // namespace hyrec::embedding_ps

@@ -14,6 +14,11 @@ absl::StatusOr<std::unique_ptr<PsCluster>> PsCluster::Launch(const PsClusterOpti
                                      absl::StrCat("--shard_index=", s)};
     argv.push_back(options.job_config.empty() ? absl::StrCat("--num_shards=", options.num_shards)
                                               : "--config=" + options.job_config);
+    if (!options.certs.empty()) {
+      argv.push_back("--certs=" + options.certs);
+    } else if (options.job_config.empty()) {
+      argv.push_back("--security=none");
+    }
     argv.insert(argv.end(), options.args.begin(), options.args.end());
     auto process = Subprocess::Spawn(argv);
     if (!process.ok()) return process.status();

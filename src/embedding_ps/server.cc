@@ -1,21 +1,29 @@
 #include "hyrec/embedding_ps/server.h"
 
-#include <thread>
+#include <atomic>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "hyrec/common/grpc_status.h"
+#include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "spdlog/spdlog.h"
+#include "src/common/rpc.h"
 #include "src/embedding_ps/wire.h"
 
 namespace hyrec::embedding_ps {
 namespace {
 
-void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, proto::StatsResponse* out) {
+void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, const rpc::RpcServer* listener,
+               proto::StatsResponse* out) {
   const StoreStats stats = store.Stats();
+  if (listener != nullptr) {
+    out->set_accept_errors(listener->accept_errors());
+    out->set_refused_connections(listener->refused_connections());
+  }
   out->set_shard_index(options.shard_index);
   out->set_num_shards(options.num_shards);
   out->set_capacity_rows(stats.capacity_rows);
@@ -40,6 +48,7 @@ void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, p
     p->set_rejected_nonfinite(t.rejected_nonfinite);
     p->set_duplicate_updates(t.duplicate_updates);
     p->set_capacity_rows(t.capacity_rows);
+    p->set_nonfinite_results(t.nonfinite_results);
   }
 }
 
@@ -48,10 +57,14 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   EmbeddingServiceImpl(std::shared_ptr<EmbeddingShardStore> store, ServerOptions options)
       : store_(std::move(store)),
         options_(std::move(options)),
+        authorizer_(options_.security),
         cutter_(store_, options_.shard_index, options_.num_shards) {}
 
-  grpc::Status BeginCut(grpc::ServerContext*, const proto::BeginCutRequest* request,
+  void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
+
+  grpc::Status BeginCut(grpc::ServerContext* context, const proto::BeginCutRequest* request,
                         proto::BeginCutResponse*) override {
+    if (absl::Status allowed = AllowCut(*context, "BeginCut"); !allowed.ok()) return Refused("BeginCut", allowed);
     const CutKind kind = request->kind() == proto::CUT_DELTA ? CutKind::kDelta : CutKind::kCheckpoint;
     absl::StatusOr<std::string> dir =
         CutDirectory(CutRoots{options_.checkpoint_root, options_.export_root, nullptr}, kind, request->name());
@@ -61,7 +74,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     }
     if (status.ok()) status = cutter_.Begin(*dir, request->id(), kind);
     if (!status.ok()) {
-      Refuse("BeginCut", status);
+      return Refused("BeginCut", status);
     } else {
       spdlog::info("cut {} ({}): snapshot taken, writing {}", request->id(),
                    kind == CutKind::kCheckpoint ? "checkpoint" : "delta", *dir);
@@ -69,8 +82,9 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return ToGrpcStatus(status);
   }
 
-  grpc::Status AwaitCut(grpc::ServerContext*, const proto::AwaitCutRequest* request,
+  grpc::Status AwaitCut(grpc::ServerContext* context, const proto::AwaitCutRequest* request,
                         proto::AwaitCutResponse* response) override {
+    if (absl::Status allowed = AllowCut(*context, "AwaitCut"); !allowed.ok()) return Refused("AwaitCut", allowed);
     const absl::Duration wait = absl::Milliseconds(std::min<uint32_t>(request->wait_ms(), 10000));
     absl::StatusOr<ShardFileInfo> info = cutter_.Await(request->id(), wait);
     if (absl::IsDeadlineExceeded(info.status())) {
@@ -86,26 +100,32 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Lookup(grpc::ServerContext*, const proto::LookupRequest* request,
+  grpc::Status Lookup(grpc::ServerContext* context, const proto::LookupRequest* request,
                       proto::LookupResponse* response) override {
-    absl::Status status = DoLookup(*request, response);
-    if (!status.ok()) Refuse("Lookup", status);
-    return ToGrpcStatus(status);
-  }
-
-  grpc::Status Update(grpc::ServerContext*, const proto::UpdateRequest* request,
-                      proto::UpdateResponse* response) override {
-    absl::Status status = DoUpdate(*request, response);
-    if (!status.ok()) Refuse("Update", status);
-    return ToGrpcStatus(status);
-  }
-
-  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*, proto::StatsResponse* response) override {
-    FillStats(*store_, options_, response);
+    absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "Lookup");
+    if (status.ok()) status = DoLookup(*request, response);
+    if (!status.ok()) return Refused("Lookup", status);
     return grpc::Status::OK;
   }
 
-  grpc::Status Health(grpc::ServerContext*, const proto::HealthRequest*, proto::HealthResponse* response) override {
+  grpc::Status Update(grpc::ServerContext* context, const proto::UpdateRequest* request,
+                      proto::UpdateResponse* response) override {
+    absl::Status status = AllowUpdate(*context, *request);
+    if (status.ok()) status = DoUpdate(*request, response);
+    if (!status.ok()) return Refused("Update", status);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stats(grpc::ServerContext* context, const proto::StatsRequest*,
+                     proto::StatsResponse* response) override {
+    if (absl::Status allowed = AllowAnyone(*context, "Stats"); !allowed.ok()) return Refused("Stats", allowed);
+    FillStats(*store_, options_, listener_.load(), response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest*,
+                      proto::HealthResponse* response) override {
+    if (absl::Status allowed = AllowAnyone(*context, "Health"); !allowed.ok()) return Refused("Health", allowed);
     response->set_serving(true);
     response->set_shard_index(options_.shard_index);
     response->set_num_shards(options_.num_shards);
@@ -118,9 +138,39 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   }
 
  private:
-  void Refuse(absl::string_view method, const absl::Status& status) {
+  // Counts and logs a refused call (at most a few lines per interval, so that a flood of bad
+  // calls cannot flood the log) and returns its status.
+  grpc::Status Refused(absl::string_view method, const absl::Status& status) {
     store_->CountRejectedRequest();
-    spdlog::warn("{} refused: {}", std::string(method), status.ToString());
+    if (log_limit_.Admit()) spdlog::warn("{} refused: {}", std::string(method), status.ToString());
+    return ToGrpcStatus(status);
+  }
+
+  absl::Status AllowAnyone(const grpc::ServerContext& context, absl::string_view method) const {
+    return authorizer_.Allow(context, {Role::kWorker, Role::kPs, Role::kLoader, Role::kAdmin}, method);
+  }
+
+  // Cuts are run by worker 0 for the job, or asked for by an admin.
+  absl::Status AllowCut(const grpc::ServerContext& context, absl::string_view method) const {
+    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker, Role::kAdmin}, method));
+    const std::optional<Identity> peer = authorizer_.Peer(context);
+    if (peer.has_value() && peer->role == Role::kWorker && peer->index != 0) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(method, " is for worker 0 or admin; the caller is ", IdentityName(*peer)));
+    }
+    return absl::OkStatus();
+  }
+
+  // A worker updates rows under its own id only: no one else can fill its dedup window.
+  absl::Status AllowUpdate(const grpc::ServerContext& context, const proto::UpdateRequest& request) const {
+    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker}, "Update"));
+    const std::optional<Identity> peer = authorizer_.Peer(context);
+    if (peer.has_value() && request.worker_id() != static_cast<uint32_t>(peer->index)) {
+      return absl::PermissionDeniedError(absl::StrCat("Update with worker id ", request.worker_id(), " from ",
+                                                      IdentityName(*peer),
+                                                      ": a worker sends updates under its own id"));
+    }
+    return absl::OkStatus();
   }
 
   // Validates the fields every request has (table, precision, ids) and decodes the ids; returns
@@ -149,6 +199,12 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     absl::Status status;
     const int dim = store_->table(*table).dim;
     const size_t n = ids.size() * dim;
+    const size_t answer_bytes = n * wire::BytesPerValue(request.precision());
+    if (answer_bytes + kResponseSlack > static_cast<size_t>(options_.max_message_bytes)) {
+      return absl::ResourceExhaustedError(absl::StrCat("the answer to ", ids.size(), " ids of dim ", dim, " would be ",
+                                                       answer_bytes, " bytes; this PS sends at most ",
+                                                       options_.max_message_bytes, " (split the request)"));
+    }
     LookupResult result;
     response->set_dim(dim);
     response->set_precision(request.precision());
@@ -172,6 +228,11 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     if (!table.ok()) return table.status();
     absl::Status status;
     const int dim = store_->table(*table).dim;
+    const size_t expected = ids.size() * dim * wire::BytesPerValue(request.precision());
+    if (request.grads().size() != expected) {  // Before the gradients get memory of their own.
+      return absl::InvalidArgumentError(absl::StrCat("grads field holds ", request.grads().size(), " bytes, expected ",
+                                                     expected, " (", ids.size(), " ids x dim ", dim, ")"));
+    }
     std::vector<float> grads(ids.size() * dim);
     status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
     if (!status.ok()) return status;
@@ -181,20 +242,26 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     response->set_duplicate(result.duplicate);
     response->set_applied(result.applied);
     response->set_dropped(result.dropped);
+    response->set_nonfinite(result.nonfinite);
     return absl::OkStatus();
   }
 
+  // Room for the answer's other fields beside its values.
+  static constexpr size_t kResponseSlack = 1024;
+
   const std::shared_ptr<EmbeddingShardStore> store_;
   const ServerOptions options_;
+  const rpc::Authorizer authorizer_;
   ShardCheckpointer cutter_;
+  std::atomic<const rpc::RpcServer*> listener_{nullptr};
+  rpc::LogLimiter log_limit_;
 };
 
 }  // namespace
 
 struct EmbeddingServer::Impl {
   std::unique_ptr<EmbeddingServiceImpl> service;
-  std::unique_ptr<grpc::Server> server;
-  int port = 0;
+  std::unique_ptr<rpc::RpcServer> server;
 };
 
 EmbeddingServer::EmbeddingServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -207,38 +274,28 @@ EmbeddingServer::~EmbeddingServer() {
 absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(std::shared_ptr<EmbeddingShardStore> store,
                                                                         const ServerOptions& options) {
   if (store == nullptr) return absl::InvalidArgumentError("EmbeddingServer needs a store");
-  if (options.port < 0 || options.port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("port ", options.port, " out of range"));
-  }
   if (options.num_shards < 1 || options.shard_index < 0 || options.shard_index >= options.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", options.shard_index, " is not in [0, ", options.num_shards, ")"));
   }
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<EmbeddingServiceImpl>(std::move(store), options);
-  grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->port);
-  builder.RegisterService(impl->service.get());
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  const int threads =
-      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);
-  impl->server = builder.BuildAndStart();
-  if (impl->server == nullptr || impl->port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  }
+  rpc::ServerConfig config;
+  config.host = options.host;
+  config.port = options.port;
+  config.security = options.security;
+  config.threads = options.threads;
+  config.max_message_bytes = options.max_message_bytes;
+  HYREC_ASSIGN_OR_RETURN(impl->server, rpc::RpcServer::Start(config, {impl->service.get()}));
+  impl->service->set_listener(impl->server.get());
   return std::unique_ptr<EmbeddingServer>(new EmbeddingServer(std::move(impl)));
 }
 
-int EmbeddingServer::port() const { return impl_->port; }
+int EmbeddingServer::port() const { return impl_->server->port(); }
+uint64_t EmbeddingServer::accept_errors() const { return impl_->server->accept_errors(); }
+uint64_t EmbeddingServer::refused_connections() const { return impl_->server->refused_connections(); }
 
-void EmbeddingServer::Shutdown(absl::Duration grace) {
-  impl_->server->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(grace));
-}
+void EmbeddingServer::Shutdown(absl::Duration grace) { impl_->server->Shutdown(grace); }
 
 void EmbeddingServer::Wait() { impl_->server->Wait(); }
 

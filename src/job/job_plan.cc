@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec::job {
@@ -107,6 +108,16 @@ uint64_t DenseParameterCount(const WorkerPlan& w) {
            MlpParameters(width, hidden, deep_out) + LinearParameters(width + deep_out, 1);
   }
   return 0;
+}
+
+SecurityOptions RoleSecurity(const SecuritySpec& security, const Identity& identity, const std::string& certs_dir) {
+  if (!security.mtls) return SecurityOptions();
+  const std::string dir = certs_dir.empty() ? security.dir : certs_dir;
+  SecurityOptions options = SecurityInDirectory(dir, identity);
+  if (security.tokens && (identity.role == Role::kPs || identity.role == Role::kLoader)) {
+    options.token_secret_file = JoinPath(dir, "token.secret");
+  }
+  return options;
 }
 
 bool UsesWideTables(const std::string& kind) { return kind == "wide_deep" || kind == "deepfm" || kind == "fm"; }

@@ -359,9 +359,26 @@ absl::Status ReadExport(const YAML::Node& node, ExportSpec* e) {
   return absl::OkStatus();
 }
 
+absl::Status ReadSecurity(const YAML::Node& node, SecuritySpec* security) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "security", {"mode", "dir", "tokens"}));
+  std::string mode = security->mtls ? "mtls" : "none";
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "mode", "security", &mode));
+  if (mode != "mtls" && mode != "none") return Invalid("security.mode", node["mode"], "must be mtls or none");
+  security->mtls = mode == "mtls";
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "security", &security->dir));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "tokens", "security", &security->tokens));
+  if (security->mtls && security->dir.empty()) return Invalid("security.dir", node["dir"], "must name a directory");
+  if (!security->mtls && security->tokens) {
+    return Invalid("security.tokens", node["tokens"], "needs mode mtls (a token is never sent in plaintext)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseInto(const YAML::Node& root, JobSpec* spec) {
   HYREC_RETURN_IF_ERROR(CheckKeys(
-      root, "", {"loader", "features", "tables", "eval", "model", "ps", "train", "cluster", "checkpoint", "export"}));
+      root, "",
+      {"loader", "features", "tables", "eval", "model", "ps", "train", "cluster", "checkpoint", "export", "security"}));
+  if (const YAML::Node s = root["security"]) HYREC_RETURN_IF_ERROR(ReadSecurity(s, &spec->security));
   if (const YAML::Node c = root["checkpoint"]) HYREC_RETURN_IF_ERROR(ReadCheckpoint(c, &spec->checkpoint));
   if (const YAML::Node e = root["export"]) HYREC_RETURN_IF_ERROR(ReadExport(e, &spec->serving));
   if (!spec->serving.dir.empty() && spec->checkpoint.dir.empty()) {

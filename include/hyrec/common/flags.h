@@ -39,7 +39,7 @@ std::string VersionString();
 // Flags every role has.
 struct CommonFlags {
   std::string log_level = "info";  // trace, debug, info, warn, error, critical, off
-  std::string metrics_host = "0.0.0.0";
+  std::string metrics_host = "127.0.0.1";
   int metrics_port = -1;  // -1: no metrics endpoint; 0: any free port.
 };
 

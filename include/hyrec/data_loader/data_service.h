@@ -26,18 +26,24 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/common/security.h"
 #include "hyrec/data_loader/loader.h"
 
 namespace hyrec::data_loader {
 
+// Security: with options.security on (the cluster's default) the loader speaks mTLS, and a
+// worker's stream is served only to that worker's identity ("worker-1" streams worker 1's
+// batches), so no other process can take its batches; Info is for any identity of the job.
 struct DataServerOptions {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";
   int port = 0;
   int replay_batches = 16;  // Must cover the batches in flight (client prefetch + transport).
   int max_message_bytes = 512 << 20;
+  SecurityOptions security;  // Off: plaintext, every caller trusted (in-process tests only).
 };
 
 class DataServer {
@@ -60,12 +66,37 @@ class DataServer {
   std::unique_ptr<Impl> impl_;
 };
 
+// What a worker's model takes: every batch it receives is checked against it before use.
+struct BatchShape {
+  int num_dense = -1;  // -1 (each): what the loader's Info says.
+  int num_tables = -1;
+  int num_shards = -1;
+  // Per slot, its table; empty: the loader's slot count, each slot checked against the tables
+  // whose inverse covers it.
+  std::vector<int> slot_tables;
+};
+
+// Checks a decoded batch: field sizes (labels, dense, offsets, weights, inverses, shard
+// offsets), offsets that start at 0, never decrease and end at the id count, inverse indices
+// inside the table's unique ids, and the counts of `shape`. DATA_LOSS naming the batch, the
+// field and the index otherwise.
+absl::Status ValidateBatch(const Batch& batch, const BatchShape& shape);
+
+// Decodes one BatchProto (proto/data.proto, serialized) and validates it against `shape`, whose
+// -1 counts must have been resolved. What the client does with every message (and the fuzzer).
+absl::Status DecodeBatchMessage(const std::string& bytes, const BatchShape& shape, Batch* batch);
+
 struct StreamClientOptions {
   int prefetch_batches = 4;
   absl::Duration connect_timeout = absl::Seconds(10);
   int max_message_bytes = 512 << 20;
   // Global id of the first batch wanted; -1: from where the loader started this worker.
   int64_t next_batch = -1;
+  // What the worker's model takes; a loader whose Info disagrees is FAILED_PRECONDITION at
+  // connect, a batch that disagrees DATA_LOSS.
+  BatchShape expect;
+  // mTLS to the loader (its certificate must name "loader-0") as this worker's identity.
+  SecurityOptions security;
 };
 
 // Connects worker `worker`'s stream. Fails within connect_timeout when the loader does not answer.

@@ -36,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hyrec/common/security.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 
@@ -55,6 +56,9 @@ struct ClientOptions {
   Precision precision = Precision::kFp32;
   // Largest gRPC message accepted or sent.
   int max_message_bytes = 256 << 20;
+  // mTLS to the shards (each must present the certificate of "ps-<index>") and this process's
+  // identity; off: plaintext (security.h).
+  SecurityOptions security;
 };
 
 // What one shard reported (StoreStats plus the shard's identity).
@@ -62,6 +66,8 @@ struct ShardStats {
   int shard_index = 0;
   int num_shards = 1;
   uint64_t rejected_requests = 0;
+  uint64_t accept_errors = 0;        // accept() failures the shard's listener backed off from.
+  uint64_t refused_connections = 0;  // Connections it closed for want of descriptors.
   StoreStats store;
 };
 

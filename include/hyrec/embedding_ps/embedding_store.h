@@ -126,6 +126,9 @@ struct UpdateResult {
   bool duplicate = false;  // Already applied; nothing changed.
   uint64_t applied = 0;
   uint64_t dropped = 0;  // Ids without a row that admission did not let in.
+  // Rows left as they were because the step would have made a weight or its optimizer state
+  // non-finite (a finite but huge gradient).
+  uint64_t nonfinite = 0;
 };
 
 struct TableStats {
@@ -142,6 +145,7 @@ struct TableStats {
   uint64_t admission_rejections = 0;
   uint64_t dropped_updates = 0;
   uint64_t rejected_nonfinite = 0;  // Update requests refused for a NaN/Inf gradient.
+  uint64_t nonfinite_results = 0;   // Rows an update left unchanged (UpdateResult::nonfinite).
   uint64_t duplicate_updates = 0;
 };
 
@@ -187,9 +191,11 @@ class EmbeddingShardStore {
   virtual absl::Status Lookup(int table, absl::Span<const uint64_t> ids, absl::Span<float> out,
                               LookupResult* result) = 0;
 
-  // Applies one optimizer step per id with `grads` (ids.size() * dim floats). Ids must be unique
-  // within a call (the client sums duplicates). All-or-nothing validation first: a bad table, a
-  // wrong gradient length or any NaN/Inf gradient is InvalidArgument and nothing is written.
+  // Applies one optimizer step per id with `grads` (ids.size() * dim floats). An id repeated
+  // within a call gets one step with its gradients summed, as the client sends them.
+  // All-or-nothing validation first: a bad table, a wrong gradient length or any NaN/Inf
+  // gradient (the sums included) is InvalidArgument and nothing is written. A row the step would
+  // make non-finite is left as it was and counted (UpdateResult::nonfinite).
   virtual absl::Status Update(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
                               UpdateId update_id, UpdateResult* result) = 0;
 

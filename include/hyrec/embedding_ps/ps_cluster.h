@@ -30,6 +30,9 @@ struct PsClusterOptions {
   std::string job_config;
   int num_shards = 1;
   std::vector<std::string> args;  // Passed to every shard (tables, capacity, log level...).
+  // The certificates (hyrec certs) the shards serve mTLS with (--certs). Empty: the job's
+  // security section, or, without a job, plaintext (--security=none: loopback tests only).
+  std::string certs;
   std::string host = "127.0.0.1";
   absl::Duration start_timeout = absl::Seconds(30);
   absl::Duration stop_timeout = absl::Seconds(5);

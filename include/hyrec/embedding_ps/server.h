@@ -10,11 +10,17 @@
 //   ...
 //   server->Shutdown(absl::Seconds(5));
 //
-// Every request is validated before it reaches the store: an unknown table is NOT_FOUND; a byte
-// field of the wrong length, an unknown precision or a NaN/Inf gradient is INVALID_ARGUMENT; a
-// request over max_ids_per_request is RESOURCE_EXHAUSTED. A refused request changes nothing and
-// the server goes on serving. BeginCut/AwaitCut take checkpoints and deltas of the store
-// (shard_checkpoint.h), written only under the options' roots. Thread safety: Shutdown and Wait may be called from any
+// With security on (the cluster's default), the server speaks mTLS and each call is checked
+// against the caller's identity before its handler reads the request: Update is for workers, and
+// only with their own worker id; Lookup for workers and admin; BeginCut/AwaitCut for worker 0
+// (which runs the job's cuts) and admin; Stats and Health for any identity of the job.
+//
+// Every request is validated before anything is allocated or created for it: an unknown table
+// is NOT_FOUND; a byte field of the wrong length, an unknown precision or a NaN/Inf gradient is
+// INVALID_ARGUMENT; a request over max_ids_per_request, or a Lookup whose answer would pass
+// max_message_bytes, is RESOURCE_EXHAUSTED. A refused request changes nothing and the server goes
+// on serving. BeginCut/AwaitCut take checkpoints and deltas of the store (shard_checkpoint.h),
+// written only under the options' roots. Thread safety: Shutdown and Wait may be called from any
 // thread.
 #ifndef HYREC_EMBEDDING_PS_SERVER_H_
 #define HYREC_EMBEDDING_PS_SERVER_H_
@@ -25,12 +31,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/common/security.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 
 namespace hyrec::embedding_ps {
 
 struct ServerOptions {
-  std::string host = "0.0.0.0";
+  std::string host = "127.0.0.1";
   int port = 0;         // 0: an ephemeral port, reported by port().
   int threads = 0;      // gRPC polling threads; 0: one per core.
   int shard_index = 0;  // This server's position among num_shards PS shards.
@@ -41,6 +48,8 @@ struct ServerOptions {
   // refuse cuts of that kind with FAILED_PRECONDITION.
   std::string checkpoint_root;
   std::string export_root;
+  // mTLS and identities; off: plaintext, every caller trusted (in-process tests only).
+  SecurityOptions security;
 };
 
 class EmbeddingServer {
@@ -54,6 +63,8 @@ class EmbeddingServer {
   EmbeddingServer& operator=(const EmbeddingServer&) = delete;
 
   int port() const;
+  uint64_t accept_errors() const;        // accept() failures the listener backed off from.
+  uint64_t refused_connections() const;  // Connections closed for want of descriptors.
 
   // Stops accepting requests, lets in-flight ones finish for up to `grace`, then cancels them.
   void Shutdown(absl::Duration grace);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/security.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/job/job_spec.h"
@@ -118,6 +119,11 @@ absl::StatusOr<JobPlan> PlanJobFile(const std::string& path);
 // of PS addresses must equal the shard count.
 absl::Status SetEndpoints(const std::vector<std::string>& ps, const std::string& loader, const std::string& master_addr,
                           int master_port, JobPlan* plan);
+
+// The security options of `identity` in this job: off with security.mode none, else the files
+// of the identity under `certs_dir` (empty: the job's security.dir), and the token secret when
+// the job takes tokens and the identity serves (ps, loader).
+SecurityOptions RoleSecurity(const SecuritySpec& security, const Identity& identity, const std::string& certs_dir);
 
 // Whether a built-in model kind has a wide (linear) part over the sparse features: wide_deep,
 // deepfm and fm. The plan then adds, per table T, a dim-1 table "T_wide" (its optimizer,

@@ -160,6 +160,16 @@ struct ExportSpec {
   double delta_every_seconds = 0;  // 0: no deltas by time.
 };
 
+// How the job's services authenticate each other (docs/security.md): mutual TLS with the job's
+// CA, each role's identity from its certificate, and optionally bearer tokens.
+struct SecuritySpec {
+  bool mtls = true;  // mode: mtls | none. none: plaintext, any process that reaches a port is trusted.
+  // The job's files, as `hyrec certs` writes them: ca.pem, <identity>.pem and .key, token.secret.
+  // Every role must see it (a Kubernetes Secret); `--certs` overrides it for one process.
+  std::string dir = "certs";
+  bool tokens = false;  // Servers also take bearer tokens signed with <dir>/token.secret.
+};
+
 struct JobSpec {
   std::string source_name;            // The file the spec came from (for messages).
   std::string text;                   // Its text (kept in checkpoints).
@@ -173,6 +183,7 @@ struct JobSpec {
   ClusterSpec cluster;
   CheckpointSpec checkpoint;
   ExportSpec serving;  // The `export` section.
+  SecuritySpec security;
 };
 
 // The feature names a source has when the job names none: C1..C26 for Criteo (its columns'

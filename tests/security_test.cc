@@ -1,0 +1,329 @@
+// The services against hostile peers (docs/security.md): real `hyrec-ps` and `hyrec-loader`
+// processes on loopback with mTLS, reached by clients holding the wrong CA, no certificate, a
+// forged or expired token, or another role's identity; and the listener's own defences.
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "embedding.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/certs.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/data_loader/data_service.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/job/job_plan.h"
+#include "run_command.h"
+#include "src/common/rpc.h"
+
+namespace hyrec {
+namespace {
+
+namespace fs = std::filesystem;
+using proto::EmbeddingService;
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/security_test_" + name;
+  fs::remove_all(dir);
+  return dir;
+}
+
+std::string WriteCerts(const std::string& name, int workers = 2) {
+  const std::string dir = FreshDir(name);
+  CertificateRequest request;
+  request.dir = dir;
+  request.identities = JobIdentities(workers, /*ps=*/1, /*loaders=*/1);
+  const absl::Status written = WriteJobCertificates(request);
+  EXPECT_TRUE(written.ok()) << written;
+  return dir;
+}
+
+std::string Job(const std::string& certs, bool tokens) {
+  const std::string path = ::testing::TempDir() + "/security_test_job.yaml";
+  std::ofstream(path)
+      << "loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: 2000, vocabulary: 500, seed: 3}\n"
+      << "  batch_size: 50\n  threads: 1\n  epochs: 1\n"
+      << "ps: {shards: 1}\ntrain: {workers: 2}\n"
+      << "security: {mode: mtls, dir: " << certs << ", tokens: " << (tokens ? "true" : "false") << "}\n";
+  return path;
+}
+
+struct Server {
+  std::unique_ptr<Subprocess> process;
+  std::string address;
+};
+
+Server Start(std::vector<std::string> argv) {
+  Server s;
+  auto process = Subprocess::Spawn(argv);
+  EXPECT_TRUE(process.ok()) << process.status();
+  if (!process.ok()) return s;
+  s.process = std::move(*process);
+  auto port = WaitForListeningPort(*s.process, absl::Seconds(30));
+  EXPECT_TRUE(port.ok()) << port.status();
+  s.address = absl::StrCat("127.0.0.1:", port.ok() ? *port : 0);
+  return s;
+}
+
+Server StartPs(const std::string& job) {
+  return Start({HYREC_PS_BINARY, "--config=" + job, "--shard_index=0", "--port=0", "--log_level=error"});
+}
+
+// A raw stub to shard 0 as `identity` (its certificate under `certs`), optionally with a token.
+std::unique_ptr<EmbeddingService::Stub> Stub(const std::string& address, const SecurityOptions& security) {
+  auto credentials = rpc::ChannelCredentials(security);
+  EXPECT_TRUE(credentials.ok()) << credentials.status();
+  grpc::ChannelArguments args;
+  rpc::SetServerName(security, Identity{Role::kPs, 0}, &args);
+  return EmbeddingService::NewStub(grpc::CreateCustomChannel(address, *credentials, args));
+}
+
+SecurityOptions As(const std::string& certs, const Identity& identity) { return SecurityInDirectory(certs, identity); }
+
+grpc::Status Update(EmbeddingService::Stub& stub, uint32_t worker, uint64_t sequence, float grad) {
+  proto::UpdateRequest request;
+  request.set_table("f0");
+  const uint64_t id = 7;
+  request.set_ids(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  std::string grads(16 * sizeof(float), '\0');
+  for (int j = 0; j < 16; ++j) std::memcpy(grads.data() + j * sizeof(float), &grad, sizeof(float));
+  request.set_grads(grads);
+  request.set_worker_id(worker);
+  request.set_sequence(sequence);
+  proto::UpdateResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  return stub.Update(&context, request, &response);
+}
+
+std::vector<float> Row(EmbeddingService::Stub& stub) {
+  proto::LookupRequest request;
+  request.set_table("f0");
+  const uint64_t id = 7;
+  request.set_ids(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  proto::LookupResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  const grpc::Status status = stub.Lookup(&context, request, &response);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<float> row(response.values().size() / sizeof(float));
+  std::memcpy(row.data(), response.values().data(), row.size() * sizeof(float));
+  return row;
+}
+
+TEST(CertsTest, KeysArePrivateAndTheCaIsNeverReplaced) {
+  const std::string dir = WriteCerts("files");
+  for (const char* name : {"ca.key", "worker-0.key", "ps-0.key", "admin.key", "token.secret"}) {
+    struct stat st {};
+    ASSERT_EQ(::stat((dir + "/" + name).c_str(), &st), 0) << name;
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << name;
+  }
+  CertificateRequest again;
+  again.dir = dir;
+  again.identities = {Identity{Role::kWorker, 5}};
+  EXPECT_TRUE(absl::IsAlreadyExists(WriteJobCertificates(again)));
+  again.reuse_ca = true;
+  EXPECT_TRUE(WriteJobCertificates(again).ok());
+  EXPECT_TRUE(fs::exists(dir + "/worker-5.pem"));
+}
+
+TEST(CertsTest, TokensVerifyOnlyWithTheirSecretAndBeforeTheirExpiry) {
+  const absl::Time now = absl::Now();
+  const std::string token = IssueToken("secret", Identity{Role::kWorker, 3}, now + absl::Hours(1));
+  auto identity = VerifyToken("secret", token, now);
+  ASSERT_TRUE(identity.ok()) << identity.status();
+  EXPECT_EQ(IdentityName(*identity), "worker-3");
+  EXPECT_TRUE(absl::IsUnauthenticated(VerifyToken("other", token, now).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(VerifyToken("secret", token, now + absl::Hours(2)).status()));
+  std::string forged = token;
+  forged.replace(forged.find("worker-3"), 8, "worker-0");
+  EXPECT_TRUE(absl::IsUnauthenticated(VerifyToken("secret", forged, now).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(VerifyToken("secret", "garbage", now).status()));
+  EXPECT_TRUE(absl::IsUnauthenticated(VerifyToken("", token, now).status()));
+}
+
+TEST(SecurityTest, ThePsServesOnlyTheJobsIdentitiesEachInItsRole) {
+  const std::string certs = WriteCerts("ps");
+  Server ps = StartPs(Job(certs, /*tokens=*/false));
+  ASSERT_NE(ps.process, nullptr);
+  auto worker0 = Stub(ps.address, As(certs, {Role::kWorker, 0}));
+  const std::vector<float> before = Row(*worker0);
+  ASSERT_EQ(before.size(), 16u);
+
+  // No TLS at all, and TLS with another job's CA: no call gets through.
+  {
+    auto plain = EmbeddingService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
+    EXPECT_FALSE(Update(*plain, 0, 1, 1.0f).ok());
+    const std::string stranger = WriteCerts("stranger");
+    auto foreign = Stub(ps.address, As(stranger, {Role::kWorker, 0}));
+    EXPECT_FALSE(Update(*foreign, 0, 1, 1.0f).ok());
+  }
+  // The job's loader and admin may not write rows; worker 1 may not write under worker 0's id.
+  auto loader = Stub(ps.address, As(certs, {Role::kLoader, 0}));
+  EXPECT_EQ(Update(*loader, 0, 1, 1.0f).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  auto admin = Stub(ps.address, As(certs, {Role::kAdmin, 0}));
+  EXPECT_EQ(Update(*admin, 0, 1, 1.0f).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  auto worker1 = Stub(ps.address, As(certs, {Role::kWorker, 1}));
+  EXPECT_EQ(Update(*worker1, /*worker=*/0, /*sequence=*/1, 0.0f).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Update(*worker1, 0, UINT64_MAX, 0.0f).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(Row(*worker0), before);
+
+  // Worker 0's own update (the sequence the stranger tried to spend) is applied, not a duplicate.
+  ASSERT_TRUE(Update(*worker0, 0, 1, 1.0f).ok());
+  EXPECT_NE(Row(*worker0), before);
+  EXPECT_EQ(Row(*admin).size(), 16u);  // Admin reads.
+  ps.process->Signal(SIGTERM);
+  EXPECT_EQ(*ps.process->Wait(absl::Seconds(10)), 0);
+}
+
+TEST(SecurityTest, TokensNameTheCallerAndBadOnesAreRefused) {
+  const std::string certs = WriteCerts("tokens");
+  Server ps = StartPs(Job(certs, /*tokens=*/true));
+  ASSERT_NE(ps.process, nullptr);
+  std::ifstream secret_file(certs + "/token.secret");
+  std::string secret;
+  secret_file >> secret;
+  auto with_token = [&](const std::string& token) {
+    const std::string path = certs + "/test.token";
+    std::ofstream(path) << token << "\n";
+    SecurityOptions security = As(certs, {Role::kAdmin, 0});
+    security.token_file = path;
+    return Stub(ps.address, security);
+  };
+  // The admin certificate with worker 0's token: the token's identity may update as worker 0.
+  auto as_worker = with_token(IssueToken(secret, {Role::kWorker, 0}, absl::Now() + absl::Hours(1)));
+  EXPECT_TRUE(Update(*as_worker, 0, 1, 0.5f).ok());
+  auto expired = with_token(IssueToken(secret, {Role::kWorker, 0}, absl::Now() - absl::Seconds(1)));
+  EXPECT_EQ(Update(*expired, 0, 2, 0.5f).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  auto forged = with_token(IssueToken("not the job's secret", {Role::kWorker, 0}, absl::Now() + absl::Hours(1)));
+  EXPECT_EQ(Update(*forged, 0, 3, 0.5f).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // A token file that cannot be read fails the call; it never falls back to the certificate.
+  SecurityOptions missing = As(certs, {Role::kWorker, 0});
+  missing.token_file = certs + "/no-such.token";
+  EXPECT_FALSE(rpc::ChannelCredentials(missing).ok());
+}
+
+TEST(SecurityTest, AWorkersBatchesGoToThatWorkerOnly) {
+  const std::string certs = WriteCerts("loader");
+  const std::string job = Job(certs, /*tokens=*/false);
+  Server loader = Start({HYREC_LOADER_BINARY, "--config=" + job, "--port=0", "--log_level=error"});
+  ASSERT_NE(loader.process, nullptr);
+  data_loader::StreamClientOptions thief;
+  thief.security = As(certs, {Role::kWorker, 1});
+  auto stolen = data_loader::ConnectBatchStream(loader.address, /*worker=*/0, thief);
+  ASSERT_TRUE(stolen.ok()) << stolen.status();
+  data_loader::Batch batch;
+  const absl::Status refused = (*stolen)->Next(&batch, absl::Seconds(10));
+  EXPECT_TRUE(absl::IsPermissionDenied(refused)) << refused;
+  stolen->reset();
+  data_loader::StreamClientOptions owner;
+  owner.security = As(certs, {Role::kWorker, 0});
+  auto stream = data_loader::ConnectBatchStream(loader.address, 0, owner);
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  EXPECT_TRUE((*stream)->Next(&batch, absl::Seconds(10)).ok());
+  EXPECT_EQ(batch.batch_id, 0u);
+}
+
+TEST(SecurityTest, ARoleWithoutItsFilesFailsAtStartNamingTheFile) {
+  const std::string job = Job(FreshDir("nothing"), false);
+  const testing::CommandResult r =
+      testing::RunCommand({HYREC_PS_BINARY, "--config=" + job, "--shard_index=0", "--port=0"});
+  EXPECT_EQ(r.code, 2) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "ca.pem")) << r.err;
+}
+
+TEST(ListenerTest, ASecondServerOnATakenPortFailsToStart) {
+  Server first = Start({HYREC_PS_BINARY, "--tables=t:4", "--security=none", "--port=0", "--log_level=error"});
+  ASSERT_NE(first.process, nullptr);
+  const std::string port = first.address.substr(first.address.rfind(':') + 1);
+  const testing::CommandResult second =
+      testing::RunCommand({HYREC_PS_BINARY, "--tables=t:4", "--security=none", "--port=" + port});
+  EXPECT_NE(second.code, 0);
+  EXPECT_TRUE(absl::StrContains(second.err, "cannot listen")) << second.err;
+}
+
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST(ListenerTest, RunningOutOfDescriptorsLeavesThePsServingAfterwards) {
+  Server ps = Start({"/bin/sh", "-c",
+                     std::string("ulimit -n 256 && exec ") + HYREC_PS_BINARY +
+                         " --tables=t:4 --security=none --port=0 --threads=2 --log_level=error"});
+  ASSERT_NE(ps.process, nullptr);
+  const int port = std::stoi(ps.address.substr(ps.address.rfind(':') + 1));
+  std::vector<int> idle;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = Connect(port);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(1));
+  for (int fd : idle) ::close(fd);
+  embedding_ps::ClientOptions options;
+  options.call_timeout = absl::Seconds(20);
+  auto client = embedding_ps::ConnectEmbeddingClient({ps.address}, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::vector<float> row(4);
+  const std::vector<uint64_t> ids = {1};
+  EXPECT_TRUE((*client)->Lookup("t", ids, absl::MakeSpan(row)).ok());
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_GT((*stats)[0].refused_connections + (*stats)[0].accept_errors, 0u);
+}
+
+uint64_t PeakRssKiB(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (absl::StartsWith(line, "VmHWM:")) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+TEST(HardeningTest, OversizedRequestsAreRefusedBeforeAnythingIsAllocated) {
+  Server ps = Start({HYREC_PS_BINARY, "--tables=big:1024", "--security=none", "--port=0", "--log_level=error"});
+  ASSERT_NE(ps.process, nullptr);
+  auto stub = EmbeddingService::NewStub(grpc::CreateChannel(ps.address, grpc::InsecureChannelCredentials()));
+  std::vector<uint64_t> ids(200'000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i;
+  const std::string id_bytes(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
+  {  // 200k ids x 1024 floats would be an 800 MB answer: refused, and no row is created.
+    proto::LookupRequest request;
+    request.set_table("big");
+    request.set_ids(id_bytes);
+    proto::LookupResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub->Lookup(&context, request, &response).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  }
+  {  // 200k ids with no gradients: once 800 MB of decoded gradients; now refused at the length.
+    proto::UpdateRequest request;
+    request.set_table("big");
+    request.set_ids(id_bytes);
+    proto::UpdateResponse response;
+    grpc::ClientContext context;
+    EXPECT_EQ(stub->Update(&context, request, &response).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  proto::StatsResponse stats;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub->Stats(&context, proto::StatsRequest(), &stats).ok());
+  EXPECT_EQ(stats.rows(), 0u);
+  EXPECT_EQ(stats.rejected_requests(), 2u);
+  EXPECT_LT(PeakRssKiB(ps.process->pid()), 200u * 1024) << "KiB";
+}
+
+}  // namespace
+}  // namespace hyrec
