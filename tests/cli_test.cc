@@ -3,10 +3,13 @@
 // flags and bad values, job files of every wrong shape, and Ctrl-C on a running `hyrec train`.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -349,6 +352,50 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   flip(copy + "/MANIFEST", 30);
   r = Hyrec({"checkpoint", "verify", copy});
   EXPECT_EQ(r.code, 4) << r.all();
+}
+
+// The pid of the child of `parent` whose command line contains `needle`; 0 when there is none.
+pid_t ChildWith(pid_t parent, const std::string& needle) {
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
+    std::replace(args.begin(), args.end(), '\0', ' ');
+    if (absl::StrContains(args, needle)) return static_cast<pid_t>(std::stoi(name));
+  }
+  return 0;
+}
+
+// A worker that stops (SIGSTOP) under --processes: the launcher's watchdog kills it within its
+// timeout and the job fails as transient, instead of waiting on it.
+TEST(Cli, AStoppedWorkerFailsTheJobWithinTheWatchdogTimeout) {
+  auto p = StartTraining({"--processes", "--watchdog_seconds=8"});
+  const pid_t worker = ChildWith(p->pid(), "--rank=1");
+  ASSERT_GT(worker, 0);
+  const absl::Time stopped = absl::Now();
+  ASSERT_EQ(kill(worker, SIGSTOP), 0);
+  bool noted = false;
+  for (;;) {
+    auto line = p->ReadLine(absl::Seconds(60));
+    if (!line.ok()) break;
+    noted |= absl::StrContains(*line, "worker 1 made no progress");
+  }
+  auto code = p->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 3);
+  EXPECT_TRUE(noted);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(40));
+  EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
 }
 
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher

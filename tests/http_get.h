@@ -1,4 +1,4 @@
-// A minimal HTTP/1.0 GET over a loopback socket for tests (status code and body), with a
+// A minimal HTTP/1.0 request over a loopback socket for tests (status code and body), with a
 // deadline on connect, send and receive.
 #ifndef HYREC_TESTS_HTTP_GET_H_
 #define HYREC_TESTS_HTTP_GET_H_
@@ -19,7 +19,9 @@ struct HttpResponse {
   std::string body;
 };
 
-inline HttpResponse HttpGet(int port, const std::string& path) {
+// `headers`: extra header lines, each ending in \r\n.
+inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& path,
+                                const std::string& headers = "") {
   HttpResponse response;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return response;
@@ -34,7 +36,8 @@ inline HttpResponse HttpGet(int port, const std::string& path) {
     close(fd);
     return response;
   }
-  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+  const std::string request =
+      method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n" + headers + "\r\n";
   if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return response;
@@ -49,6 +52,8 @@ inline HttpResponse HttpGet(int port, const std::string& path) {
   if (body != std::string::npos) response.body = raw.substr(body + 4);
   return response;
 }
+
+inline HttpResponse HttpGet(int port, const std::string& path) { return HttpRequest(port, "GET", path); }
 
 }  // namespace hyrec
 

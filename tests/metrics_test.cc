@@ -1,6 +1,9 @@
 // The Prometheus registry's text format and the HTTP endpoint serving it.
 #include <sys/socket.h>
 
+#include <vector>
+
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "http_get.h"
 #include "hyrec/common/metrics.h"
@@ -73,6 +76,59 @@ TEST(MetricsHttpServer, ServesTheRegistryAndRefusesOtherPaths) {
   const int port = (*server)->port();
   (*server)->Stop();
   EXPECT_EQ(HttpGet(port, "/metrics").status, 0);  // Stopped: nobody answers.
+}
+
+TEST(MetricsHttpServer, SlowClientsDoNotKeepAScrapeWaiting) {
+  MetricsRegistry m;
+  m.Describe("hyrec_up", MetricType::kGauge, "Up.");
+  m.Set("hyrec_up", {}, 1);
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, &m);
+  ASSERT_TRUE(server.ok()) << server.status();
+  // 64 clients that connect, send half a request line and then nothing.
+  std::vector<int> slow;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>((*server)->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    ASSERT_EQ(send(fd, "GET /metr", 9, 0), 9);
+    slow.push_back(fd);
+  }
+  const absl::Time start = absl::Now();
+  const HttpResponse r = HttpGet((*server)->port(), "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  for (int fd : slow) close(fd);
+}
+
+TEST(MetricsHttpServer, CheckpointRequestsAreAuthorizedBeforeTheyRun) {
+  MetricsRegistry m;
+  int runs = 0;
+  AdminAction action;
+  action.run = [&runs] {
+    ++runs;
+    return std::string("cut\n");
+  };
+  action.authorize = [](const std::string& authorization) {
+    if (authorization.empty()) return absl::UnauthenticatedError("no token");
+    if (authorization != "Bearer admin") return absl::PermissionDeniedError("not admin");
+    return absl::OkStatus();
+  };
+  auto server = MetricsHttpServer::Start("127.0.0.1", 0, &m, action);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  EXPECT_EQ(HttpRequest(port, "POST", "/checkpoint").status, 401);
+  EXPECT_EQ(HttpRequest(port, "POST", "/checkpoint", "Authorization: Bearer worker\r\n").status, 403);
+  EXPECT_EQ(runs, 0);
+  const HttpResponse ok = HttpRequest(port, "POST", "/checkpoint", "Authorization: Bearer admin\r\n");
+  EXPECT_EQ(ok.status, 202);
+  EXPECT_EQ(ok.body, "cut\n");
+  EXPECT_EQ(runs, 1);
+  auto without = MetricsHttpServer::Start("127.0.0.1", 0, &m);
+  ASSERT_TRUE(without.ok());
+  EXPECT_EQ(HttpRequest((*without)->port(), "POST", "/checkpoint").status, 404);
 }
 
 }  // namespace

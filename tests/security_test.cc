@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "data.grpc.pb.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -324,6 +327,117 @@ TEST(HardeningTest, OversizedRequestsAreRefusedBeforeAnythingIsAllocated) {
   EXPECT_EQ(stats.rejected_requests(), 2u);
   EXPECT_LT(PeakRssKiB(ps.process->pid()), 200u * 1024) << "KiB";
 }
+
+int Threads(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(status, line);) {
+    if (absl::StartsWith(line, "Threads:")) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// A PS whose stderr nobody reads (its pipe fills after 64 KiB): thousands of refused calls
+// neither pile up blocked threads nor keep SIGTERM from stopping it.
+TEST(HardeningTest, AFloodOfRefusedCallsLeavesThreadsBoundedAndSigtermWorking) {
+  SpawnOptions spawn;
+  spawn.capture_stderr = true;  // And never read.
+  auto process =
+      Subprocess::Spawn({HYREC_PS_BINARY, "--tables=t:4", "--security=none", "--port=0", "--threads=4"}, spawn);
+  ASSERT_TRUE(process.ok()) << process.status();
+  auto port = WaitForListeningPort(**process, absl::Seconds(30));
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto stub = EmbeddingService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", *port), grpc::InsecureChannelCredentials()));
+  std::vector<std::thread> clients;
+  std::atomic<int> refused{0};
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < 400; ++i) {
+        proto::LookupRequest request;
+        request.set_table("no such table, and a long name to fill the log faster");
+        proto::LookupResponse response;
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+        if (stub->Lookup(&context, request, &response).error_code() == grpc::StatusCode::NOT_FOUND) ++refused;
+      }
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  EXPECT_EQ(refused.load(), 3200);
+  EXPECT_LT(Threads((*process)->pid()), 64);
+  (*process)->Signal(SIGTERM);
+  auto code = (*process)->Wait(absl::Seconds(15));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
+#ifdef HYREC_WORKER_BINARY
+// A loader that answers Info as the job's would, then streams one batch whose inverse index
+// points past the table's unique ids.
+class MalformedLoader final : public proto::DataService::Service {
+ public:
+  grpc::Status Info(grpc::ServerContext*, const proto::LoaderInfoRequest*, proto::LoaderInfoResponse* out) override {
+    out->set_num_workers(1);
+    out->set_num_slots(2);
+    out->set_num_dense(2);
+    out->set_num_tables(2);
+    out->set_num_shards(1);
+    out->add_start_positions();
+    return grpc::Status::OK;
+  }
+  grpc::Status StreamBatches(grpc::ServerContext*, const proto::StreamRequest*,
+                             grpc::ServerWriter<proto::BatchProto>* writer) override {
+    auto u32 = [](std::vector<uint32_t> v) {
+      return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size());
+    };
+    auto u64 = [](std::vector<uint64_t> v) {
+      return std::string(reinterpret_cast<const char*>(v.data()), 8 * v.size());
+    };
+    auto f32 = [](std::vector<float> v) { return std::string(reinterpret_cast<const char*>(v.data()), 4 * v.size()); };
+    proto::BatchProto b;
+    b.set_batch_id(0);
+    b.set_batch_size(2);
+    b.set_num_dense(2);
+    b.set_labels(f32({0, 1}));
+    b.set_dense(f32({0.1f, 0.2f, 0.3f, 0.4f}));
+    for (int s = 0; s < 2; ++s) {
+      proto::SlotIdsProto* slot = b.add_slots();
+      slot->set_offsets(u32({0, 1, 2}));
+      slot->set_ids(u64({1, 2}));
+      proto::TableIdsProto* table = b.add_tables();
+      table->set_unique_ids(u64({1, 2}));
+      table->set_shard_offsets(u32({0, 2}));
+      for (int k = 0; k < 2; ++k) table->add_inverse(k == s ? u32({0, s == 0 ? 5u : 1u}) : std::string());
+    }
+    writer->Write(b);
+    return grpc::Status::OK;
+  }
+};
+
+TEST(HardeningTest, AWorkerRefusesAMalformedBatchFromItsLoaderWithoutCrashing) {
+  const std::string job = ::testing::TempDir() + "/security_test_malformed.yaml";
+  std::ofstream(job) << "loader: {source: {format: synthetic, synthetic: {num_slots: 2, num_dense: 2}}}\n"
+                     << "model: {embedding_dim: 4, bottom: [8], top: [8]}\n"
+                     << "ps: {shards: 1}\ntrain: {workers: 1}\nsecurity: {mode: none}\n";
+  Server ps = Start({HYREC_PS_BINARY, "--config=" + job, "--shard_index=0", "--port=0", "--log_level=error"});
+  ASSERT_NE(ps.process, nullptr);
+  MalformedLoader service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> loader = builder.BuildAndStart();
+  ASSERT_NE(port, 0);
+  const testing::CommandResult r = testing::RunCommand(
+      {HYREC_WORKER_BINARY, "--config=" + job, "--rank=0", "--ps=" + ps.address,
+       absl::StrCat("--loader=127.0.0.1:", port), "--master_addr=127.0.0.1",
+       absl::StrCat("--master_port=", PickFreeLoopbackPort()), "--progress=none", "--plot=", "--log_level=error"});
+  EXPECT_GT(r.code, 0) << r.all();
+  EXPECT_LT(r.code, 128) << "killed by a signal: " << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "tables[0].inverse[0][1] is 5")) << r.all();
+  loader->Shutdown();
+}
+#endif
 
 }  // namespace
 }  // namespace hyrec

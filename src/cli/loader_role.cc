@@ -25,6 +25,7 @@
 #include "hyrec/data_loader/positions.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
@@ -43,6 +44,7 @@ struct LoaderFlags {
   int replay_batches = 16;
   CommonFlags common;
   SecurityFlags security;
+  std::string heartbeat_file;
 };
 
 // --resume: a positions file (--positions_out), or a checkpoint (a directory, or 'latest' under the
@@ -106,6 +108,7 @@ absl::Status Serve(const LoaderFlags& f) {
   int planned_port = 0;
   HYREC_RETURN_IF_ERROR(job::SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &planned_port));
   InstallStopSignalHandlers();
+  Heartbeat heartbeat(f.heartbeat_file);
   if (options.source.format == data_loader::Format::kSynthetic) {
     const double auc = data_loader::SyntheticSource(options.source.synthetic).TeacherAuc(200'000);
     spdlog::info("synthetic source: the teacher's AUC (the best any model can reach) is {:.4f}", auc);
@@ -160,6 +163,7 @@ int LoaderMain(int argc, char** argv) {
   flags.Int("replay_batches", &f.replay_batches,
             "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);
   AddSecurityFlags(flags, &f.security);
+  AddHeartbeatFlag(flags, &f.heartbeat_file);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("loader", f.common.log_level);

@@ -5,11 +5,14 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <iostream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "hyrec/common/certs.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
@@ -17,6 +20,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
+#include "src/cli/heartbeat.h"
 #include "src/dense_worker/events.h"
 
 namespace hyrec::cli {
@@ -42,10 +46,11 @@ class Cluster {
     done_ = true;
     for (std::thread& t : readers_) t.join();
     if (!certs_dir_.empty()) (void)DeleteDirAndFiles(Env::Default(), certs_dir_);
+    if (!run_dir_.empty()) (void)DeleteDirAndFiles(Env::Default(), run_dir_);
   }
 
   absl::StatusOr<ProcessesResult> Run() {
-    HYREC_RETURN_IF_ERROR(MakeCertificates());
+    HYREC_RETURN_IF_ERROR(MakeRunDirectory());
     HYREC_RETURN_IF_ERROR(StartServers());
     HYREC_RETURN_IF_ERROR(StartWorkers());
     ProcessesResult result;
@@ -65,12 +70,44 @@ class Cluster {
  private:
   const job::JobPlan& plan() const { return *options_.plan; }
 
-  absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(const std::vector<std::string>& argv) {
+  // Starts a child named `name` (its log lines are prefixed with it), with a heartbeat file
+  // the watchdog reads.
+  absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(std::vector<std::string> argv, const std::string& name) {
     SpawnOptions spawn;
     spawn.new_process_group = true;  // Ctrl-C reaches the launcher, which stops the roles in order.
+    spawn.capture_stderr = true;
+    std::string heartbeat;
+    if (options_.watchdog > absl::ZeroDuration()) {
+      heartbeat = JoinPath(run_dir_, absl::StrCat(absl::StrReplaceAll(name, {{" ", "-"}}), ".alive"));
+      argv.push_back("--heartbeat_file=" + heartbeat);
+    }
     auto process = Subprocess::Spawn(argv, spawn);
     if (!process.ok()) return Annotate(process.status(), absl::StrCat("starting ", argv[0]));
+    Subprocess* child = process->get();
+    readers_.emplace_back([child, name] {
+      for (;;) {
+        absl::StatusOr<std::string> line = child->ReadErrorLine(absl::Hours(1));
+        if (absl::IsDeadlineExceeded(line.status())) continue;
+        if (!line.ok()) return;  // The child closed stderr: it exited.
+        std::cerr << absl::StrCat("[", name, "] ", *line, "\n") << std::flush;
+      }
+    });
+    watched_.push_back(Watched{child, name, heartbeat, absl::Now()});
     return process;
+  }
+
+  // A running child whose heartbeat is older than the watchdog timeout (or that has written
+  // none that long after its start): its name.
+  std::optional<std::string> Stalled() const {
+    if (options_.watchdog <= absl::ZeroDuration()) return std::nullopt;
+    const absl::Time now = absl::Now();
+    for (const Watched& w : watched_) {
+      if (w.heartbeat.empty() || !w.process->running()) continue;
+      const double age = SecondsSinceTouched(w.heartbeat);
+      const bool stale = age < 0 ? now - w.started > options_.watchdog : age > absl::ToDoubleSeconds(options_.watchdog);
+      if (stale) return w.name;
+    }
+    return std::nullopt;
   }
 
   absl::StatusOr<int> Listening(Subprocess& process, const std::string& what) {
@@ -85,16 +122,16 @@ class Cluster {
                      "); its error is above"));
   }
 
-  // With security.mode mtls: a CA and a certificate per role, made for this run only, in a
-  // private temporary directory that goes when the run ends.
-  absl::Status MakeCertificates() {
-    if (!plan().spec.security.mtls) return absl::OkStatus();
-    char pattern[] = "/tmp/hyrec-certs-XXXXXX";
+  // A private temporary directory for the run (it goes when the run ends): the children's
+  // heartbeats and, with security.mode mtls, a CA and a certificate per role made for this run.
+  absl::Status MakeRunDirectory() {
+    char pattern[] = "/tmp/hyrec-run-XXXXXX";
     if (mkdtemp(pattern) == nullptr) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot create a directory for the run's certificates: ", std::strerror(errno)));
+      return absl::UnavailableError(absl::StrCat("cannot create the run's directory: ", std::strerror(errno)));
     }
-    certs_dir_ = pattern;
+    run_dir_ = pattern;
+    if (!plan().spec.security.mtls) return absl::OkStatus();
+    certs_dir_ = JoinPath(run_dir_, "certs");
     CertificateRequest request;
     request.dir = certs_dir_;
     request.identities =
@@ -116,10 +153,10 @@ class Cluster {
     for (size_t i = 0; i < plan().ps.size(); ++i) {
       std::vector<std::string> args = common;
       args.push_back(absl::StrCat("--shard_index=", i));
-      HYREC_ASSIGN_OR_RETURN(auto ps, Spawn(Command(options_.roles.ps, args)));
+      HYREC_ASSIGN_OR_RETURN(auto ps, Spawn(Command(options_.roles.ps, args), absl::StrCat("ps ", i)));
       ps_.push_back(std::move(ps));
     }
-    HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common)));
+    HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common), "loader"));
     for (size_t i = 0; i < ps_.size(); ++i) {
       HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
       std::string address = absl::StrCat("127.0.0.1:", port);
@@ -163,7 +200,7 @@ class Cluster {
                                        "--log_level=" + options_.log_level,
                                        "--resume=" + options_.resume};
       for (std::string& flag : CertsFlag()) args.push_back(std::move(flag));
-      HYREC_ASSIGN_OR_RETURN(auto worker, Spawn(Command(options_.roles.worker, args)));
+      HYREC_ASSIGN_OR_RETURN(auto worker, Spawn(Command(options_.roles.worker, args), absl::StrCat("worker ", r)));
       workers_.push_back(std::move(worker));
       Drain(workers_.back().get(), /*events=*/r == 0);
     }
@@ -201,6 +238,16 @@ class Cluster {
       if (options_.stop != nullptr && options_.stop->load() && !forwarded) {
         for (auto& w : workers_) w->Signal(SIGINT);
         forwarded = true;
+      }
+      if (std::optional<std::string> stalled = Stalled(); stalled.has_value() && result == kExitOk) {
+        monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
+                                    " (stopped or frozen); killing it and stopping the job"));
+        for (const Watched& w : watched_) {
+          if (w.name == *stalled) w.process->Signal(SIGKILL);
+        }
+        result = kExitTransient;
+        for (auto& w : workers_) w->Signal(SIGTERM);
+        kill_at = absl::Now() + kStopTimeout;
       }
       bool running = false;
       for (size_t r = 0; r < workers_.size(); ++r) {
@@ -250,7 +297,16 @@ class Cluster {
   std::unique_ptr<embedding_ps::EmbeddingClient> metrics_client_;
   std::vector<std::string> ps_addresses_;
   std::string loader_address_;
+  struct Watched {
+    Subprocess* process;
+    std::string name;
+    std::string heartbeat;  // Empty: not watched.
+    absl::Time started;
+  };
+
+  std::string run_dir_;    // Private temporary directory: heartbeats, certificates.
   std::string certs_dir_;  // The run's certificates (security.mode mtls).
+  std::vector<Watched> watched_;
   std::atomic<bool> done_{false};
   std::vector<std::thread> readers_;
 };

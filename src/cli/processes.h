@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/job/job_plan.h"
 #include "src/cli/roles.h"
@@ -28,6 +29,9 @@ struct ProcessesOptions {
   std::atomic<bool>* checkpoint_request = nullptr;
   // A checkpoint directory every role resumes from (--resume=DIR); empty: a fresh start.
   std::string resume;
+  // A child whose heartbeat (src/cli/heartbeat.h) is this old is killed and the run fails as
+  // transient: a stopped or frozen role. 0: no watchdog.
+  absl::Duration watchdog = absl::Seconds(60);
 };
 
 struct ProcessesResult {
@@ -37,7 +41,8 @@ struct ProcessesResult {
 
 // Starts every role, relays worker 0's reports, waits for the workers, then stops the loader and
 // the PS shards. A worker that fails ends the run with its exit code (the others are stopped); a
-// stop request is passed on to the workers as SIGINT.
+// stop request is passed on to the workers as SIGINT. Every child's stderr is read for its whole
+// life and written to this process's stderr, each line prefixed with the child's name.
 absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options);
 
 }  // namespace hyrec::cli

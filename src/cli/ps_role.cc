@@ -20,6 +20,7 @@
 #include "hyrec/embedding_ps/server.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
@@ -42,6 +43,7 @@ struct PsFlags {
   int shutdown_grace_ms = 2000;
   std::string resume;
   std::string security = "mtls";  // Without --config.
+  std::string heartbeat_file;
   CommonFlags common;
   SecurityFlags security_files;
 };
@@ -138,6 +140,7 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   }
 
   InstallStopSignalHandlers();
+  Heartbeat heartbeat(f.heartbeat_file);
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
   HYREC_ASSIGN_OR_RETURN(auto server, embedding_ps::EmbeddingServer::Start(shared_store, server_options));
   MetricsRegistry metrics;
@@ -198,6 +201,7 @@ int PsMain(int argc, char** argv) {
                "Without --config: mtls (the certificates under --certs, default ./certs) or none (plaintext; any "
                "process that reaches the port may read and write rows).");
   AddSecurityFlags(flags, &f.security_files);
+  AddHeartbeatFlag(flags, &f.heartbeat_file);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("ps", f.common.log_level);

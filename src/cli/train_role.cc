@@ -15,6 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "hyrec/common/certs.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
@@ -27,6 +29,7 @@
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/plot.h"
 #include "src/cli/processes.h"
@@ -87,19 +90,52 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
 bool LiveProgress(const std::string& mode) { return mode == "live" || (mode == "auto" && isatty(1) != 0); }
 
 // The metrics endpoint, with POST /checkpoint setting `checkpoint` (null: no admin request).
+// Who may ask for a checkpoint over HTTP: anyone who reaches the port without security; with
+// mTLS, an admin token (security.tokens) in "Authorization: Bearer", else no one (SIGUSR1 still
+// works for whoever may signal the process).
+std::function<absl::Status(const std::string&)> CheckpointAuthorization(const job::SecuritySpec& security,
+                                                                        const std::string& certs_dir) {
+  if (!security.mtls) return {};
+  if (!security.tokens) {
+    return [](const std::string&) {
+      return absl::PermissionDeniedError(
+          "POST /checkpoint needs an admin token (security.tokens: true) with security.mode mtls; or send the "
+          "process SIGUSR1");
+    };
+  }
+  const std::string secret_file = JoinPath(certs_dir.empty() ? security.dir : certs_dir, "token.secret");
+  return [secret_file](const std::string& authorization) -> absl::Status {
+    absl::string_view token = authorization;
+    if (!absl::ConsumePrefix(&token, "Bearer ")) {
+      return absl::UnauthenticatedError("POST /checkpoint needs \"Authorization: Bearer <admin token>\"");
+    }
+    HYREC_ASSIGN_OR_RETURN(std::string secret, ReadFileToString(Env::Default(), secret_file, 1 << 20));
+    HYREC_ASSIGN_OR_RETURN(const Identity identity,
+                           VerifyToken(absl::StripAsciiWhitespace(secret), token, absl::Now()));
+    if (identity.role != Role::kAdmin) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("POST /checkpoint is for admin; the token is ", IdentityName(identity), "'s"));
+    }
+    return absl::OkStatus();
+  };
+}
+
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const CommonFlags& common, MetricsRegistry* m,
                                                                      const std::string& who,
-                                                                     std::atomic<bool>* checkpoint) {
+                                                                     std::atomic<bool>* checkpoint,
+                                                                     const job::SecuritySpec& security,
+                                                                     const std::string& certs_dir) {
   if (common.metrics_port < 0) return std::unique_ptr<MetricsHttpServer>();
-  std::function<std::string()> on_checkpoint;
+  AdminAction action;
   if (checkpoint != nullptr) {
-    on_checkpoint = [checkpoint] {
+    action.run = [checkpoint] {
       checkpoint->store(true);
       return std::string("a checkpoint is cut at the next step (the job's checkpoint.dir)\n");
     };
+    action.authorize = CheckpointAuthorization(security, certs_dir);
   }
-  HYREC_ASSIGN_OR_RETURN(
-      auto server, MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m, std::move(on_checkpoint)));
+  HYREC_ASSIGN_OR_RETURN(auto server,
+                         MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m, std::move(action)));
   std::cout << who << " metrics: http://" << common.metrics_host << ":" << server->port() << "/metrics" << std::endl;
   return server;
 }
@@ -121,6 +157,7 @@ struct TrainFlags {
   TrainingFlags training;
   bool processes = false;
   double ps_latency_ms = -1;
+  double watchdog_seconds = 60;
 };
 
 absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
@@ -136,8 +173,8 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
       },
       nullptr);
   MetricsRegistry metrics;
-  HYREC_ASSIGN_OR_RETURN(auto metrics_server,
-                         MaybeServeMetrics(f.training.common, &metrics, "hyrec train", signals.checkpoint_flag()));
+  HYREC_ASSIGN_OR_RETURN(auto metrics_server, MaybeServeMetrics(f.training.common, &metrics, "hyrec train",
+                                                                signals.checkpoint_flag(), plan.spec.security, ""));
   dense_worker::MonitorOptions monitor_options;
   monitor_options.out = &std::cout;
   monitor_options.live = LiveProgress(f.training.progress);
@@ -150,6 +187,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.plan = &plan;
     options.roles = roles;
     options.ps_latency_ms = f.ps_latency_ms;
+    options.watchdog = absl::Seconds(f.watchdog_seconds);
     options.log_level = f.training.common.log_level == "info" ? "warn" : f.training.common.log_level;
     options.monitor = monitor_options;
     options.stop = signals.flag();
@@ -189,6 +227,7 @@ struct WorkerFlags {
   std::string master_addr;
   int master_port = 0;
   SecurityFlags security;
+  std::string heartbeat_file;
 };
 
 // The worker's rank and endpoints: flags, else the environment Kubernetes jobs and torchrun set
@@ -234,6 +273,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training.config));
   int rank = 0;
   HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
+  Heartbeat heartbeat(f.heartbeat_file);
   const int world = static_cast<int>(plan.workers.size());
   StopSignals signals(
       [rank](int) {
@@ -242,9 +282,10 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
       },
       nullptr);
   MetricsRegistry metrics;
-  HYREC_ASSIGN_OR_RETURN(auto metrics_server,
-                         MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank),
-                                           rank == 0 ? signals.checkpoint_flag() : nullptr));
+  HYREC_ASSIGN_OR_RETURN(
+      auto metrics_server,
+      MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank),
+                        rank == 0 ? signals.checkpoint_flag() : nullptr, plan.spec.security, f.security.certs));
   const SecurityOptions security = ResolveSecurity(plan.spec.security, Identity{Role::kWorker, rank}, f.security);
   embedding_ps::ClientOptions ps_options;
   ps_options.security = security;
@@ -321,6 +362,10 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
                "each PS (half each way); 0 puts the proxy in with no delay (a latency sweep's baseline); -1: no "
                "proxy.",
                -1, 60000);
+  flags.Double("watchdog_seconds", &f.watchdog_seconds,
+               "With --processes: a role whose heartbeat is older than this (stopped, frozen) is killed and the "
+               "job fails as transient (exit code 3); 0: no watchdog.",
+               0, 86400);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   if (f.ps_latency_ms >= 0 && !f.processes) {
     std::cerr << "hyrec train: --ps_latency_ms needs --processes (the embedded PS has no network)\n";
@@ -346,6 +391,7 @@ int WorkerMain(int argc, char** argv) {
   flags.Int("master_port", &f.master_port,
             "Worker 0's rendezvous port (default: $MASTER_PORT, else the job's cluster.master).", 0, 65535);
   AddSecurityFlags(flags, &f.security);
+  AddHeartbeatFlag(flags, &f.heartbeat_file);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("worker", f.training.common.log_level);
   return Finish("hyrec worker", Work(f));

@@ -1,6 +1,7 @@
 #include "hyrec/common/fp16.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -27,8 +28,17 @@ __attribute__((target("avx,f16c"))) void HalvesToFloatsF16c(const uint16_t* in, 
   for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
 }
 
+// CPUID and XGETBV directly (not __builtin_cpu_supports, whose "f16c" older clang lacks): F16C
+// and AVX, and the OS saving the YMM registers.
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    if ((ecx & bit_F16C) == 0 || (ecx & bit_AVX) == 0 || (ecx & bit_OSXSAVE) == 0) return false;
+    unsigned xcr0_low = 0, xcr0_high = 0;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    return (xcr0_low & 6) == 6;
+  }();
   return has;
 }
 #endif

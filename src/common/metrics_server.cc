@@ -12,22 +12,32 @@ namespace {
 
 class HttplibMetricsServer final : public MetricsHttpServer {
  public:
-  HttplibMetricsServer(MetricsRegistry* registry, std::function<std::string()> on_checkpoint) : registry_(registry) {
+  HttplibMetricsServer(MetricsRegistry* registry, AdminAction checkpoint) : registry_(registry) {
     // SO_REUSEADDR only: cpp-httplib's default adds SO_REUSEPORT, which would let a second
     // process share (and silently split) the port instead of failing to bind.
     server_.set_socket_options([](socket_t sock) {
       int yes = 1;
       setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, reinterpret_cast<const void*>(&yes), sizeof(yes));
     });
-    server_.set_read_timeout(5, 0);
-    server_.set_write_timeout(5, 0);
+    server_.set_read_timeout(2, 0);
+    server_.set_write_timeout(2, 0);
+    server_.set_keep_alive_timeout(2);
+    server_.new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
     server_.Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
       response.set_content(registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
     });
-    if (on_checkpoint) {
-      server_.Post("/checkpoint", [on_checkpoint](const httplib::Request&, httplib::Response& response) {
+    if (checkpoint.run) {
+      server_.Post("/checkpoint", [checkpoint](const httplib::Request& request, httplib::Response& response) {
+        if (checkpoint.authorize) {
+          const absl::Status allowed = checkpoint.authorize(request.get_header_value("Authorization"));
+          if (!allowed.ok()) {
+            response.status = absl::IsUnauthenticated(allowed) ? 401 : 403;
+            response.set_content(std::string(allowed.message()) + "\n", "text/plain; charset=utf-8");
+            return;
+          }
+        }
         response.status = 202;
-        response.set_content(on_checkpoint(), "text/plain; charset=utf-8");
+        response.set_content(checkpoint.run(), "text/plain; charset=utf-8");
       });
     }
   }
@@ -52,6 +62,8 @@ class HttplibMetricsServer final : public MetricsHttpServer {
   }
 
  private:
+  static constexpr size_t kThreads = 64;
+
   MetricsRegistry* registry_;
   httplib::Server server_;
   std::thread thread_;
@@ -60,11 +72,12 @@ class HttplibMetricsServer final : public MetricsHttpServer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& host, int port, MetricsRegistry* registry, std::function<std::string()> on_checkpoint) {
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string& host, int port,
+                                                                            MetricsRegistry* registry,
+                                                                            AdminAction checkpoint) {
   if (port < 0 || port > 65535)
     return absl::InvalidArgumentError(absl::StrCat("metrics port ", port, " is out of range"));
-  auto server = std::make_unique<HttplibMetricsServer>(registry, std::move(on_checkpoint));
+  auto server = std::make_unique<HttplibMetricsServer>(registry, std::move(checkpoint));
   absl::Status s = server->Bind(host, port);
   if (!s.ok()) return s;
   return std::unique_ptr<MetricsHttpServer>(std::move(server));
@@ -77,7 +90,7 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
 namespace hyrec {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(const std::string&, int, MetricsRegistry*,
-                                                                            std::function<std::string()>) {
+                                                                            AdminAction) {
   return absl::UnimplementedError("this build has no metrics endpoint (configured with -DHYREC_WITH_HTTP=OFF)");
 }
 

@@ -24,6 +24,12 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
   if (pipe2(pipe_fds, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
   }
+  int error_fds[2] = {-1, -1};
+  if (options.capture_stderr && pipe2(error_fds, O_CLOEXEC) != 0) {
+    close(pipe_fds[0]);
+    close(pipe_fds[1]);
+    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
+  }
   std::vector<std::string> args_copy = argv;
   std::vector<char*> args;
   for (std::string& a : args_copy) args.push_back(a.data());
@@ -31,8 +37,9 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
+    for (int fd : {pipe_fds[0], pipe_fds[1], error_fds[0], error_fds[1]}) {
+      if (fd >= 0) close(fd);
+    }
     return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
@@ -41,6 +48,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
     if (getppid() != parent) _exit(127);
     if (options.new_process_group) setpgid(0, 0);
     dup2(pipe_fds[1], STDOUT_FILENO);
+    if (error_fds[1] >= 0) dup2(error_fds[1], STDERR_FILENO);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -50,7 +58,8 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(const std::vector<
     _exit(127);
   }
   close(pipe_fds[1]);
-  return std::unique_ptr<Subprocess>(new Subprocess(pid, pipe_fds[0]));
+  if (error_fds[1] >= 0) close(error_fds[1]);
+  return std::unique_ptr<Subprocess>(new Subprocess(pid, pipe_fds[0], error_fds[0]));
 }
 
 Subprocess::~Subprocess() {
@@ -60,34 +69,50 @@ Subprocess::~Subprocess() {
     waitpid(pid_, &status, 0);
   }
   close(stdout_fd_);
+  if (stderr_fd_ >= 0) close(stderr_fd_);
 }
 
-absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout) {
+namespace {
+
+// The next line of `fd` (without its newline), buffering what follows it in `buffer`.
+absl::StatusOr<std::string> ReadLineFrom(int fd, std::string* buffer, pid_t pid, const char* stream,
+                                         absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   for (;;) {
-    const size_t newline = buffer_.find('\n');
+    const size_t newline = buffer->find('\n');
     if (newline != std::string::npos) {
-      std::string line = buffer_.substr(0, newline);
-      buffer_.erase(0, newline + 1);
+      std::string line = buffer->substr(0, newline);
+      buffer->erase(0, newline + 1);
       return line;
     }
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       return absl::DeadlineExceededError(
-          absl::StrCat("process ", pid_, " wrote no line within ", absl::FormatDuration(timeout)));
+          absl::StrCat("process ", pid, " wrote no line to ", stream, " within ", absl::FormatDuration(timeout)));
     }
-    pollfd fd{stdout_fd_, POLLIN, 0};
-    const int ready = poll(&fd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    pollfd ready_fd{fd, POLLIN, 0};
+    const int ready = poll(&ready_fd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
     if (ready < 0 && errno != EINTR) {
       return absl::InternalError(absl::StrCat("poll: ", std::strerror(errno)));
     }
     if (ready <= 0) continue;
     char chunk[4096];
-    const ssize_t n = read(stdout_fd_, chunk, sizeof(chunk));
-    if (n == 0) return absl::OutOfRangeError(absl::StrCat("process ", pid_, " closed stdout"));
+    const ssize_t n = read(fd, chunk, sizeof(chunk));
+    if (n == 0) return absl::OutOfRangeError(absl::StrCat("process ", pid, " closed ", stream));
     if (n < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("read: ", std::strerror(errno)));
-    if (n > 0) buffer_.append(chunk, static_cast<size_t>(n));
+    if (n > 0) buffer->append(chunk, static_cast<size_t>(n));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Subprocess::ReadLine(absl::Duration timeout) {
+  return ReadLineFrom(stdout_fd_, &buffer_, pid_, "stdout", timeout);
+}
+
+absl::StatusOr<std::string> Subprocess::ReadErrorLine(absl::Duration timeout) {
+  if (stderr_fd_ < 0) return absl::FailedPreconditionError("the child's stderr was not captured");
+  return ReadLineFrom(stderr_fd_, &error_buffer_, pid_, "stderr", timeout);
 }
 
 void Subprocess::Signal(int signal) {

@@ -967,6 +967,8 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
   m->Describe("hyrec_ps_updates_total", MetricType::kCounter, "Rows updated.");
   m->Describe("hyrec_ps_admission_rejections_total", MetricType::kCounter, "New ids not admitted (yet).");
   m->Describe("hyrec_ps_rejected_nonfinite_total", MetricType::kCounter, "Updates refused for a NaN/Inf gradient.");
+  m->Describe("hyrec_ps_nonfinite_results_total", MetricType::kCounter,
+              "Rows an update left unchanged because the step would have made them non-finite.");
   m->Describe("hyrec_ps_duplicate_updates_total", MetricType::kCounter,
               "Update requests acknowledged without applying: a repeat of an applied (worker, table, sequence).");
   m->Describe("hyrec_ps_dropped_updates_total", MetricType::kCounter, "Row updates dropped: the id has no row.");
@@ -983,6 +985,7 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
     m->Set("hyrec_ps_updates_total", table_labels, static_cast<double>(t.updates));
     m->Set("hyrec_ps_admission_rejections_total", table_labels, static_cast<double>(t.admission_rejections));
     m->Set("hyrec_ps_rejected_nonfinite_total", table_labels, static_cast<double>(t.rejected_nonfinite));
+    m->Set("hyrec_ps_nonfinite_results_total", table_labels, static_cast<double>(t.nonfinite_results));
     m->Set("hyrec_ps_duplicate_updates_total", table_labels, static_cast<double>(t.duplicate_updates));
     m->Set("hyrec_ps_dropped_updates_total", table_labels, static_cast<double>(t.dropped_updates));
     m->Set("hyrec_ps_table_capacity_rows", table_labels, static_cast<double>(t.capacity_rows));

@@ -12,7 +12,7 @@
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "spdlog/spdlog.h"
 #include "src/common/rpc.h"
-#include "src/embedding_ps/wire.h"
+#include "src/embedding_ps/handlers.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -103,7 +103,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status Lookup(grpc::ServerContext* context, const proto::LookupRequest* request,
                       proto::LookupResponse* response) override {
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "Lookup");
-    if (status.ok()) status = DoLookup(*request, response);
+    if (status.ok()) status = HandleLookup(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("Lookup", status);
     return grpc::Status::OK;
   }
@@ -111,7 +111,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status Update(grpc::ServerContext* context, const proto::UpdateRequest* request,
                       proto::UpdateResponse* response) override {
     absl::Status status = AllowUpdate(*context, *request);
-    if (status.ok()) status = DoUpdate(*request, response);
+    if (status.ok()) status = HandleUpdate(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("Update", status);
     return grpc::Status::OK;
   }
@@ -138,6 +138,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   }
 
  private:
+  RequestLimits Limits() const { return RequestLimits{options_.max_ids_per_request, options_.max_message_bytes}; }
+
   // Counts and logs a refused call (at most a few lines per interval, so that a flood of bad
   // calls cannot flood the log) and returns its status.
   grpc::Status Refused(absl::string_view method, const absl::Status& status) {
@@ -172,82 +174,6 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     }
     return absl::OkStatus();
   }
-
-  // Validates the fields every request has (table, precision, ids) and decodes the ids; returns
-  // the table index.
-  absl::StatusOr<int> ParseCommon(const std::string& table_name, int precision, const std::string& ids_field,
-                                  std::vector<uint64_t>* ids) const {
-    absl::StatusOr<int> table = store_->TableIndex(table_name);
-    if (!table.ok()) return table.status();
-    if (!wire::ValidPrecision(precision)) {
-      return absl::InvalidArgumentError(absl::StrCat("unknown precision ", precision));
-    }
-    const size_t n = ids_field.size() / sizeof(uint64_t);
-    if (n > options_.max_ids_per_request) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat(n, " ids in one request; this PS accepts at most ", options_.max_ids_per_request));
-    }
-    absl::Status status = wire::DecodeIds(ids_field, ids);
-    if (!status.ok()) return status;
-    return table;
-  }
-
-  absl::Status DoLookup(const proto::LookupRequest& request, proto::LookupResponse* response) {
-    std::vector<uint64_t> ids;
-    absl::StatusOr<int> table = ParseCommon(request.table(), request.precision(), request.ids(), &ids);
-    if (!table.ok()) return table.status();
-    absl::Status status;
-    const int dim = store_->table(*table).dim;
-    const size_t n = ids.size() * dim;
-    const size_t answer_bytes = n * wire::BytesPerValue(request.precision());
-    if (answer_bytes + kResponseSlack > static_cast<size_t>(options_.max_message_bytes)) {
-      return absl::ResourceExhaustedError(absl::StrCat("the answer to ", ids.size(), " ids of dim ", dim, " would be ",
-                                                       answer_bytes, " bytes; this PS sends at most ",
-                                                       options_.max_message_bytes, " (split the request)"));
-    }
-    LookupResult result;
-    response->set_dim(dim);
-    response->set_precision(request.precision());
-    std::string* values = response->mutable_values();
-    if (request.precision() == proto::PRECISION_FP32) {
-      values->resize(n * sizeof(float));
-      status = store_->Lookup(*table, ids, absl::MakeSpan(reinterpret_cast<float*>(values->data()), n), &result);
-    } else {
-      std::vector<float> rows(n);
-      status = store_->Lookup(*table, ids, absl::MakeSpan(rows), &result);
-      if (status.ok()) wire::EncodeValues(rows, request.precision(), values);
-    }
-    if (!status.ok()) return status;
-    response->set_not_admitted(result.not_admitted);
-    return absl::OkStatus();
-  }
-
-  absl::Status DoUpdate(const proto::UpdateRequest& request, proto::UpdateResponse* response) {
-    std::vector<uint64_t> ids;
-    absl::StatusOr<int> table = ParseCommon(request.table(), request.precision(), request.ids(), &ids);
-    if (!table.ok()) return table.status();
-    absl::Status status;
-    const int dim = store_->table(*table).dim;
-    const size_t expected = ids.size() * dim * wire::BytesPerValue(request.precision());
-    if (request.grads().size() != expected) {  // Before the gradients get memory of their own.
-      return absl::InvalidArgumentError(absl::StrCat("grads field holds ", request.grads().size(), " bytes, expected ",
-                                                     expected, " (", ids.size(), " ids x dim ", dim, ")"));
-    }
-    std::vector<float> grads(ids.size() * dim);
-    status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
-    if (!status.ok()) return status;
-    UpdateResult result;
-    status = store_->Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
-    if (!status.ok()) return status;
-    response->set_duplicate(result.duplicate);
-    response->set_applied(result.applied);
-    response->set_dropped(result.dropped);
-    response->set_nonfinite(result.nonfinite);
-    return absl::OkStatus();
-  }
-
-  // Room for the answer's other fields beside its values.
-  static constexpr size_t kResponseSlack = 1024;
 
   const std::shared_ptr<EmbeddingShardStore> store_;
   const ServerOptions options_;

@@ -6,9 +6,10 @@
 //   ps->Signal(SIGTERM);
 //   HYREC_ASSIGN_OR_RETURN(int exit_code, ps->Wait(absl::Seconds(5)));
 //
-// The child's stderr is inherited. The destructor SIGKILLs and reaps a child still running, so a
-// failing test never leaves processes behind. Not thread-safe, except that one thread may read
-// lines while another signals and waits.
+// The child's stderr is inherited, or piped back with SpawnOptions::capture_stderr. The
+// destructor SIGKILLs and reaps a child still running, so a failing test never leaves processes
+// behind. Not thread-safe, except that one thread may read stdout lines, another stderr lines,
+// while a third signals and waits.
 #ifndef HYREC_COMMON_SUBPROCESS_H_
 #define HYREC_COMMON_SUBPROCESS_H_
 
@@ -27,6 +28,9 @@ struct SpawnOptions {
   // The child leads a process group of its own, so that a terminal's Ctrl-C reaches only the
   // parent, which decides how its children stop.
   bool new_process_group = false;
+  // The child's stderr is piped back too (ReadErrorLine), for a launcher that logs each child's
+  // output under its name for the child's whole life; else it is inherited.
+  bool capture_stderr = false;
 };
 
 class Subprocess {
@@ -44,6 +48,8 @@ class Subprocess {
   // The next line the child writes to stdout, without the newline. DEADLINE_EXCEEDED after
   // `timeout`; OUT_OF_RANGE when the child closed stdout (exited) first.
   absl::StatusOr<std::string> ReadLine(absl::Duration timeout);
+  // The same for stderr, when it was captured (FAILED_PRECONDITION otherwise).
+  absl::StatusOr<std::string> ReadErrorLine(absl::Duration timeout);
 
   void Signal(int signal);
 
@@ -54,13 +60,15 @@ class Subprocess {
   bool running() const { return running_; }
 
  private:
-  Subprocess(pid_t pid, int stdout_fd) : pid_(pid), stdout_fd_(stdout_fd) {}
+  Subprocess(pid_t pid, int stdout_fd, int stderr_fd) : pid_(pid), stdout_fd_(stdout_fd), stderr_fd_(stderr_fd) {}
 
   pid_t pid_;
   int stdout_fd_;
+  int stderr_fd_;  // -1: inherited.
   bool running_ = true;
   int exit_code_ = -1;
   std::string buffer_;
+  std::string error_buffer_;
 };
 
 // A loopback TCP port that was free a moment ago (for a rendezvous that must be told its port

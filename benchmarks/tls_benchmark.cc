@@ -1,0 +1,207 @@
+// What mutual TLS costs: gRPC lookups and updates against a real `hyrec ps` serving mTLS, beside
+// the same against a plaintext `hyrec ps` (the floor) in the same run, on the same ids; then the
+// default `hyrec train --processes` job (examples/configs/synthetic.yaml) with its default
+// security (mTLS, a throw-away CA) against the same job with security.mode none.
+//
+//   build/benchmarks/tls_benchmark [--rounds=2] [--no_train]
+//
+// PS part: one shard per mode, tables of dim 16 and 64 (Adagrad), 16k Zipf(1.05) ids over 1M
+// per request, rows warmed first; 25 x rounds rounds of 4 calls to each shard in turn (paired,
+// so drift on the machine falls on both). Client and servers share this machine's cores. Targets: TLS
+// >= 0.8 x plaintext for every operation; training >= 0.9 x.
+#include <stdlib.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "bench_util.h"
+#include "hyrec/common/certs.h"
+#include "hyrec/common/hash.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/common/zipf.h"
+#include "hyrec/embedding_ps/client.h"
+#include "hyrec/embedding_ps/ps_cluster.h"
+
+namespace {
+
+using namespace hyrec::embedding_ps;
+
+constexpr uint64_t kVocabulary = 1'000'000;
+constexpr size_t kIds = 16384;
+constexpr char kTables[] = "d16:16:adagrad:0.05,d64:64:adagrad:0.05";
+
+std::vector<uint64_t> g_ids;
+std::unique_ptr<EmbeddingClient> g_plain, g_tls;
+
+struct Op {
+  const char* name;
+  const char* table;
+  int dim;
+  bool update;
+};
+
+// One call of `op` on `client` at the ids from `*offset`.
+absl::Status Call(EmbeddingClient& client, const Op& op, size_t* offset, uint64_t* sequence) {
+  thread_local std::vector<float> rows, grads;
+  rows.resize(kIds * op.dim);
+  grads.assign(kIds * op.dim, 0.001f);
+  if (*offset + kIds > g_ids.size()) *offset = 0;
+  const auto ids = absl::MakeConstSpan(g_ids.data() + *offset, kIds);
+  *offset += kIds;
+  return op.update ? client.Update(op.table, ids, grads, UpdateId{0, ++*sequence})
+                   : client.Lookup(op.table, ids, absl::MakeSpan(rows));
+}
+
+// Paired measurement: rounds of a few calls on the plaintext shard then the same on the mTLS
+// one, so that whatever else the machine does falls on both alike. Ids per second of each.
+absl::StatusOr<std::pair<double, double>> Measure(const Op& op, int rounds) {
+  constexpr int kCallsPerRound = 4;
+  size_t plain_offset = 0, tls_offset = 0;
+  uint64_t plain_sequence = 0, tls_sequence = 0;
+  absl::Duration plain_time, tls_time;
+  for (int r = -1; r < rounds; ++r) {  // Round -1 warms both.
+    const absl::Time a = absl::Now();
+    for (int k = 0; k < kCallsPerRound; ++k) {
+      HYREC_RETURN_IF_ERROR(Call(*g_plain, op, &plain_offset, &plain_sequence));
+    }
+    const absl::Time b = absl::Now();
+    for (int k = 0; k < kCallsPerRound; ++k) HYREC_RETURN_IF_ERROR(Call(*g_tls, op, &tls_offset, &tls_sequence));
+    const absl::Time c = absl::Now();
+    if (r < 0) continue;
+    plain_time += b - a;
+    tls_time += c - b;
+  }
+  const double ids = static_cast<double>(rounds) * kCallsPerRound * kIds;
+  return std::make_pair(ids / absl::ToDoubleSeconds(plain_time), ids / absl::ToDoubleSeconds(tls_time));
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "tls_benchmark: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+absl::Status Warm(EmbeddingClient& client) {
+  std::vector<uint64_t> all(kVocabulary);
+  for (uint64_t i = 0; i < kVocabulary; ++i) all[i] = hyrec::Mix64(i);
+  for (const auto& [table, dim] : {std::pair<const char*, int>{"d16", 16}, {"d64", 64}}) {
+    std::vector<float> out(kIds * dim);
+    for (size_t i = 0; i < all.size(); i += kIds) {
+      const size_t n = std::min(kIds, all.size() - i);
+      absl::Status s =
+          client.Lookup(table, absl::MakeConstSpan(all.data() + i, n), absl::MakeSpan(out).subspan(0, n * dim));
+      if (!s.ok()) return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// samples_per_second of one `hyrec train --processes` run of `job`.
+absl::StatusOr<double> TrainSamplesPerSecond(const std::string& job, const std::string& report) {
+  auto p = hyrec::Subprocess::Spawn(
+      {HYREC_TRAIN_BINARY, "--processes", "--config=" + job, "--report=" + report, "--plot=", "--progress=lines"});
+  if (!p.ok()) return p.status();
+  while ((*p)->ReadLine(absl::Hours(1)).ok()) {
+  }
+  auto code = (*p)->Wait(absl::Minutes(10));
+  if (!code.ok()) return code.status();
+  if (*code != 0) return absl::InternalError(absl::StrCat("hyrec train exited with ", *code, " on ", job));
+  std::ifstream in(report);
+  for (std::string line; std::getline(in, line);) {
+    double value = 0;
+    if (line.rfind("samples_per_second: ", 0) == 0 && absl::SimpleAtod(line.substr(20), &value)) return value;
+  }
+  return absl::InternalError(absl::StrCat(report, " has no samples_per_second"));
+}
+
+int TrainPart(int rounds) {
+  const std::string base = std::string(HYREC_SOURCE_DIR) + "/examples/configs/synthetic.yaml";
+  std::ifstream in(base);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string plain = "/tmp/hyrec_tls_benchmark_plain.yaml";
+  std::ofstream(plain) << text << "security: {mode: none}\n";
+  double best_plain = 0, best_tls = 0;
+  for (int r = 0; r < rounds; ++r) {  // Interleaved, so drift on the machine hits both alike.
+    auto p = TrainSamplesPerSecond(plain, "/tmp/hyrec_tls_benchmark_plain.report");
+    if (!p.ok()) return Fail(p.status());
+    auto t = TrainSamplesPerSecond(base, "/tmp/hyrec_tls_benchmark_tls.report");
+    if (!t.ok()) return Fail(t.status());
+    std::printf("round %d: plaintext %.0f samples/s, mTLS %.0f samples/s\n", r + 1, *p, *t);
+    best_plain = std::max(best_plain, *p);
+    best_tls = std::max(best_tls, *t);
+  }
+  std::printf("\nhyrec train --processes (synthetic.yaml), best of %d: plaintext %.0f, mTLS %.0f samples/s (%.2f)\n",
+              rounds, best_plain, best_tls, best_tls / best_plain);
+  std::printf("target: mTLS >= 0.9 x plaintext\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int rounds = 2;
+  bool train = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--no_train") {
+      train = false;
+    } else if (arg.rfind("--rounds=", 0) == 0 && absl::SimpleAtoi(arg.substr(9), &rounds) && rounds >= 1) {
+    } else {
+      std::fprintf(stderr, "tls_benchmark: unknown argument '%s' (--rounds=N, --no_train)\n", arg.c_str());
+      return 2;
+    }
+  }
+  char certs[] = "/tmp/hyrec-tls-benchmark-XXXXXX";
+  if (mkdtemp(certs) == nullptr) return Fail(absl::UnavailableError("mkdtemp"));
+  hyrec::CertificateRequest request;
+  request.dir = certs;
+  request.identities = hyrec::JobIdentities(1, 1, 0);
+  if (auto s = hyrec::WriteJobCertificates(request); !s.ok()) return Fail(s);
+
+  PsClusterOptions plain_options;
+  plain_options.binary = HYREC_PS_BINARY;
+  plain_options.args = {std::string("--tables=") + kTables, "--capacity_rows=4000000", "--log_level=warn"};
+  PsClusterOptions tls_options = plain_options;
+  tls_options.certs = certs;
+  auto plain = PsCluster::Launch(plain_options);
+  if (!plain.ok()) return Fail(plain.status());
+  auto tls = PsCluster::Launch(tls_options);
+  if (!tls.ok()) return Fail(tls.status());
+  ClientOptions plain_client, tls_client;
+  tls_client.security = hyrec::SecurityInDirectory(certs, {hyrec::Role::kWorker, 0});
+  auto p = ConnectEmbeddingClient((*plain)->addresses(), plain_client);
+  if (!p.ok()) return Fail(p.status());
+  auto t = ConnectEmbeddingClient((*tls)->addresses(), tls_client);
+  if (!t.ok()) return Fail(t.status());
+  g_plain = std::move(*p);
+  g_tls = std::move(*t);
+  if (auto s = Warm(*g_plain); !s.ok()) return Fail(s);
+  if (auto s = Warm(*g_tls); !s.ok()) return Fail(s);
+  const hyrec::ZipfDistribution zipf(kVocabulary, 1.05);
+  std::mt19937_64 rng(7);
+  g_ids.resize(1 << 22);
+  for (auto& id : g_ids) id = hyrec::Mix64(zipf(rng) - 1);
+
+  std::printf("%-10s %16s %16s %8s\n", "16k ids", "plaintext", "mTLS", "ratio");
+  for (const Op& op : {Op{"Lookup16", "d16", 16, false}, Op{"Update16", "d16", 16, true},
+                       Op{"Lookup64", "d64", 64, false}, Op{"Update64", "d64", 64, true}}) {
+    auto rates = Measure(op, rounds * 25);
+    if (!rates.ok()) return Fail(rates.status());
+    std::printf("%-10s %16s %16s %8.2f\n", op.name, hyrec::bench::Millions(rates->first).c_str(),
+                hyrec::bench::Millions(rates->second).c_str(), rates->second / rates->first);
+  }
+  std::printf("target: mTLS >= 0.8 x plaintext\n");
+  g_plain.reset();
+  g_tls.reset();
+  const int code = train ? TrainPart(rounds) : 0;
+  (void)(*plain)->Stop();
+  (void)(*tls)->Stop();
+  return code;
+}

@@ -1,0 +1,92 @@
+#include "src/embedding_ps/handlers.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "src/embedding_ps/wire.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+// Room for the answer's other fields beside its values.
+constexpr size_t kResponseSlack = 1024;
+
+// Validates the fields every request has (table, precision, ids) and decodes the ids; returns
+// the table index.
+absl::StatusOr<int> ParseCommon(const EmbeddingShardStore& store, const RequestLimits& limits,
+                                const std::string& table_name, int precision, const std::string& ids_field,
+                                std::vector<uint64_t>* ids) {
+  absl::StatusOr<int> table = store.TableIndex(table_name);
+  if (!table.ok()) return table.status();
+  if (!wire::ValidPrecision(precision)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown precision ", precision));
+  }
+  const size_t n = ids_field.size() / sizeof(uint64_t);
+  if (n > limits.max_ids_per_request) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(n, " ids in one request; this PS accepts at most ", limits.max_ids_per_request));
+  }
+  absl::Status status = wire::DecodeIds(ids_field, ids);
+  if (!status.ok()) return status;
+  return table;
+}
+
+}  // namespace
+
+absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
+                          proto::LookupResponse* response) {
+  std::vector<uint64_t> ids;
+  absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
+  if (!table.ok()) return table.status();
+  absl::Status status;
+  const int dim = store.table(*table).dim;
+  const size_t n = ids.size() * dim;
+  const size_t answer_bytes = n * wire::BytesPerValue(request.precision());
+  if (answer_bytes + kResponseSlack > static_cast<size_t>(limits.max_message_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat("the answer to ", ids.size(), " ids of dim ", dim, " would be ",
+                                                     answer_bytes, " bytes; this PS sends at most ",
+                                                     limits.max_message_bytes, " (split the request)"));
+  }
+  LookupResult result;
+  response->set_dim(dim);
+  response->set_precision(request.precision());
+  std::string* values = response->mutable_values();
+  if (request.precision() == proto::PRECISION_FP32) {
+    values->resize(n * sizeof(float));
+    status = store.Lookup(*table, ids, absl::MakeSpan(reinterpret_cast<float*>(values->data()), n), &result);
+  } else {
+    std::vector<float> rows(n);
+    status = store.Lookup(*table, ids, absl::MakeSpan(rows), &result);
+    if (status.ok()) wire::EncodeValues(rows, request.precision(), values);
+  }
+  if (!status.ok()) return status;
+  response->set_not_admitted(result.not_admitted);
+  return absl::OkStatus();
+}
+
+absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
+                          proto::UpdateResponse* response) {
+  std::vector<uint64_t> ids;
+  absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
+  if (!table.ok()) return table.status();
+  absl::Status status;
+  const int dim = store.table(*table).dim;
+  const size_t expected = ids.size() * dim * wire::BytesPerValue(request.precision());
+  if (request.grads().size() != expected) {  // Before the gradients get memory of their own.
+    return absl::InvalidArgumentError(absl::StrCat("grads field holds ", request.grads().size(), " bytes, expected ",
+                                                   expected, " (", ids.size(), " ids x dim ", dim, ")"));
+  }
+  std::vector<float> grads(ids.size() * dim);
+  status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
+  if (!status.ok()) return status;
+  UpdateResult result;
+  status = store.Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
+  if (!status.ok()) return status;
+  response->set_duplicate(result.duplicate);
+  response->set_applied(result.applied);
+  response->set_dropped(result.dropped);
+  response->set_nonfinite(result.nonfinite);
+  return absl::OkStatus();
+}
+
+}  // namespace hyrec::embedding_ps

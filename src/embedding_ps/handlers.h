@@ -1,0 +1,32 @@
+// The PS's Lookup and Update handlers without the transport: what the gRPC service runs once a
+// call is admitted, and what the RPC fuzzer (tests/fuzz/rpc_fuzz.cc) feeds untrusted requests.
+//
+// Every size is checked against the request and the table before anything is allocated or a
+// row created (docs/security.md): an unknown table is NOT_FOUND; an unknown precision, ids that
+// are not whole uint64s or gradients of the wrong length INVALID_ARGUMENT; more ids than
+// max_ids_per_request, or an answer larger than max_message_bytes, RESOURCE_EXHAUSTED.
+#ifndef HYREC_SRC_EMBEDDING_PS_HANDLERS_H_
+#define HYREC_SRC_EMBEDDING_PS_HANDLERS_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "embedding.pb.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+
+namespace hyrec::embedding_ps {
+
+struct RequestLimits {
+  uint64_t max_ids_per_request = 1 << 22;
+  int max_message_bytes = 256 << 20;
+};
+
+absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
+                          proto::LookupResponse* response);
+
+absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
+                          proto::UpdateResponse* response);
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_SRC_EMBEDDING_PS_HANDLERS_H_
