@@ -206,6 +206,20 @@ TEST(SecurityTest, TokensNameTheCallerAndBadOnesAreRefused) {
   EXPECT_EQ(Update(*expired, 0, 2, 0.5f).error_code(), grpc::StatusCode::UNAUTHENTICATED);
   auto forged = with_token(IssueToken("not the job's secret", {Role::kWorker, 0}, absl::Now() + absl::Hours(1)));
   EXPECT_EQ(Update(*forged, 0, 3, 0.5f).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // The token file is read again when it changes: a rotated (here: expired) token takes over.
+  {
+    const std::string path = certs + "/rotating.token";
+    std::ofstream(path) << IssueToken(secret, {Role::kWorker, 0}, absl::Now() + absl::Hours(1)) << "\n";
+    SecurityOptions security = As(certs, {Role::kAdmin, 0});
+    security.token_file = path;
+    security.reload_interval = absl::Milliseconds(50);
+    auto rotating = Stub(ps.address, security);
+    EXPECT_TRUE(Update(*rotating, 0, 10, 0.5f).ok());
+    absl::SleepFor(absl::Milliseconds(20));  // A modification time the reader can tell apart.
+    std::ofstream(path) << IssueToken(secret, {Role::kWorker, 0}, absl::Now() - absl::Seconds(5)) << "\n";
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_EQ(Update(*rotating, 0, 11, 0.5f).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
   // A token file that cannot be read fails the call; it never falls back to the certificate.
   SecurityOptions missing = As(certs, {Role::kWorker, 0});
   missing.token_file = certs + "/no-such.token";

@@ -269,34 +269,25 @@ struct alignas(64) Stripe {
   std::vector<std::vector<uint64_t>> tombstones ABSL_GUARDED_BY(mu);
 };
 
-// When `ids` repeats an id, fills `unique_ids` with each id once (first-seen order) and `summed`
-// with its gradients added up, and returns true; false (and nothing filled) when every id is
-// unique.
-bool SumRepeatedIds(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int dim,
+// Each id of `ids` once (first-seen order) in `unique_ids`, with its gradients added up in
+// `summed`. For the rare call that repeats ids (GroupsRepeatIds).
+void SumRepeatedIds(absl::Span<const uint64_t> ids, absl::Span<const float> grads, int dim,
                     std::vector<uint64_t>* unique_ids, std::vector<float>* summed) {
-  if (ids.size() < 2) return false;
-  thread_local absl::flat_hash_map<uint64_t, uint32_t> first;
-  first.clear();
+  absl::flat_hash_map<uint64_t, uint32_t> first;
   first.reserve(ids.size());
-  size_t k = 0;
-  while (k < ids.size() && first.try_emplace(ids[k], static_cast<uint32_t>(k)).second) ++k;
-  if (k < ids.size()) {
-    unique_ids->assign(ids.begin(), ids.begin() + k);
-    summed->assign(grads.begin(), grads.begin() + k * dim);
-    for (; k < ids.size(); ++k) {
-      auto [it, fresh] = first.try_emplace(ids[k], static_cast<uint32_t>(unique_ids->size()));
-      const float* g = grads.data() + k * dim;
-      if (fresh) {
-        unique_ids->push_back(ids[k]);
-        summed->insert(summed->end(), g, g + dim);
-      } else {
-        float* into = summed->data() + static_cast<size_t>(it->second) * dim;
-        for (int j = 0; j < dim; ++j) into[j] += g[j];
-      }
+  unique_ids->clear();
+  summed->clear();
+  for (size_t k = 0; k < ids.size(); ++k) {
+    auto [it, fresh] = first.try_emplace(ids[k], static_cast<uint32_t>(unique_ids->size()));
+    const float* g = grads.data() + k * dim;
+    if (fresh) {
+      unique_ids->push_back(ids[k]);
+      summed->insert(summed->end(), g, g + dim);
+    } else {
+      float* into = summed->data() + static_cast<size_t>(it->second) * dim;
+      for (int j = 0; j < dim; ++j) into[j] += g[j];
     }
   }
-  if (first.capacity() > (1u << 20)) first = {};  // Keep a huge request's table from staying.
-  return !unique_ids->empty();
 }
 
 class StripedStore final : public EmbeddingShardStore {
@@ -378,9 +369,12 @@ class StripedStore final : public EmbeddingShardStore {
     }
     std::vector<uint64_t> unique_ids;
     std::vector<float> summed;
-    if (SumRepeatedIds(ids, grads, layout.dim, &unique_ids, &summed)) {
+    GroupByStripe(t, ids);
+    if (GroupsRepeatIds(ids)) {
+      SumRepeatedIds(ids, grads, layout.dim, &unique_ids, &summed);
       ids = unique_ids;
       grads = summed;
+      GroupByStripe(t, ids);
     }
     if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
       rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
@@ -417,26 +411,25 @@ class StripedStore final : public EmbeddingShardStore {
     }
     // Updates never admit: an id without a row gets one only when the table admits everything.
     const bool create_absent = config.admission.AdmitsEverything();
-    ForEachStripeGroup(t, ids,
-                       [&](Stripe& stripe, absl::Span<const uint32_t> positions,
-                           const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-                         VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
-                                   [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-                                     if (handle == kNoHandle) {
-                                       ++stripe.counters[t].dropped_updates;
-                                       ++local.dropped;
-                                       return;
-                                     }
-                                     if (!StepRowLocked(stripe, handle, layout, config,
-                                                        grads.data() + static_cast<size_t>(position) * layout.dim)) {
-                                       ++local.nonfinite;
-                                       return;
-                                     }
-                                     if (track_changes_) MarkChangedLocked(stripe, handle);
-                                     ++stripe.counters[t].updates;
-                                     ++local.applied;
-                                   });
-                       });
+    VisitGroups([&](Stripe& stripe, absl::Span<const uint32_t> positions, const uint64_t* hashes)
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                      VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
+                                [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                                  if (handle == kNoHandle) {
+                                    ++stripe.counters[t].dropped_updates;
+                                    ++local.dropped;
+                                    return;
+                                  }
+                                  if (!StepRowLocked(stripe, handle, layout, config,
+                                                     grads.data() + static_cast<size_t>(position) * layout.dim)) {
+                                    ++local.nonfinite;
+                                    return;
+                                  }
+                                  if (track_changes_) MarkChangedLocked(stripe, handle);
+                                  ++stripe.counters[t].updates;
+                                  ++local.applied;
+                                });
+                    });
     if (local.nonfinite > 0) nonfinite_results_[t].fetch_add(local.nonfinite, std::memory_order_relaxed);
     if (result != nullptr) *result = local;
     return absl::OkStatus();
@@ -656,19 +649,23 @@ class StripedStore final : public EmbeddingShardStore {
     return false;
   }
 
-  // Hashes `ids`, groups their positions by stripe (counting sort), and calls
-  // visit(stripe, positions, hashes) once per stripe that has any, holding that stripe's lock:
-  // one lock per stripe per batch instead of one per id.
-  template <typename Visit>
-  void ForEachStripeGroup(int t, absl::Span<const uint64_t> ids, Visit&& visit) {
-    struct Scratch {
-      std::vector<uint64_t> hashes;
-      std::vector<uint32_t> stripe_of;
-      std::vector<uint32_t> order;
-      std::vector<uint32_t> starts;  // starts[s] .. starts[s + 1]: stripe s's run in order.
-      std::vector<uint32_t> fill;
-    };
-    thread_local Scratch scratch;
+  // The positions of one call's ids grouped by stripe (GroupByStripe), reused by the thread.
+  struct GroupScratch {
+    std::vector<uint64_t> hashes;
+    std::vector<uint32_t> stripe_of;
+    std::vector<uint32_t> order;
+    std::vector<uint32_t> starts;  // starts[s] .. starts[s + 1]: stripe s's run in order.
+    std::vector<uint32_t> fill;
+    std::vector<std::pair<uint64_t, uint32_t>> sorted;  // GroupsRepeatIds' large groups.
+  };
+  static GroupScratch& Scratch() {
+    thread_local GroupScratch scratch;
+    return scratch;
+  }
+
+  // Hashes `ids` and groups their positions by stripe (counting sort) into Scratch().
+  void GroupByStripe(int t, absl::Span<const uint64_t> ids) {
+    GroupScratch& scratch = Scratch();
     const size_t n = ids.size();
     scratch.hashes.resize(n);
     scratch.stripe_of.resize(n);
@@ -686,6 +683,47 @@ class StripedStore final : public EmbeddingShardStore {
     for (size_t i = 0; i < n; ++i) {
       scratch.order[scratch.fill[scratch.stripe_of[i]]++] = static_cast<uint32_t>(i);
     }
+  }
+
+  // Whether the grouped ids repeat one: a repeat falls in the same stripe with the same hash, so
+  // each group is compared within itself while its hashes are in cache (pairwise when small,
+  // sorted when large).
+  bool GroupsRepeatIds(absl::Span<const uint64_t> ids) const {
+    GroupScratch& scratch = Scratch();
+    constexpr uint32_t kPairwise = 32;
+    for (int s = 0; s < num_stripes_; ++s) {
+      const uint32_t begin = scratch.starts[s];
+      const uint32_t end = scratch.starts[s + 1];
+      if (end - begin <= kPairwise) {
+        for (uint32_t a = begin; a < end; ++a) {
+          const uint32_t pa = scratch.order[a];
+          for (uint32_t b = a + 1; b < end; ++b) {
+            const uint32_t pb = scratch.order[b];
+            if (scratch.hashes[pa] == scratch.hashes[pb] && ids[pa] == ids[pb]) return true;
+          }
+        }
+        continue;
+      }
+      scratch.sorted.clear();
+      for (uint32_t a = begin; a < end; ++a) {
+        scratch.sorted.emplace_back(scratch.hashes[scratch.order[a]], scratch.order[a]);
+      }
+      std::sort(scratch.sorted.begin(), scratch.sorted.end());
+      for (size_t k = 1; k < scratch.sorted.size(); ++k) {
+        if (scratch.sorted[k].first == scratch.sorted[k - 1].first &&
+            ids[scratch.sorted[k].second] == ids[scratch.sorted[k - 1].second]) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  // Calls visit(stripe, positions, hashes) once per stripe group of the last GroupByStripe that
+  // has any, holding that stripe's lock: one lock per stripe per batch instead of one per id.
+  template <typename Visit>
+  void VisitGroups(Visit&& visit) {
+    GroupScratch& scratch = Scratch();
     for (int s = 0; s < num_stripes_; ++s) {
       const uint32_t begin = scratch.starts[s];
       const uint32_t end = scratch.starts[s + 1];
@@ -694,6 +732,12 @@ class StripedStore final : public EmbeddingShardStore {
       StripeLock lock(&stripe.mu);
       visit(stripe, absl::Span<const uint32_t>(scratch.order.data() + begin, end - begin), scratch.hashes.data());
     }
+  }
+
+  template <typename Visit>
+  void ForEachStripeGroup(int t, absl::Span<const uint64_t> ids, Visit&& visit) {
+    GroupByStripe(t, ids);
+    VisitGroups(std::forward<Visit>(visit));
   }
 
   // Calls row(position, handle) for each position of one stripe's group, with the row's handle
