@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/certs.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/hash.h"
@@ -45,8 +46,9 @@ struct PhaseResult {
   double p99_ms = 0;
 };
 
-// Each thread repeats: look up a Zipf batch, then push a gradient for it.
-absl::StatusOr<PhaseResult> Drive(EmbeddingClient& client, int worker_base) {
+// Each thread repeats: look up a Zipf batch, then push a gradient for it. Thread t is worker
+// worker_base + t, through clients[t] (or the one client when there is one).
+absl::StatusOr<PhaseResult> Drive(const std::vector<EmbeddingClient*>& clients, int worker_base) {
   const int dim = g_flags.dim;
   const int batch = g_flags.batch;
   const int threads = g_flags.threads;
@@ -60,6 +62,7 @@ absl::StatusOr<PhaseResult> Drive(EmbeddingClient& client, int worker_base) {
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
     pool.emplace_back([&, t] {
+      EmbeddingClient& client = *clients[clients.size() == 1 ? 0 : t];
       std::mt19937_64 rng(1234 + t);
       std::vector<uint64_t> ids(batch);
       std::vector<float> values(static_cast<size_t>(batch) * dim);
@@ -112,7 +115,7 @@ absl::Status Run() {
   if (mkdtemp(certs) == nullptr) return absl::UnavailableError("cannot create a directory for certificates");
   hyrec::CertificateRequest request;
   request.dir = certs;
-  request.identities = hyrec::JobIdentities(/*workers=*/1, shards, /*loaders=*/0);
+  request.identities = hyrec::JobIdentities(/*workers=*/g_flags.threads, shards, /*loaders=*/0);
   request.token_secret = false;
   absl::Status written = hyrec::WriteJobCertificates(request);
   if (!written.ok()) return written;
@@ -120,17 +123,24 @@ absl::Status Run() {
   std::printf("starting %d PS shard process(es) with mTLS: %s\n", shards, cluster_options.binary.c_str());
   auto cluster = PsCluster::Launch(cluster_options);
   if (!cluster.ok()) return cluster.status();
-  ClientOptions client_options;
-  client_options.security = hyrec::SecurityInDirectory(certs, {hyrec::Role::kWorker, 0});
-  client_options.precision = g_flags.fp16 ? Precision::kFp16 : Precision::kFp32;
-  auto remote = ConnectEmbeddingClient((*cluster)->addresses(), client_options);
-  if (!remote.ok()) return remote.status();
+  // Each thread is a worker of its own, with its own certificate and connection.
+  std::vector<std::unique_ptr<EmbeddingClient>> remotes;
+  std::vector<EmbeddingClient*> remote_clients;
+  for (int t = 0; t < g_flags.threads; ++t) {
+    ClientOptions client_options;
+    client_options.security = hyrec::SecurityInDirectory(certs, {hyrec::Role::kWorker, t});
+    client_options.precision = g_flags.fp16 ? Precision::kFp16 : Precision::kFp32;
+    auto remote = ConnectEmbeddingClient((*cluster)->addresses(), client_options);
+    if (!remote.ok()) return remote.status();
+    remote_clients.push_back(remote->get());
+    remotes.push_back(std::move(*remote));
+  }
   for (const std::string& a : (*cluster)->addresses()) std::printf("  PS at %s\n", a.c_str());
   // --metrics_port: the shards' figures, read from them at each scrape.
   hyrec::MetricsRegistry metrics;
   std::unique_ptr<hyrec::MetricsHttpServer> metrics_server;
   if (g_flags.common.metrics_port >= 0) {
-    EmbeddingClient* client = remote->get();
+    EmbeddingClient* client = remote_clients[0];
     metrics.AddCollector([client](hyrec::MetricsRegistry* m) {
       auto stats = client->Stats();
       if (!stats.ok()) return;
@@ -144,7 +154,7 @@ absl::Status Run() {
 
   std::printf("workload: %d thread(s), lookup+update of %d Zipf(%.2f) ids over %llu, dim %d, Adagrad\n",
               g_flags.threads, g_flags.batch, g_flags.zipf, static_cast<unsigned long long>(g_flags.vocabulary), dim);
-  auto grpc_result = Drive(**remote, 0);
+  auto grpc_result = Drive(remote_clients, 0);
   if (!grpc_result.ok()) return grpc_result.status();
 
   StoreOptions store_options;
@@ -160,7 +170,7 @@ absl::Status Run() {
   }
   auto local = NewInProcessEmbeddingClient(stores);
   if (!local.ok()) return local.status();
-  auto local_result = Drive(**local, 100);
+  auto local_result = Drive({local->get()}, 100);
   if (!local_result.ok()) return local_result.status();
 
   std::printf("\n%-28s %14s %10s %10s\n", "client", "rows/s", "p50 ms", "p99 ms");
@@ -171,7 +181,7 @@ absl::Status Run() {
   std::printf("ratio gRPC / in-process: %.2f  (rows/s counts each id once per lookup+update)\n",
               grpc_result->rows_per_second / local_result->rows_per_second);
 
-  auto stats = (*remote)->Stats();
+  auto stats = remote_clients[0]->Stats();
   if (!stats.ok()) return stats.status();
   for (const ShardStats& s : *stats) {
     const TableStats& t = s.store.tables[0];
@@ -183,7 +193,10 @@ absl::Status Run() {
         static_cast<unsigned long long>(t.lookups), static_cast<unsigned long long>(t.updates),
         static_cast<unsigned long long>(t.evictions));
   }
-  return (*cluster)->Stop();
+  remotes.clear();
+  const absl::Status stopped = (*cluster)->Stop();
+  (void)hyrec::DeleteDirAndFiles(hyrec::Env::Default(), certs);
+  return stopped;
 }
 
 }  // namespace
