@@ -185,6 +185,36 @@ TEST(SecurityTest, ThePsServesOnlyTheJobsIdentitiesEachInItsRole) {
   EXPECT_EQ(*ps.process->Wait(absl::Seconds(10)), 0);
 }
 
+// Whether a Health call as `security` gets through (a fresh channel, so a new handshake).
+bool Reaches(const std::string& address, const SecurityOptions& security) {
+  auto stub = Stub(address, security);
+  proto::HealthResponse health;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  return stub->Health(&context, proto::HealthRequest(), &health).ok();
+}
+
+TEST(SecurityTest, AServerTakesNewCertificatesWithoutARestart) {
+  const std::string certs = WriteCerts("rotate");
+  const std::string old_copy = FreshDir("rotate_old");
+  fs::copy(certs, old_copy);
+  Server ps = StartPs(Job(certs, /*tokens=*/false));
+  ASSERT_NE(ps.process, nullptr);
+  ASSERT_TRUE(Reaches(ps.address, As(old_copy, {Role::kWorker, 0})));
+  // A new CA and certificates written over the files the PS reads.
+  const std::string next = WriteCerts("rotate_next");
+  for (const char* name : {"ca.pem", "ps-0.pem", "ps-0.key"}) {
+    fs::copy_file(next + "/" + name, certs + "/" + name, fs::copy_options::overwrite_existing);
+  }
+  bool rotated = false;
+  for (const absl::Time until = absl::Now() + absl::Seconds(20); !rotated && absl::Now() < until;) {
+    rotated = Reaches(ps.address, As(next, {Role::kWorker, 0}));
+    if (!rotated) absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_TRUE(rotated);
+  EXPECT_FALSE(Reaches(ps.address, As(old_copy, {Role::kWorker, 0})));  // The old CA's clients are out.
+}
+
 TEST(SecurityTest, TokensNameTheCallerAndBadOnesAreRefused) {
   const std::string certs = WriteCerts("tokens");
   Server ps = StartPs(Job(certs, /*tokens=*/true));
