@@ -256,6 +256,18 @@ bool LogLimiter::Admit() {
   return admitted_++ < burst_;
 }
 
+absl::Status Authorizer::AllowWorker(const grpc::ServerContext& context, int64_t worker, bool or_admin,
+                                     absl::string_view method) const {
+  if (!enabled_) return absl::OkStatus();
+  const std::optional<Identity> peer = Peer(context);
+  if (!peer.has_value()) return absl::UnauthenticatedError(absl::StrCat(method, ": the caller has no identity"));
+  if (or_admin && peer->role == Role::kAdmin) return absl::OkStatus();
+  if (peer->role == Role::kWorker && peer->index == worker) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(method, " as worker ", worker, " is for worker-", worker,
+                                                  or_admin ? " or admin" : "", "; the caller is ", IdentityName(*peer),
+                                                  " (a worker acts only as itself)"));
+}
+
 // ---- RpcServer ----
 
 absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& config,

@@ -66,6 +66,12 @@ class Authorizer {
   absl::Status Allow(const grpc::ServerContext& context, std::initializer_list<Role> roles,
                      absl::string_view method) const;
 
+  // OK when security is off, or the caller is worker `worker` (or admin, with `or_admin`):
+  // a worker acts only as itself (its update ids, its batch stream). PERMISSION_DENIED naming
+  // the method and the caller otherwise, UNAUTHENTICATED without an identity.
+  absl::Status AllowWorker(const grpc::ServerContext& context, int64_t worker, bool or_admin,
+                           absl::string_view method) const;
+
   bool enabled() const { return enabled_; }
 
  private:

@@ -58,7 +58,9 @@ class DataServiceImpl final : public proto::DataService::Service {
   grpc::Status StreamBatches(grpc::ServerContext* context, const proto::StreamRequest* request,
                              grpc::ServerWriter<proto::BatchProto>* writer) override {
     const int w = static_cast<int>(request->worker());
-    if (absl::Status allowed = AllowStream(*context, request->worker()); !allowed.ok()) {
+    // A worker's batches go to that worker only: no other process can take them.
+    absl::Status allowed = authorizer_.AllowWorker(*context, request->worker(), /*or_admin=*/false, "StreamBatches");
+    if (!allowed.ok()) {
       return Refused("StreamBatches", allowed);
     }
     if (request->worker() >= static_cast<uint32_t>(options_.num_workers)) {
@@ -86,17 +88,6 @@ class DataServiceImpl final : public proto::DataService::Service {
     std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last replay_batches sent.
     uint64_t next_from_loader = 0;                            // Id the loader hands out next.
   };
-
-  // A worker's batches go to that worker only: no other process can take them.
-  absl::Status AllowStream(const grpc::ServerContext& context, uint32_t worker) const {
-    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker}, "StreamBatches"));
-    const std::optional<Identity> peer = authorizer_.Peer(context);
-    if (peer.has_value() && static_cast<uint32_t>(peer->index) != worker) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(IdentityName(*peer), " asked for worker ", worker, "'s batches; a worker streams its own"));
-    }
-    return absl::OkStatus();
-  }
 
   grpc::Status Refused(absl::string_view method, const absl::Status& status) {
     if (log_limit_.Admit()) spdlog::warn("{} refused: {}", std::string(method), status.ToString());

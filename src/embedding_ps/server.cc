@@ -110,7 +110,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status Update(grpc::ServerContext* context, const proto::UpdateRequest* request,
                       proto::UpdateResponse* response) override {
-    absl::Status status = AllowUpdate(*context, *request);
+    // A worker updates rows under its own id only: no one else can fill its dedup window.
+    absl::Status status = authorizer_.AllowWorker(*context, request->worker_id(), /*or_admin=*/false, "Update");
     if (status.ok()) status = HandleUpdate(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("Update", status);
     return grpc::Status::OK;
@@ -154,25 +155,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   // Cuts are run by worker 0 for the job, or asked for by an admin.
   absl::Status AllowCut(const grpc::ServerContext& context, absl::string_view method) const {
-    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker, Role::kAdmin}, method));
-    const std::optional<Identity> peer = authorizer_.Peer(context);
-    if (peer.has_value() && peer->role == Role::kWorker && peer->index != 0) {
-      return absl::PermissionDeniedError(
-          absl::StrCat(method, " is for worker 0 or admin; the caller is ", IdentityName(*peer)));
-    }
-    return absl::OkStatus();
-  }
-
-  // A worker updates rows under its own id only: no one else can fill its dedup window.
-  absl::Status AllowUpdate(const grpc::ServerContext& context, const proto::UpdateRequest& request) const {
-    HYREC_RETURN_IF_ERROR(authorizer_.Allow(context, {Role::kWorker}, "Update"));
-    const std::optional<Identity> peer = authorizer_.Peer(context);
-    if (peer.has_value() && request.worker_id() != static_cast<uint32_t>(peer->index)) {
-      return absl::PermissionDeniedError(absl::StrCat("Update with worker id ", request.worker_id(), " from ",
-                                                      IdentityName(*peer),
-                                                      ": a worker sends updates under its own id"));
-    }
-    return absl::OkStatus();
+    return authorizer_.AllowWorker(context, 0, /*or_admin=*/true, method);
   }
 
   const std::shared_ptr<EmbeddingShardStore> store_;
