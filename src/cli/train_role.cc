@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -105,13 +106,12 @@ std::function<absl::Status(const std::string&)> CheckpointAuthorization(const jo
   }
   const std::string secret_file = JoinPath(certs_dir.empty() ? security.dir : certs_dir, "token.secret");
   return [secret_file](const std::string& authorization) -> absl::Status {
-    absl::string_view token = authorization;
-    if (!absl::ConsumePrefix(&token, "Bearer ")) {
+    if (!absl::StartsWith(authorization, "Bearer ")) {  // 401 before the secret is read.
       return absl::UnauthenticatedError("POST /checkpoint needs \"Authorization: Bearer <admin token>\"");
     }
     HYREC_ASSIGN_OR_RETURN(std::string secret, ReadFileToString(Env::Default(), secret_file, 1 << 20));
     HYREC_ASSIGN_OR_RETURN(const Identity identity,
-                           VerifyToken(absl::StripAsciiWhitespace(secret), token, absl::Now()));
+                           VerifyBearerToken(absl::StripAsciiWhitespace(secret), authorization, absl::Now()));
     if (identity.role != Role::kAdmin) {
       return absl::PermissionDeniedError(
           absl::StrCat("POST /checkpoint is for admin; the token is ", IdentityName(identity), "'s"));

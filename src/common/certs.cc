@@ -261,4 +261,11 @@ absl::StatusOr<Identity> VerifyToken(absl::string_view secret, absl::string_view
   return identity;
 }
 
+absl::StatusOr<Identity> VerifyBearerToken(absl::string_view secret, absl::string_view authorization, absl::Time now) {
+  if (!absl::ConsumePrefix(&authorization, "Bearer ")) {
+    return absl::UnauthenticatedError("the authorization header is not \"Bearer <token>\"");
+  }
+  return VerifyToken(secret, authorization, now);
+}
+
 }  // namespace hyrec

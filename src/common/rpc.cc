@@ -87,14 +87,10 @@ absl::StatusOr<Identity> CallerIdentity(const std::multimap<grpc::string_ref, gr
                                         const grpc::AuthContext& context, ReloadingFile* secret) {
   auto header = metadata.find("authorization");
   if (header != metadata.end()) {
-    absl::string_view token(header->second.data(), header->second.size());
-    if (!absl::ConsumePrefix(&token, "Bearer ")) {
-      return absl::UnauthenticatedError("the authorization header is not a bearer token");
-    }
     if (secret == nullptr) return absl::UnauthenticatedError("this server accepts no tokens (no token secret)");
     absl::StatusOr<std::string> key = secret->Get();
     if (!key.ok()) return absl::UnauthenticatedError("the server cannot read its token secret");
-    return VerifyToken(*key, token, absl::Now());
+    return VerifyBearerToken(*key, absl::string_view(header->second.data(), header->second.size()), absl::Now());
   }
   const std::vector<grpc::string_ref> names = context.FindPropertyValues("x509_common_name");
   if (names.empty()) return absl::UnauthenticatedError("the caller presented no certificate and no token");

@@ -47,6 +47,10 @@ std::string IssueToken(absl::string_view secret, const Identity& identity, absl:
 // UNAUTHENTICATED saying which check failed otherwise.
 absl::StatusOr<Identity> VerifyToken(absl::string_view secret, absl::string_view token, absl::Time now);
 
+// VerifyToken on an authorization header's value, "Bearer <token>"; UNAUTHENTICATED for a value
+// of another shape.
+absl::StatusOr<Identity> VerifyBearerToken(absl::string_view secret, absl::string_view authorization, absl::Time now);
+
 }  // namespace hyrec
 
 #endif  // HYREC_COMMON_CERTS_H_
