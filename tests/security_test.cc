@@ -24,6 +24,7 @@
 #include "hyrec/job/job_plan.h"
 #include "run_command.h"
 #include "src/common/rpc.h"
+#include "src/nn_sync/rendezvous.h"
 
 namespace hyrec {
 namespace {
@@ -457,6 +458,66 @@ class MalformedLoader final : public proto::DataService::Service {
     return grpc::Status::OK;
   }
 };
+
+// Whether a plain TCP connection to 127.0.0.1:port is accepted.
+bool Listening(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  ::close(fd);
+  return connected;
+}
+
+// The workers' rendezvous, hosted by a real `hyrec worker` 0: a client without the job's
+// certificate, or with a role other than worker, cannot announce itself as rank 1 (with
+// TCPStore anyone could); the real worker 1 then joins and the job trains to the end.
+TEST(SecurityTest, OnlyTheJobsWorkersJoinTheDenseRendezvous) {
+  const std::string certs = WriteCerts("rendezvous");
+  const std::string job = Job(certs, /*tokens=*/false);
+  Server ps = StartPs(job);
+  Server loader = Start({HYREC_LOADER_BINARY, "--config=" + job, "--port=0", "--log_level=error"});
+  ASSERT_NE(ps.process, nullptr);
+  ASSERT_NE(loader.process, nullptr);
+  const int master_port = PickFreeLoopbackPort();
+  auto worker = [&](int rank) {
+    auto p = Subprocess::Spawn({HYREC_WORKER_BINARY, "--config=" + job, absl::StrCat("--rank=", rank),
+                                "--ps=" + ps.address, "--loader=" + loader.address, "--master_addr=127.0.0.1",
+                                absl::StrCat("--master_port=", master_port), "--progress=none",
+                                "--plot=", "--log_level=error"});
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  };
+  std::unique_ptr<Subprocess> worker0 = worker(0);
+  ASSERT_NE(worker0, nullptr);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!Listening(master_port) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(Listening(master_port)) << "worker 0 never hosted its rendezvous";
+
+  auto announce = [&](const SecurityOptions& security) {
+    nn_sync::RendezvousOptions o;
+    o.port = master_port;
+    o.security = security;
+    o.timeout = absl::Seconds(2);
+    auto rendezvous = nn_sync::JoinRendezvous(o);
+    EXPECT_TRUE(rendezvous.ok()) << rendezvous.status();
+    return rendezvous.ok() ? (*rendezvous)->Set("hyrec/rendezvous/1", "1") : rendezvous.status();
+  };
+  EXPECT_FALSE(announce(SecurityOptions{}).ok());  // No TLS.
+  EXPECT_FALSE(announce(As(WriteCerts("rendezvous_stranger"), {Role::kWorker, 1})).ok());
+  EXPECT_TRUE(absl::IsPermissionDenied(announce(As(certs, {Role::kLoader, 0}))));
+  EXPECT_TRUE(absl::IsPermissionDenied(announce(As(certs, {Role::kAdmin, 0}))));
+
+  std::unique_ptr<Subprocess> worker1 = worker(1);
+  ASSERT_NE(worker1, nullptr);
+  for (Subprocess* w : {worker0.get(), worker1.get()}) {
+    auto code = w->Wait(absl::Seconds(120));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0);
+  }
+}
 
 TEST(HardeningTest, AWorkerRefusesAMalformedBatchFromItsLoaderWithoutCrashing) {
   const std::string job = ::testing::TempDir() + "/security_test_malformed.yaml";

@@ -320,6 +320,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   options.resume = resume ? &resume->dense : nullptr;
   options.checkpoint_request = rank == 0 ? signals.checkpoint_flag() : nullptr;
   options.job_text = plan.spec.text;
+  options.security = security;
   HYREC_ASSIGN_OR_RETURN(TrainReport report, dense_worker::RunWorker(plan.workers[rank], plan.endpoints, options));
   if (rank == 0) {
     PlotIfAsked(report, f.training.plot, std::cout);

@@ -90,6 +90,7 @@ class WorkerLoop {
       sync.master_port = endpoints_.master_port;
       sync.timeout = Seconds(plan_.sync_timeout_seconds);
       sync.device_is_cuda = device_.is_cuda();
+      sync.security = options_.security;
       HYREC_ASSIGN_OR_RETURN(sync_, nn_sync::DenseSync::Create(sync));
       HYREC_RETURN_IF_ERROR(sync_->BroadcastParameters(model_->parameters()));
       sync_->AttachToParameters(model_->parameters());

@@ -2,7 +2,7 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #endif
@@ -14,6 +14,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+#include "src/nn_sync/rendezvous.h"
 
 namespace hyrec::nn_sync {
 namespace {
@@ -33,10 +35,59 @@ absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
   std::string message = e.what();
   const size_t newline = message.find('\n');
   if (newline != std::string::npos) message.resize(newline);  // Drop the C++ stack trace.
-  const bool timed_out = message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos;
+  const bool timed_out = message.find("imed out") != std::string::npos || message.find("imeout") != std::string::npos ||
+                         message.find("DEADLINE_EXCEEDED") != std::string::npos;
   return absl::Status(timed_out ? absl::StatusCode::kDeadlineExceeded : absl::StatusCode::kUnavailable,
                       absl::StrCat(what, " failed: ", message));
 }
+
+// c10d's Store over hyrec's rendezvous (rendezvous.h): c10d expects failures as exceptions.
+// A wait without a timeout (c10d's kNoTimeout) gets the store's, so that none blocks for good.
+class RendezvousStore final : public c10d::Store {
+ public:
+  RendezvousStore(std::shared_ptr<Rendezvous> rendezvous, std::chrono::milliseconds timeout)
+      : c10d::Store(timeout), rendezvous_(std::move(rendezvous)), fallback_timeout_(timeout) {}
+
+  // Newer LibTorch's Store asks for a copy that threads may use on their own (its watchdogs);
+  // the rendezvous is thread-safe, so copies share it. Not marked override: LibTorch 1.13's
+  // Store has no clone().
+  virtual c10::intrusive_ptr<c10d::Store> clone() {
+    return c10::make_intrusive<RendezvousStore>(rendezvous_, fallback_timeout_);
+  }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    Check(rendezvous_->Set(key, std::string(value.begin(), value.end())));
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    const std::string value = Value(rendezvous_->Get(key, Timeout(timeout_)));
+    return std::vector<uint8_t>(value.begin(), value.end());
+  }
+  int64_t add(const std::string& key, int64_t value) override { return Value(rendezvous_->Add(key, value)); }
+  bool deleteKey(const std::string& key) override { return Value(rendezvous_->Delete(key)); }
+  bool check(const std::vector<std::string>& keys) override { return Value(rendezvous_->Check(keys)); }
+  int64_t getNumKeys() override { return Value(rendezvous_->NumKeys()); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override {
+    Check(rendezvous_->Wait(keys, Timeout(timeout)));
+  }
+
+ private:
+  absl::Duration Timeout(std::chrono::milliseconds timeout) const {
+    if (timeout == kNoTimeout) timeout = fallback_timeout_;
+    return absl::Milliseconds(timeout.count());
+  }
+  static void Check(const absl::Status& status) {
+    if (!status.ok()) throw std::runtime_error(status.ToString());
+  }
+  template <typename T>
+  static T Value(absl::StatusOr<T> value) {
+    Check(value.status());
+    return *std::move(value);
+  }
+
+  const std::shared_ptr<Rendezvous> rendezvous_;
+  const std::chrono::milliseconds fallback_timeout_;
+};
 
 class C10dSync final : public DenseSync {
  public:
@@ -250,25 +301,24 @@ absl::Status SyncOptions::Validate() const {
 absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& options) {
   absl::Status valid = options.Validate();
   if (!valid.ok()) return valid;
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(options.master_port);
-    store_options.isServer = options.rank == 0;
-    store_options.numWorkers = options.world_size;
-    store_options.waitWorkers = false;
-    store_options.timeout = ToChrono(options.timeout);
-    store = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
-    // Every rank announces itself and waits for all the others, within the timeout.
-    store->set(absl::StrCat("hyrec/rendezvous/", options.rank), std::vector<uint8_t>{1});
-    std::vector<std::string> everyone;
-    for (int r = 0; r < options.world_size; ++r) everyone.push_back(absl::StrCat("hyrec/rendezvous/", r));
-    store->wait(everyone, ToChrono(options.timeout));
-  } catch (const std::exception& e) {
-    return CollectiveError(absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port, " (rank ",
-                                        options.rank, " of ", options.world_size, ")"),
-                           e);
-  }
+  // Worker 0 hosts the rendezvous on the master address (only there: no other interface), the
+  // others join it; every rank announces itself and waits for all the others, within the timeout.
+  const std::string where = absl::StrCat("rendezvous at ", options.master_addr, ":", options.master_port, " (rank ",
+                                         options.rank, " of ", options.world_size, ")");
+  RendezvousOptions rendezvous_options;
+  rendezvous_options.host = options.master_addr;
+  rendezvous_options.port = options.master_port;
+  rendezvous_options.security = options.security;
+  rendezvous_options.timeout = options.timeout;
+  absl::StatusOr<std::unique_ptr<Rendezvous>> rendezvous =
+      options.rank == 0 ? HostRendezvous(rendezvous_options) : JoinRendezvous(rendezvous_options);
+  if (!rendezvous.ok()) return Annotate(rendezvous.status(), where);
+  HYREC_RETURN_IF_ERROR(Annotate((*rendezvous)->Set(absl::StrCat("hyrec/rendezvous/", options.rank), "1"), where));
+  std::vector<std::string> everyone;
+  for (int r = 0; r < options.world_size; ++r) everyone.push_back(absl::StrCat("hyrec/rendezvous/", r));
+  HYREC_RETURN_IF_ERROR(Annotate((*rendezvous)->Wait(everyone, options.timeout), where));
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<RendezvousStore>(
+      std::shared_ptr<Rendezvous>(*std::move(rendezvous)), ToChrono(options.timeout));
   SyncBackend backend = options.backend;
   if (backend == SyncBackend::kAuto) backend = options.device_is_cuda ? SyncBackend::kNccl : SyncBackend::kGloo;
   if (backend == SyncBackend::kNccl) {

@@ -48,6 +48,7 @@
 
 #include "absl/status/statusor.h"
 #include "hyrec/common/env.h"
+#include "hyrec/common/security.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/checkpoint.h"
@@ -141,6 +142,9 @@ struct WorkerOptions {
   std::atomic<bool>* checkpoint_request = nullptr;
   std::string job_text;  // The job file's text, kept in checkpoints.
   Env* env = nullptr;    // Checkpoint files; nullptr: Env::Default().
+  // This worker's identity for the dense rendezvous (worker 0 hosts it); off by default, for
+  // workers that are threads of one process.
+  SecurityOptions security;
 };
 
 // Trains worker `plan.rank` of the job to the end of its data or a stop request. Returns this

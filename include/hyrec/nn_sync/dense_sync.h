@@ -23,8 +23,9 @@
 //
 // Backend: ProcessGroupGloo on CPU; ProcessGroupNCCL when LibTorch was built with CUDA and the
 // parameters live on a GPU (compiled in only with a CUDA LibTorch; chosen at run time from the
-// worker's device). Rendezvous goes through
-// c10d's TCPStore hosted by rank 0 at master_addr:master_port. Every collective and the
+// worker's device). Rendezvous goes through a store rank 0 hosts on master_addr:master_port
+// only (gRPC; mTLS with `security`, admitting only the job's workers), in place of c10d's
+// TCPStore, which listens on every interface and admits anyone. Every collective and the
 // rendezvous have `timeout`: a dead or frozen peer becomes an error Status, never a hang.
 //
 // Thread safety: one DenseSync per worker, used from the training thread (the gradient hooks run
@@ -41,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/common/security.h"
 
 namespace hyrec::nn_sync {
 
@@ -56,6 +58,10 @@ struct SyncOptions {
   // kAuto: NCCL when the parameters live on a GPU (device_is_cuda), Gloo otherwise.
   SyncBackend backend = SyncBackend::kAuto;
   bool device_is_cuda = false;
+  // This rank's identity's files for the rendezvous (mTLS: rank 0 presents worker 0's
+  // certificate, the others check that name). Off by default: ranks that are threads of one
+  // process, or a trusted network.
+  SecurityOptions security;
 
   // Fills rank, world_size, master_addr and master_port from the variables Kubernetes jobs and
   // torchrun set (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as `getenv` returns them; a
@@ -66,8 +72,9 @@ struct SyncOptions {
 
 class DenseSync {
  public:
-  // Joins the group: connects to (or, on rank 0, hosts) the TCPStore and creates the process
-  // group. DEADLINE_EXCEEDED / UNAVAILABLE when the peers do not all arrive within the timeout.
+  // Joins the group: connects to (or, on rank 0, hosts) the rendezvous and creates the process
+  // group. UNAVAILABLE when rank 0 cannot bind master_addr:master_port. DEADLINE_EXCEEDED / UNAVAILABLE when the peers
+  // do not all arrive within the timeout.
   static absl::StatusOr<std::unique_ptr<DenseSync>> Create(const SyncOptions& options);
   virtual ~DenseSync() = default;
 
