@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -165,6 +166,41 @@ TEST(Rendezvous, WaitsEndWithinTheirDeadline) {
   start = absl::Now();
   EXPECT_FALSE(lonely->Set("k", "v").ok());
   EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+}
+
+// A rank that starts before worker 0 keeps trying to reach it at least every second, as
+// TCPStore's clients do: gRPC's own reconnect backoff grows from 1 s by 1.6x (attempts about 0,
+// 1, 2.6 and 5.2 s in), which would leave a late host unseen for longer and longer.
+TEST(Rendezvous, ARankThatStartsBeforeTheHostRetriesAtLeastEverySecond) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(listener, 16), 0);
+  socklen_t length = sizeof(addr);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &length);
+  // Not a host yet: every connection is closed at once, as by a process that is still starting.
+  RendezvousOptions options = Options("", {}, ntohs(addr.sin_port));
+  options.timeout = absl::Seconds(6);
+  auto early = Join(options);
+  ASSERT_NE(early, nullptr);
+  std::thread caller([&] { EXPECT_FALSE(early->Set("hyrec/rendezvous/1", "1").ok()); });
+  int attempts = 0;
+  const absl::Time end = absl::Now() + absl::Seconds(6);
+  while (absl::Now() < end) {
+    pollfd ready{listener, POLLIN, 0};
+    if (::poll(&ready, 1, 100) == 1) {
+      const int fd = ::accept(listener, nullptr, nullptr);
+      if (fd >= 0) {
+        ++attempts;
+        ::close(fd);
+      }
+    }
+  }
+  caller.join();
+  ::close(listener);
+  EXPECT_GE(attempts, 7);
 }
 
 TEST(Rendezvous, AHostGoingAwayEndsTheWaitsOnIt) {
