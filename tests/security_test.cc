@@ -461,14 +461,9 @@ class MalformedLoader final : public proto::DataService::Service {
 
 // Whether a plain TCP connection to 127.0.0.1:port is accepted.
 bool Listening(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  const bool connected = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return connected;
+  const int fd = Connect(port);
+  if (fd >= 0) ::close(fd);
+  return fd >= 0;
 }
 
 // The workers' rendezvous, hosted by a real `hyrec worker` 0: a client without the job's
