@@ -21,7 +21,7 @@ namespace {
 
 constexpr size_t kEntryOverhead = 64;                            // Bytes a key costs besides its text and value.
 constexpr absl::Duration kPollCancel = absl::Milliseconds(100);  // How often a waiting call checks its caller.
-constexpr absl::Duration kLongestWait = absl::Hours(1);
+constexpr absl::Duration kLongestWait = absl::Hours(1);          // Of one Get or Wait, on either side.
 
 // The keys and values, with waits for keys to be set. Thread-safe.
 class Table {
@@ -398,7 +398,7 @@ class RemoteRendezvous final : public Rendezvous {
 
  private:
   static uint32_t TimeoutMs(absl::Duration timeout) {
-    return static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(timeout), 0, 3'600'000));
+    return static_cast<uint32_t>(absl::ToInt64Milliseconds(std::clamp(timeout, absl::ZeroDuration(), kLongestWait)));
   }
 
   // One call with the deadline options_.timeout + `waits` (the server answers a wait that runs
