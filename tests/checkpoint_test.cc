@@ -289,6 +289,24 @@ TEST(FaultInjectionTest, AFailedCheckpointLeavesThePreviousOneIntact) {
             std::vector<std::string>{CheckpointDirName(kCheckpointPrefix, 99, 1)});
 }
 
+// A run resumed into a root that holds another run's later checkpoints: its cut still being
+// written sorts before those, yet is not taken for what a failed write left.
+TEST(CheckpointTest, RetiringKeepsACutInProgressThatSortsBeforeAnotherRunsLaterOnes) {
+  const std::string root = FreshDir("retire_resumed");
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  stores.push_back(*EmbeddingShardStore::Create(Options()));
+  const std::string later = CheckpointDirName(kCheckpointPrefix, 50, 1005);    // The first run's last.
+  const std::string mine = CheckpointDirName(kCheckpointPrefix, 40, 1002);     // Just committed.
+  const std::string writing = CheckpointDirName(kCheckpointPrefix, 50, 1003);  // No manifest yet.
+  const std::string failed = CheckpointDirName(kCheckpointPrefix, 30, 1001);   // A failed write.
+  WriteCheckpoint(Env::Default(), JoinPath(root, later), stores);
+  WriteCheckpoint(Env::Default(), JoinPath(root, mine), stores);
+  for (const std::string& d : {writing, failed}) ASSERT_TRUE(Env::Default()->CreateDirs(JoinPath(root, d)).ok());
+  ASSERT_TRUE(RetireCheckpoints(Env::Default(), root, kCheckpointPrefix, 20, "", JoinPath(root, mine)).ok());
+  EXPECT_EQ(ListCheckpointDirs(Env::Default(), root, kCheckpointPrefix),
+            (std::vector<std::string>{mine, writing, later}));
+}
+
 TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {
   const std::string dir = FreshDir("delta");
   auto store = *EmbeddingShardStore::Create(Options(/*capacity=*/120, /*track=*/true));

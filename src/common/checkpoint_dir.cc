@@ -212,13 +212,16 @@ absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root,
 }
 
 absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
-                               const std::string& keep) {
+                               const std::string& keep, const std::string& just_committed) {
   const std::vector<std::string> dirs = ListCheckpointDirs(env, root, prefix);
   std::vector<bool> committed(dirs.size());
   int newest_committed = -1;
   for (size_t i = 0; i < dirs.size(); ++i) {
     committed[i] = env->FileExists(JoinPath(JoinPath(root, dirs[i]), kManifestName));
-    if (committed[i]) newest_committed = static_cast<int>(i);
+    if (committed[i] && just_committed.empty()) newest_committed = static_cast<int>(i);
+    if (!just_committed.empty() && (dirs[i] == just_committed || JoinPath(root, dirs[i]) == just_committed)) {
+      newest_committed = static_cast<int>(i);
+    }
   }
   int kept = 0;
   absl::Status first_error;

@@ -391,7 +391,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
         if (best) shared_->best_checkpoint = dir;
         keep = shared_->best_checkpoint;
       }
-      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep);
+      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir);
     }();
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (s.ok() && checkpoint) {

@@ -88,10 +88,13 @@ absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root,
                                               std::vector<std::string>* skipped = nullptr);
 
 // Deletes the committed checkpoints under `root` older than the newest `keep_last`, except
-// `keep` (e.g. the best evaluation's, kept beside them), and directories without a manifest that are older than the
-// newest committed one (what failed writes left). Call only once the newest manifest is durable.
+// `keep` (e.g. the best evaluation's, kept beside them), and directories without a manifest that
+// are older than `committed`, the checkpoint just committed (what failed writes left). Newer ones
+// may still be being written, by this run or, after a resume into the same root, beside another
+// run's later checkpoints that sort after them. Empty `committed`: the newest committed one. Call
+// only once the newest manifest is durable.
 absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
-                               const std::string& keep);
+                               const std::string& keep, const std::string& committed = "");
 
 }  // namespace hyrec
 
