@@ -182,6 +182,29 @@ std::vector<std::unique_ptr<EmbeddingShardStore>> Cluster(int shards, int ids) {
   return stores;
 }
 
+// --resume=auto: a fresh start where there is no committed checkpoint (none, or only a cut that
+// never wrote its manifest), the newest otherwise; other values pass through.
+TEST(ResumeFlagTest, AutoResumesOnlyFromACommittedCheckpoint) {
+  const std::string root = FreshDir("resume_auto");
+  Env* env = Env::Default();
+  std::string note;
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "auto", &note), "");
+  EXPECT_NE(note.find("starting fresh"), std::string::npos) << note;
+  EXPECT_EQ(ResolveResumeFlag(env, "", kCheckpointPrefix, "auto", nullptr), "");
+  const std::string torn = JoinPath(root, CheckpointDirName(kCheckpointPrefix, 5, 1));
+  std::filesystem::create_directories(torn);
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "auto", nullptr), "");
+  WriteAll(JoinPath(torn, kManifestName), "not a manifest");
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "auto", &note), "latest");
+  EXPECT_NE(note.find("resuming"), std::string::npos) << note;
+  // A committed but corrupt checkpoint is no fresh start: resolving it then fails, naming it.
+  CheckpointManifest m;
+  EXPECT_FALSE(ResolveCheckpoint(env, root, kCheckpointPrefix, "latest", &m).ok());
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "latest", nullptr), "latest");
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "/some/dir", nullptr), "/some/dir");
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "", nullptr), "");
+}
+
 TEST(ShardCheckpointTest, RestoresExactlyWithOptimizerState) {
   const std::string dir = FreshDir("exact");
   auto stores = Cluster(2, 300);

@@ -4,6 +4,7 @@
 //   hyrec certs --dir=certs --workers=4 --ps=8           # or by count
 //   hyrec certs --dir=certs --add --workers=6            # more identities under the same CA
 //   hyrec certs --dir=certs --token=admin --token_hours=8 > admin.token
+//   hyrec certs --dir=certs --config=job.yaml --k8s=myjob   # + certs/k8s-secrets.yaml, one Secret a role
 //
 // docs/security.md describes the files and how the roles use them.
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/job/job_plan.h"
+#include "hyrec/job/k8s.h"
 #include "src/cli/roles.h"
 
 namespace hyrec::cli {
@@ -31,6 +33,10 @@ struct CertsFlags {
   int days = 365;
   std::string token;
   double token_hours = 24;
+  std::string k8s;  // The job's name on Kubernetes: also write its Secrets.
+  std::string k8s_namespace;
+  std::string k8s_out;
+  bool kubectl = false;
 };
 
 absl::Status PrintToken(const CertsFlags& f) {
@@ -40,6 +46,24 @@ absl::Status PrintToken(const CertsFlags& f) {
   const std::string trimmed(absl::StripAsciiWhitespace(secret));
   if (trimmed.empty()) return absl::InvalidArgumentError(absl::StrCat(f.dir, "/token.secret is empty"));
   std::cout << IssueToken(trimmed, identity, absl::Now() + absl::Seconds(f.token_hours * 3600)) << "\n";
+  return absl::OkStatus();
+}
+
+// The Kubernetes Secrets of the job's roles (--k8s), into --k8s_out (mode 0600) or, with
+// --kubectl, as commands on stdout.
+absl::Status WriteSecrets(const CertsFlags& f, int workers, int ps) {
+  if (f.loaders != 1) return absl::InvalidArgumentError("--k8s renders one loader (loader-0); drop --loaders");
+  HYREC_ASSIGN_OR_RETURN(const std::string text, job::K8sSecrets(f.k8s, f.k8s_namespace, f.dir, std::max(workers, 0),
+                                                                 std::max(ps, 0), f.kubectl));
+  if (f.kubectl) {
+    std::cout << text;
+    return absl::OkStatus();
+  }
+  const std::string out = f.k8s_out.empty() ? JoinPath(f.dir, "k8s-secrets.yaml") : f.k8s_out;
+  HYREC_RETURN_IF_ERROR(WritePrivateTextFile(out, text));
+  std::cout << "wrote the Secrets " << job::K8sSecretName(f.k8s, Role::kPs) << ", "
+            << job::K8sSecretName(f.k8s, Role::kLoader) << " and " << job::K8sSecretName(f.k8s, Role::kWorker) << " to "
+            << out << " (kubectl apply -f " << out << ")\n";
   return absl::OkStatus();
 }
 
@@ -57,7 +81,10 @@ absl::Status Write(const CertsFlags& f) {
   }
   if (workers < 0 && ps < 0) return absl::InvalidArgumentError("give --config=JOB.yaml, or --workers and --ps");
   request.identities = JobIdentities(std::max(workers, 0), std::max(ps, 0), f.loaders);
+  const bool existing = Env::Default()->FileExists(JoinPath(f.dir, "ca.pem"));
+  if (!f.k8s.empty() && existing && !f.add) return WriteSecrets(f, workers, ps);  // From the files already there.
   HYREC_RETURN_IF_ERROR(WriteJobCertificates(request));
+  if (!f.k8s.empty()) HYREC_RETURN_IF_ERROR(WriteSecrets(f, workers, ps));
   std::cout << "wrote " << request.identities.size() << " identities (" << std::max(workers, 0) << " workers, "
             << std::max(ps, 0) << " PS, " << f.loaders << " loader(s), admin) under " << f.dir << "\n";
   return absl::OkStatus();
@@ -80,6 +107,12 @@ int CertsMain(int argc, char** argv) {
   flags.String("token", &f.token, "IDENTITY",
                "Print a token for IDENTITY (worker-N, ps-N, loader-N, admin) signed with DIR/token.secret.");
   flags.Double("token_hours", &f.token_hours, "How long the token is valid.", 0.001, 24 * 3650);
+  flags.String("k8s", &f.k8s, "NAME",
+               "Also write the Kubernetes Secrets of job NAME (as `hyrec k8s render --name` names it), one per "
+               "role, from the files in --dir (made first when there are none).");
+  flags.String("k8s_namespace", &f.k8s_namespace, "NAMESPACE", "With --k8s: the Secrets' namespace.");
+  flags.String("k8s_out", &f.k8s_out, "FILE", "With --k8s: where the Secrets go (default DIR/k8s-secrets.yaml).");
+  flags.Bool("kubectl", &f.kubectl, "With --k8s: print `kubectl create secret` commands instead of manifests.");
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   absl::Status status = f.dir.empty()      ? absl::InvalidArgumentError("--dir is required")
                         : !f.token.empty() ? PrintToken(f)

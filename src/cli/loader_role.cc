@@ -25,6 +25,7 @@
 #include "hyrec/data_loader/positions.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
@@ -45,11 +46,15 @@ struct LoaderFlags {
   CommonFlags common;
   SecurityFlags security;
   std::string heartbeat_file;
+  HealthFlags health;
 };
 
 // --resume: a positions file (--positions_out), or a checkpoint (a directory, or 'latest' under the
 // job's checkpoint.dir) whose workers' positions are remapped to the job's workers.
-absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& path, const job::JobPlan& plan) {
+absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& flag, const job::JobPlan& plan) {
+  std::string note;
+  const std::string path = ResolveResumeFlag(Env::Default(), plan.spec.checkpoint.dir, kCheckpointPrefix, flag, &note);
+  if (!note.empty()) spdlog::info("{}", note);
   if (path.empty()) return std::vector<ReaderPosition>();
   if (path == "latest" || Env::Default()->FileExists(JoinPath(path, kManifestName))) {
     CheckpointManifest manifest;
@@ -103,6 +108,7 @@ absl::Status Serve(const LoaderFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
   const data_loader::LoaderOptions& options = plan.loader.options;
+  HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec loader"));
   HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume, plan));
   std::string host;
   int planned_port = 0;
@@ -132,7 +138,9 @@ absl::Status Serve(const LoaderFlags& f) {
   }
   std::cout << "hyrec loader for " << options.num_workers << " worker(s) listening on " << server_options.host << ":"
             << server->port() << std::endl;
+  SetServing(health.get(), true);
   const absl::Status failure = WaitForStopOrFailure(*raw_loader, absl::Seconds(2));
+  SetServing(health.get(), false);
   if (metrics_server != nullptr) metrics_server->Stop();
   absl::Status written;
   if (!f.positions_out.empty()) {
@@ -164,6 +172,7 @@ int LoaderMain(int argc, char** argv) {
             "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);
   AddSecurityFlags(flags, &f.security);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
+  AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("loader", f.common.log_level);

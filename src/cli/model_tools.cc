@@ -43,7 +43,7 @@ void AddScoreFlags(FlagSet& flags, ScoreFlags* f) {
   flags.String("input", &f->input, "FILES", "Data files in the job's format, comma-separated (required).");
   flags.Bool("deltas", &f->deltas,
              "With a directory of exports: also apply the deltas written after the export (export.delta_every_*).");
-  flags.AddCommon(&f->common);
+  flags.AddLogLevel(&f->common.log_level);
 }
 
 // The predictor of --model, brought up to date with its deltas when --model is a directory of
@@ -126,7 +126,7 @@ int ExportMain(int argc, char** argv) {
   flags.String("config", &config, "FILE", "The job's YAML file (required).");
   flags.String("checkpoint", &which, "DIR|latest", "The checkpoint to export.");
   flags.String("out", &out, "DIR", "Where the export directory is made (default: the job's export.dir).");
-  flags.AddCommon(&common);
+  flags.AddLogLevel(&common.log_level);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("export", common.log_level);
   return Finish("hyrec export", Export(config, which, out));

@@ -20,6 +20,7 @@
 #include "hyrec/embedding_ps/server.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
@@ -46,6 +47,7 @@ struct PsFlags {
   std::string heartbeat_file;
   CommonFlags common;
   SecurityFlags security_files;
+  HealthFlags health;
 };
 
 // What a PS started without a job (--tables) serves.
@@ -110,12 +112,11 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
 }
 
 // Fills a planned shard's store from a checkpoint (resharding when it was cut with other counts).
-absl::Status RestoreFromCheckpoint(const PsFlags& f, const embedding_ps::ServerOptions& server,
+absl::Status RestoreFromCheckpoint(const std::string& which, const embedding_ps::ServerOptions& server,
                                    embedding_ps::EmbeddingShardStore* store) {
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
   CheckpointManifest manifest;
-  HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), plan.spec.checkpoint.dir,
-                                                                  kCheckpointPrefix, f.resume, &manifest));
+  HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), server.checkpoint_root,
+                                                                  kCheckpointPrefix, which, &manifest));
   const absl::Time start = absl::Now();
   HYREC_RETURN_IF_ERROR(
       embedding_ps::RestoreShard(Env::Default(), dir, manifest, server.shard_index, server.num_shards, store));
@@ -133,14 +134,23 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   }
   HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
                                          : PlannedShard(flags, f, &store_options, &server_options));
+  // The health endpoint answers NOT_SERVING from the start, so that a probe sees a shard that is
+  // still restoring, and SERVING only once the shard serves its restored rows.
+  HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec ps"));
+  InstallStopSignalHandlers();
+  Heartbeat heartbeat(f.heartbeat_file);
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
   if (!f.resume.empty()) {
     if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
-    HYREC_RETURN_IF_ERROR(Annotate(RestoreFromCheckpoint(f, server_options, store.get()), "--resume"));
+    std::string note;
+    const std::string which =
+        ResolveResumeFlag(Env::Default(), server_options.checkpoint_root, kCheckpointPrefix, f.resume, &note);
+    if (!note.empty()) spdlog::info("{}", note);
+    if (!which.empty()) {
+      HYREC_RETURN_IF_ERROR(Annotate(RestoreFromCheckpoint(which, server_options, store.get()), "--resume"));
+    }
   }
 
-  InstallStopSignalHandlers();
-  Heartbeat heartbeat(f.heartbeat_file);
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
   HYREC_ASSIGN_OR_RETURN(auto server, embedding_ps::EmbeddingServer::Start(shared_store, server_options));
   MetricsRegistry metrics;
@@ -159,8 +169,10 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   spdlog::info("shard {}/{}: {} table(s), capacity {} rows / {} bytes, {} stripes", server_options.shard_index,
                server_options.num_shards, store_options.tables.size(), store_options.capacity_rows,
                store_options.capacity_bytes, store_options.num_stripes);
+  SetServing(health.get(), true);
   const int signal = WaitForStopSignal();
   spdlog::info("signal {}: shutting down", signal);
+  SetServing(health.get(), false);
   if (metrics_server != nullptr) metrics_server->Stop();
   server->Shutdown(absl::Milliseconds(f.shutdown_grace_ms));
   server->Wait();
@@ -194,14 +206,16 @@ int PsMain(int argc, char** argv) {
                "Without --config: larger requests get "
                "RESOURCE_EXHAUSTED.");
   flags.Int("shutdown_grace_ms", &f.shutdown_grace_ms, "Time in-flight requests get to finish on SIGTERM.", 0, 600000);
-  flags.String("resume", &f.resume, "DIR|latest",
+  flags.String("resume", &f.resume, "DIR|latest|auto",
                "With --config: fill the shard from a checkpoint before serving (its rows for this shard of the "
-               "job's ps.shards, whatever the checkpoint's shard count).");
+               "job's ps.shards, whatever the checkpoint's shard count); auto: the newest if there is one, else "
+               "start empty.");
   flags.String("security", &f.security, "mtls|none",
                "Without --config: mtls (the certificates under --certs, default ./certs) or none (plaintext; any "
                "process that reaches the port may read and write rows).");
   AddSecurityFlags(flags, &f.security_files);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
+  AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("ps", f.common.log_level);

@@ -37,6 +37,8 @@ int WorkerMain(int argc, char** argv);
 int CheckpointMain(int argc, char** argv);
 // `hyrec certs`: a job's CA, role certificates, token secret and tokens (no LibTorch, no gRPC).
 int CertsMain(int argc, char** argv);
+// `hyrec k8s render`: the job's Kubernetes manifests (src/cli/k8s_tool.cc).
+int K8sMain(int argc, char** argv);
 int ExportMain(int argc, char** argv);
 int PredictMain(int argc, char** argv);
 int EvalMain(int argc, char** argv);

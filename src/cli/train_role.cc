@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <optional>
 
@@ -30,6 +31,7 @@
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/plot.h"
@@ -64,11 +66,19 @@ void AddTrainingFlags(FlagSet& flags, TrainingFlags* f, std::vector<std::string>
                "(empty: no plot).");
   flags.String("report", &f->report, "FILE",
                "Also write the summary as YAML (samples, losses, AUC, the dense parameters' fingerprint).");
-  flags.String("resume", &f->resume, "DIR|latest",
+  flags.String("resume", &f->resume, "DIR|latest|auto",
                "Resume from a checkpoint: a checkpoint directory, or 'latest' (the newest one under the job's "
-               "checkpoint.dir that verifies). Every role resumes from the same one; the shard and worker counts "
-               "may differ from the run that wrote it.");
+               "checkpoint.dir that verifies), or 'auto' (latest when there is one, else start fresh). Every role "
+               "resumes from the same one; the shard and worker counts may differ from the run that wrote it.");
   flags.AddCommon(&f->common);
+}
+
+// --resume as it is used: "auto" resolved against the job's checkpoint.dir ("" to start fresh).
+std::string ResumeFlag(const job::JobSpec& spec, const std::string& flag) {
+  std::string note;
+  std::string which = ResolveResumeFlag(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix, flag, &note);
+  if (!note.empty()) std::cerr << "hyrec: " << note << std::endl;
+  return which;
 }
 
 absl::Status WriteReport(const TrainReport& r, const std::string& path) {
@@ -192,10 +202,11 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.monitor = monitor_options;
     options.stop = signals.flag();
     options.checkpoint_request = signals.checkpoint_flag();
-    if (!f.training.resume.empty()) {  // Resolved once, so that every role resumes from the same one.
+    // Resolved once, so that every role resumes from the same one.
+    if (const std::string which = ResumeFlag(spec, f.training.resume); !which.empty()) {
       CheckpointManifest manifest;
-      HYREC_ASSIGN_OR_RETURN(options.resume, ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix,
-                                                               f.training.resume, &manifest));
+      HYREC_ASSIGN_OR_RETURN(
+          options.resume, ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix, which, &manifest));
     }
     HYREC_ASSIGN_OR_RETURN(ProcessesResult result, RunProcesses(options));
     if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) return result.exit_code;
@@ -207,7 +218,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.observer = &monitor;
     options.metrics = monitor_options.metrics;
     options.stop = signals.flag();
-    options.resume = f.training.resume;
+    options.resume = ResumeFlag(spec, f.training.resume);
     options.checkpoint_request = signals.checkpoint_flag();
     HYREC_ASSIGN_OR_RETURN(report, dense_worker::RunTrainJob(plan, options));
     code = report.interrupted ? kExitInterrupted : kExitOk;
@@ -228,7 +239,36 @@ struct WorkerFlags {
   int master_port = 0;
   SecurityFlags security;
   std::string heartbeat_file;
+  HealthFlags health;
 };
+
+// Calls `connect` until it succeeds, fails for another reason than a peer that does not answer
+// yet (still starting, or restoring a checkpoint), or `timeout` has passed; says every 10 s what
+// it waits for.
+template <typename T>
+absl::StatusOr<T> WaitForPeer(const std::string& who, const std::string& what, absl::Duration timeout,
+                              const std::function<absl::StatusOr<T>()>& connect) {
+  const absl::Time start = absl::Now();
+  absl::Time next_note = start + absl::Seconds(10);
+  for (;;) {
+    absl::StatusOr<T> connected = connect();
+    const bool waiting =
+        !connected.ok() && (absl::IsUnavailable(connected.status()) || absl::IsDeadlineExceeded(connected.status()));
+    if (!waiting) return connected;
+    const absl::Duration waited = absl::Now() - start;
+    if (waited >= timeout) {
+      return Annotate(connected.status(), absl::StrCat(what, " did not answer within ", absl::FormatDuration(timeout),
+                                                       " (cluster.startup_timeout_seconds)"));
+    }
+    if (absl::Now() >= next_note) {
+      std::cerr << who << ": waiting for " << what << " ("
+                << absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))) << " of "
+                << absl::FormatDuration(timeout) << "): " << connected.status().message() << std::endl;
+      next_note += absl::Seconds(10);
+    }
+    absl::SleepFor(absl::Seconds(1));
+  }
+}
 
 // The worker's rank and endpoints: flags, else the environment Kubernetes jobs and torchrun set
 // (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), else the plan's.
@@ -286,14 +326,27 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
       auto metrics_server,
       MaybeServeMetrics(f.training.common, &metrics, absl::StrCat("hyrec worker ", rank),
                         rank == 0 ? signals.checkpoint_flag() : nullptr, plan.spec.security, f.security.certs));
+  HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, absl::StrCat("hyrec worker ", rank)));
   const SecurityOptions security = ResolveSecurity(plan.spec.security, Identity{Role::kWorker, rank}, f.security);
+  const std::string who = absl::StrCat("hyrec worker ", rank);
+  const absl::Duration startup = absl::Seconds(plan.endpoints.startup_timeout_seconds);
   embedding_ps::ClientOptions ps_options;
   ps_options.security = security;
-  HYREC_ASSIGN_OR_RETURN(auto ps, embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, ps_options));
+  using ClientPtr = std::unique_ptr<embedding_ps::EmbeddingClient>;
+  HYREC_ASSIGN_OR_RETURN(
+      ClientPtr ps,
+      WaitForPeer<ClientPtr>(who, absl::StrCat("the PS shards (", absl::StrJoin(plan.endpoints.ps, ","), ")"), startup,
+                             [&] { return embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, ps_options); }));
   data_loader::StreamClientOptions stream_options;
   stream_options.security = security;
   stream_options.expect = ModelBatchShape(plan, rank);
-  HYREC_ASSIGN_OR_RETURN(auto stream, data_loader::ConnectBatchStream(plan.endpoints.loader, rank, stream_options));
+  using StreamPtr = std::unique_ptr<data_loader::BatchStream>;
+  HYREC_ASSIGN_OR_RETURN(
+      StreamPtr stream,
+      WaitForPeer<StreamPtr>(who, absl::StrCat("the loader (", plan.endpoints.loader, ")"), startup, [&] {
+        return data_loader::ConnectBatchStream(plan.endpoints.loader, rank, stream_options);
+      }));
+  SetServing(health.get(), true);
   std::unique_ptr<dense_worker::TrainObserver> observer;
   const std::string& mode = f.training.progress;
   if (mode == "events") {
@@ -308,9 +361,9 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
     observer = std::make_unique<dense_worker::JobMonitor>(monitor);
   }
   std::optional<dense_worker::ResumePoint> resume;
-  if (!f.training.resume.empty()) {
-    HYREC_ASSIGN_OR_RETURN(
-        resume, dense_worker::LoadResumePoint(Env::Default(), plan.spec.checkpoint.dir, f.training.resume, world));
+  if (const std::string which = ResumeFlag(plan.spec, f.training.resume); !which.empty()) {
+    HYREC_ASSIGN_OR_RETURN(resume,
+                           dense_worker::LoadResumePoint(Env::Default(), plan.spec.checkpoint.dir, which, world));
   }
   dense_worker::WorkerOptions options;
   options.stream = stream.get();
@@ -393,6 +446,7 @@ int WorkerMain(int argc, char** argv) {
             "Worker 0's rendezvous port (default: $MASTER_PORT, else the job's cluster.master).", 0, 65535);
   AddSecurityFlags(flags, &f.security);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
+  AddHealthFlags(flags, &f.health);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("worker", f.training.common.log_level);
   return Finish("hyrec worker", Work(f));

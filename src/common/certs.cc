@@ -197,6 +197,10 @@ std::vector<Identity> JobIdentities(int workers, int ps, int loaders) {
   return out;
 }
 
+absl::Status WritePrivateTextFile(const std::string& path, const std::string& text) {
+  return WritePrivateFile(path, text, 0600);
+}
+
 absl::Status WriteJobCertificates(const CertificateRequest& request) {
   if (request.dir.empty()) return absl::InvalidArgumentError("no directory for the certificates");
   if (::mkdir(request.dir.c_str(), 0700) != 0 && errno != EEXIST) {

@@ -180,6 +180,24 @@ std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, c
   return out;  // GetChildren sorts.
 }
 
+std::string ResolveResumeFlag(Env* env, const std::string& root, const std::string& prefix, const std::string& flag,
+                              std::string* note) {
+  if (flag != "auto") return flag;
+  // A directory without a MANIFEST is a cut that never committed (a crash while writing), not a
+  // checkpoint to resume from.
+  bool any = false;
+  if (!root.empty()) {
+    for (const std::string& dir : ListCheckpointDirs(env, root, prefix)) {
+      any = any || env->FileExists(JoinPath(JoinPath(root, dir), kManifestName));
+    }
+  }
+  if (note != nullptr) {
+    *note = any ? absl::StrCat("--resume=auto: resuming from the newest checkpoint under ", root)
+                : absl::StrCat("--resume=auto: no checkpoint under '", root, "'; starting fresh");
+  }
+  return any ? "latest" : "";
+}
+
 absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root, const std::string& prefix,
                                               const std::string& which, CheckpointManifest* manifest,
                                               std::vector<std::string>* skipped) {

@@ -130,9 +130,13 @@ void FlagSet::Bool(const std::string& name, bool* out, const std::string& help) 
        }});
 }
 
-void FlagSet::AddCommon(CommonFlags* common) {
-  Choice("log_level", &common->log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"},
+void FlagSet::AddLogLevel(std::string* log_level) {
+  Choice("log_level", log_level, {"trace", "debug", "info", "warn", "error", "critical", "off"},
          "Least severe log messages shown (on stderr).");
+}
+
+void FlagSet::AddCommon(CommonFlags* common) {
+  AddLogLevel(&common->log_level);
   String("metrics_host", &common->metrics_host, "HOST", "Address the Prometheus metrics endpoint binds.");
   Int("metrics_port", &common->metrics_port,
       "Serve Prometheus metrics at http://<metrics_host>:<port>/metrics (0: any free port, printed; -1: off).", -1,

@@ -274,6 +274,7 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     plan.endpoints.ps.push_back(absl::StrCat("127.0.0.1:", 7000 + i));
   }
   plan.endpoints.loader = spec.cluster.loader;
+  plan.endpoints.startup_timeout_seconds = spec.cluster.startup_timeout_seconds;
   std::string host;
   int port = 0;
   for (size_t i = 0; i < plan.endpoints.ps.size(); ++i) {

@@ -233,10 +233,14 @@ absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
 }
 
 absl::Status ReadCluster(const YAML::Node& node, ClusterSpec* cluster) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "cluster", {"ps", "loader", "master"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "cluster", {"ps", "loader", "master", "startup_timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "ps", "cluster", &cluster->ps));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "loader", "cluster", &cluster->loader));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "master", "cluster", &cluster->master));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "startup_timeout_seconds", "cluster", &cluster->startup_timeout_seconds));
+  if (!(cluster->startup_timeout_seconds > 0 && cluster->startup_timeout_seconds <= 86400)) {
+    return Invalid("cluster.startup_timeout_seconds", node["startup_timeout_seconds"], "must be in (0, 86400]");
+  }
   return absl::OkStatus();
 }
 

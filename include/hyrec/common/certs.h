@@ -39,6 +39,9 @@ std::vector<Identity> JobIdentities(int workers, int ps, int loaders);
 
 absl::Status WriteJobCertificates(const CertificateRequest& request);
 
+// Writes `text` to `path` with mode 0600, through a synced temporary file renamed over it.
+absl::Status WritePrivateTextFile(const std::string& path, const std::string& text);
+
 // A bearer token for `identity`, valid until `expiry`, signed with `secret` (HMAC-SHA256):
 // "hyrec1.<identity>.<expiry, unix seconds>.<hex signature>".
 std::string IssueToken(absl::string_view secret, const Identity& identity, absl::Time expiry);

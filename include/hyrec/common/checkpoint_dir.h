@@ -79,6 +79,14 @@ std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t
 // The entries of `root` named "<prefix>-...", oldest first (by name); none when root is missing.
 std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, const std::string& prefix);
 
+// A role's --resume value as it is to be used: "auto" becomes "latest" when `root` holds a
+// committed checkpoint (a directory with a MANIFEST) and "" (start fresh) when it holds none, so that a restarted role
+// resumes and a first start does not fail; anything else is returned as it is. A root whose committed checkpoints all
+// fail to verify is not a fresh start: ResolveCheckpoint then fails and names them. `note` (optional) receives what was
+// decided, for the role's log.
+std::string ResolveResumeFlag(Env* env, const std::string& root, const std::string& prefix, const std::string& flag,
+                              std::string* note);
+
 // `which` is "latest" (the newest directory under `root` with the prefix whose checkpoint
 // verifies; each newer one that does not is logged to `skipped` and passed over) or a directory
 // (its manifest must read and its files have their lengths; their contents are checked by

@@ -59,6 +59,8 @@ class FlagSet {
   void Bool(const std::string& name, bool* out, const std::string& help);
   // Registers --log_level, --metrics_host and --metrics_port into `common`.
   void AddCommon(CommonFlags* common);
+  // --log_level alone, for one-shot tools that serve no metrics.
+  void AddLogLevel(std::string* log_level);
 
   // Parses argv[1..argc). OK, or InvalidArgument saying what was wrong; `help` / `version` are
   // set when those were asked for (and nothing else is checked).

@@ -131,11 +131,14 @@ struct TrainSpec {
   double batch_timeout_seconds = 120;  // A worker waits this long for its next batch.
 };
 
-// Where hand-started roles (and, later, Kubernetes pods) find each other: "host:port" each.
+// Where hand-started roles and Kubernetes pods find each other: "host:port" each.
 struct ClusterSpec {
   std::vector<std::string> ps;  // One per shard, in shard order; default 127.0.0.1:7000+i.
   std::string loader = "127.0.0.1:7100";
   std::string master = "127.0.0.1:29500";  // Worker 0 hosts the c10d rendezvous here.
+  // How long a worker waits at its start for the PS shards and the loader to answer (they may
+  // still be starting or restoring), logging what it waits for every 10 s.
+  double startup_timeout_seconds = 600;
 };
 
 // Checkpoints (docs/checkpoint-format.md): one consistent cut of the whole job, written under

@@ -1,0 +1,389 @@
+// `hyrec k8s render` (hyrec/job/k8s.h): the committed deploy/k8s/ files are a fresh render; what
+// no schema checks (durable, disruption-budgeted PS shards, indexed workers with a failure policy,
+// resources, pinned images, probes, the order of dependsOn, success on the workers, no private key
+// but a pod's own); the pods' job file plans the same job; bad input names its key.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/certs.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/job/k8s.h"
+#include "yaml-cpp/yaml.h"
+
+namespace hyrec::job {
+namespace {
+
+constexpr char kImage[] =
+    "registry.example/hyrec@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+const std::string kExample = HYREC_SOURCE_DIR "/examples/configs/cluster.yaml";
+
+JobSpec Example() {
+  auto spec = LoadJobSpec(kExample);
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return *spec;
+}
+
+K8sOptions Options(const std::string& overlay = "local", const std::string& api = "jobset") {
+  K8sOptions o;
+  o.image = kImage;
+  o.name = "user-item";
+  o.overlay = overlay;
+  o.api = api;
+  return o;
+}
+
+std::vector<YAML::Node> Objects(const std::string& yaml) {
+  std::vector<YAML::Node> docs;
+  for (const YAML::Node& d : YAML::LoadAll(yaml)) {
+    if (d.IsMap()) docs.push_back(d);
+  }
+  return docs;
+}
+
+YAML::Node Find(const std::vector<YAML::Node>& docs, const std::string& kind) {
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() == kind) return d;
+  }
+  ADD_FAILURE() << "no " << kind;
+  return YAML::Node();
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(K8sRender, CommittedManifestsAreAFreshRender) {
+  // tools/k8s-examples writes these; it renders with the same options.
+  for (auto [overlay, api, dir] : {std::tuple<const char*, const char*, const char*>{"local", "jobset", "local"},
+                                   {"gke", "jobset", "gke"},
+                                   {"local", "plain", "plain"}}) {
+    auto r = RenderK8s(Example(), Options(overlay, api));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const std::string path = absl::StrCat(HYREC_SOURCE_DIR, "/deploy/k8s/", dir, "/user-item.yaml");
+    EXPECT_EQ(Slurp(path), r->yaml) << path << " differs from a fresh render: run tools/k8s-examples";
+  }
+}
+
+TEST(K8sRender, RendersAreReproducible) {
+  auto a = RenderK8s(Example(), Options("gke"));
+  auto b = RenderK8s(Example(), Options("gke"));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->yaml, b->yaml);
+}
+
+// Every container of every pod template in the render, with the template's pod spec.
+std::vector<std::pair<YAML::Node, YAML::Node>> Containers(const std::vector<YAML::Node>& docs) {
+  std::vector<YAML::Node> pods;
+  for (const YAML::Node& d : docs) {
+    const std::string kind = d["kind"].as<std::string>();
+    if (kind == "JobSet") {
+      for (const YAML::Node& rj : d["spec"]["replicatedJobs"])
+        pods.push_back(rj["template"]["spec"]["template"]["spec"]);
+    } else if (kind == "Job" || kind == "StatefulSet") {
+      pods.push_back(d["spec"]["template"]["spec"]);
+    }
+  }
+  std::vector<std::pair<YAML::Node, YAML::Node>> out;
+  for (const YAML::Node& pod : pods) {
+    for (const YAML::Node& c : pod["containers"]) out.emplace_back(pod, c);
+  }
+  return out;
+}
+
+void ExpectPodPolicies(const std::vector<YAML::Node>& docs, const std::string& what) {
+  const auto containers = Containers(docs);
+  ASSERT_EQ(containers.size(), 3u) << what;  // ps, loader, worker
+  for (const auto& [pod, c] : containers) {
+    const std::string name = what + " " + c["name"].as<std::string>();
+    const std::string image = c["image"].as<std::string>();
+    EXPECT_TRUE(absl::StrContains(image, "@sha256:")) << name;
+    EXPECT_FALSE(absl::StrContains(image, ":latest")) << name;
+    for (const char* kind : {"requests", "limits"}) {
+      for (const char* resource : {"cpu", "memory"}) {
+        EXPECT_TRUE(c["resources"][kind][resource].IsDefined()) << name << " " << kind << "." << resource;
+      }
+    }
+    for (const char* probe : {"startupProbe", "readinessProbe", "livenessProbe"}) {
+      EXPECT_EQ(c[probe]["grpc"]["port"].as<int>(), kK8sHealthPort) << name << " " << probe;
+    }
+    EXPECT_TRUE(pod["securityContext"]["runAsNonRoot"].as<bool>()) << name;
+    EXPECT_TRUE(c["securityContext"]["readOnlyRootFilesystem"].as<bool>()) << name;
+    EXPECT_FALSE(c["securityContext"]["allowPrivilegeEscalation"].as<bool>()) << name;
+    // Longer than a checkpoint may take, so that a stopped role can finish its part of a cut.
+    EXPECT_GT(pod["terminationGracePeriodSeconds"].as<int>(), 600) << name;
+    bool has_state = false, has_certs = false;
+    for (const YAML::Node& m : c["volumeMounts"]) {
+      has_state = has_state || m["mountPath"].as<std::string>() == kK8sStateDir;
+      if (m["name"].as<std::string>() == "certs") {
+        has_certs = true;
+        // One identity's directory of the role's Secret, never the whole of it.
+        EXPECT_TRUE(m["subPath"].IsDefined() || m["subPathExpr"].IsDefined()) << name;
+        EXPECT_TRUE(m["readOnly"].as<bool>()) << name;
+      }
+    }
+    EXPECT_TRUE(has_state && has_certs) << name;
+  }
+}
+
+TEST(K8sRender, JobSetTopologyAndPolicies) {
+  for (const char* overlay : {"local", "gke"}) {
+    auto r = RenderK8s(Example(), Options(overlay));
+    ASSERT_TRUE(r.ok()) << r.status();
+    const auto docs = Objects(r->yaml);
+    ExpectPodPolicies(docs, overlay);
+    const YAML::Node js = Find(docs, "JobSet");
+    const YAML::Node jobs = js["spec"]["replicatedJobs"];
+    ASSERT_EQ(jobs.size(), 3u);
+    std::map<std::string, YAML::Node> by_name;
+    std::vector<std::string> order;
+    for (const YAML::Node& rj : jobs) {
+      by_name[rj["name"].as<std::string>()] = rj;
+      order.push_back(rj["name"].as<std::string>());
+    }
+    // The PS: one child Job of one pod per shard, so that a failure policy can restart one shard.
+    const YAML::Node ps = by_name["ps"];
+    EXPECT_EQ(ps["replicas"].as<int>(), 2);
+    EXPECT_EQ(ps["template"]["spec"]["parallelism"].as<int>(), 1);
+    EXPECT_EQ(ps["template"]["spec"]["completions"].as<int>(), 1);
+    // The workers: one Indexed Job of train.workers pods, with a failure policy on exit codes.
+    const YAML::Node workers = by_name["workers"]["template"]["spec"];
+    EXPECT_EQ(workers["completionMode"].as<std::string>(), "Indexed");
+    EXPECT_EQ(workers["completions"].as<int>(), 2);
+    EXPECT_EQ(workers["parallelism"].as<int>(), 2);
+    for (const auto& [name, rj] : by_name) {
+      const YAML::Node rules = rj["template"]["spec"]["podFailurePolicy"]["rules"];
+      ASSERT_EQ(rules.size(), 2u) << name;
+      EXPECT_EQ(rules[0]["action"].as<std::string>(), "FailJob") << name;
+      EXPECT_EQ(rules[0]["onExitCodes"]["values"][0].as<int>(), 2) << name;
+      EXPECT_EQ(rules[1]["onPodConditions"][0]["type"].as<std::string>(), "DisruptionTarget") << name;
+      EXPECT_EQ(rj["template"]["spec"]["template"]["spec"]["restartPolicy"].as<std::string>(), "Never") << name;
+      // dependsOn names only a replicated job listed before this one.
+      for (const YAML::Node& dep : rj["dependsOn"]) {
+        const auto self = std::find(order.begin(), order.end(), name);
+        const auto other = std::find(order.begin(), order.end(), dep["name"].as<std::string>());
+        EXPECT_LT(other, self) << name << " depends on a later replicated job";
+      }
+    }
+    EXPECT_EQ(by_name["workers"]["dependsOn"][0]["name"].as<std::string>(), "ps");
+    EXPECT_EQ(by_name["workers"]["dependsOn"][0]["status"].as<std::string>(), "Ready");
+    const YAML::Node success = js["spec"]["successPolicy"];
+    ASSERT_EQ(success["targetReplicatedJobs"].size(), 1u);
+    EXPECT_EQ(success["targetReplicatedJobs"][0].as<std::string>(), "workers");
+    EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["action"].as<std::string>(), "FailJobSet");
+    EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"][0].as<std::string>(), "PodFailurePolicy");
+    // Durable: checkpoints go to the volume claimed for the whole JobSet.
+    EXPECT_EQ(js["spec"]["volumeClaimPolicies"][0]["templates"][0]["metadata"]["name"].as<std::string>(), "state");
+    const YAML::Node pdb = Find(docs, "PodDisruptionBudget");
+    EXPECT_EQ(pdb["spec"]["maxUnavailable"].as<int>(), 1);
+    EXPECT_EQ(pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"].as<std::string>(), "ps");
+    // Each role has its own workers' GPUs only where the overlay has GPU pools (gke, device auto).
+    const YAML::Node worker = workers["template"]["spec"]["containers"][0];
+    EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"].IsDefined(), std::string(overlay) == "gke") << overlay;
+    EXPECT_FALSE(absl::StrContains(r->yaml, "ca.key"));
+    EXPECT_FALSE(absl::StrContains(r->yaml, "admin"));
+  }
+}
+
+TEST(K8sRender, PlainFallback) {
+  auto r = RenderK8s(Example(), Options("local", "plain"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto docs = Objects(r->yaml);
+  ExpectPodPolicies(docs, "plain");
+  EXPECT_EQ(Find(docs, "StatefulSet")["spec"]["replicas"].as<int>(), 2);
+  EXPECT_EQ(Find(docs, "Service")["spec"]["clusterIP"].as<std::string>(), "None");
+  EXPECT_EQ(Find(docs, "PersistentVolumeClaim")["metadata"]["name"].as<std::string>(), "state-user-item");
+  int indexed = 0;
+  for (const YAML::Node& d : docs) {
+    if (d["kind"].as<std::string>() != "Job") continue;
+    EXPECT_EQ(d["spec"]["completionMode"].as<std::string>(), "Indexed");
+    EXPECT_TRUE(d["spec"]["podFailurePolicy"].IsDefined());
+    ++indexed;
+  }
+  EXPECT_EQ(indexed, 2);
+}
+
+// What each role runs with, apart from where it is (addresses, directories): both `hyrec train
+// --processes` and the pods plan it from the job file.
+std::string Settings(const JobPlan& p) {
+  std::ostringstream s;
+  for (const PsShardPlan& shard : p.ps) {
+    s << "ps " << shard.shard_index << "/" << shard.num_shards << " cap " << shard.store.capacity_rows << " "
+      << shard.store.capacity_bytes << " stripes " << shard.store.num_stripes << " max " << shard.max_ids_per_request
+      << " threads " << shard.threads << " deltas " << shard.store.track_changes << "\n";
+    for (const auto& t : shard.store.tables) {
+      s << "  " << t.name << " dim " << t.dim << " seed " << t.seed << " cap " << t.capacity_rows << " opt "
+        << static_cast<int>(t.optimizer.kind) << " " << t.optimizer.learning_rate << " init "
+        << static_cast<int>(t.initializer.kind) << " " << t.initializer.stddev << " adm " << t.admission.min_count
+        << "\n";
+    }
+  }
+  const auto& l = p.loader.options;
+  s << "loader batch " << l.batch_size << " workers " << l.num_workers << " shards " << l.num_shards << " threads "
+    << l.threads << " epochs " << l.epochs << " seed " << l.seed << "\n";
+  for (const WorkerPlan& w : p.workers) {
+    s << "worker " << w.rank << "/" << w.world_size << " " << w.model.kind << " staleness " << w.embedding_staleness
+      << " seed " << w.seed << " device " << w.device << " lr " << w.dense_optimizer.learning_rate << " steps "
+      << w.planned_steps << " slots " << absl::StrJoin(w.slot_tables, ",") << " ckpt every " << w.checkpoint.every_steps
+      << " keep " << w.checkpoint.keep_last << " eval " << w.eval.every_batches << "\n";
+  }
+  return s.str();
+}
+
+TEST(K8sRender, PodsPlanTheSameJobAndOnlyAddPlacementFlags) {
+  const JobSpec spec = Example();
+  auto original = Plan(spec);
+  ASSERT_TRUE(original.ok()) << original.status();
+  auto r = RenderK8s(spec, Options("gke"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node config_map = Find(Objects(r->yaml), "ConfigMap");
+  auto pods = ParseJobSpecText(config_map["data"]["job.yaml"].as<std::string>(), "ConfigMap");
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  auto planned = Plan(*pods);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(Settings(*planned), Settings(*original));
+  EXPECT_EQ(planned->endpoints.ps[1], "user-item-ps-1-0.user-item:7000");
+  EXPECT_EQ(planned->endpoints.loader, "user-item-loader-0-0.user-item:7100");
+  EXPECT_EQ(planned->endpoints.master_addr, "user-item-workers-0-0.user-item");
+  EXPECT_EQ(planned->spec.checkpoint.dir, "/var/lib/hyrec/checkpoints");
+  EXPECT_EQ(planned->spec.security.dir, kK8sCertsDir);
+  // The flags a pod adds are where it is and how it is watched, never a setting of the plan (the
+  // roles refuse those beside --config, as under --processes).
+  const std::set<std::string> placement = {"config",       "shard_index",  "resume",   "health_host", "health_port",
+                                           "metrics_host", "metrics_port", "progress", "plot"};
+  for (const auto& [pod, c] : Containers(Objects(r->yaml))) {
+    EXPECT_EQ(c["command"][0].as<std::string>(), kK8sBinary);
+    for (size_t i = 1; i < c["args"].size(); ++i) {
+      const std::string arg = c["args"][i].as<std::string>();
+      ASSERT_TRUE(absl::StartsWith(arg, "--")) << arg;
+      const std::string name = arg.substr(2, arg.find('=') - 2);
+      EXPECT_TRUE(placement.count(name)) << c["name"] << ": " << arg;
+    }
+  }
+}
+
+TEST(K8sRender, PsMemoryComesFromTheCapacities) {
+  auto plan = Plan(Example());
+  ASSERT_TRUE(plan.ok());
+  // users: 1M rows a shard (dim 32 Adagrad: 16 + 4 * 64 bytes + 8 of index); the rest of the
+  // shard's 5M rows go to the widest other table (items, dim 16 Adam: 16 + 4 * 49 + 8).
+  const uint64_t rows = 1'000'000 * (16 + 4 * 64 + 8) + 4'000'000 * (16 + 4 * 49 + 8);
+  const uint64_t sketch = 1 << 20;
+  const uint64_t expected = static_cast<uint64_t>((rows + sketch + (256 << 20)) * 1.2);
+  EXPECT_EQ(PsShardMemoryBytes(plan->ps[0]), expected);
+  auto r = RenderK8s(Example(), Options("gke"));
+  ASSERT_TRUE(r.ok());
+  const YAML::Node ps = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][0];
+  const YAML::Node resources = ps["template"]["spec"]["template"]["spec"]["containers"][0]["resources"];
+  EXPECT_EQ(resources["requests"]["memory"].as<std::string>(),
+            absl::StrCat((expected + (1 << 20) - 1) / (1 << 20), "Mi"));
+  EXPECT_EQ(resources["limits"]["memory"].as<std::string>(), resources["requests"]["memory"].as<std::string>());
+}
+
+absl::Status RenderError(const std::string& job_yaml, const K8sOptions& options) {
+  auto spec = ParseJobSpecText(job_yaml, "job.yaml");
+  if (!spec.ok()) return spec.status();
+  return RenderK8s(*spec, options).status();
+}
+
+TEST(K8sRender, BadInputNamesTheKey) {
+  const std::string job = Slurp(kExample);
+  struct Case {
+    std::string what;
+    std::string job;
+    K8sOptions options;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  K8sOptions o = Options("gke");
+  o.image = "";
+  cases.push_back({"no image", job, o, "--image is required"});
+  o.image = "registry.example/hyrec:latest";
+  cases.push_back({"a tag", job, o, "pin the image by its digest"});
+  o.image = "registry.example/hyrec@sha256:1234";
+  cases.push_back({"a short digest", job, o, "pin the image by its digest"});
+  o = Options("gke");
+  o.name = "User_Item";
+  cases.push_back({"a bad name", job, o, "DNS label"});
+  o = Options("gke");
+  o.ps_machine = "m9-imaginary-1";
+  cases.push_back({"an unknown machine", job, o, "--ps_machine=m9-imaginary-1"});
+  cases.push_back({"zero shards",
+                   absl::StrReplaceAll(job, {{"ps: {shards: 2, capacity_rows: 5000000}", "ps: {shards: 0}"}}),
+                   Options(), "ps.shards"});
+  cases.push_back(
+      {"zero workers", absl::StrReplaceAll(job, {{"workers: 2", "workers: 0"}}), Options(), "train.workers"});
+  cases.push_back({"no capacity",
+                   absl::StrReplaceAll(job, {{"ps: {shards: 2, capacity_rows: 5000000}", "ps: {shards: 2}"}}),
+                   Options(), "capacity_rows"});
+  cases.push_back({"too much memory on one node",
+                   absl::StrReplaceAll(job, {{"capacity_rows: 5000000", "capacity_rows: 9000000000"}}), Options("gke"),
+                   "ps.capacity_rows"});
+  cases.push_back({"too much memory for local",
+                   absl::StrReplaceAll(job, {{"capacity_rows: 5000000", "capacity_rows: 90000000"}}), Options("local"),
+                   "more than a local node offers"});
+  cases.push_back({"security off", absl::StrCat(job, "security: {mode: none}\n"), Options(), "security.mode"});
+  for (const Case& c : cases) {
+    const absl::Status s = RenderError(c.job, c.options);
+    EXPECT_FALSE(s.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.message)) << c.what << ": " << s.message();
+  }
+}
+
+TEST(K8sRender, SecretsHoldEachRolesIdentitiesAndNoCaKey) {
+  const std::string dir = ::testing::TempDir() + "/k8s_render_certs";
+  std::filesystem::remove_all(dir);
+  CertificateRequest request;
+  request.dir = dir;
+  request.identities = JobIdentities(2, 2, 1);
+  ASSERT_TRUE(WriteJobCertificates(request).ok());
+  auto text = K8sSecrets("user-item", "", dir, 2, 2, /*kubectl=*/false);
+  ASSERT_TRUE(text.ok()) << text.status();
+  std::map<std::string, std::set<std::string>> keys;
+  for (const YAML::Node& d : Objects(*text)) {
+    EXPECT_EQ(d["kind"].as<std::string>(), "Secret");
+    for (const auto& kv : d["data"]) keys[d["metadata"]["name"].as<std::string>()].insert(kv.first.as<std::string>());
+  }
+  // The servers also hold the token secret (tokens are checked by them, security.tokens).
+  EXPECT_EQ(keys["user-item-certs-ps"],
+            (std::set<std::string>{"ca.pem", "ps-0.pem", "ps-0.key", "ps-1.pem", "ps-1.key", "token.secret"}));
+  EXPECT_EQ(keys["user-item-certs-loader"],
+            (std::set<std::string>{"ca.pem", "loader-0.pem", "loader-0.key", "token.secret"}));
+  EXPECT_EQ(keys["user-item-certs-workers"],
+            (std::set<std::string>{"ca.pem", "worker-0.pem", "worker-0.key", "worker-1.pem", "worker-1.key"}));
+  // A pod's volume puts each identity in a directory of its own, which its mount selects.
+  auto r = RenderK8s(Example(), Options());
+  ASSERT_TRUE(r.ok());
+  const YAML::Node workers = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][2];
+  const YAML::Node pod = workers["template"]["spec"]["template"]["spec"];
+  for (const YAML::Node& v : pod["volumes"]) {
+    if (v["name"].as<std::string>() != "certs") continue;
+    EXPECT_EQ(v["secret"]["secretName"].as<std::string>(), "user-item-certs-workers");
+    for (const YAML::Node& item : v["secret"]["items"]) {
+      const std::string path = item["path"].as<std::string>();
+      const std::string id = path.substr(0, path.find('/'));
+      EXPECT_TRUE(item["key"].as<std::string>() == "ca.pem" || absl::StartsWith(item["key"].as<std::string>(), id))
+          << path;
+    }
+  }
+  auto commands = K8sSecrets("user-item", "ml", dir, 2, 2, /*kubectl=*/true);
+  ASSERT_TRUE(commands.ok());
+  EXPECT_TRUE(absl::StrContains(*commands, "kubectl create secret generic user-item-certs-ps --namespace=ml"));
+  EXPECT_FALSE(absl::StrContains(*commands, "ca.key"));
+  std::filesystem::remove(dir + "/worker-1.key");
+  EXPECT_TRUE(absl::IsNotFound(K8sSecrets("user-item", "", dir, 2, 2, false).status()));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hyrec::job
