@@ -257,10 +257,10 @@ TEST(K8sRender, PodsPlanTheSameJobAndOnlyAddPlacementFlags) {
   EXPECT_EQ(planned->endpoints.master_addr, "user-item-workers-0-0.user-item");
   EXPECT_EQ(planned->spec.checkpoint.dir, "/var/lib/hyrec/checkpoints");
   EXPECT_EQ(planned->spec.security.dir, kK8sCertsDir);
-  // The flags a pod adds are where it is and how it is watched, never a setting of the plan (the
-  // roles refuse those beside --config, as under --processes).
+  // The flags a pod adds are where it is, how it is watched and where its summary goes, never a
+  // setting of the plan (the roles refuse those beside --config, as under --processes).
   const std::set<std::string> placement = {"config",       "shard_index",  "resume",   "health_host", "health_port",
-                                           "metrics_host", "metrics_port", "progress", "plot"};
+                                           "metrics_host", "metrics_port", "progress", "plot",        "report"};
   for (const auto& [pod, c] : Containers(Objects(r->yaml))) {
     EXPECT_EQ(c["command"][0].as<std::string>(), kK8sBinary);
     for (size_t i = 1; i < c["args"].size(); ++i) {

@@ -252,8 +252,11 @@ absl::StatusOr<T> WaitForPeer(const std::string& who, const std::string& what, a
   absl::Time next_note = start + absl::Seconds(10);
   for (;;) {
     absl::StatusOr<T> connected = connect();
-    const bool waiting =
-        !connected.ok() && (absl::IsUnavailable(connected.status()) || absl::IsDeadlineExceeded(connected.status()));
+    // A peer that refuses this worker's certificate (another job's CA) is up: waiting cannot help.
+    const absl::string_view message = connected.status().message();
+    const bool refused = absl::StrContains(message, "andshake") || absl::StrContains(message, "ertificate");
+    const bool waiting = !connected.ok() && !refused &&
+                         (absl::IsUnavailable(connected.status()) || absl::IsDeadlineExceeded(connected.status()));
     if (!waiting) return connected;
     const absl::Duration waited = absl::Now() - start;
     if (waited >= timeout) {

@@ -97,41 +97,18 @@ struct Pool {
 
 enum class K8sRole { kPs, kLoader, kWorker };
 
-const char* RoleJobName(K8sRole role) {
-  switch (role) {
-    case K8sRole::kPs:
-      return "ps";
-    case K8sRole::kLoader:
-      return "loader";
-    case K8sRole::kWorker:
-      return "workers";
-  }
-  return "";
-}
+// Per role: its replicated job (and Job) name, its container's name and its identities' role.
+struct RoleNames {
+  const char* job;
+  const char* container;
+  Role identity;
+};
+constexpr RoleNames kRoleNames[] = {
+    {"ps", "ps", Role::kPs}, {"loader", "loader", Role::kLoader}, {"workers", "worker", Role::kWorker}};
 
-const char* ContainerName(K8sRole role) {
-  switch (role) {
-    case K8sRole::kPs:
-      return "ps";
-    case K8sRole::kLoader:
-      return "loader";
-    case K8sRole::kWorker:
-      return "worker";
-  }
-  return "";
-}
-
-Role IdentityRole(K8sRole role) {
-  switch (role) {
-    case K8sRole::kPs:
-      return Role::kPs;
-    case K8sRole::kLoader:
-      return Role::kLoader;
-    case K8sRole::kWorker:
-      return Role::kWorker;
-  }
-  return Role::kAdmin;
-}
+const char* RoleJobName(K8sRole role) { return kRoleNames[static_cast<int>(role)].job; }
+const char* ContainerName(K8sRole role) { return kRoleNames[static_cast<int>(role)].container; }
+Role IdentityRole(K8sRole role) { return kRoleNames[static_cast<int>(role)].identity; }
 
 // Everything one render needs, worked out once.
 class Renderer {
@@ -381,7 +358,9 @@ KValue Renderer::Args(K8sRole role) const {
       args = KValue::List({"loader", config});
       break;
     case K8sRole::kWorker:
-      args = KValue::List({"worker", config, "--progress=lines", "--plot="});
+      // Worker 0 writes the run's summary as YAML beside the checkpoints (the others none).
+      args = KValue::List(
+          {"worker", config, "--progress=lines", "--plot=", absl::StrCat("--report=", kK8sStateDir, "/report.yaml")});
       break;
   }
   for (const char* flag : {"--resume=auto", "--health_host=$(POD_IP)"}) args.Append(flag);
