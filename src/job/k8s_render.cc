@@ -81,7 +81,11 @@ std::string Quantity(uint64_t bytes) {
   return absl::StrCat((bytes + kMiB - 1) / kMiB, "Mi");
 }
 
-std::string Millicores(double cpus) { return absl::StrCat(static_cast<int64_t>(std::lround(cpus * 1000)), "m"); }
+// Whole cores as "8", fractions in millicores ("500m").
+std::string Millicores(double cpus) {
+  const int64_t milli = std::lround(cpus * 1000);
+  return milli % 1000 == 0 ? std::to_string(milli / 1000) : absl::StrCat(milli, "m");
+}
 
 // One role's pods: where they run and what they get.
 struct Pool {
