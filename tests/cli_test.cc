@@ -280,10 +280,13 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   ASSERT_FALSE(checkpoint.empty()) << r.all();
   ASSERT_FALSE(exported.empty()) << r.all();
   EXPECT_EQ(ReportField(report, "samples"), "2048");
-  // keep_last 2: the older checkpoints are gone.
+  // keep_last 2: the older checkpoints are gone; the shards' update logs live beside them.
   int kept = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) kept += e.is_directory() ? 1 : 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) {
+    kept += e.is_directory() && absl::StartsWith(e.path().filename().string(), "ckpt-") ? 1 : 0;
+  }
   EXPECT_EQ(kept, 2);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/ckpt/update-log/ps-1"));
 
   r = Hyrec({"checkpoint", "verify", checkpoint});
   EXPECT_EQ(r.code, 0) << r.all();
@@ -404,6 +407,43 @@ TEST(Cli, AStoppedWorkerFailsTheJobWithinTheWatchdogTimeout) {
   EXPECT_TRUE(noted);
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(40));
   EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
+}
+
+// A PS shard killed (SIGKILL) under --processes with the job's update log: the launcher restarts
+// it with --recover on its port, the worker waits for it, and the job finishes every sample.
+TEST(Cli, AKilledPsShardIsRestartedAndTheJobFinishes) {
+  const std::string dir = ::testing::TempDir() + "/cli_ps_restart";
+  std::filesystem::remove_all(dir);
+  const std::string job = WriteFile("restart.yaml", absl::StrCat(R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 204800, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
+  batch_size: 256
+  threads: 1
+eval: {samples: 2000}
+model: {embedding_dim: 8, bottom: [16], top: [16]}
+ps: {shards: 2}
+train: {workers: 1, embedding_staleness: 2, log_every_batches: 50}
+checkpoint: {dir: )",
+                                                                 dir, R"(, every_steps: 200}
+)"));
+  auto p = StartTraining({"--processes"}, job);
+  const pid_t shard = ChildWith(p->pid(), "--shard_index=1");
+  ASSERT_GT(shard, 0);
+  ASSERT_EQ(kill(shard, SIGKILL), 0);
+  bool restarted = false, recovered = false, finished = false;
+  for (;;) {
+    auto line = p->ReadLine(absl::Seconds(60));
+    if (!line.ok()) break;
+    restarted |= absl::StrContains(*line, "PS shard 1 exited (killed by signal 9); restarting it");
+    recovered |= absl::StrContains(*line, "PS shard 1 recovered and serves again");
+    finished |= absl::StartsWith(*line, "summary: 204800 samples");
+  }
+  auto code = p->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+  EXPECT_TRUE(restarted && recovered && finished) << restarted << recovered << finished;
+  std::filesystem::remove_all(dir);
 }
 
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -155,10 +156,12 @@ class Cluster {
       args.push_back(absl::StrCat("--shard_index=", i));
       HYREC_ASSIGN_OR_RETURN(auto ps, Spawn(Command(options_.roles.ps, args), absl::StrCat("ps ", i)));
       ps_.push_back(std::move(ps));
+      ps_args_.push_back(std::move(args));
     }
     HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common), "loader"));
     for (size_t i = 0; i < ps_.size(); ++i) {
       HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
+      ps_ports_.push_back(port);
       std::string address = absl::StrCat("127.0.0.1:", port);
       if (options_.ps_latency_ms >= 0) {
         HYREC_ASSIGN_OR_RETURN(
@@ -225,6 +228,58 @@ class Cluster {
     });
   }
 
+  // A PS shard that exited while the workers run: restarted on its port with --recover (from its
+  // update log), after a backoff, within a budget; false when it cannot be (no log, the budget
+  // spent, a failed start), with the reason noted.
+  bool RestartDeadShards() {
+    for (size_t i = 0; i < ps_.size(); ++i) {
+      absl::StatusOr<int> code = ps_[i]->Wait(absl::ZeroDuration());
+      if (!code.ok()) continue;  // Running.
+      const std::string what = absl::StrCat("PS shard ", i, " exited (", ExitDescription(*code), ")");
+      if (plan().ps[i].update_log_dir.empty()) {
+        monitor_->Note(what + "; the job keeps no update log (ps.update_log, checkpoint.dir) to recover it from");
+        return false;
+      }
+      if (restarts_ >= kMaxRestarts) {
+        monitor_->Note(absl::StrCat(what, "; the restart budget (", kMaxRestarts, ") is spent"));
+        return false;
+      }
+      const absl::Duration backoff = absl::Seconds(1) * (1 << std::min(restarts_, 5));
+      ++restarts_;
+      monitor_->Note(absl::StrCat(what, "; restarting it in ", absl::FormatDuration(backoff),
+                                  " to recover from its update log (restart ", restarts_, " of at most ", kMaxRestarts,
+                                  ")"));
+      absl::SleepFor(backoff);
+      std::vector<std::string> args;
+      for (const std::string& a : ps_args_[i]) {
+        if (absl::StartsWith(a, "--port=") || absl::StartsWith(a, "--resume=")) continue;
+        args.push_back(a);
+      }
+      args.push_back(absl::StrCat("--port=", ps_ports_[i]));
+      args.push_back("--recover");
+      absl::StatusOr<std::unique_ptr<Subprocess>> ps = Spawn(Command(options_.roles.ps, args), absl::StrCat("ps ", i));
+      absl::StatusOr<int> port = ps.ok() ? Listening(**ps, absl::StrCat("PS shard ", i)) : ps.status();
+      if (!port.ok()) {
+        monitor_->Note(absl::StrCat("PS shard ", i, " did not recover: ", port.status().message()));
+        return false;
+      }
+      retired_.push_back(std::move(ps_[i]));  // Its reader threads may still hold it.
+      ps_[i] = std::move(*ps);
+      Drain(ps_[i].get(), /*events=*/false);
+      monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", *port));
+      if (options_.monitor.metrics != nullptr) {
+        options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
+                                           "Roles the launcher restarted after they exited.");
+        options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", "ps"}, {"index", std::to_string(i)}}, 1);
+      }
+    }
+    return true;
+  }
+
+  static std::string ExitDescription(int code) {
+    return code > 128 ? absl::StrCat("killed by signal ", code - 128) : absl::StrCat("exit code ", code);
+  }
+
   // The workers' exit: kExitOk when all succeeded, kExitInterrupted when they were stopped, else
   // the first failure's code (the others are then stopped).
   absl::StatusOr<int> WaitForWorkers() {
@@ -239,7 +294,20 @@ class Cluster {
         for (auto& w : workers_) w->Signal(SIGINT);
         forwarded = true;
       }
+      if (result == kExitOk && !RestartDeadShards()) {
+        result = kExitTransient;
+        for (auto& w : workers_) w->Signal(SIGTERM);
+        kill_at = absl::Now() + kStopTimeout;
+      }
       if (std::optional<std::string> stalled = Stalled(); stalled.has_value() && result == kExitOk) {
+        if (absl::StartsWith(*stalled, "ps ") && !plan().ps[0].update_log_dir.empty()) {
+          monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
+                                      " (stopped or frozen); killing it to restart it"));
+          for (const Watched& w : watched_) {
+            if (w.name == *stalled && w.process->running()) w.process->Signal(SIGKILL);
+          }
+          continue;
+        }
         monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
                                     " (stopped or frozen); killing it and stopping the job"));
         for (const Watched& w : watched_) {
@@ -290,7 +358,12 @@ class Cluster {
   const ProcessesOptions& options_;
   std::unique_ptr<dense_worker::JobMonitor> monitor_;  // Once the servers are up.
   std::unique_ptr<dense_worker::EventReader> events_;  // Worker 0's events, into monitor_.
+  static constexpr int kMaxRestarts = 5;
   std::vector<std::unique_ptr<Subprocess>> ps_;
+  std::vector<std::vector<std::string>> ps_args_;  // Each shard's arguments, for a restart.
+  std::vector<int> ps_ports_;
+  std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
+  int restarts_ = 0;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<std::unique_ptr<LatencyProxy>> proxies_;

@@ -6,6 +6,7 @@
 // Prints "hyrec ps shard I of N listening on HOST:PORT" on stdout once serving; stops cleanly on
 // SIGTERM or SIGINT (in-flight requests get --shutdown_grace_ms to finish) and exits 0.
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +20,7 @@
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/embedding_ps/server.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
+#include "hyrec/embedding_ps/update_log.h"
 #include "hyrec/job/job_plan.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
@@ -45,9 +47,16 @@ struct PsFlags {
   std::string resume;
   std::string security = "mtls";  // Without --config.
   std::string heartbeat_file;
+  bool recover = false;
   CommonFlags common;
   SecurityFlags security_files;
   HealthFlags health;
+};
+
+// The shard's update log, when its plan has one.
+struct ShardLog {
+  std::shared_ptr<embedding_ps::UpdateLog> log;
+  std::string checkpoint_root;
 };
 
 // What a PS started without a job (--tables) serves.
@@ -111,9 +120,32 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
   return absl::OkStatus();
 }
 
+// Opens the planned shard's update log (none without one in the plan).
+absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f) {
+  if (f.config.empty()) {
+    if (f.recover) return absl::InvalidArgumentError("--recover needs --config (the job's update log)");
+    return ShardLog{};
+  }
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  const job::PsShardPlan& shard = plan.ps[f.shard_index];
+  if (shard.update_log_dir.empty()) {
+    if (f.recover) {
+      return absl::InvalidArgumentError(
+          "--recover: the job keeps no update log (ps.update_log needs checkpoint.dir), so a shard cannot recover");
+    }
+    return ShardLog{};
+  }
+  embedding_ps::UpdateLogOptions options;
+  options.dir = shard.update_log_dir;
+  HYREC_ASSIGN_OR_RETURN(options.sync, embedding_ps::ParseLogSync(shard.update_log_sync));
+  options.sync_interval = absl::Seconds(shard.update_log_sync_interval_seconds);
+  HYREC_ASSIGN_OR_RETURN(auto log, embedding_ps::UpdateLog::Open(options));
+  return ShardLog{std::shared_ptr<embedding_ps::UpdateLog>(std::move(log)), shard.checkpoint_root};
+}
+
 // Fills a planned shard's store from a checkpoint (resharding when it was cut with other counts).
 absl::Status RestoreFromCheckpoint(const std::string& which, const embedding_ps::ServerOptions& server,
-                                   embedding_ps::EmbeddingShardStore* store) {
+                                   embedding_ps::EmbeddingShardStore* store, std::string* restored) {
   CheckpointManifest manifest;
   HYREC_ASSIGN_OR_RETURN(const std::string dir, ResolveCheckpoint(Env::Default(), server.checkpoint_root,
                                                                   kCheckpointPrefix, which, &manifest));
@@ -122,6 +154,32 @@ absl::Status RestoreFromCheckpoint(const std::string& which, const embedding_ps:
       embedding_ps::RestoreShard(Env::Default(), dir, manifest, server.shard_index, server.num_shards, store));
   spdlog::info("restored from {} (step {}, {} shard(s) then) in {}", dir, manifest.step, manifest.num_shards,
                absl::FormatDuration(absl::Now() - start));
+  *restored = dir;
+  return absl::OkStatus();
+}
+
+// A restarted shard's state: the checkpoint its log starts from, then every logged update
+// (applied once: a repeat of an applied (worker, table, sequence) is recognized as one). The log
+// then goes on in a new segment.
+absl::Status Recover(const ShardLog& shard, const embedding_ps::ServerOptions& server,
+                     embedding_ps::EmbeddingShardStore* store) {
+  const absl::Time start = absl::Now();
+  const std::string root = shard.checkpoint_root;
+  HYREC_ASSIGN_OR_RETURN(embedding_ps::LogRecovery from, shard.log->FindRecovery([&](const std::string& name) {
+    return VerifyCheckpoint(Env::Default(), JoinPath(root, name)).ok();
+  }));
+  std::string restored;
+  if (!from.checkpoint.empty()) {
+    HYREC_RETURN_IF_ERROR(RestoreFromCheckpoint(JoinPath(root, from.checkpoint), server, store, &restored));
+  }
+  embedding_ps::ReplayStats stats;
+  HYREC_RETURN_IF_ERROR(embedding_ps::ReplayInto(*shard.log, from.segment, store, &stats));
+  HYREC_RETURN_IF_ERROR(shard.log->StartWriting());
+  spdlog::info(
+      "recovered from {} and {} logged update(s) in {} segment(s) ({} refused again, {} torn byte(s) at "
+      "the end) in {}",
+      restored.empty() ? "an empty store" : restored, stats.records, stats.segments, stats.refused, stats.torn_bytes,
+      absl::FormatDuration(absl::Now() - start));
   return absl::OkStatus();
 }
 
@@ -140,16 +198,31 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   InstallStopSignalHandlers();
   Heartbeat heartbeat(f.heartbeat_file);
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
-  if (!f.resume.empty()) {
-    if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
-    std::string note;
-    const std::string which =
-        ResolveResumeFlag(Env::Default(), server_options.checkpoint_root, kCheckpointPrefix, f.resume, &note);
-    if (!note.empty()) spdlog::info("{}", note);
-    if (!which.empty()) {
-      HYREC_RETURN_IF_ERROR(Annotate(RestoreFromCheckpoint(which, server_options, store.get()), "--resume"));
+  HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f));
+  if (f.recover) {
+    if (!f.resume.empty()) return absl::InvalidArgumentError("--recover and --resume: give one or the other");
+    HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));
+  } else {
+    std::string restored;
+    if (!f.resume.empty()) {
+      if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
+      std::string note;
+      const std::string which =
+          ResolveResumeFlag(Env::Default(), server_options.checkpoint_root, kCheckpointPrefix, f.resume, &note);
+      if (!note.empty()) spdlog::info("{}", note);
+      if (!which.empty()) {
+        HYREC_RETURN_IF_ERROR(
+            Annotate(RestoreFromCheckpoint(which, server_options, store.get(), &restored), "--resume"));
+      }
+    }
+    // The job starts (or resumes) here: an earlier run's log does not apply to it.
+    if (shard_log.log != nullptr) {
+      const std::string base =
+          restored.empty() ? "" : std::filesystem::absolute(std::filesystem::path(restored)).string();
+      HYREC_RETURN_IF_ERROR(Annotate(shard_log.log->Reset(base), "the update log"));
     }
   }
+  server_options.update_log = shard_log.log;
 
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
   HYREC_ASSIGN_OR_RETURN(auto server, embedding_ps::EmbeddingServer::Start(shared_store, server_options));
@@ -214,6 +287,9 @@ int PsMain(int argc, char** argv) {
                "Without --config: mtls (the certificates under --certs, default ./certs) or none (plaintext; any "
                "process that reaches the port may read and write rows).");
   AddSecurityFlags(flags, &f.security_files);
+  flags.Bool("recover", &f.recover,
+             "With --config: recover this shard after a crash from its update log and the checkpoint it starts "
+             "from (what a supervisor passes when it restarts one shard of a running job).");
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);

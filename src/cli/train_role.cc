@@ -335,6 +335,12 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   const absl::Duration startup = absl::Seconds(plan.endpoints.startup_timeout_seconds);
   embedding_ps::ClientOptions ps_options;
   ps_options.security = security;
+  if (const double recovery = plan.workers[rank].ps_recovery_timeout_seconds; recovery > 0) {
+    // The shards log their updates: a lost shard comes back with all of them (restarted by the
+    // launcher or the cluster), so calls wait for it, retrying, rather than fail the worker.
+    ps_options.call_timeout = absl::Seconds(recovery);
+    ps_options.max_attempts = 1 << 20;
+  }
   using ClientPtr = std::unique_ptr<embedding_ps::EmbeddingClient>;
   HYREC_ASSIGN_OR_RETURN(
       ClientPtr ps,

@@ -2,6 +2,7 @@
 // ShardForId, reassembly. They differ only in how a set of per-shard requests is carried out.
 #include "hyrec/embedding_ps/client.h"
 
+#include <atomic>
 #include <cmath>
 #include <functional>
 #include <random>
@@ -336,12 +337,19 @@ bool Retryable(grpc::StatusCode code) {
 class GrpcClient final : public ShardedClient {
  public:
   GrpcClient(std::vector<std::string> addresses, std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs,
-             std::vector<std::pair<std::string, int>> tables, const ClientOptions& options)
+             std::vector<std::pair<std::string, int>> tables, const std::vector<proto::HealthResponse>& health,
+             const ClientOptions& options)
       : ShardedClient(static_cast<int>(stubs.size()), std::move(tables)),
         addresses_(std::move(addresses)),
         stubs_(std::move(stubs)),
         options_(options),
-        precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16 : proto::PRECISION_FP32) {}
+        precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16 : proto::PRECISION_FP32),
+        incarnations_(health.size()) {
+    for (size_t s = 0; s < health.size(); ++s) {
+      incarnations_[s].store(health[s].incarnation());
+      lineages_.push_back(health[s].lineage());
+    }
+  }
 
   bool remote() const override { return true; }
 
@@ -513,6 +521,27 @@ class GrpcClient final : public ShardedClient {
     }
   }
 
+  // A shard that answered from another process than before restarted: it may go on only when it
+  // recovered its state (the same lineage); one that started afresh is FAILED_PRECONDITION, since
+  // its rows are not the ones trained.
+  absl::Status CheckIncarnation(int shard, uint64_t incarnation) {
+    if (incarnation == 0 || incarnation == incarnations_[shard].load()) return absl::OkStatus();
+    proto::HealthResponse health;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + options_.attempt_timeout));
+    const grpc::Status status = stubs_[shard]->Health(&context, proto::HealthRequest(), &health);
+    if (!status.ok()) return Annotated(status, shard, "Health after a restart", 1);
+    if (health.lineage() != lineages_[shard]) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("PS shard ", shard, " (", addresses_[shard],
+                       ") restarted without recovering its rows (its state's lineage changed): its rows are not the "
+                       "ones this job trained; give the job's PS an update log (ps.update_log) so that a restarted "
+                       "shard recovers, or resume the whole job from a checkpoint"));
+    }
+    incarnations_[shard].store(incarnation);
+    return absl::OkStatus();
+  }
+
   // "Lookup", or "Lookup of table 'user'" when the request's table is known.
   static std::string Label(absl::string_view method, const std::vector<absl::string_view>* tables, int k) {
     if (tables == nullptr) return std::string(method);
@@ -565,6 +594,7 @@ class GrpcClient final : public ShardedClient {
     for (size_t k = 0; k < responses.size(); ++k) {
       const auto [c, p] = flat.where[k];
       const proto::LookupResponse& r = responses[k];
+      HYREC_RETURN_IF_ERROR(CheckIncarnation(flat.shards[k], r.incarnation()));
       if (static_cast<int>(r.dim()) != calls[c].dim || !wire::ValidPrecision(r.precision())) {
         return absl::InternalError(absl::StrCat("PS shard ", flat.shards[k], " answered dim ", r.dim(), " for table '",
                                                 calls[c].table, "', expected ", calls[c].dim));
@@ -591,19 +621,26 @@ class GrpcClient final : public ShardedClient {
       wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
       wire::EncodeValues(calls[c].parts[p].grads, precision_, requests[k].mutable_grads());
     }
-    return RunOnShards(
+    HYREC_RETURN_IF_ERROR(RunOnShards(
         flat.shards, "Update",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
           stubs_[flat.shards[k]]->async()->Update(context, &requests[k], &responses[k], std::move(done));
         },
-        &flat.tables);
+        &flat.tables));
+    for (size_t k = 0; k < responses.size(); ++k) {
+      HYREC_RETURN_IF_ERROR(CheckIncarnation(flat.shards[k], responses[k].incarnation()));
+    }
+    return absl::OkStatus();
   }
 
   const std::vector<std::string> addresses_;
   const std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs_;
   const ClientOptions options_;
   const proto::Precision precision_;
+  // Per shard: the process last seen answering, and the lineage of its state at connect.
+  std::vector<std::atomic<uint64_t>> incarnations_;
+  std::vector<uint64_t> lineages_;
 };
 
 }  // namespace
@@ -655,9 +692,10 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
     stubs.push_back(proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(addresses[s], credentials, args)));
   }
   std::vector<std::pair<std::string, int>> tables;
+  std::vector<proto::HealthResponse> healths(stubs.size());
   const absl::Time deadline = absl::Now() + options.call_timeout;
   for (size_t s = 0; s < stubs.size(); ++s) {
-    proto::HealthResponse health;
+    proto::HealthResponse& health = healths[s];
     grpc::Status status;
     // Waits for the channel to come up (the PS may still be starting), up to the deadline.
     for (absl::Duration backoff = options.initial_backoff;;) {
@@ -689,7 +727,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
           absl::StrCat("PS shard ", s, " (", addresses[s], ") holds different tables from shard 0"));
     }
   }
-  return std::unique_ptr<EmbeddingClient>(new GrpcClient(addresses, std::move(stubs), std::move(tables), options));
+  return std::unique_ptr<EmbeddingClient>(
+      new GrpcClient(addresses, std::move(stubs), std::move(tables), healths, options));
 }
 
 }  // namespace hyrec::embedding_ps

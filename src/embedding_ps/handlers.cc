@@ -1,5 +1,6 @@
 #include "src/embedding_ps/handlers.h"
 
+#include <limits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -65,7 +66,7 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
 }
 
 absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
-                          proto::UpdateResponse* response) {
+                          proto::UpdateResponse* response, UpdateLog* log) {
   std::vector<uint64_t> ids;
   absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
   if (!table.ok()) return table.status();
@@ -79,6 +80,14 @@ absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limit
   std::vector<float> grads(ids.size() * dim);
   status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
   if (!status.ok()) return status;
+  if (log != nullptr) {
+    const LoggedUpdate logged{request.table(),    request.worker_id(),
+                              request.sequence(), static_cast<uint32_t>(request.precision()),
+                              request.ids(),      request.grads()};
+    if (absl::Status appended = log->Append(logged); !appended.ok()) {
+      return absl::UnavailableError(absl::StrCat("not applied: ", appended.message()));
+    }
+  }
   UpdateResult result;
   status = store.Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
   if (!status.ok()) return status;
@@ -87,6 +96,29 @@ absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limit
   response->set_dropped(result.dropped);
   response->set_nonfinite(result.nonfinite);
   return absl::OkStatus();
+}
+
+proto::UpdateRequest ToRequest(const LoggedUpdate& update) {
+  proto::UpdateRequest request;
+  request.set_table(update.table);
+  request.set_worker_id(update.worker_id);
+  request.set_sequence(update.sequence);
+  request.set_precision(static_cast<proto::Precision>(update.precision));
+  request.set_ids(update.ids);
+  request.set_grads(update.grads);
+  return request;
+}
+
+absl::Status ReplayInto(const UpdateLog& log, uint64_t first, EmbeddingShardStore* store, ReplayStats* stats) {
+  const RequestLimits limits{~uint64_t{0}, std::numeric_limits<int>::max()};
+  return log.Replay(
+      first,
+      [&](const LoggedUpdate& u) {
+        proto::UpdateResponse response;
+        if (!HandleUpdate(*store, limits, ToRequest(u), &response).ok()) ++stats->refused;
+        return absl::OkStatus();
+      },
+      stats);
 }
 
 }  // namespace hyrec::embedding_ps

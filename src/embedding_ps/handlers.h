@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "embedding.pb.h"
 #include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/embedding_ps/update_log.h"
 
 namespace hyrec::embedding_ps {
 
@@ -24,8 +25,13 @@ struct RequestLimits {
 absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
                           proto::LookupResponse* response);
 
+// With `log`, a valid request is appended to it (and durable as its policy says) before the store
+// applies it; a failed append applies nothing and is UNAVAILABLE, so the client retries.
 absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
-                          proto::UpdateResponse* response);
+                          proto::UpdateResponse* response, UpdateLog* log = nullptr);
+
+// The request a logged update was (for a replay through HandleUpdate).
+proto::UpdateRequest ToRequest(const LoggedUpdate& update);
 
 }  // namespace hyrec::embedding_ps
 

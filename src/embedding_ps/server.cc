@@ -1,11 +1,15 @@
 #include "hyrec/embedding_ps/server.h"
 
 #include <atomic>
+#include <mutex>
 #include <optional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/client.h"
@@ -58,7 +62,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
       : store_(std::move(store)),
         options_(std::move(options)),
         authorizer_(options_.security),
-        cutter_(store_, options_.shard_index, options_.num_shards) {}
+        cutter_(store_, options_.shard_index, options_.num_shards),
+        incarnation_(NewIncarnation()) {}
 
   void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
 
@@ -72,6 +77,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     if (status.ok() && request->kind() != proto::CUT_CHECKPOINT && request->kind() != proto::CUT_DELTA) {
       status = absl::InvalidArgumentError(absl::StrCat("unknown cut kind ", request->kind()));
     }
+    if (status.ok() && kind == CutKind::kCheckpoint) status = RotateLog(request->name());
     if (status.ok()) status = cutter_.Begin(*dir, request->id(), kind);
     if (!status.ok()) {
       return Refused("BeginCut", status);
@@ -105,6 +111,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "Lookup");
     if (status.ok()) status = HandleLookup(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("Lookup", status);
+    response->set_incarnation(incarnation_);
     return grpc::Status::OK;
   }
 
@@ -112,8 +119,9 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
                       proto::UpdateResponse* response) override {
     // A worker updates rows under its own id only: no one else can fill its dedup window.
     absl::Status status = authorizer_.AllowWorker(*context, request->worker_id(), /*or_admin=*/false, "Update");
-    if (status.ok()) status = HandleUpdate(*store_, Limits(), *request, response);
+    if (status.ok()) status = HandleUpdate(*store_, Limits(), *request, response, options_.update_log.get());
     if (!status.ok()) return Refused("Update", status);
+    response->set_incarnation(incarnation_);
     return grpc::Status::OK;
   }
 
@@ -128,6 +136,8 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
                       proto::HealthResponse* response) override {
     if (absl::Status allowed = AllowAnyone(*context, "Health"); !allowed.ok()) return Refused("Health", allowed);
     response->set_serving(true);
+    response->set_incarnation(incarnation_);
+    response->set_lineage(options_.update_log != nullptr ? options_.update_log->lineage() : incarnation_);
     response->set_shard_index(options_.shard_index);
     response->set_num_shards(options_.num_shards);
     for (int t = 0; t < store_->num_tables(); ++t) {
@@ -139,6 +149,30 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   }
 
  private:
+  static uint64_t NewIncarnation() {
+    std::random_device device;
+    return ((static_cast<uint64_t>(device()) << 32) ^ device()) | 1;
+  }
+
+  // A checkpoint cut starts a new log segment, which starts from its snapshot; the segments
+  // before the newest committed checkpoint (its MANIFEST written) are no longer needed.
+  absl::Status RotateLog(const std::string& name) {
+    UpdateLog* log = options_.update_log.get();
+    if (log == nullptr) return absl::OkStatus();
+    {
+      std::lock_guard<std::mutex> lock(rotate_mu_);
+      if (name == rotated_) return absl::OkStatus();  // A retried BeginCut of this cut.
+      rotated_ = name;
+    }
+    const std::string root = options_.checkpoint_root;
+    HYREC_RETURN_IF_ERROR(log->Truncate([&](const std::string& checkpoint) {
+      return Env::Default()->FileExists(JoinPath(JoinPath(root, checkpoint), kManifestName));
+    }));
+    HYREC_ASSIGN_OR_RETURN(const uint64_t segment, log->Rotate(name));
+    spdlog::info("update log: segment {} starts from checkpoint {}", segment, name);
+    return absl::OkStatus();
+  }
+
   RequestLimits Limits() const { return RequestLimits{options_.max_ids_per_request, options_.max_message_bytes}; }
 
   // Counts and logs a refused call (at most a few lines per interval, so that a flood of bad
@@ -162,6 +196,9 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   const ServerOptions options_;
   const rpc::Authorizer authorizer_;
   ShardCheckpointer cutter_;
+  const uint64_t incarnation_;
+  std::mutex rotate_mu_;
+  std::string rotated_;  // The checkpoint the log's newest segment starts from.
   std::atomic<const rpc::RpcServer*> listener_{nullptr};
   rpc::LogLimiter log_limit_;
 };

@@ -202,6 +202,13 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
     shard.store.track_changes = spec.serving.delta_every_steps > 0 || spec.serving.delta_every_seconds > 0;
     shard.checkpoint_root = spec.checkpoint.dir;
     shard.export_root = spec.serving.dir;
+    if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
+      const std::string root =
+          spec.ps.update_log_dir.empty() ? JoinPath(spec.checkpoint.dir, "update-log") : spec.ps.update_log_dir;
+      shard.update_log_dir = JoinPath(root, absl::StrCat("ps-", shard.shard_index));
+      shard.update_log_sync = spec.ps.update_log_sync;
+      shard.update_log_sync_interval_seconds = spec.ps.update_log_sync_interval_seconds;
+    }
     for (const TableSpec& t : all_tables) {
       embedding_ps::TableConfig config = t.config;
       // Each shard holds its share of the table's rows, rounded up.
@@ -234,6 +241,9 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.log_every_batches = spec.train.log_every_batches;
   worker.sync_timeout_seconds = spec.train.sync_timeout_seconds;
   worker.batch_timeout_seconds = spec.train.batch_timeout_seconds;
+  if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
+    worker.ps_recovery_timeout_seconds = spec.ps.recovery_timeout_seconds;
+  }
   worker.planned_steps = steps;
   worker.planned_samples = samples;
   worker.epochs = spec.loader.epochs;

@@ -68,11 +68,28 @@ absl::Status ReadModel(const YAML::Node& node, ModelSpec* model, TableDefaults* 
   return absl::OkStatus();
 }
 
-absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults) {
+// ps.update_log as a mapping: {enabled, dir, sync, sync_interval_seconds}.
+absl::Status ReadUpdateLog(const YAML::Node& node, PsSpec* ps) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "ps.update_log", {"enabled", "dir", "sync", "sync_interval_seconds"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "enabled", "ps.update_log", &ps->update_log));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "ps.update_log", &ps->update_log_dir));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync", "ps.update_log", &ps->update_log_sync));
   HYREC_RETURN_IF_ERROR(
-      CheckKeys(node, "ps",
-                {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters",
-                 "max_ids_per_request", "threads", "optimizer", "learning_rate", "init_stddev"}));
+      ReadScalar(node, "sync_interval_seconds", "ps.update_log", &ps->update_log_sync_interval_seconds));
+  if (ps->update_log_sync != "every_group" && ps->update_log_sync != "interval" && ps->update_log_sync != "off") {
+    return Invalid("ps.update_log.sync", node["sync"], "must be every_group, interval or off");
+  }
+  if (!(ps->update_log_sync_interval_seconds > 0 && ps->update_log_sync_interval_seconds <= 3600)) {
+    return Invalid("ps.update_log.sync_interval_seconds", node["sync_interval_seconds"], "must be in (0, 3600]");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, "ps",
+      {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters", "max_ids_per_request",
+       "threads", "optimizer", "learning_rate", "init_stddev", "update_log", "recovery_timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "shards", "ps", &ps->shards));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_rows", "ps", &ps->capacity_rows));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps", &ps->capacity_bytes));
@@ -80,6 +97,15 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "admission_sketch_counters", "ps", &ps->admission_sketch_counters));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "max_ids_per_request", "ps", &ps->max_ids_per_request));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "threads", "ps", &ps->threads));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "recovery_timeout_seconds", "ps", &ps->recovery_timeout_seconds));
+  if (!(ps->recovery_timeout_seconds > 0 && ps->recovery_timeout_seconds <= 86400)) {
+    return Invalid("ps.recovery_timeout_seconds", node["recovery_timeout_seconds"], "must be in (0, 86400]");
+  }
+  if (const YAML::Node log = node["update_log"]; log && log.IsMap()) {
+    HYREC_RETURN_IF_ERROR(ReadUpdateLog(log, ps));
+  } else {
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "update_log", "ps", &ps->update_log));  // true or false
+  }
   if (const YAML::Node optimizer = node["optimizer"]) {
     HYREC_RETURN_IF_ERROR(embedding_ps::ReadOptimizerConfig(optimizer, "ps.optimizer", &defaults->optimizer));
   }

@@ -33,6 +33,7 @@
 #include "absl/time/time.h"
 #include "hyrec/common/security.h"
 #include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/embedding_ps/update_log.h"
 
 namespace hyrec::embedding_ps {
 
@@ -50,6 +51,11 @@ struct ServerOptions {
   std::string export_root;
   // mTLS and identities; off: plaintext, every caller trusted (in-process tests only).
   SecurityOptions security;
+  // The shard's update log (update_log.h): each Update is appended (durably, as its sync policy
+  // says) before it is applied and acknowledged, and each checkpoint cut opens a new segment and
+  // truncates the segments before the newest committed checkpoint. Null: no log; the shard's
+  // lineage is then its incarnation (a restart loses its state).
+  std::shared_ptr<UpdateLog> update_log;
 };
 
 class EmbeddingServer {

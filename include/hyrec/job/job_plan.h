@@ -52,6 +52,11 @@ struct PsShardPlan {
   // is set when the job takes deltas.
   std::string checkpoint_root;
   std::string export_root;
+  // The shard's update log: `<ps.update_log.dir or checkpoint.dir/update-log>/ps-<index>`; empty
+  // when the job has none (ps.update_log false, or no checkpoint.dir to truncate it at).
+  std::string update_log_dir;
+  std::string update_log_sync = "every_group";
+  double update_log_sync_interval_seconds = 0.1;
 };
 
 struct LoaderPlan {
@@ -83,6 +88,9 @@ struct WorkerPlan {
   int log_every_batches = 100;
   double sync_timeout_seconds = 60;
   double batch_timeout_seconds = 120;
+  // With the shards' update logs: how long a PS call waits for a shard to come back (0: the
+  // client's default deadline; a lost shard then fails the worker at once).
+  double ps_recovery_timeout_seconds = 0;
   // Optimizer steps this worker takes and samples the whole job trains, when the source says
   // (synthetic data, a set number of epochs); 0: unknown.
   int64_t planned_steps = 0;

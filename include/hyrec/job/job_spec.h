@@ -118,6 +118,16 @@ struct PsSpec {
   uint32_t admission_sketch_counters = 1 << 20;
   uint64_t max_ids_per_request = 1 << 22;
   int threads = 0;  // gRPC polling threads of a PS process; 0: one per core.
+  // The shards' update logs (embedding_ps/update_log.h), which let one restarted shard recover
+  // every update it acknowledged. On by default when the job takes checkpoints (the log is
+  // truncated at each one); a PS process writes its own under `<dir>/ps-<index>`.
+  bool update_log = true;
+  std::string update_log_dir;                   // Empty: <checkpoint.dir>/update-log.
+  std::string update_log_sync = "every_group";  // every_group | interval | off
+  double update_log_sync_interval_seconds = 0.1;
+  // How long a worker's call waits for a shard that is down before it fails: a restarted shard
+  // recovers within it (used only when the shards have update logs).
+  double recovery_timeout_seconds = 120;
 };
 
 struct TrainSpec {

@@ -1,0 +1,179 @@
+// UpdateLog: a PS shard's write-ahead log of the updates it applies between checkpoints, so that
+// a shard that crashes recovers every update it acknowledged (docs/architecture.md, "Failure
+// model").
+//
+//   UpdateLogOptions options;
+//   options.dir = "ckpt/update-log/ps-1";
+//   HYREC_ASSIGN_OR_RETURN(auto log, UpdateLog::Open(options));
+//   HYREC_ASSIGN_OR_RETURN(LogRecovery start, log->FindRecovery(committed));  // after a crash
+//   ... restore start.checkpoint (when not empty), then:
+//   HYREC_RETURN_IF_ERROR(log->Replay(start.segment, [&](const LoggedUpdate& u) { return Apply(u); }, &stats));
+//   HYREC_RETURN_IF_ERROR(log->StartWriting());
+//   HYREC_RETURN_IF_ERROR(log->Append(update));   // durable (as options.sync says) on return
+//
+// Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
+// header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, a
+// crc32) and holds records: u32 payload length | u32 crc32 of the payload | payload. A segment
+// starts from one of: nothing (the shard's first, over an empty store), a checkpoint (the cut
+// whose snapshot was taken when it was opened: its updates are the ones after that snapshot), or
+// the segment before it (a segment opened after a restart or a rotation by size).
+//
+// Group commit (as LevelDB's writers): concurrent Appends queue; the first writes every queued
+// record in one write and, with sync kEveryGroup, one fdatasync, and wakes the others. An Append
+// returns only once its record is written (and synced, with kEveryGroup), so a caller that
+// acknowledges after Append never acknowledges an update a crash can lose. A failed write or
+// sync fails every Append of its group and every later one; the log must be reopened.
+//
+// A record cut short or with a bad crc at the end of the last segment is a torn tail (a crash
+// while writing it, whose Append never returned): replay stops there and counts the bytes. Any
+// other damage is DATA_LOSS naming the segment and offset. All file access goes through `env`.
+// Thread-safe.
+#ifndef HYREC_EMBEDDING_PS_UPDATE_LOG_H_
+#define HYREC_EMBEDDING_PS_UPDATE_LOG_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "hyrec/common/env.h"
+
+namespace hyrec::embedding_ps {
+
+enum class LogSync {
+  kEveryGroup,  // fdatasync before any Append of a group returns: nothing acknowledged is lost.
+  kInterval,    // fdatasync when sync_interval has passed since the last: a power loss (not a
+                // process crash) loses up to that interval of acknowledged updates.
+  kOff,         // never: the kernel writes back when it likes; a process crash loses nothing
+                // written, a power loss what the kernel had not written.
+};
+
+// "every_group", "interval", "off".
+absl::StatusOr<LogSync> ParseLogSync(const std::string& name);
+const char* LogSyncName(LogSync sync);
+
+struct UpdateLogOptions {
+  std::string dir;  // The shard's own directory (created when missing). Required.
+  LogSync sync = LogSync::kEveryGroup;
+  absl::Duration sync_interval = absl::Milliseconds(100);  // With kInterval.
+  uint64_t segment_bytes = 64 << 20;                       // A new segment once the current one passes this.
+  size_t max_group_bytes = 4 << 20;  // One write carries at most this much (and at least one record).
+  // With kEveryGroup, a leader alone in the queue waits this long for others to share its sync.
+  absl::Duration group_linger = absl::Microseconds(200);
+  Env* env = nullptr;  // nullptr: Env::Default().
+};
+
+// One logged Update, as the request carried it (the gradients in their wire precision).
+struct LoggedUpdate {
+  std::string table;
+  uint32_t worker_id = 0;
+  uint64_t sequence = 0;
+  uint32_t precision = 0;  // proto::Precision
+  std::string ids;         // little-endian uint64s
+  std::string grads;       // little-endian values of `precision`
+};
+
+// Where a recovery starts: restore `checkpoint` (empty: start from an empty store), then replay
+// the segments from `segment` on.
+struct LogRecovery {
+  std::string checkpoint;
+  uint64_t segment = 0;
+};
+
+struct ReplayStats {
+  uint64_t records = 0;
+  uint64_t segments = 0;
+  uint64_t torn_bytes = 0;  // Dropped from the end of the last segment.
+  uint64_t refused = 0;     // Records the store refused again (ReplayInto).
+};
+
+class UpdateLog {
+ public:
+  static absl::StatusOr<std::unique_ptr<UpdateLog>> Open(const UpdateLogOptions& options);
+  ~UpdateLog();
+  UpdateLog(const UpdateLog&) = delete;
+  UpdateLog& operator=(const UpdateLog&) = delete;
+
+  // Whether the directory holds segments (an earlier run's, or this one's).
+  bool empty() const;
+  // A random id the log keeps across restarts (recoveries) and a Reset renews: a shard that
+  // recovered from its log has the lineage it had before.
+  uint64_t lineage() const;
+
+  // The latest start this log can recover from: the newest segment that starts from a checkpoint
+  // `committed` says is usable (committed and intact), else the first segment when it starts from
+  // nothing. DATA_LOSS when there is none (the checkpoints it starts from are gone).
+  absl::StatusOr<LogRecovery> FindRecovery(const std::function<bool(const std::string&)>& committed) const;
+
+  // Reads the records of the segments from `first` on, in order, calling `apply` on each; stops at
+  // the first error `apply` returns.
+  absl::Status Replay(uint64_t first, const std::function<absl::Status(const LoggedUpdate&)>& apply,
+                      ReplayStats* stats) const;
+
+  // Deletes every segment and starts segment 1 over `checkpoint` (empty: an empty store), with a
+  // new lineage: for a shard that starts fresh, or from a checkpoint the job resumes from.
+  absl::Status Reset(const std::string& checkpoint);
+  // Opens a new segment after the existing ones (that continues them), to write after a replay.
+  absl::Status StartWriting();
+
+  // Appends one record; returns once it is written and synced as options.sync says.
+  absl::Status Append(const LoggedUpdate& update);
+
+  // Opens a new segment that starts from checkpoint `name` (whose snapshot is being taken now,
+  // with no Append running); returns its number.
+  absl::StatusOr<uint64_t> Rotate(const std::string& name);
+  // Deletes the segments before the newest one that starts from a checkpoint `committed` accepts.
+  absl::Status Truncate(const std::function<bool(const std::string&)>& committed);
+
+  // Syncs and closes the current segment.
+  absl::Status Close();
+
+  struct Segment {
+    uint64_t number = 0;
+    uint32_t kind = 0;  // kFresh, kCheckpoint or kContinue (update_log.cc).
+    std::string checkpoint;
+  };
+  // The segments on disk, oldest first (headers that do not read: only a last, torn one is
+  // passed over).
+  absl::StatusOr<std::vector<Segment>> Segments() const;
+
+ private:
+  explicit UpdateLog(const UpdateLogOptions& options);
+  absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  std::string SegmentPath(uint64_t number) const;
+  absl::Status WriteGroup(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+
+  const UpdateLogOptions options_;
+  Env* const env_;
+
+  struct Writer;
+  struct Turn;
+  mutable absl::Mutex mu_;  // The queue of writers.
+  std::vector<Writer*> queue_ ABSL_GUARDED_BY(mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // A write or sync failed: every later Append fails.
+
+  mutable absl::Mutex file_mu_ ABSL_ACQUIRED_AFTER(mu_);  // The open segment, held while writing.
+  std::unique_ptr<WritableFile> file_ ABSL_GUARDED_BY(file_mu_);
+  uint64_t segment_ ABSL_GUARDED_BY(file_mu_) = 0;
+  uint64_t segment_size_ ABSL_GUARDED_BY(file_mu_) = 0;
+  absl::Time last_sync_ ABSL_GUARDED_BY(file_mu_);
+  uint64_t lineage_ = 0;
+};
+
+class EmbeddingShardStore;
+
+// Replays `log`'s segments from `first` on into `store`, each record as the Update request it was
+// (validated the same way, deduplicated by its (worker, table, sequence)). A record the store
+// refused when it was first applied (a NaN, a sequence older than the window) is refused again
+// and counted in stats->refused: the replay ends where the acknowledged state did.
+absl::Status ReplayInto(const UpdateLog& log, uint64_t first, EmbeddingShardStore* store, ReplayStats* stats);
+
+}  // namespace hyrec::embedding_ps
+
+#endif  // HYREC_EMBEDDING_PS_UPDATE_LOG_H_

@@ -1,0 +1,403 @@
+#include "hyrec/embedding_ps/update_log.h"
+
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "hyrec/common/block_file.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+constexpr char kMagic[] = "HYRECWAL";  // 8 bytes, without the terminator.
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kFresh = 1;       // Starts from an empty store.
+constexpr uint32_t kCheckpoint = 2;  // Starts from a checkpoint's snapshot.
+constexpr uint32_t kContinue = 3;    // Continues the segment before it.
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
+constexpr uint64_t kMaxCheckpointName = 4096;
+
+void PutU32(std::string* out, uint32_t v) {
+  char b[4];
+  std::memcpy(b, &v, 4);
+  out->append(b, 4);
+}
+void PutU64(std::string* out, uint64_t v) {
+  char b[8];
+  std::memcpy(b, &v, 8);
+  out->append(b, 8);
+}
+void PutBytes(std::string* out, absl::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+// Reads fixed-size values and length-prefixed strings from a byte range; false past its end.
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  bool U32(uint32_t* v) { return Fixed(v, 4); }
+  bool U64(uint64_t* v) { return Fixed(v, 8); }
+  bool Bytes(std::string* s, uint64_t max) {
+    uint32_t n = 0;
+    if (!U32(&n) || n > max || n > data_.size()) return false;
+    s->assign(data_.data(), n);
+    data_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return data_.empty(); }
+
+ private:
+  template <typename T>
+  bool Fixed(T* v, size_t n) {
+    if (data_.size() < n) return false;
+    std::memcpy(v, data_.data(), n);
+    data_.remove_prefix(n);
+    return true;
+  }
+  absl::string_view data_;
+};
+
+std::string EncodeHeader(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t lineage) {
+  std::string h(kMagic, 8);
+  PutU32(&h, kVersion);
+  PutU64(&h, number);
+  PutU32(&h, kind);
+  PutU64(&h, lineage);
+  PutBytes(&h, checkpoint);
+  PutU32(&h, Crc32(h));
+  return h;
+}
+
+std::string EncodeRecord(const LoggedUpdate& u) {
+  std::string payload;
+  PutBytes(&payload, u.table);
+  PutU32(&payload, u.worker_id);
+  PutU64(&payload, u.sequence);
+  PutU32(&payload, u.precision);
+  PutBytes(&payload, u.ids);
+  PutBytes(&payload, u.grads);
+  std::string record;
+  PutU32(&record, static_cast<uint32_t>(payload.size()));
+  PutU32(&record, Crc32(payload));
+  record += payload;
+  return record;
+}
+
+bool DecodePayload(absl::string_view payload, LoggedUpdate* u) {
+  Reader r(payload);
+  return r.Bytes(&u->table, 1 << 16) && r.U32(&u->worker_id) && r.U64(&u->sequence) && r.U32(&u->precision) &&
+         r.Bytes(&u->ids, kMaxRecordBytes) && r.Bytes(&u->grads, kMaxRecordBytes) && r.done();
+}
+
+struct Header {
+  uint64_t number = 0;
+  uint32_t kind = 0;
+  uint64_t lineage = 0;
+  std::string checkpoint;
+  size_t size = 0;  // Bytes the header takes.
+};
+
+// The header at the start of `data`; false when it does not read (short, bad magic or crc).
+bool DecodeHeader(absl::string_view data, Header* h) {
+  if (data.size() < 8 || data.substr(0, 8) != absl::string_view(kMagic, 8)) return false;
+  Reader r(data.substr(8));
+  uint32_t version = 0, crc = 0;
+  if (!r.U32(&version) || version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
+      !r.Bytes(&h->checkpoint, kMaxCheckpointName)) {
+    return false;
+  }
+  const size_t body = 8 + 4 + 8 + 4 + 8 + 4 + h->checkpoint.size();
+  if (data.size() < body + 4) return false;
+  std::memcpy(&crc, data.data() + body, 4);
+  h->size = body + 4;
+  return crc == Crc32(data.substr(0, body)) && h->kind >= kFresh && h->kind <= kContinue;
+}
+
+absl::StatusOr<std::string> ReadAll(Env* env, const std::string& path) {
+  return ReadFileToString(env, path, uint64_t{1} << 40);
+}
+
+uint64_t NewLineage() {
+  std::random_device device;
+  return (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+}
+
+}  // namespace
+
+absl::StatusOr<LogSync> ParseLogSync(const std::string& name) {
+  if (name == "every_group") return LogSync::kEveryGroup;
+  if (name == "interval") return LogSync::kInterval;
+  if (name == "off") return LogSync::kOff;
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a sync policy (every_group, interval, off)"));
+}
+
+const char* LogSyncName(LogSync sync) {
+  switch (sync) {
+    case LogSync::kEveryGroup:
+      return "every_group";
+    case LogSync::kInterval:
+      return "interval";
+    case LogSync::kOff:
+      return "off";
+  }
+  return "?";
+}
+
+struct UpdateLog::Writer {
+  explicit Writer(std::string b) : bytes(std::move(b)) {}
+  std::string bytes;
+  absl::Status status;
+  bool done = false;
+};
+
+// An Append's wait: until a leader wrote its record, or it is the first in the queue.
+struct UpdateLog::Turn {
+  Writer* writer;
+  std::vector<Writer*>* queue;
+  static bool Ready(Turn* t) { return t->writer->done || t->queue->front() == t->writer; }
+};
+
+UpdateLog::UpdateLog(const UpdateLogOptions& options)
+    : options_(options), env_(options.env != nullptr ? options.env : Env::Default()) {}
+
+UpdateLog::~UpdateLog() { (void)Close(); }
+
+absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOptions& options) {
+  if (options.dir.empty()) return absl::InvalidArgumentError("the update log needs a directory");
+  std::unique_ptr<UpdateLog> log(new UpdateLog(options));
+  HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
+  HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
+  if (!segments.empty()) {
+    HYREC_ASSIGN_OR_RETURN(std::string data, ReadAll(log->env_, log->SegmentPath(segments.back().number)));
+    Header h;
+    if (DecodeHeader(data, &h)) log->lineage_ = h.lineage;
+  }
+  if (log->lineage_ == 0) log->lineage_ = NewLineage();
+  return log;
+}
+
+std::string UpdateLog::SegmentPath(uint64_t number) const {
+  return JoinPath(options_.dir, absl::StrFormat("log-%020d.wal", number));
+}
+
+absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
+  HYREC_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->GetChildren(options_.dir));
+  std::vector<uint64_t> numbers;
+  for (const std::string& name : names) {
+    uint64_t n = 0;
+    if (name.size() == 28 && absl::StartsWith(name, "log-") && absl::EndsWith(name, ".wal") &&
+        absl::SimpleAtoi(name.substr(4, 20), &n)) {
+      numbers.push_back(n);
+    }
+  }
+  std::sort(numbers.begin(), numbers.end());
+  std::vector<Segment> out;
+  for (size_t i = 0; i < numbers.size(); ++i) {
+    const std::string path = SegmentPath(numbers[i]);
+    HYREC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
+    Header h;
+    if (!DecodeHeader(data, &h) || h.number != numbers[i]) {
+      if (i + 1 == numbers.size()) break;  // Created, but its header never written whole.
+      return absl::DataLossError(absl::StrCat(path, ": not an update log segment, or its header is damaged"));
+    }
+    out.push_back(Segment{h.number, h.kind, h.checkpoint});
+  }
+  return out;
+}
+
+bool UpdateLog::empty() const {
+  absl::StatusOr<std::vector<Segment>> segments = Segments();
+  return segments.ok() && segments->empty();
+}
+
+uint64_t UpdateLog::lineage() const {
+  absl::MutexLock lock(&file_mu_);
+  return lineage_;
+}
+
+absl::StatusOr<LogRecovery> UpdateLog::FindRecovery(const std::function<bool(const std::string&)>& committed) const {
+  HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
+  for (auto it = segments.rbegin(); it != segments.rend(); ++it) {
+    if (it->kind == kCheckpoint && committed(it->checkpoint)) return LogRecovery{it->checkpoint, it->number};
+    if (it->kind == kFresh) return LogRecovery{"", it->number};
+  }
+  return absl::DataLossError(absl::StrCat(
+      "the update log in ", options_.dir,
+      segments.empty() ? " is empty"
+                       : " starts from no checkpoint that is still there and intact: its updates cannot be "
+                         "replayed onto anything"));
+}
+
+absl::Status UpdateLog::Replay(uint64_t first, const std::function<absl::Status(const LoggedUpdate&)>& apply,
+                               ReplayStats* stats) const {
+  ReplayStats local;
+  ReplayStats& s = stats != nullptr ? *stats : local;
+  HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
+  for (size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].number < first) continue;
+    const bool last = i + 1 == segments.size();
+    const std::string path = SegmentPath(segments[i].number);
+    HYREC_ASSIGN_OR_RETURN(const std::string data, ReadAll(env_, path));
+    Header h;
+    DecodeHeader(data, &h);
+    size_t at = h.size;
+    ++s.segments;
+    while (at < data.size()) {
+      uint32_t length = 0, crc = 0;
+      const bool whole = data.size() - at >= 8;
+      if (whole) {
+        std::memcpy(&length, data.data() + at, 4);
+        std::memcpy(&crc, data.data() + at + 4, 4);
+      }
+      const bool fits = whole && length <= data.size() - at - 8;
+      LoggedUpdate u;
+      const bool good = fits && Crc32(absl::string_view(data).substr(at + 8, length)) == crc &&
+                        DecodePayload(absl::string_view(data).substr(at + 8, length), &u);
+      if (!good) {
+        if (last) {  // A torn tail: the record whose Append never returned.
+          s.torn_bytes = data.size() - at;
+          break;
+        }
+        return absl::DataLossError(absl::StrCat(path, ": record at offset ", at, " is damaged"));
+      }
+      HYREC_RETURN_IF_ERROR(apply(u));
+      ++s.records;
+      at += 8 + length;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint) {
+  if (file_ != nullptr) {
+    HYREC_RETURN_IF_ERROR(file_->Sync());
+    HYREC_RETURN_IF_ERROR(file_->Close());
+    file_.reset();
+  }
+  const std::string path = SegmentPath(number);
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(path));
+  HYREC_RETURN_IF_ERROR(file->Append(EncodeHeader(number, kind, checkpoint, lineage_)));
+  HYREC_RETURN_IF_ERROR(file->Sync());
+  HYREC_RETURN_IF_ERROR(env_->SyncDir(options_.dir));  // The segment exists after a crash.
+  file_ = std::move(file);
+  segment_ = number;
+  segment_size_ = 0;
+  last_sync_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLog::Reset(const std::string& checkpoint) {
+  absl::MutexLock lock(&file_mu_);
+  if (file_ != nullptr) {
+    (void)file_->Close();
+    file_.reset();
+  }
+  HYREC_ASSIGN_OR_RETURN(std::vector<std::string> names, env_->GetChildren(options_.dir));
+  for (const std::string& name : names) {
+    if (absl::StartsWith(name, "log-") && absl::EndsWith(name, ".wal")) {
+      HYREC_RETURN_IF_ERROR(env_->DeleteFile(JoinPath(options_.dir, name)));
+    }
+  }
+  lineage_ = NewLineage();
+  return OpenSegment(1, checkpoint.empty() ? kFresh : kCheckpoint, checkpoint);
+}
+
+absl::Status UpdateLog::StartWriting() {
+  HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
+  if (segments.empty()) return absl::FailedPreconditionError("an empty update log starts with Reset");
+  absl::MutexLock lock(&file_mu_);
+  return OpenSegment(segments.back().number + 1, kContinue, "");
+}
+
+absl::Status UpdateLog::WriteGroup(const std::string& bytes) {
+  if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
+  HYREC_RETURN_IF_ERROR(file_->Append(bytes));
+  segment_size_ += bytes.size();
+  const bool sync = options_.sync == LogSync::kEveryGroup ||
+                    (options_.sync == LogSync::kInterval && absl::Now() - last_sync_ >= options_.sync_interval);
+  if (sync) {
+    HYREC_RETURN_IF_ERROR(file_->Sync());
+    last_sync_ = absl::Now();
+  }
+  if (segment_size_ >= options_.segment_bytes) HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kContinue, ""));
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLog::Append(const LoggedUpdate& update) {
+  Writer w(EncodeRecord(update));
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(&w);
+  // Followers wait until a leader has written their record, or until they lead.
+  Turn turn{&w, &queue_};
+  mu_.Await(absl::Condition(&Turn::Ready, &turn));
+  if (w.done) return w.status;
+  // The leader. Requests of one batch arrive together (a table each): waiting a moment for the
+  // others lets one sync serve them all.
+  if (options_.sync == LogSync::kEveryGroup && queue_.size() == 1 && options_.group_linger > absl::ZeroDuration()) {
+    std::vector<Writer*>* queue = &queue_;
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](std::vector<Writer*>* q) { return q->size() > 1; }, queue),
+                         options_.group_linger);
+  }
+  // Everything queued, up to max_group_bytes.
+  std::string group;
+  size_t count = 0;
+  while (count < queue_.size() &&
+         (count == 0 || group.size() + queue_[count]->bytes.size() <= options_.max_group_bytes)) {
+    group += queue_[count]->bytes;
+    ++count;
+  }
+  absl::Status status = failed_;
+  if (status.ok()) {
+    mu_.Unlock();
+    {
+      absl::MutexLock file_lock(&file_mu_);
+      status = WriteGroup(group);
+    }
+    mu_.Lock();
+    if (!status.ok()) failed_ = Annotate(status, "the update log");
+    status = status.ok() ? status : failed_;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    queue_[i]->status = status;
+    queue_[i]->done = true;
+  }
+  queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
+  return status;
+}
+
+absl::StatusOr<uint64_t> UpdateLog::Rotate(const std::string& name) {
+  absl::MutexLock lock(&file_mu_);
+  HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kCheckpoint, name));
+  return segment_;
+}
+
+absl::Status UpdateLog::Truncate(const std::function<bool(const std::string&)>& committed) {
+  HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
+  uint64_t keep_from = 0;
+  for (const Segment& s : segments) {
+    if (s.kind == kCheckpoint && committed(s.checkpoint)) keep_from = s.number;
+  }
+  for (const Segment& s : segments) {
+    if (s.number >= keep_from) break;
+    HYREC_RETURN_IF_ERROR(env_->DeleteFile(SegmentPath(s.number)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLog::Close() {
+  absl::MutexLock lock(&file_mu_);
+  if (file_ == nullptr) return absl::OkStatus();
+  absl::Status s = file_->Sync();
+  absl::Status c = file_->Close();
+  file_.reset();
+  return s.ok() ? c : s;
+}
+
+}  // namespace hyrec::embedding_ps

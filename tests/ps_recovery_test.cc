@@ -1,0 +1,153 @@
+// One PS shard killed (SIGKILL) under a stream of updates and restarted with --recover: it loads
+// the checkpoint its update log starts from, replays the log, and the client, which waits for it
+// and resends what was not acknowledged, goes on. Every acknowledged update is in the final rows
+// and none is applied twice: with SGD at learning rate 1 and gradients of 1 on rows that start at
+// 0, each row reads exactly minus the number of updates. A shard restarted without its state is
+// refused by the client, naming why.
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/embedding_ps/client.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+class PsRecoveryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/ps_recovery_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    job_ = dir_ + "/job.yaml";
+    std::ofstream(job_) << "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n"
+                        << "features: [f]\n"
+                        << "tables: [{name: counts, features: [f], dim: 1, initializer: zeros,\n"
+                        << "          optimizer: {kind: sgd, learning_rate: 1}}]\n"
+                        << "ps: {shards: 2}\nsecurity: {mode: none}\n"
+                        << "checkpoint: {dir: " << dir_ << "/ckpt}\n";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Starts shard `i` (on `port`, 0: any) and returns its port.
+  int StartShard(int i, int port, bool recover) {
+    std::vector<std::string> argv = {HYREC_PS_BINARY, "--config=" + job_, absl::StrCat("--shard_index=", i),
+                                     absl::StrCat("--port=", port), "--log_level=info"};
+    if (recover) argv.push_back("--recover");
+    auto p = Subprocess::Spawn(argv);
+    EXPECT_TRUE(p.ok()) << p.status();
+    auto listening = WaitForListeningPort(**p, absl::Seconds(30));
+    EXPECT_TRUE(listening.ok()) << listening.status();
+    shards_[i] = std::move(*p);
+    return listening.ok() ? *listening : 0;
+  }
+
+  void Kill(int i) {
+    shards_[i]->Signal(SIGKILL);
+    (void)shards_[i]->Wait(absl::Seconds(10));
+  }
+
+  // A checkpoint of both shards, committed as worker 0 commits one.
+  void Checkpoint(EmbeddingClient& client, uint64_t step) {
+    const std::string name = CheckpointDirName(kCheckpointPrefix, step, step);
+    ASSERT_TRUE(client.BeginCut(CutKind::kCheckpoint, name, step, absl::Seconds(30)).ok());
+    auto files = client.AwaitCut(step, absl::Seconds(30));
+    ASSERT_TRUE(files.ok()) << files.status();
+    CheckpointManifest m;
+    m.step = step;
+    m.num_shards = 2;
+    m.num_workers = 1;
+    uint64_t rows = 0;
+    for (const ShardFileInfo& f : *files) {
+      m.files.push_back(f.file);
+      rows += f.table_rows[0];
+    }
+    m.tables.push_back({"counts", 1, "sgd", rows});
+    ASSERT_TRUE(CommitManifest(Env::Default(), JoinPath(dir_ + "/ckpt", name), m).ok());
+  }
+
+  std::string dir_, job_;
+  std::unique_ptr<Subprocess> shards_[2];
+};
+
+ClientOptions WaitingClient() {
+  ClientOptions o;
+  o.call_timeout = absl::Seconds(60);
+  o.max_attempts = 1 << 20;
+  return o;
+}
+
+std::vector<uint64_t> Ids() {
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 1; id <= 16; ++id) ids.push_back(id * 7919);  // On both shards.
+  return ids;
+}
+
+TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppliedTwice) {
+  const int port0 = StartShard(0, 0, false);
+  const int port1 = StartShard(1, 0, false);
+  auto client =
+      ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)}, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = Ids();
+  const std::vector<float> ones(ids.size(), 1.0f);
+  auto update = [&](uint64_t sequence) { return (*client)->Update("counts", ids, ones, UpdateId{0, sequence}); };
+  for (uint64_t s = 1; s <= 100; ++s) ASSERT_TRUE(update(s).ok());
+  Checkpoint(**client, 1);  // The log's next segment starts from it.
+
+  // Updates 101..400 stream while shard 1 is killed and restarted; each call waits and resends.
+  std::atomic<uint64_t> acknowledged{100};
+  std::thread stream([&] {
+    for (uint64_t s = 101; s <= 400; ++s) {
+      const absl::Status status = update(s);
+      ASSERT_TRUE(status.ok()) << "update " << s << ": " << status;
+      acknowledged = s;
+    }
+  });
+  while (acknowledged < 180) absl::SleepFor(absl::Milliseconds(1));
+  Kill(1);
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
+  stream.join();
+  ASSERT_EQ(acknowledged.load(), 400u);
+
+  std::vector<float> rows(ids.size());
+  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -400.0f) << "id " << ids[i];
+  // A resend of an applied update after the crash is recognized and not applied again.
+  ASSERT_TRUE(update(400).ok());
+  ASSERT_TRUE(update(399).ok());
+  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -400.0f) << "id " << ids[i];
+
+  // A second checkpoint truncates the log at the first: the segment that started from nothing goes.
+  const std::string log1 = dir_ + "/ckpt/update-log/ps-1";
+  EXPECT_TRUE(std::filesystem::exists(log1 + "/log-00000000000000000001.wal"));
+  Checkpoint(**client, 2);
+  ASSERT_TRUE(update(401).ok());
+  Checkpoint(**client, 3);
+  EXPECT_FALSE(std::filesystem::exists(log1 + "/log-00000000000000000001.wal"));
+  // Killed again after the truncation: it recovers from the second checkpoint and what followed.
+  Kill(1);
+  ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
+  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -401.0f) << "id " << ids[i];
+
+  // Restarted without --recover, the shard starts afresh: the client refuses to go on with it.
+  Kill(1);
+  ASSERT_EQ(StartShard(1, port1, /*recover=*/false), port1);
+  const absl::Status refused = update(402);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_NE(refused.message().find("restarted without recovering its rows"), std::string::npos) << refused;
+}
+
+}  // namespace
+}  // namespace hyrec::embedding_ps

@@ -1,0 +1,200 @@
+// The PS update log (hyrec/embedding_ps/update_log.h): group commit from many threads, torn tails
+// at every byte, damage elsewhere, failed appends and syncs through FaultInjectionEnv, what each
+// sync policy keeps across a simulated power loss, and where a recovery starts.
+#include "hyrec/embedding_ps/update_log.h"
+
+#include <filesystem>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "hyrec/common/env.h"
+
+namespace hyrec::embedding_ps {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  const std::string dir = ::testing::TempDir() + "/update_log_test_" + name;
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+
+LoggedUpdate Record(uint32_t worker, uint64_t sequence) {
+  LoggedUpdate u;
+  u.table = absl::StrCat("t", worker % 3);
+  u.worker_id = worker;
+  u.sequence = sequence;
+  u.ids = std::string(8 * (1 + sequence % 5), static_cast<char>(sequence));
+  u.grads = std::string(4 * (1 + sequence % 5), static_cast<char>(worker));
+  return u;
+}
+
+std::set<std::pair<uint32_t, uint64_t>> Replayed(const UpdateLog& log, uint64_t first, ReplayStats* stats) {
+  std::set<std::pair<uint32_t, uint64_t>> seen;
+  const absl::Status s = log.Replay(
+      first,
+      [&](const LoggedUpdate& u) {
+        EXPECT_EQ(u.ids, Record(u.worker_id, u.sequence).ids);
+        EXPECT_EQ(u.grads, Record(u.worker_id, u.sequence).grads);
+        seen.emplace(u.worker_id, u.sequence);
+        return absl::OkStatus();
+      },
+      stats);
+  EXPECT_TRUE(s.ok()) << s;
+  return seen;
+}
+
+TEST(UpdateLog, GroupCommitKeepsEveryRecordOfManyWriters) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("group");
+  options.segment_bytes = 16 << 10;  // Several segments.
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_TRUE((*log)->Reset("").ok());
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < 8; ++w) {
+    threads.emplace_back([&, w] {
+      for (uint64_t s = 1; s <= 200; ++s) ASSERT_TRUE((*log)->Append(Record(w, s)).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_TRUE((*log)->Close().ok());
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**log, 1, &stats).size(), 1600u);
+  EXPECT_EQ(stats.records, 1600u);
+  EXPECT_GT(stats.segments, 2u);
+  EXPECT_EQ(stats.torn_bytes, 0u);
+}
+
+TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("torn");
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Reset("").ok());
+  const std::string path = options.dir + "/log-00000000000000000001.wal";
+  const uint64_t header = *Env::Default()->GetFileSize(path);
+  std::vector<uint64_t> ends;  // The file's size after each record.
+  for (uint64_t s = 1; s <= 3; ++s) {
+    ASSERT_TRUE((*log)->Append(Record(1, s)).ok());
+    ends.push_back(*Env::Default()->GetFileSize(path));
+  }
+  ASSERT_TRUE((*log)->Close().ok());
+  const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 20);
+  for (uint64_t size = header; size <= whole.size(); ++size) {
+    ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, whole.substr(0, size)).ok());
+    auto reopened = UpdateLog::Open(options);
+    ASSERT_TRUE(reopened.ok());
+    ReplayStats stats;
+    const size_t complete = std::upper_bound(ends.begin(), ends.end(), size) - ends.begin();
+    EXPECT_EQ(Replayed(**reopened, 1, &stats).size(), complete) << "cut at " << size;
+    EXPECT_EQ(stats.torn_bytes, size - (complete == 0 ? header : ends[complete - 1])) << "cut at " << size;
+  }
+  // A flipped byte in the last record is a torn tail too; in an earlier segment it is damage.
+  std::string flipped = whole;
+  flipped[whole.size() - 3] ^= 0x40;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, flipped).ok());
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok());
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**reopened, 1, &stats).size(), 2u);
+  ASSERT_TRUE((*reopened)->StartWriting().ok());  // Segment 2: segment 1 is no longer the last.
+  ASSERT_TRUE((*reopened)->Append(Record(2, 1)).ok());
+  const absl::Status damaged = (*reopened)->Replay(
+      1, [](const LoggedUpdate&) { return absl::OkStatus(); }, nullptr);
+  EXPECT_TRUE(absl::IsDataLoss(damaged)) << damaged;
+  EXPECT_NE(damaged.message().find("log-00000000000000000001.wal"), std::string::npos) << damaged;
+}
+
+TEST(UpdateLog, AFailedWriteOrSyncAcknowledgesNothingAndStopsTheLog) {
+  for (FaultInjectionEnv::Op op : {FaultInjectionEnv::kAppend, FaultInjectionEnv::kSync}) {
+    FaultInjectionEnv env(Env::Default());
+    UpdateLogOptions options;
+    options.dir = FreshDir(absl::StrCat("fail", op));
+    options.env = &env;
+    auto log = UpdateLog::Open(options);
+    ASSERT_TRUE(log.ok());
+    ASSERT_TRUE((*log)->Reset("").ok());
+    ASSERT_TRUE((*log)->Append(Record(1, 1)).ok());
+    env.FailAfter(op, 0);
+    EXPECT_FALSE((*log)->Append(Record(1, 2)).ok()) << op;
+    env.Heal();
+    EXPECT_FALSE((*log)->Append(Record(1, 3)).ok()) << "a log that failed must be reopened";
+    // What a power loss leaves: every acknowledged record (sequence 1), whatever was not synced.
+    ASSERT_TRUE(env.DropUnsyncedData().ok());
+    auto reopened = UpdateLog::Open(options);
+    ASSERT_TRUE(reopened.ok());
+    const auto seen = Replayed(**reopened, 1, nullptr);
+    EXPECT_TRUE(seen.count({1, 1})) << op;
+    EXPECT_FALSE(seen.count({1, 3})) << op;
+  }
+}
+
+TEST(UpdateLog, WhatEachSyncPolicyKeepsAcrossAPowerLoss) {
+  for (LogSync sync : {LogSync::kEveryGroup, LogSync::kOff}) {
+    FaultInjectionEnv env(Env::Default());
+    UpdateLogOptions options;
+    options.dir = FreshDir(LogSyncName(sync));
+    options.env = &env;
+    options.sync = sync;
+    auto log = UpdateLog::Open(options);
+    ASSERT_TRUE(log.ok());
+    ASSERT_TRUE((*log)->Reset("").ok());
+    for (uint64_t s = 1; s <= 50; ++s) ASSERT_TRUE((*log)->Append(Record(1, s)).ok());
+    ASSERT_TRUE(env.DropUnsyncedData().ok());  // No Close: the machine went down.
+    auto reopened = UpdateLog::Open(options);
+    ASSERT_TRUE(reopened.ok());
+    const size_t kept = Replayed(**reopened, 1, nullptr).size();
+    if (sync == LogSync::kEveryGroup) {
+      EXPECT_EQ(kept, 50u) << "every acknowledged update survives";
+    } else {
+      EXPECT_EQ(kept, 0u) << "off keeps what the kernel wrote back; this Env writes back nothing unsynced";
+    }
+  }
+}
+
+TEST(UpdateLog, RecoveryStartsFromTheNewestUsableCheckpointAndTruncationFollowsCommits) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("recovery");
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Reset("").ok());
+  const uint64_t lineage = (*log)->lineage();
+  ASSERT_TRUE((*log)->Append(Record(1, 1)).ok());
+  auto a = (*log)->Rotate("ckpt-a");
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE((*log)->Append(Record(1, 2)).ok());
+  auto b = (*log)->Rotate("ckpt-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_TRUE((*log)->Append(Record(1, 3)).ok());
+  std::set<std::string> committed;
+  auto is_committed = [&](const std::string& name) { return committed.count(name) > 0; };
+  // Nothing committed yet: from the empty store, every record.
+  auto from = (*log)->FindRecovery(is_committed);
+  ASSERT_TRUE(from.ok());
+  EXPECT_EQ(from->checkpoint, "");
+  EXPECT_EQ(Replayed(**log, from->segment, nullptr).size(), 3u);
+  committed = {"ckpt-a"};
+  from = (*log)->FindRecovery(is_committed);
+  ASSERT_TRUE(from.ok());
+  EXPECT_EQ(from->checkpoint, "ckpt-a");
+  EXPECT_EQ(from->segment, *a);
+  EXPECT_EQ(Replayed(**log, from->segment, nullptr), (std::set<std::pair<uint32_t, uint64_t>>{{1, 2}, {1, 3}}));
+  ASSERT_TRUE((*log)->Truncate(is_committed).ok());
+  EXPECT_EQ((*log)->Segments()->front().checkpoint, "ckpt-a");
+  // The checkpoint the log starts from is gone (retired, corrupt): no recovery, and it says so.
+  committed = {};
+  EXPECT_TRUE(absl::IsDataLoss((*log)->FindRecovery(is_committed).status()));
+  // The lineage survives a reopen (a recovery) and a Reset renews it.
+  ASSERT_TRUE((*log)->Close().ok());
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->lineage(), lineage);
+  ASSERT_TRUE((*reopened)->Reset("").ok());
+  EXPECT_NE((*reopened)->lineage(), lineage);
+  EXPECT_EQ((*reopened)->Segments()->size(), 1u);
+}
+
+}  // namespace
+}  // namespace hyrec::embedding_ps
