@@ -296,10 +296,16 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   EXPECT_TRUE(absl::StrContains(r.out, "2 PS shard(s), 2 worker(s)")) << r.out;
 
   // Resumed with 3 shards and 1 worker from the newest: nothing left to train, the same samples.
+  // A newer directory whose manifest is corrupt is passed over, and the launcher says so.
+  const std::string corrupt = dir + "/ckpt/ckpt-999999999999-0000000000000";
+  std::filesystem::create_directories(corrupt);
+  std::ofstream(corrupt + "/MANIFEST") << "not a manifest";
   r = RunCommand(
       {HYREC_TRAIN_BINARY, "--processes", "--config=" + job(3, 1), "--plot=", "--resume=latest", "--report=" + report});
   ASSERT_EQ(r.code, 0) << r.all();
   EXPECT_TRUE(absl::StrContains(r.out, "resumed from step 16")) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.err, "passing over a checkpoint that does not verify: " + corrupt)) << r.err;
+  std::filesystem::remove_all(corrupt);
   EXPECT_EQ(ReportField(report, "samples"), "2048");
 
   // Predict and eval on the export: one probability a line; eval's AUC is the run's.
@@ -341,6 +347,13 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   EXPECT_EQ(r.code, 2);
   r = Hyrec({"checkpoint", "verify", dir});
   EXPECT_EQ(r.code, 2) << r.all();
+  // A regular file is not a checkpoint (2), not one whose manifest is corrupt (4).
+  r = Hyrec({"checkpoint", "verify", job(2, 2)});
+  EXPECT_EQ(r.code, 2) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "is a file, not a checkpoint")) << r.err;
+  r = Hyrec({"train", "--config=" + dir});
+  EXPECT_EQ(r.code, 2) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "is a directory, not a YAML file")) << r.err;
 
   // verify's exit code says what failed: a manifest (4), a file (5).
   const std::string copy = dir + "/copy";

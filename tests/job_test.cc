@@ -311,6 +311,46 @@ TEST(JobSpec, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(Error("loader: {source: {format: synthetic}, slot_tables: [0]}\n").find("under `tables`"),
             std::string::npos);
   EXPECT_NE(Error("model: {kind: dlrm}\n").find("missing key 'loader'"), std::string::npos);
+  // An infinite rate names its key and line and says what it must be.
+  EXPECT_NE(Error(base + "train: {dense_learning_rate: .inf}\n")
+                .find("train.dense_optimizer.learning_rate (line 2): must be finite and > 0"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "ps: {optimizer: {kind: sgd, learning_rate: .inf}}\n").find("must be finite and > 0"),
+            std::string::npos);
+  // The update log's keys.
+  EXPECT_NE(Error(base + "ps: {update_log: {sync: sometimes}}\n")
+                .find("ps.update_log.sync (line 2): must be every_group, interval or off"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "ps: {update_log: {syncc: off}}\n").find("did you mean 'sync'?"), std::string::npos);
+  EXPECT_NE(Error(base + "ps: {recovery_timeout_seconds: 0}\n").find("ps.recovery_timeout_seconds"), std::string::npos);
+  EXPECT_NE(Error(base + "cluster: {startup_timeout_seconds: -1}\n").find("cluster.startup_timeout_seconds"),
+            std::string::npos);
+}
+
+// Each shard's update log is its own directory under the checkpoints; without checkpoints (nothing
+// to truncate it at) or with ps.update_log false there is none.
+TEST(JobPlan, UpdateLogsGoUnderTheCheckpointsOnePerShard) {
+  const std::string base = "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\nps: {shards: 2}\n";
+  auto plan = Plan(*ParseJobSpecText(base + "checkpoint: {dir: /c}\n", "job.yaml"));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ps[1].update_log_dir, "/c/update-log/ps-1");
+  EXPECT_EQ(plan->ps[1].update_log_sync, "every_group");
+  EXPECT_GT(plan->workers[0].ps_recovery_timeout_seconds, 0);
+  plan = Plan(*ParseJobSpecText(base, "job.yaml"));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ps[0].update_log_dir, "");
+  EXPECT_EQ(plan->workers[0].ps_recovery_timeout_seconds, 0);
+  plan = Plan(*ParseJobSpecText(
+      "loader: {source: {format: synthetic}}\nps: {shards: 2, update_log: false}\ncheckpoint: {dir: /c}\n",
+      "job.yaml"));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ps[0].update_log_dir, "");
+  plan = Plan(*ParseJobSpecText(
+      "loader: {source: {format: synthetic}}\nps: {update_log: {dir: /logs, sync: interval}}\ncheckpoint: {dir: /c}\n",
+      "job.yaml"));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->ps[0].update_log_dir, "/logs/ps-0");
+  EXPECT_EQ(plan->ps[0].update_log_sync, "interval");
 }
 
 TEST(JobSpec, CheckpointAndExportKeysAreChecked) {

@@ -5,7 +5,9 @@
 // 4 the manifest is corrupt; 5 a listed file is missing, of the wrong length or checksum;
 // 6 a file's blocks are malformed although its checksum matches (a writer's bug).
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -48,7 +50,19 @@ bool KindOf(const std::string& name, FileKind* kind) {
   return true;
 }
 
+// Exit 2 (with the reason on stderr) unless `dir` is a directory: a file or a missing path is
+// not a checkpoint, rather than a checkpoint whose manifest is corrupt.
+std::optional<int> NotADirectory(const char* command, const std::string& dir) {
+  std::error_code error;
+  if (std::filesystem::is_directory(dir, error)) return std::nullopt;
+  std::cerr << "hyrec checkpoint " << command << ": '" << dir << "' is "
+            << (std::filesystem::exists(dir, error) ? "a file" : "missing")
+            << ", not a checkpoint, export or delta directory\n";
+  return kExitInvalidInput;
+}
+
 int Inspect(const std::string& dir) {
+  if (std::optional<int> code = NotADirectory("inspect", dir)) return *code;
   absl::StatusOr<CheckpointManifest> m = ReadManifest(Env::Default(), dir);
   if (!m.ok()) {
     std::cerr << "hyrec checkpoint: " << m.status().message() << "\n";
@@ -71,6 +85,7 @@ int Inspect(const std::string& dir) {
 }
 
 int Verify(const std::string& dir) {
+  if (std::optional<int> code = NotADirectory("verify", dir)) return *code;
   Env* env = Env::Default();
   absl::StatusOr<CheckpointManifest> m = ReadManifest(env, dir);
   if (!m.ok()) {

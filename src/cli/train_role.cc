@@ -205,8 +205,14 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     // Resolved once, so that every role resumes from the same one.
     if (const std::string which = ResumeFlag(spec, f.training.resume); !which.empty()) {
       CheckpointManifest manifest;
-      HYREC_ASSIGN_OR_RETURN(
-          options.resume, ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix, which, &manifest));
+      std::vector<std::string> skipped;
+      absl::StatusOr<std::string> resolved =
+          ResolveCheckpoint(Env::Default(), spec.checkpoint.dir, kCheckpointPrefix, which, &manifest, &skipped);
+      for (const std::string& s : skipped) {  // Said as the embedded job says it.
+        std::cerr << "hyrec: passing over a checkpoint that does not verify: " << s << "\n";
+      }
+      if (!resolved.ok()) return Annotate(resolved.status(), "--resume");
+      options.resume = *resolved;
     }
     HYREC_ASSIGN_OR_RETURN(ProcessesResult result, RunProcesses(options));
     if (result.exit_code != kExitOk && result.exit_code != kExitInterrupted) return result.exit_code;

@@ -1,6 +1,7 @@
 #include "hyrec/common/yaml_config.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -154,6 +155,10 @@ absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view 
 }
 
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is a directory, not a YAML file"));
+  }
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file '", path, "'"));
   std::stringstream buffer;

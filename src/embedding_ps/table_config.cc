@@ -93,7 +93,7 @@ absl::Status TableConfig::Validate() const {
   }
   const OptimizerConfig& o = optimizer;
   if (!Finite(o.learning_rate) || o.learning_rate <= 0) {
-    return FieldError(*this, "optimizer.learning_rate", "must be > 0");
+    return FieldError(*this, "optimizer.learning_rate", "must be finite and > 0");
   }
   for (auto [field, value] : {std::pair<const char*, float>{"weight_decay", o.weight_decay},
                               {"grad_clip", o.grad_clip},
@@ -107,7 +107,7 @@ absl::Status TableConfig::Validate() const {
     }
   }
   if (!Finite(o.epsilon) || o.epsilon <= 0) {
-    return FieldError(*this, "optimizer.epsilon", "must be > 0");
+    return FieldError(*this, "optimizer.epsilon", "must be finite and > 0");
   }
   if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) {
     return FieldError(*this, "optimizer.beta1/beta2", "must be in [0, 1)");

@@ -187,7 +187,7 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
                    absl::StrCat("'", opt->kind, "' is not adam, adamw, adagrad or sgd"));
   }
   if (!(opt->learning_rate > 0) || !std::isfinite(opt->learning_rate)) {
-    return Invalid("train.dense_optimizer.learning_rate", at, "must be > 0");
+    return Invalid("train.dense_optimizer.learning_rate", at, "must be finite and > 0");
   }
   if (!(opt->weight_decay >= 0) || !std::isfinite(opt->weight_decay)) {
     return Invalid("train.dense_optimizer.weight_decay", at, "must be finite and >= 0");
@@ -198,7 +198,7 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
     return Invalid("train.dense_optimizer.beta1/beta2", at, "must be in [0, 1)");
   }
   if (!(opt->epsilon > 0) || !std::isfinite(opt->epsilon))
-    return Invalid("train.dense_optimizer.epsilon", at, "must be > 0");
+    return Invalid("train.dense_optimizer.epsilon", at, "must be finite and > 0");
   return absl::OkStatus();
 }
 
