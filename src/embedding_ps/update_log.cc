@@ -211,11 +211,6 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
   return out;
 }
 
-bool UpdateLog::empty() const {
-  absl::StatusOr<std::vector<Segment>> segments = Segments();
-  return segments.ok() && segments->empty();
-}
-
 uint64_t UpdateLog::lineage() const {
   absl::MutexLock lock(&file_mu_);
   return lineage_;

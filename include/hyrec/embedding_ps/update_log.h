@@ -99,8 +99,6 @@ class UpdateLog {
   UpdateLog(const UpdateLog&) = delete;
   UpdateLog& operator=(const UpdateLog&) = delete;
 
-  // Whether the directory holds segments (an earlier run's, or this one's).
-  bool empty() const;
   // A random id the log keeps across restarts (recoveries) and a Reset renews: a shard that
   // recovered from its log has the lineage it had before.
   uint64_t lineage() const;
