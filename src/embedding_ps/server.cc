@@ -3,7 +3,6 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "embedding.grpc.pb.h"
@@ -63,7 +62,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
         options_(std::move(options)),
         authorizer_(options_.security),
         cutter_(store_, options_.shard_index, options_.num_shards),
-        incarnation_(NewIncarnation()) {}
+        incarnation_(RandomId()) {}
 
   void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
 
@@ -149,11 +148,6 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   }
 
  private:
-  static uint64_t NewIncarnation() {
-    std::random_device device;
-    return ((static_cast<uint64_t>(device()) << 32) ^ device()) | 1;
-  }
-
   // A checkpoint cut starts a new log segment, which starts from its snapshot; the segments
   // before the newest committed checkpoint (its MANIFEST written) are no longer needed.
   absl::Status RotateLog(const std::string& name) {

@@ -123,12 +123,30 @@ absl::StatusOr<std::string> ReadAll(Env* env, const std::string& path) {
   return ReadFileToString(env, path, uint64_t{1} << 40);
 }
 
-uint64_t NewLineage() {
-  std::random_device device;
-  return (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+// The first bytes of a segment, as many as the longest header takes: what listing the segments
+// reads, rather than every segment whole.
+absl::StatusOr<std::string> ReadHead(Env* env, const std::string& path) {
+  constexpr size_t kMaxHeaderBytes = 8 + 4 + 8 + 4 + 8 + 4 + kMaxCheckpointName + 4;
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env->NewSequentialFile(path));
+  std::string head(kMaxHeaderBytes, '\0');
+  size_t got = 0;
+  while (got < head.size()) {
+    HYREC_ASSIGN_OR_RETURN(const size_t n, file->Read(head.data() + got, head.size() - got));
+    if (n == 0) break;
+    got += n;
+  }
+  head.resize(got);
+  return head;
 }
 
 }  // namespace
+
+uint64_t RandomId() {
+  std::random_device device;
+  const uint64_t id =
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return id | 1;
+}
 
 absl::StatusOr<LogSync> ParseLogSync(const std::string& name) {
   if (name == "every_group") return LogSync::kEveryGroup;
@@ -173,12 +191,7 @@ absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOption
   std::unique_ptr<UpdateLog> log(new UpdateLog(options));
   HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
-  if (!segments.empty()) {
-    HYREC_ASSIGN_OR_RETURN(std::string data, ReadAll(log->env_, log->SegmentPath(segments.back().number)));
-    Header h;
-    if (DecodeHeader(data, &h)) log->lineage_ = h.lineage;
-  }
-  if (log->lineage_ == 0) log->lineage_ = NewLineage();
+  log->lineage_ = segments.empty() ? RandomId() : segments.back().lineage;
   return log;
 }
 
@@ -200,13 +213,13 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
   std::vector<Segment> out;
   for (size_t i = 0; i < numbers.size(); ++i) {
     const std::string path = SegmentPath(numbers[i]);
-    HYREC_ASSIGN_OR_RETURN(std::string data, ReadAll(env_, path));
+    HYREC_ASSIGN_OR_RETURN(const std::string head, ReadHead(env_, path));
     Header h;
-    if (!DecodeHeader(data, &h) || h.number != numbers[i]) {
+    if (!DecodeHeader(head, &h) || h.number != numbers[i]) {
       if (i + 1 == numbers.size()) break;  // Created, but its header never written whole.
       return absl::DataLossError(absl::StrCat(path, ": not an update log segment, or its header is damaged"));
     }
-    out.push_back(Segment{h.number, h.kind, h.checkpoint});
+    out.push_back(Segment{h.number, h.kind, h.checkpoint, h.lineage});
   }
   return out;
 }
@@ -299,7 +312,7 @@ absl::Status UpdateLog::Reset(const std::string& checkpoint) {
       HYREC_RETURN_IF_ERROR(env_->DeleteFile(JoinPath(options_.dir, name)));
     }
   }
-  lineage_ = NewLineage();
+  lineage_ = RandomId();
   return OpenSegment(1, checkpoint.empty() ? kFresh : kCheckpoint, checkpoint);
 }
 

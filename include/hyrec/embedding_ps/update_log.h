@@ -53,6 +53,9 @@ enum class LogSync {
                 // written, a power loss what the kernel had not written.
 };
 
+// A random non-zero 64-bit id: a log's lineage, a server's incarnation.
+uint64_t RandomId();
+
 // "every_group", "interval", "off".
 absl::StatusOr<LogSync> ParseLogSync(const std::string& name);
 const char* LogSyncName(LogSync sync);
@@ -135,6 +138,7 @@ class UpdateLog {
     uint64_t number = 0;
     uint32_t kind = 0;  // kFresh, kCheckpoint or kContinue (update_log.cc).
     std::string checkpoint;
+    uint64_t lineage = 0;
   };
   // The segments on disk, oldest first (headers that do not read: only a last, torn one is
   // passed over).
