@@ -89,7 +89,7 @@ absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::Sto
 
 // Shard --shard_index of the job's plan. Settings the plan holds are not flags here.
 absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreOptions* store,
-                          embedding_ps::ServerOptions* server) {
+                          embedding_ps::ServerOptions* server, job::PsShardPlan* planned) {
   for (const char* planned : {"tables", "num_shards", "capacity_rows", "capacity_bytes", "stripes", "threads",
                               "max_ids_per_request", "security"}) {
     if (flags.WasSet(planned)) {
@@ -117,17 +117,16 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
   server->max_ids_per_request = shard.max_ids_per_request;
   server->checkpoint_root = shard.checkpoint_root;
   server->export_root = shard.export_root;
+  *planned = shard;
   return absl::OkStatus();
 }
 
-// Opens the planned shard's update log (none without one in the plan).
-absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f) {
+// Opens the planned shard's update log (none without one in the plan, or without a job).
+absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& shard) {
   if (f.config.empty()) {
     if (f.recover) return absl::InvalidArgumentError("--recover needs --config (the job's update log)");
     return ShardLog{};
   }
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
-  const job::PsShardPlan& shard = plan.ps[f.shard_index];
   if (shard.update_log_dir.empty()) {
     if (f.recover) {
       return absl::InvalidArgumentError(
@@ -190,15 +189,16 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
     return absl::InvalidArgumentError(
         "give --config=JOB.yaml (with --shard_index) or --tables=name:dim[:optimizer[:lr]],... (a PS without a job)");
   }
+  job::PsShardPlan planned;  // Its update log's settings; none without a job.
   HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
-                                         : PlannedShard(flags, f, &store_options, &server_options));
+                                         : PlannedShard(flags, f, &store_options, &server_options, &planned));
   // The health endpoint answers NOT_SERVING from the start, so that a probe sees a shard that is
   // still restoring, and SERVING only once the shard serves its restored rows.
   HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec ps"));
   InstallStopSignalHandlers();
   Heartbeat heartbeat(f.heartbeat_file);
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
-  HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f));
+  HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f, planned));
   if (f.recover) {
     if (!f.resume.empty()) return absl::InvalidArgumentError("--recover and --resume: give one or the other");
     HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));

@@ -141,7 +141,7 @@ class Renderer {
   KValue JobSpecOf(K8sRole role) const;
   KValue StateClaimSpec() const;
 
-  KValue ConfigMap() const;
+  KValue ConfigMap(const std::string& job_text) const;
   KValue JobSet() const;
   KValue PsDisruptionBudget() const;
   std::vector<KValue> PlainObjects() const;
@@ -543,10 +543,10 @@ KValue Renderer::StateClaimSpec() const {
   return spec;
 }
 
-KValue Renderer::ConfigMap() const {
+KValue Renderer::ConfigMap(const std::string& job_text) const {
   KValue m = KValue::Map({{"apiVersion", "v1"}, {"kind", "ConfigMap"}});
   m.Set("metadata", Metadata(options_.name + "-job", ""));
-  m.Set("data", KValue::Map({{"job.yaml", JobText()}}));
+  m.Set("data", KValue::Map({{"job.yaml", job_text}}));
   return m;
 }
 
@@ -622,18 +622,18 @@ std::vector<KValue> Renderer::PlainObjects() const {
 }
 
 K8sRender Renderer::Render() {
-  std::vector<KValue> objects = {ConfigMap()};
+  K8sRender r;
+  r.job_text = JobText();
+  std::vector<KValue> objects = {ConfigMap(r.job_text)};
   if (jobset_) {
     objects.push_back(JobSet());
   } else {
     for (KValue& o : PlainObjects()) objects.push_back(std::move(o));
   }
   objects.push_back(PsDisruptionBudget());
-  K8sRender r;
   r.yaml = absl::StrCat("# hyrec job '", options_.name, "' (", options_.api, ", overlay ", options_.overlay,
                         "), rendered by `hyrec k8s render` from its job file: edit that and render again.\n");
   for (const KValue& o : objects) absl::StrAppend(&r.yaml, "---\n", o.Yaml());
-  r.job_text = JobText();
   r.warnings = warnings_;
   return r;
 }
