@@ -6,6 +6,7 @@
 // label, so each run must also beat chance on its held-out file. Then the quality settings:
 // early stopping stops, and dropout and weight decay change what is trained.
 #include <unistd.h>
+#include <filesystem>
 
 #include <fstream>
 #include <random>
@@ -219,7 +220,14 @@ TEST(Quality, DropoutAndWeightDecayChangeTraining) {
 // and learns its signal.
 TEST(Formats, TheCsvExampleTrains) {
   ASSERT_EQ(chdir(HYREC_SOURCE_DIR), 0);
-  absl::StatusOr<job::JobPlan> plan = job::PlanJobFile("examples/configs/clicks-csv.yaml");
+  absl::StatusOr<job::JobSpec> spec = job::LoadJobSpec("examples/configs/clicks-csv.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  // Its checkpoints and export go to a temporary directory, not into the checkout.
+  const std::string out = ::testing::TempDir() + "/formats_clicks";
+  std::filesystem::remove_all(out);
+  spec->checkpoint.dir = out + "/checkpoints";
+  spec->serving.dir = out + "/model";
+  absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->workers[0].feature_names,
             (std::vector<std::string>{"site", "app", "device_type", "tags", "interests"}));
@@ -229,6 +237,7 @@ TEST(Formats, TheCsvExampleTrains) {
   ASSERT_TRUE(r->has_final_eval);
   EXPECT_EQ(r->final_eval.samples, 1000u);
   EXPECT_GT(r->final_eval.auc, 0.65);
+  std::filesystem::remove_all(out);
 }
 
 }  // namespace
