@@ -459,6 +459,41 @@ checkpoint: {dir: )",
   std::filesystem::remove_all(dir);
 }
 
+// A loader killed (SIGKILL) under --processes: the launcher restarts it on its port, the
+// workers' streams reopen and report where they stand, and the job trains every sample once:
+// the summary counts exactly the data's samples, none skipped and none repeated.
+TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
+  const std::string job = WriteFile("loader_restart.yaml", R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
+  batch_size: 256
+  threads: 1
+eval: {samples: 2000}
+model: {embedding_dim: 8, bottom: [16], top: [16]}
+ps: {shards: 1}
+train: {workers: 2, log_every_batches: 50}
+)");
+  auto p = StartTraining({"--processes"}, job);
+  const pid_t loader = ChildWith(p->pid(), "hyrec-loader");
+  ASSERT_GT(loader, 0);
+  ASSERT_EQ(kill(loader, SIGKILL), 0);
+  bool restarted = false, serving = false, finished = false;
+  std::string tail;
+  for (;;) {
+    auto line = p->ReadLine(absl::Seconds(60));
+    if (!line.ok()) break;
+    tail = *line;
+    restarted |= absl::StrContains(*line, "the loader exited (killed by signal 9); restarting it");
+    serving |= absl::StrContains(*line, "the loader serves again");
+    finished |= absl::StartsWith(*line, "summary: 153600 samples");
+  }
+  auto code = p->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << tail;
+  EXPECT_TRUE(restarted && serving && finished) << restarted << serving << finished << " " << tail;
+}
+
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher
 // passes it to worker 0), cuts one at the next step while training goes on.
 TEST(Cli, SigusrOneCutsACheckpoint) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "data.pb.h"
@@ -182,7 +183,8 @@ TEST(DataService, ResumesFromPositionsWrittenOnShutdown) {
 TEST(DataService, KilledLoaderEndsTheStreamWithAnError) {
   LoaderProcess loader = StartLoader();
   auto s0 = ConnectBatchStream(loader.address, 0, {});
-  ASSERT_TRUE(s0.ok());
+  auto s1 = ConnectBatchStream(loader.address, 1, {});  // The loader reads once both came.
+  ASSERT_TRUE(s0.ok() && s1.ok());
   Batch b;
   ASSERT_TRUE((*s0)->Next(&b, absl::Seconds(30)).ok());
   loader.process->Signal(SIGKILL);
@@ -192,6 +194,57 @@ TEST(DataService, KilledLoaderEndsTheStreamWithAnError) {
   }
   EXPECT_LT(absl::Now() - start, absl::Seconds(6));
   EXPECT_TRUE(absl::IsUnavailable(s) || absl::IsCancelled(s) || absl::IsInternal(s)) << s;
+}
+
+// A loader killed mid-job is replaced on its address, with the job's usual flags: the workers'
+// streams reopen and report where they stand, and the new loader resumes each worker there,
+// so the workers see exactly the batches of an undisturbed run, prefetched ones included.
+TEST(DataService, AReplacedLoaderResumesEveryWorkerWhereItsStreamStands) {
+  LoaderProcess first = StartLoader();
+  const std::string port = first.address.substr(first.address.rfind(':') + 1);
+  StreamClientOptions options;
+  options.reconnect = true;
+  auto s0 = ConnectBatchStream(first.address, 0, options);
+  auto s1 = ConnectBatchStream(first.address, 1, options);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 4});
+  first.process->Signal(SIGKILL);
+  ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
+  // Each worker reads on its own, as worker processes do: the replacement begins reading only
+  // once both streams reopened.
+  std::vector<std::vector<Batch>> rest(2);
+  std::vector<std::thread> readers;
+  for (int w = 0; w < 2; ++w) {
+    BatchStream* stream = w == 0 ? s0->get() : s1->get();
+    readers.emplace_back([stream, out = &rest[w]] { *out = DrainAll({stream})[0]; });
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // The streams notice the loss and retry meanwhile.
+  LoaderProcess second = StartLoader({"--port=" + port});
+  for (std::thread& t : readers) t.join();
+  for (int w = 0; w < 2; ++w) got[w].insert(got[w].end(), rest[w].begin(), rest[w].end());
+  auto local = InProcess();
+  ExpectSame(got[0], local[0]);
+  ExpectSame(got[1], local[1]);
+}
+
+// A stream that does not reconnect, or a loader that never comes back, is an error within the
+// caller's timeout, never a hang.
+TEST(DataService, AReconnectingStreamGivesUpWithinItsTimeout) {
+  LoaderProcess loader = StartLoader();
+  StreamClientOptions options;
+  options.reconnect = true;
+  auto s0 = ConnectBatchStream(loader.address, 0, options);
+  auto s1 = ConnectBatchStream(loader.address, 1, options);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  DrainAll({s0->get(), s1->get()}, {2, 2});
+  loader.process->Signal(SIGKILL);
+  Batch b;
+  absl::Status s;
+  const absl::Time start = absl::Now();
+  while ((s = (*s0)->Next(&b, absl::Seconds(3))).ok()) {
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  EXPECT_NE(s.message().find("was lost and did not come back within 3s"), std::string::npos) << s;
 }
 
 TEST(DataService, ConnectHasADeadline) {

@@ -87,7 +87,7 @@ void PublishLoaderMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m)
 
 // Waits for a stop signal (returns OK) or for the loader to fail (returns its failure, after
 // `grace` so the workers' streams carry it to them first).
-absl::Status WaitForStopOrFailure(const data_loader::Loader& loader, absl::Duration grace) {
+absl::Status WaitForStopOrFailure(const data_loader::DataServer& loader, absl::Duration grace) {
   for (;;) {
     pollfd fd = {StopSignalFd(), POLLIN, 0};
     if (poll(&fd, 1, 200) > 0 && (fd.revents & POLLIN) != 0) {
@@ -119,19 +119,25 @@ absl::Status Serve(const LoaderFlags& f) {
     const double auc = data_loader::SyntheticSource(options.source.synthetic).TeacherAuc(200'000);
     spdlog::info("synthetic source: the teacher's AUC (the best any model can reach) is {:.4f}", auc);
   }
-  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(options, resume));
-  data_loader::Loader* raw_loader = loader.get();
+  // The data is checked now, so that a bad file fails the role at its start; the loader reads
+  // once every worker opened its stream, from where the workers stand if they all say so.
+  HYREC_RETURN_IF_ERROR(options.Validate());
+  HYREC_RETURN_IF_ERROR(data_loader::CheckSourceFiles(options.source).status());
   data_loader::DataServerOptions server_options;
   server_options.host = f.host.empty() ? host : f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;
   server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
-  HYREC_ASSIGN_OR_RETURN(auto server,
-                         data_loader::DataServer::Start(std::move(loader), options, resume, server_options));
+  HYREC_ASSIGN_OR_RETURN(auto server, data_loader::DataServer::StartDeferred(
+                                          [options](const std::vector<ReaderPosition>& starts) {
+                                            return data_loader::Loader::Start(options, starts);
+                                          },
+                                          options, resume, server_options));
+  const data_loader::DataServer* raw_server = server.get();
   MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (f.common.metrics_port >= 0) {
-    metrics.AddCollector([raw_loader](MetricsRegistry* m) { PublishLoaderMetrics(raw_loader->Stats(), m); });
+    metrics.AddCollector([raw_server](MetricsRegistry* m) { PublishLoaderMetrics(raw_server->Stats(), m); });
     HYREC_ASSIGN_OR_RETURN(metrics_server,
                            MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
     std::cout << "hyrec loader metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
@@ -139,13 +145,12 @@ absl::Status Serve(const LoaderFlags& f) {
   std::cout << "hyrec loader for " << options.num_workers << " worker(s) listening on " << server_options.host << ":"
             << server->port() << std::endl;
   SetServing(health.get(), true);
-  const absl::Status failure = WaitForStopOrFailure(*raw_loader, absl::Seconds(2));
+  const absl::Status failure = WaitForStopOrFailure(*server, absl::Seconds(2));
   SetServing(health.get(), false);
   if (metrics_server != nullptr) metrics_server->Stop();
   absl::Status written;
   if (!f.positions_out.empty()) {
-    std::vector<ReaderPosition> positions;
-    for (int w = 0; w < options.num_workers; ++w) positions.push_back(raw_loader->stream(w)->Position());
+    const std::vector<ReaderPosition> positions = server->Positions();
     std::ofstream out(f.positions_out);
     out << data_loader::FormatPositions(positions);
     out.close();

@@ -2,6 +2,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -158,6 +159,7 @@ class Cluster {
       ps_.push_back(std::move(ps));
       ps_args_.push_back(std::move(args));
     }
+    loader_args_ = common;
     HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common), "loader"));
     for (size_t i = 0; i < ps_.size(); ++i) {
       HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
@@ -171,8 +173,8 @@ class Cluster {
       }
       ps_addresses_.push_back(address);
     }
-    HYREC_ASSIGN_OR_RETURN(int loader_port, Listening(*loader_, "the loader"));
-    loader_address_ = absl::StrCat("127.0.0.1:", loader_port);
+    HYREC_ASSIGN_OR_RETURN(loader_port_, Listening(*loader_, "the loader"));
+    loader_address_ = absl::StrCat("127.0.0.1:", loader_port_);
     dense_worker::MonitorOptions monitor = options_.monitor;
     if (monitor.metrics != nullptr) {  // The PS figures, read from the shards at each report.
       embedding_ps::ClientOptions client;
@@ -228,10 +230,11 @@ class Cluster {
     });
   }
 
-  // A PS shard that exited while the workers run: restarted on its port with --recover (from its
-  // update log), after a backoff, within a budget; false when it cannot be (no log, the budget
-  // spent, a failed start), with the reason noted.
-  bool RestartDeadShards() {
+  // A server (PS shard or loader) that exited while the workers run: restarted on its port after
+  // a backoff, within the run's restart budget. A PS shard recovers from its update log
+  // (--recover); a loader resumes every worker from where its stream stands. False when it
+  // cannot be (a shard without a log, the budget spent, a failed start), with the reason noted.
+  bool RestartDeadServers() {
     for (size_t i = 0; i < ps_.size(); ++i) {
       absl::StatusOr<int> code = ps_[i]->Wait(absl::ZeroDuration());
       if (!code.ok()) continue;  // Running.
@@ -240,38 +243,59 @@ class Cluster {
         monitor_->Note(what + "; the job keeps no update log (ps.update_log, checkpoint.dir) to recover it from");
         return false;
       }
-      if (restarts_ >= kMaxRestarts) {
-        monitor_->Note(absl::StrCat(what, "; the restart budget (", kMaxRestarts, ") is spent"));
-        return false;
-      }
-      const absl::Duration backoff = absl::Seconds(1) * (1 << std::min(restarts_, 5));
-      ++restarts_;
-      monitor_->Note(absl::StrCat(what, "; restarting it in ", absl::FormatDuration(backoff),
-                                  " to recover from its update log (restart ", restarts_, " of at most ", kMaxRestarts,
-                                  ")"));
-      absl::SleepFor(backoff);
       std::vector<std::string> args;
       for (const std::string& a : ps_args_[i]) {
-        if (absl::StartsWith(a, "--port=") || absl::StartsWith(a, "--resume=")) continue;
-        args.push_back(a);
+        if (!absl::StartsWith(a, "--resume=")) args.push_back(a);
       }
-      args.push_back(absl::StrCat("--port=", ps_ports_[i]));
       args.push_back("--recover");
-      absl::StatusOr<std::unique_ptr<Subprocess>> ps = Spawn(Command(options_.roles.ps, args), absl::StrCat("ps ", i));
-      absl::StatusOr<int> port = ps.ok() ? Listening(**ps, absl::StrCat("PS shard ", i)) : ps.status();
-      if (!port.ok()) {
-        monitor_->Note(absl::StrCat("PS shard ", i, " did not recover: ", port.status().message()));
+      if (!Restart(what + "; restarting it to recover from its update log", options_.roles.ps, std::move(args),
+                   ps_ports_[i], absl::StrCat("ps ", i), {"ps", std::to_string(i)}, &ps_[i])) {
         return false;
       }
-      retired_.push_back(std::move(ps_[i]));  // Its reader threads may still hold it.
-      ps_[i] = std::move(*ps);
-      Drain(ps_[i].get(), /*events=*/false);
-      monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", *port));
-      if (options_.monitor.metrics != nullptr) {
-        options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
-                                           "Roles the launcher restarted after they exited.");
-        options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", "ps"}, {"index", std::to_string(i)}}, 1);
+      monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", ps_ports_[i]));
+    }
+    if (absl::StatusOr<int> code = loader_->Wait(absl::ZeroDuration()); code.ok()) {
+      if (!Restart(absl::StrCat("the loader exited (", ExitDescription(*code),
+                                "); restarting it to resume every worker where its stream stands"),
+                   options_.roles.loader, loader_args_, loader_port_, "loader", {"loader", "0"}, &loader_)) {
+        return false;
       }
+      monitor_->Note(absl::StrCat("the loader serves again on port ", loader_port_));
+    }
+    return true;
+  }
+
+  // Starts `role` with `args` again on `port` after a backoff, replacing *process; false (noted)
+  // when the budget is spent or the start fails.
+  bool Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args, int port,
+               const std::string& name, const std::pair<std::string, std::string>& label,
+               std::unique_ptr<Subprocess>* process) {
+    if (restarts_ >= kMaxRestarts) {
+      monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", kMaxRestarts, ") is spent"));
+      return false;
+    }
+    const absl::Duration backoff = absl::Seconds(1) * (1 << std::min(restarts_, 5));
+    ++restarts_;
+    monitor_->Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ",
+                                kMaxRestarts, ")"));
+    absl::SleepFor(backoff);
+    args.erase(
+        std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
+        args.end());
+    args.push_back(absl::StrCat("--port=", port));
+    absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
+    absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
+    if (!listening.ok()) {
+      monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
+      return false;
+    }
+    retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
+    *process = std::move(*started);
+    Drain(process->get(), /*events=*/false);
+    if (options_.monitor.metrics != nullptr) {
+      options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
+                                         "Roles the launcher restarted after they exited.");
+      options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", label.first}, {"index", label.second}}, 1);
     }
     return true;
   }
@@ -294,13 +318,13 @@ class Cluster {
         for (auto& w : workers_) w->Signal(SIGINT);
         forwarded = true;
       }
-      if (result == kExitOk && !RestartDeadShards()) {
+      if (result == kExitOk && !RestartDeadServers()) {
         result = kExitTransient;
         for (auto& w : workers_) w->Signal(SIGTERM);
         kill_at = absl::Now() + kStopTimeout;
       }
       if (std::optional<std::string> stalled = Stalled(); stalled.has_value() && result == kExitOk) {
-        if (absl::StartsWith(*stalled, "ps ") && !plan().ps[0].update_log_dir.empty()) {
+        if (*stalled == "loader" || (absl::StartsWith(*stalled, "ps ") && !plan().ps[0].update_log_dir.empty())) {
           monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
                                       " (stopped or frozen); killing it to restart it"));
           for (const Watched& w : watched_) {
@@ -365,6 +389,8 @@ class Cluster {
   std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
   int restarts_ = 0;
   std::unique_ptr<Subprocess> loader_;
+  std::vector<std::string> loader_args_;  // For a restart.
+  int loader_port_ = 0;
   std::vector<std::unique_ptr<Subprocess>> workers_;
   std::vector<std::unique_ptr<LatencyProxy>> proxies_;
   std::unique_ptr<embedding_ps::EmbeddingClient> metrics_client_;

@@ -355,6 +355,9 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   data_loader::StreamClientOptions stream_options;
   stream_options.security = security;
   stream_options.expect = ModelBatchShape(plan, rank);
+  // A lost loader is replaced (by the launcher or the cluster) and resumes this worker from
+  // where its stream stands; the stream waits for it within the batch timeout.
+  stream_options.reconnect = true;
   using StreamPtr = std::unique_ptr<data_loader::BatchStream>;
   HYREC_ASSIGN_OR_RETURN(
       StreamPtr stream,

@@ -20,20 +20,50 @@ namespace {
 
 class DataServiceImpl final : public proto::DataService::Service {
  public:
-  DataServiceImpl(std::unique_ptr<Loader> loader, const LoaderOptions& loader_options,
+  // `loader` is reading already; or null, and `make` makes it once every worker arrived.
+  DataServiceImpl(std::unique_ptr<Loader> loader, LoaderFactory make, const LoaderOptions& loader_options,
                   std::vector<ReaderPosition> starts, int replay_batches, const SecurityOptions& security)
       : authorizer_(security),
-        loader_(std::move(loader)),
+        make_(std::move(make)),
         options_(loader_options),
-        starts_(std::move(starts)),
         replay_batches_(replay_batches),
-        workers_(loader_options.num_workers) {
-    for (int w = 0; w < options_.num_workers; ++w) {
-      workers_[w].next_from_loader = starts_[w].next_batch;
+        workers_(loader_options.num_workers),
+        starts_(std::move(starts)),
+        loader_(std::move(loader)) {
+    if (starts_.empty()) {
+      for (int w = 0; w < options_.num_workers; ++w) {
+        ReaderPosition start;
+        start.next_batch = static_cast<uint64_t>(w);
+        starts_.push_back(start);
+      }
     }
+    for (int w = 0; w < options_.num_workers; ++w) workers_[w].next_from_loader = starts_[w].next_batch;
   }
 
-  void Stop() { loader_->Stop(); }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopped_ = true;
+    if (loader_ != nullptr) loader_->Stop();
+  }
+
+  absl::Status status() const {
+    absl::MutexLock lock(&mu_);
+    if (!failure_.ok()) return failure_;
+    return loader_ != nullptr ? loader_->status() : absl::OkStatus();
+  }
+
+  LoaderStats Stats() const {
+    absl::MutexLock lock(&mu_);
+    return loader_ != nullptr ? loader_->Stats() : LoaderStats();
+  }
+
+  std::vector<ReaderPosition> Positions() const {
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr) return starts_;
+    std::vector<ReaderPosition> out;
+    for (int w = 0; w < options_.num_workers; ++w) out.push_back(loader_->stream(w)->Position());
+    return out;
+  }
 
   grpc::Status Info(grpc::ServerContext* context, const proto::LoaderInfoRequest*,
                     proto::LoaderInfoResponse* out) override {
@@ -44,13 +74,16 @@ class DataServiceImpl final : public proto::DataService::Service {
     out->set_num_dense(options_.source.num_dense());
     out->set_num_tables(options_.num_tables());
     out->set_num_shards(options_.num_shards);
-    for (const ReaderPosition& p : starts_) ToProto(p, out->add_start_positions());
-    const LoaderStats stats = loader_->Stats();
+    {
+      absl::MutexLock lock(&mu_);
+      for (const ReaderPosition& p : starts_) ToProto(p, out->add_start_positions());
+    }
+    const LoaderStats stats = Stats();
     out->set_lines(stats.lines);
     out->set_bad_lines(stats.bad_lines);
     out->set_samples(stats.samples);
     out->set_batches(stats.batches);
-    const absl::Status failure = loader_->status();
+    const absl::Status failure = status();
     if (!failure.ok()) out->set_failure(failure.ToString());
     return grpc::Status::OK;
   }
@@ -76,7 +109,9 @@ class DataServiceImpl final : public proto::DataService::Service {
       }
       worker.active = true;
     }
-    grpc::Status status = Serve(context, request->next_batch(), w, writer);
+    absl::StatusOr<Loader*> loader = Arrive(context, *request);
+    grpc::Status status =
+        loader.ok() ? Serve(context, **loader, request->next_batch(), w, writer) : ToGrpcStatus(loader.status());
     absl::MutexLock lock(&mu_);
     worker.active = false;
     return status;
@@ -94,7 +129,54 @@ class DataServiceImpl final : public proto::DataService::Service {
     return ToGrpcStatus(status);
   }
 
-  grpc::Status Serve(grpc::ServerContext* context, uint64_t next, int w,
+  // The loader, once it reads: made here when this stream is the last worker's first.
+  absl::StatusOr<Loader*> Arrive(grpc::ServerContext* context, const proto::StreamRequest& request)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    const int w = static_cast<int>(request.worker());
+    absl::MutexLock lock(&mu_);
+    if (loader_ == nullptr && failure_.ok() && !arrived_[w].has_value()) {
+      arrived_[w] = request.has_position() ? std::optional<ReaderPosition>(FromProto(request.position()))
+                                           : std::optional<ReaderPosition>(std::nullopt);
+      if (++num_arrived_ == options_.num_workers) MakeLoader();
+    }
+    const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return loader_ != nullptr || !failure_.ok() || stopped_;
+    };
+    while (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200))) {
+      if (context->IsCancelled()) return absl::CancelledError("client gone");
+    }
+    if (!failure_.ok()) return failure_;
+    if (loader_ == nullptr) return absl::CancelledError("the loader is stopping");
+    return loader_.get();
+  }
+
+  void MakeLoader() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<ReaderPosition> positions = starts_;
+    int reported = 0;
+    for (int w = 0; w < options_.num_workers; ++w) {
+      if (!arrived_[w]->has_value()) continue;
+      ++reported;
+      positions[w] = **arrived_[w];
+    }
+    if (reported == options_.num_workers) {
+      spdlog::info("every worker reported where its stream stands: resuming each from there");
+    } else if (reported > 0) {
+      spdlog::warn("{} of {} workers reported where their streams stand; the others start where the job starts them",
+                   reported, options_.num_workers);
+    }
+    absl::StatusOr<std::unique_ptr<Loader>> made = make_(positions);
+    if (!made.ok()) {
+      failure_ = made.status();
+      spdlog::error("the loader did not start: {}", failure_.ToString());
+      return;
+    }
+    starts_ = positions;
+    for (int w = 0; w < options_.num_workers; ++w) workers_[w].next_from_loader = positions[w].next_batch;
+    loader_ = std::move(*made);
+    if (stopped_) loader_->Stop();
+  }
+
+  grpc::Status Serve(grpc::ServerContext* context, Loader& loader, uint64_t next, int w,
                      grpc::ServerWriter<proto::BatchProto>* writer) {
     Worker& worker = workers_[w];  // Only this (single active) stream touches it.
     if (next > worker.next_from_loader || next % options_.num_workers != static_cast<uint64_t>(w)) {
@@ -112,7 +194,7 @@ class DataServiceImpl final : public proto::DataService::Service {
       if (id < next) continue;
       if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
     }
-    BatchStream* stream = loader_->stream(w);
+    BatchStream* stream = loader.stream(w);
     Batch batch;
     for (;;) {
       absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
@@ -134,22 +216,32 @@ class DataServiceImpl final : public proto::DataService::Service {
 
   const rpc::Authorizer authorizer_;
   rpc::LogLimiter log_limit_;
-  std::unique_ptr<Loader> loader_;
+  const LoaderFactory make_;
   const LoaderOptions options_;
-  const std::vector<ReaderPosition> starts_;
   const int replay_batches_;
-  absl::Mutex mu_;
   std::vector<Worker> workers_;
+  mutable absl::Mutex mu_;
+  // Each worker's first stream: unset until it came; then the position it reported, if any.
+  std::vector<std::optional<std::optional<ReaderPosition>>> arrived_ ABSL_GUARDED_BY(mu_) =
+      std::vector<std::optional<std::optional<ReaderPosition>>>(options_.num_workers);
+  int num_arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<ReaderPosition> starts_ ABSL_GUARDED_BY(mu_);
+  // Set once and never replaced: Serve uses it without the lock.
+  std::unique_ptr<Loader> loader_ ABSL_GUARDED_BY(mu_);
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);  // The factory's.
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The client end: a callback reader that stops reading while its queue is full.
 class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReactor<proto::BatchProto> {
  public:
+  // `report`: send `start` to the loader as where this worker's stream stands.
   RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next, ReaderPosition start,
-                    int capacity, BatchShape shape)
+                    bool report, int capacity, BatchShape shape)
       : stub_(std::move(stub)), shape_(std::move(shape)), capacity_(capacity), position_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
+    if (report) ToProto(start, request_.mutable_position());
     stub_->async()->StreamBatches(&context_, &request_, this);
     StartRead(&incoming_);
     StartCall();
@@ -243,6 +335,17 @@ DataServer::~DataServer() {
   Wait();
 }
 
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Serve(std::unique_ptr<Impl> impl,
+                                                              const DataServerOptions& options) {
+  rpc::ServerConfig config;
+  config.host = options.host;
+  config.port = options.port;
+  config.security = options.security;
+  config.max_message_bytes = options.max_message_bytes;
+  HYREC_ASSIGN_OR_RETURN(impl->server, rpc::RpcServer::Start(config, {impl->service.get()}));
+  return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
+}
+
 absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(std::unique_ptr<Loader> loader,
                                                               const LoaderOptions& loader_options,
                                                               const std::vector<ReaderPosition>& starts,
@@ -253,18 +356,33 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(std::unique_ptr<Lo
     for (int w = 0; w < loader_options.num_workers; ++w) start_positions.push_back(loader->stream(w)->Position());
   }
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<DataServiceImpl>(std::move(loader), loader_options, std::move(start_positions),
+  impl->service = std::make_unique<DataServiceImpl>(
+      std::move(loader), nullptr, loader_options, std::move(start_positions), options.replay_batches, options.security);
+  return Serve(std::move(impl), options);
+}
+
+absl::StatusOr<std::unique_ptr<DataServer>> DataServer::StartDeferred(LoaderFactory make,
+                                                                      const LoaderOptions& loader_options,
+                                                                      const std::vector<ReaderPosition>& starts,
+                                                                      const DataServerOptions& options) {
+  if (make == nullptr) return absl::InvalidArgumentError("DataServer needs a loader factory");
+  if (!starts.empty() && static_cast<int>(starts.size()) != loader_options.num_workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(starts.size(), " starting positions for ", loader_options.num_workers, " workers"));
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->service = std::make_unique<DataServiceImpl>(nullptr, std::move(make), loader_options, starts,
                                                     options.replay_batches, options.security);
-  rpc::ServerConfig config;
-  config.host = options.host;
-  config.port = options.port;
-  config.security = options.security;
-  config.max_message_bytes = options.max_message_bytes;
-  HYREC_ASSIGN_OR_RETURN(impl->server, rpc::RpcServer::Start(config, {impl->service.get()}));
-  return std::unique_ptr<DataServer>(new DataServer(std::move(impl)));
+  return Serve(std::move(impl), options);
 }
 
 int DataServer::port() const { return impl_->server->port(); }
+
+absl::Status DataServer::status() const { return impl_->service->status(); }
+
+LoaderStats DataServer::Stats() const { return impl_->service->Stats(); }
+
+std::vector<ReaderPosition> DataServer::Positions() const { return impl_->service->Positions(); }
 
 void DataServer::Shutdown(absl::Duration grace) {
   impl_->service->Stop();
@@ -273,8 +391,11 @@ void DataServer::Shutdown(absl::Duration grace) {
 
 void DataServer::Wait() { impl_->server->Wait(); }
 
-absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,
-                                                                const StreamClientOptions& options) {
+namespace {
+
+// One stream: the loader's Info checked against what the worker expects, then StreamBatches.
+absl::StatusOr<std::unique_ptr<BatchStream>> ConnectOnce(const std::string& address, int worker,
+                                                         const StreamClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   rpc::SetServerName(options.security, Identity{Role::kLoader, 0}, &args);
@@ -311,12 +432,106 @@ absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::strin
     return absl::FailedPreconditionError(absl::StrCat("the loader at ", address, " serves ", info.num_slots(),
                                                       " slots; this worker's model takes ", shape.slot_tables.size()));
   }
-  const ReaderPosition start = FromProto(info.start_positions(worker));
-  const uint64_t next = options.next_batch >= 0 ? static_cast<uint64_t>(options.next_batch) : start.next_batch;
-  ReaderPosition position = start;
-  position.next_batch = next;
-  return std::unique_ptr<BatchStream>(new RemoteBatchStream(std::move(stub), worker, next, position,
+  ReaderPosition position = FromProto(info.start_positions(worker));
+  if (options.position.has_value()) {
+    position = *options.position;
+  } else if (options.next_batch >= 0) {
+    position.next_batch = static_cast<uint64_t>(options.next_batch);
+  }
+  return std::unique_ptr<BatchStream>(new RemoteBatchStream(std::move(stub), worker, position.next_batch, position,
+                                                            options.position.has_value(),
                                                             std::max(1, options.prefetch_batches), std::move(shape)));
+}
+
+// What a lost or replaced loader does to a stream, as opposed to what the loader chose to say.
+bool Broken(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Reopens a broken stream from the batch after the last one received, reporting where it stands.
+class ReconnectingBatchStream final : public BatchStream {
+ public:
+  ReconnectingBatchStream(std::string address, int worker, StreamClientOptions options,
+                          std::unique_ptr<BatchStream> stream)
+      : address_(std::move(address)),
+        worker_(worker),
+        options_(std::move(options)),
+        stream_(std::move(stream)),
+        position_(stream_->Position()) {}
+
+  absl::Status Next(Batch* batch, absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    absl::Duration backoff = absl::Milliseconds(50);
+    absl::Status lost;
+    for (;;) {
+      if (stream_ != nullptr) {
+        absl::Status s = stream_->Next(batch, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+        if (s.ok()) {
+          received_ = true;
+          return s;
+        }
+        if (!Broken(s)) return s;
+        position_ = stream_->Position();
+        stream_.reset();
+        lost = s;
+        spdlog::warn("worker {}: the stream from the loader at {} broke ({}); reopening it from batch {}", worker_,
+                     address_, s.ToString(), position_.next_batch);
+      }
+      if (absl::Now() + backoff > deadline) {
+        return absl::Status(lost.code(),
+                            absl::StrCat("the loader at ", address_, " was lost and did not come back within ",
+                                         absl::FormatDuration(timeout), ": ", lost.message()));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
+      StreamClientOptions again = options_;
+      if (received_) {
+        again.position = position_;
+      } else {
+        again.next_batch = static_cast<int64_t>(position_.next_batch);
+      }
+      again.connect_timeout =
+          std::max(absl::Milliseconds(1), std::min(options_.connect_timeout, deadline - absl::Now()));
+      absl::StatusOr<std::unique_ptr<BatchStream>> reopened = ConnectOnce(address_, worker_, again);
+      if (reopened.ok()) {
+        stream_ = std::move(*reopened);
+        spdlog::info("worker {}: reopened the stream from the loader at {} at batch {}", worker_, address_,
+                     position_.next_batch);
+      } else if (!Broken(reopened.status()) && !absl::IsDeadlineExceeded(reopened.status())) {
+        return reopened.status();
+      } else {
+        lost = reopened.status();
+      }
+    }
+  }
+
+  ReaderPosition Position() const override { return stream_ != nullptr ? stream_->Position() : position_; }
+
+ private:
+  const std::string address_;
+  const int worker_;
+  const StreamClientOptions options_;
+  std::unique_ptr<BatchStream> stream_;  // Null between a break and its reopening.
+  ReaderPosition position_;              // Where the broken stream stood.
+  bool received_ = false;                // A batch came: the loader is told where the stream stands.
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,
+                                                                const StreamClientOptions& options) {
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<BatchStream> stream, ConnectOnce(address, worker, options));
+  if (!options.reconnect) return stream;
+  return std::unique_ptr<BatchStream>(new ReconnectingBatchStream(address, worker, options, std::move(stream)));
 }
 
 }  // namespace hyrec::data_loader

@@ -21,10 +21,19 @@
 // (ConnectBatchStream with the next batch id it wants) without losing or repeating a batch, as
 // long as no more than that many were in flight; otherwise the reconnect is FAILED_PRECONDITION
 // and the worker resumes by restarting the loader from the saved positions.
+//
+// A lost loader heals: a server started with StartDeferred begins reading only once every
+// worker has opened its stream. When each of them reports where it stands (its stream was open
+// before, to the lost loader), every worker resumes from there; otherwise from `starts`. So a
+// replacement loader, started with the job's usual flags on the same address, hands each worker
+// the batch after the last one it received: no sample is skipped or repeated. Workers whose
+// streams reconnect (StreamClientOptions::reconnect) ride it out within their batch timeout.
 #ifndef HYREC_DATA_LOADER_DATA_SERVICE_H_
 #define HYREC_DATA_LOADER_DATA_SERVICE_H_
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,23 +55,44 @@ struct DataServerOptions {
   SecurityOptions security;  // Off: plaintext, every caller trusted (in-process tests only).
 };
 
+// Makes the loader once the workers' starting positions are known (Loader::Start's `resume`).
+using LoaderFactory = std::function<absl::StatusOr<std::unique_ptr<Loader>>(const std::vector<ReaderPosition>& starts)>;
+
 class DataServer {
  public:
+  // Serves a loader that is already reading; `starts` are where its streams began (empty: from
+  // the beginning).
   static absl::StatusOr<std::unique_ptr<DataServer>> Start(std::unique_ptr<Loader> loader,
                                                            const LoaderOptions& loader_options,
                                                            const std::vector<ReaderPosition>& starts,
                                                            const DataServerOptions& options);
+  // Serves at once and makes the loader with `make` when every worker has opened its stream:
+  // from the positions they report if all report one, else from `starts` (empty: the
+  // beginning) for each worker that reported none. A failure of `make` is the loader's failure.
+  static absl::StatusOr<std::unique_ptr<DataServer>> StartDeferred(LoaderFactory make,
+                                                                   const LoaderOptions& loader_options,
+                                                                   const std::vector<ReaderPosition>& starts,
+                                                                   const DataServerOptions& options);
   ~DataServer();
   DataServer(const DataServer&) = delete;
   DataServer& operator=(const DataServer&) = delete;
 
   int port() const;
+  // The loader's failure (or its factory's); OK while it is healthy or not yet made.
+  absl::Status status() const;
+  // Zero until the loader is made.
+  LoaderStats Stats() const;
+  // Each worker's stream position at the loader (where a new loader would resume it, prefetched
+  // batches included); the starting positions until the loader is made.
+  std::vector<ReaderPosition> Positions() const;
   void Shutdown(absl::Duration grace);
   void Wait();
 
  private:
   struct Impl;
   explicit DataServer(std::unique_ptr<Impl> impl);
+  static absl::StatusOr<std::unique_ptr<DataServer>> Serve(std::unique_ptr<Impl> impl,
+                                                           const DataServerOptions& options);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -92,6 +122,14 @@ struct StreamClientOptions {
   int max_message_bytes = 512 << 20;
   // Global id of the first batch wanted; -1: from where the loader started this worker.
   int64_t next_batch = -1;
+  // Where this worker's stream stands, sent to the loader (DataServer::StartDeferred); its
+  // next_batch is the batch wanted. Unset: a first stream.
+  std::optional<ReaderPosition> position;
+  // A stream that the loader's failure or replacement broke (UNAVAILABLE, CANCELLED, ABORTED,
+  // INTERNAL, UNKNOWN) is reopened inside Next, with backoff and within Next's timeout, from
+  // the batch after the last one received. Errors the loader chose (end of data, DATA_LOSS, a
+  // refused position) are returned as they are.
+  bool reconnect = false;
   // What the worker's model takes; a loader whose Info disagrees is FAILED_PRECONDITION at
   // connect, a batch that disagrees DATA_LOSS.
   BatchShape expect;
