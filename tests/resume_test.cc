@@ -52,13 +52,14 @@ std::string Job(const std::string& dir, const std::string& source, int shards, i
                       "checkpoint: {dir: ", dir, "/ckpt, every_steps: 10, keep_last: 20}\n", extra);
 }
 
-absl::StatusOr<TrainReport> Train(const std::string& text, const std::string& resume = "") {
+absl::StatusOr<TrainReport> Train(const std::string& text, const std::string& resume = "", Env* env = nullptr) {
   absl::StatusOr<job::JobSpec> spec = job::ParseJobSpecText(text, "job.yaml");
   if (!spec.ok()) return spec.status();
   absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
   if (!plan.ok()) return plan.status();
   TrainJobOptions options;
   options.resume = resume;
+  if (env != nullptr) options.env = env;
   return RunTrainJob(*plan, options);
 }
 
@@ -110,6 +111,36 @@ TEST(Resume, ContinuesExactlyAsTheUninterruptedRun) {
   EXPECT_EQ(resumed->stats.samples, 1600u - 640);  // This run's own.
   EXPECT_EQ(resumed->dense_fingerprint, full->dense_fingerprint);
   EXPECT_EQ(CheckpointRows(resumed->last_checkpoint, job), CheckpointRows(full->last_checkpoint, job));
+}
+
+// A full disk: every cut that cannot be written removes what it wrote (dense file, shard files,
+// positions), so the job goes on, and once there is room again the next cut commits. Every
+// directory left under the root is a committed, verified checkpoint.
+TEST(Resume, AFailedCutRemovesWhatItWrote) {
+  // The first cut's appends, in order: its loader position (before the cut agrees), then the
+  // dense file and the shards' files (while training goes on). Each fails in turn.
+  // Full for the rest of the run (no later commit retires what failed cuts left), or for a while.
+  for (const int failing : {-1, 2}) {
+    for (const int skip : {0, 1, 2, 3}) {
+      SCOPED_TRACE(absl::StrCat("appends before the full disk: ", skip, ", failing: ", failing));
+      const std::string dir = FreshDir(absl::StrCat("full_disk_", skip, "_", failing));
+      const std::string data = WriteData(dir + "/train.svm", 800, 1);
+      const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");  // 5 cuts.
+      FaultInjectionEnv env(Env::Default());
+      env.FailAfter(FaultInjectionEnv::kAppend, skip, failing);
+      absl::StatusOr<TrainReport> report = Train(job, "", &env);
+      ASSERT_TRUE(report.ok()) << report.status();
+      EXPECT_EQ(report->samples, 1600u);
+      EXPECT_GT(report->checkpoint_failures, 0);
+      EXPECT_EQ(report->checkpoints > 0, failing >= 0);
+      int dirs = 0;
+      for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) {
+        ++dirs;
+        EXPECT_TRUE(VerifyCheckpoint(Env::Default(), e.path().string()).ok()) << e.path() << " was left behind";
+      }
+      EXPECT_EQ(dirs, report->checkpoints);
+    }
+  }
 }
 
 TEST(Resume, ReshardsPsShardsAndWorkers) {

@@ -250,9 +250,10 @@ std::string JoinPath(absl::string_view dir, absl::string_view name) {
 
 // ---- FaultInjectionEnv ----
 
-void FaultInjectionEnv::FailAfter(Op op, int64_t n) {
+void FaultInjectionEnv::FailAfter(Op op, int64_t n, int64_t count) {
   absl::MutexLock lock(&mu_);
   fail_at_[op] = n < 0 ? -1 : calls_[op] + n;
+  fail_until_[op] = n < 0 || count < 0 ? -1 : fail_at_[op] + count;
 }
 
 void FaultInjectionEnv::Heal() {
@@ -269,6 +270,7 @@ absl::Status FaultInjectionEnv::Check(Op op, const std::string& path) {
   absl::MutexLock lock(&mu_);
   const int64_t call = calls_[op]++;
   if (fail_at_[op] < 0 || call < fail_at_[op]) return absl::OkStatus();
+  if (fail_until_[op] >= 0 && call >= fail_until_[op]) return absl::OkStatus();
   static constexpr const char* kNames[] = {"append", "sync", "rename", "directory sync", "create"};
   const std::string message = absl::StrCat("injected ", kNames[op], " failure on '", path, "'");
   if (op == kAppend) return absl::ResourceExhaustedError(absl::StrCat(message, " (no space left on device)"));

@@ -310,12 +310,21 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     if (s.ok()) return s;
     return Failed(Annotate(s, what));
   };
+  // A failed cut removes what it wrote (worker 0, once every worker is past its writes), so a
+  // full disk does not stay full of it.
+  auto discard = [&](bool begun) {
+    if (!leader_) return;
+    if (begun) (void)options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds));
+    (void)DeleteDirAndFiles(env, dir);
+  };
   if (!all) {
+    discard(/*begun=*/false);
     return finish(local.ok() ? absl::AbortedError("another worker could not write its loader position") : local);
   }
   // Worker 0: the previous commit must be done before the shards start on another cut. Its
   // failure, with fail_on_error, fails this cut on every worker (through the agreement below).
   std::optional<DenseState> dense;
+  bool begun = false;  // The shards are writing their part.
   const bool best =
       eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
   if (leader_) {
@@ -331,6 +340,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     if (local.ok()) {
       local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta,
                                     name, id, Seconds(plan.checkpoint.timeout_seconds));
+      begun = local.ok();
     }
     if (local.ok()) {
       absl::StatusOr<DenseState> d = CaptureDenseState(model, checkpoint ? optimizer : nullptr, s);
@@ -339,7 +349,10 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     }
   }
   HYREC_ASSIGN_OR_RETURN(all, Agree(local.ok()));
-  if (!all) return finish(local.ok() ? absl::AbortedError("the cut failed on worker 0") : local);
+  if (!all) {
+    discard(begun);
+    return finish(local.ok() ? absl::AbortedError("the cut failed on worker 0") : local);
+  }
   if (!checkpoint) delta_sequence_ = sequence;
   if (!leader_) return finish(absl::OkStatus());
 
@@ -361,6 +374,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, cut_at, m = std::move(m),
                          dense = std::move(*dense)]() mutable {
     const job::WorkerPlan& plan = *options_.plan;
+    bool committed = false;
     absl::Status s = [&]() -> absl::Status {
       HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, dense)
                                                               : WriteRawFile(env, dir, kModelFileName, dense.model));
@@ -384,6 +398,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
         }
       }
       HYREC_RETURN_IF_ERROR(CommitManifest(env, dir, m));
+      committed = true;
       if (!checkpoint) return absl::OkStatus();
       std::string keep;
       {
@@ -401,6 +416,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     } else if (s.ok()) {
       ++shared_->deltas;
     } else {
+      if (!committed) (void)DeleteDirAndFiles(env, dir);  // What the failed cut wrote.
       ++shared_->failed;
       shared_->error = Annotate(s, absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir));
       std::cerr << "hyrec: " << shared_->error.message() << "\n";

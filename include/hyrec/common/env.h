@@ -98,8 +98,9 @@ class FaultInjectionEnv final : public Env {
   explicit FaultInjectionEnv(Env* base) : base_(base) {}
 
   // The (n+1)-th call of `op` from now, and every one after it, fails (kAppend fails as a full
-  // disk: RESOURCE_EXHAUSTED; the others with DATA_LOSS/UNAVAILABLE). n < 0: never.
-  void FailAfter(Op op, int64_t n);
+  // disk: RESOURCE_EXHAUSTED; the others with DATA_LOSS/UNAVAILABLE). n < 0: never. count >= 0:
+  // only that many calls fail; the ones after succeed again (a disk that got room back).
+  void FailAfter(Op op, int64_t n, int64_t count = -1);
   // Stops failing anything.
   void Heal();
   // Truncates every file written through this Env to its last synced length, and removes the
@@ -132,6 +133,7 @@ class FaultInjectionEnv final : public Env {
   mutable absl::Mutex mu_;
   int64_t calls_[kNumOps] ABSL_GUARDED_BY(mu_) = {};
   int64_t fail_at_[kNumOps] ABSL_GUARDED_BY(mu_) = {-1, -1, -1, -1, -1};
+  int64_t fail_until_[kNumOps] ABSL_GUARDED_BY(mu_) = {-1, -1, -1, -1, -1};  // -1: no end.
   // Per file written: its synced length.
   std::vector<std::pair<std::string, uint64_t>> synced_ ABSL_GUARDED_BY(mu_);
   // Entries created or renamed into a directory since its last SyncDir.
