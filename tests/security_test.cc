@@ -416,6 +416,54 @@ TEST(HardeningTest, AFloodOfRefusedCallsLeavesThreadsBoundedAndSigtermWorking) {
   EXPECT_EQ(*code, 0);
 }
 
+// Any local process can open connections that fail their TLS handshake; gRPC logs each. With
+// stderr a pipe nobody reads, those lines must neither block the PS (it goes on serving the
+// job's workers) nor keep it from exiting on SIGTERM.
+TEST(HardeningTest, AFloodOfFailedHandshakesNeitherBlocksNorStopsThePs) {
+  const std::string certs = WriteCerts("handshake_flood");
+  const std::string job = Job(certs, /*tokens=*/false);
+  SpawnOptions spawn;
+  spawn.capture_stderr = true;  // And never read.
+  auto process =
+      Subprocess::Spawn({HYREC_PS_BINARY, "--config=" + job, "--shard_index=0", "--port=0", "--log_level=info"}, spawn);
+  ASSERT_TRUE(process.ok()) << process.status();
+  auto port = WaitForListeningPort(**process, absl::Seconds(30));
+  ASSERT_TRUE(port.ok()) << port.status();
+  // Far more than a pipe holds: each failed handshake is a log line of gRPC's.
+  const std::string garbage = "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + std::string(200, 'x');
+  std::vector<std::thread> floods;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);  // A blocked server fails the test, not hangs it.
+  for (int c = 0; c < 4; ++c) {
+    floods.emplace_back([&] {
+      for (int i = 0; i < 500 && absl::Now() < give_up; ++i) {
+        const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+        timeval timeout{1, 0};  // Connect, write and read.
+        ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+        ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(static_cast<uint16_t>(*port));
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+          ::close(fd);
+          continue;
+        }
+        (void)!::write(fd, garbage.data(), garbage.size());
+        char buffer[256];
+        (void)!::read(fd, buffer, sizeof(buffer));  // Until the server closes it.
+        ::close(fd);
+      }
+    });
+  }
+  for (std::thread& t : floods) t.join();
+  auto stub = Stub(absl::StrCat("127.0.0.1:", *port), As(certs, Identity{Role::kWorker, 0}));
+  EXPECT_EQ(Row(*stub).size(), 16u);  // Still serving, within the call's deadline.
+  (*process)->Signal(SIGTERM);
+  auto code = (*process)->Wait(absl::Seconds(15));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0);
+}
+
 #ifdef HYREC_WORKER_BINARY
 // A loader that answers Info as the job's would, then streams one batch whose inverse index
 // points past the table's unique ids.

@@ -83,6 +83,7 @@ void PublishLoaderMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m)
   m->Set("hyrec_loader_bad_lines_total", {}, static_cast<double>(s.bad_lines));
   m->Set("hyrec_loader_samples_total", {}, static_cast<double>(s.samples));
   m->Set("hyrec_loader_batches_total", {}, static_cast<double>(s.batches));
+  PublishLogMetrics(m);
 }
 
 // Waits for a stop signal (returns OK) or for the loader to fail (returns its failure, after
@@ -180,10 +181,10 @@ int LoaderMain(int argc, char** argv) {
   AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
-  SetUpLogging("loader", f.common.log_level);
+  SetUpServerLogging("loader", f.common.log_level);
   const absl::Status status = Serve(f);
   if (!status.ok()) std::cerr << "hyrec loader: " << status.message() << "\n";
-  return ExitCodeFor(status);
+  return FinishLogging(ExitCodeFor(status));
 }
 
 }  // namespace hyrec::cli

@@ -7,12 +7,21 @@
 #ifndef HYREC_SRC_CLI_LOGGING_H_
 #define HYREC_SRC_CLI_LOGGING_H_
 
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+#include "hyrec/common/metrics.h"
 #include "spdlog/async.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "src/common/rpc.h"
 
 namespace hyrec::cli {
 
@@ -29,6 +38,41 @@ inline void SetUpLogging(const std::string& role, const std::string& level) {
   spdlog::set_default_logger(logger);
   spdlog::set_level(spdlog::level::from_str(level));
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [" + role + "] [%l] %v");
+}
+
+// The servers' logging (PS, loader, worker, train): SetUpLogging, and gRPC's own lines through
+// it, rate-limited (rpc::RouteGrpcLogs), so no log line can block a server thread.
+inline void SetUpServerLogging(const std::string& role, const std::string& level) {
+  SetUpLogging(role, level);
+  rpc::RouteGrpcLogs();
+}
+
+// The log's own figures, for a role's /metrics.
+inline void PublishLogMetrics(MetricsRegistry* m) {
+  m->Describe("hyrec_grpc_log_lines_held_back_total", MetricType::kCounter,
+              "gRPC log lines held back by the rate limit (a flood of failed TLS handshakes, say).");
+  m->Set("hyrec_grpc_log_lines_held_back_total", {}, static_cast<double>(rpc::SuppressedGrpcLogLines()));
+}
+
+// Writes the queued log lines and returns `code`; when stderr does not take them within `grace`
+// (a pipe nobody reads), exits with `code` at once rather than wait: a role's log never holds
+// its exit.
+inline int FinishLogging(int code, absl::Duration grace = absl::Seconds(2)) {
+  std::cout.flush();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread flusher([done] {
+    spdlog::shutdown();
+    *done = true;
+  });
+  for (const absl::Time until = absl::Now() + grace; !*done && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (*done) {
+    flusher.join();
+    return code;
+  }
+  flusher.detach();
+  std::_Exit(code);
 }
 
 }  // namespace hyrec::cli

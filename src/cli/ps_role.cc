@@ -232,6 +232,7 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
     const MetricLabels shard = {{"shard", std::to_string(server_options.shard_index)}};
     metrics.AddCollector([shared_store, shard](MetricsRegistry* m) {
       embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, m);
+      PublishLogMetrics(m);
     });
     HYREC_ASSIGN_OR_RETURN(metrics_server,
                            MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
@@ -294,10 +295,10 @@ int PsMain(int argc, char** argv) {
   AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
-  SetUpLogging("ps", f.common.log_level);
+  SetUpServerLogging("ps", f.common.log_level);
   const absl::Status status = Serve(flags, f);
   if (!status.ok()) std::cerr << "hyrec ps: " << status.message() << "\n";
-  return ExitCodeFor(status);
+  return FinishLogging(ExitCodeFor(status));
 }
 
 }  // namespace hyrec::cli

@@ -443,8 +443,8 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
     std::cerr << "hyrec train: --ps_latency_ms needs --processes (the embedded PS has no network)\n";
     return kExitInvalidInput;
   }
-  SetUpLogging("train", f.training.common.log_level);
-  return Finish("hyrec train", Train(f, roles));
+  SetUpServerLogging("train", f.training.common.log_level);
+  return FinishLogging(Finish("hyrec train", Train(f, roles)));
 }
 
 int WorkerMain(int argc, char** argv) {
@@ -466,8 +466,8 @@ int WorkerMain(int argc, char** argv) {
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
-  SetUpLogging("worker", f.training.common.log_level);
-  return Finish("hyrec worker", Work(f));
+  SetUpServerLogging("worker", f.training.common.log_level);
+  return FinishLogging(Finish("hyrec worker", Work(f)));
 }
 
 }  // namespace hyrec::cli

@@ -10,14 +10,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "grpc/support/log.h"
 #include "grpcpp/security/auth_metadata_processor.h"
 #include "grpcpp/security/tls_certificate_provider.h"
 #include "grpcpp/security/tls_certificate_verifier.h"
@@ -241,6 +246,63 @@ absl::Status Authorizer::Allow(const grpc::ServerContext& context, std::initiali
   return absl::PermissionDeniedError(
       absl::StrCat(method, " is for ", absl::StrJoin(names, " or "), "; the caller is ", IdentityName(*peer)));
 }
+
+namespace {
+
+struct GrpcLogWindow {
+  absl::Time start = absl::InfinitePast();
+  int admitted = 0;
+  uint64_t held = 0;  // Held back in this window.
+};
+
+absl::Mutex grpc_log_mu(absl::kConstInit);
+std::atomic<uint64_t> grpc_log_suppressed{0};
+
+absl::flat_hash_map<std::pair<const char*, int>, GrpcLogWindow>& GrpcLogWindows()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(grpc_log_mu) {
+  static auto* windows = new absl::flat_hash_map<std::pair<const char*, int>, GrpcLogWindow>();
+  return *windows;
+}
+
+void LogGrpcLine(gpr_log_func_args* args) {
+  constexpr int kBurst = 10;
+  constexpr absl::Duration kInterval = absl::Seconds(10);
+  const char* file = args->file != nullptr ? args->file : "?";
+  const char* message = args->message != nullptr ? args->message : "";
+  if (absl::StartsWith(message, "assertion failed")) {  // An abort follows: no queue.
+    std::fprintf(stderr, "grpc %s:%d: %s\n", file, args->line, message);
+    return;
+  }
+  uint64_t held = 0;
+  {
+    absl::MutexLock lock(&grpc_log_mu);
+    GrpcLogWindow& w = GrpcLogWindows()[{args->file, args->line}];
+    const absl::Time now = absl::Now();
+    if (now - w.start >= kInterval) {
+      held = w.held;
+      w = GrpcLogWindow{now, 0, 0};
+    }
+    if (w.admitted >= kBurst) {
+      ++w.held;
+      grpc_log_suppressed.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    ++w.admitted;
+  }
+  const spdlog::level::level_enum level = args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::warn
+                                          : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
+                                                                                    : spdlog::level::debug;
+  const char* base = std::strrchr(file, '/');
+  if (held > 0)
+    spdlog::log(level, "grpc {}:{}: {} more like the next were held back", base ? base + 1 : file, args->line, held);
+  spdlog::log(level, "grpc {}:{}: {}", base ? base + 1 : file, args->line, message);
+}
+
+}  // namespace
+
+void RouteGrpcLogs() { gpr_set_log_function(LogGrpcLine); }
+
+uint64_t SuppressedGrpcLogLines() { return grpc_log_suppressed.load(std::memory_order_relaxed); }
 
 bool LogLimiter::Admit() {
   absl::MutexLock lock(&mu_);

@@ -95,6 +95,14 @@ class LogLimiter {
   int admitted_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Routes gRPC's own log lines (gpr_log: failed TLS handshakes, broken connections) into spdlog's
+// default logger, at most 10 per source line per 10 s; the others are counted and summed up
+// in one line when that line's window turns. With the roles' asynchronous logger no gRPC thread
+// then waits on a slow or unread stderr. A failed gRPC assertion is still written at once.
+void RouteGrpcLogs();
+// gRPC log lines held back since the process started.
+uint64_t SuppressedGrpcLogLines();
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port, reported by port().
