@@ -422,6 +422,43 @@ TEST(Cli, AStoppedWorkerFailsTheJobWithinTheWatchdogTimeout) {
   EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
 }
 
+// A worker told to stop while it waits for its peers (the PS, the loader, the rendezvous) has
+// nothing to finish: it exits at once as interrupted, not after its timeouts as a failure.
+TEST(Cli, AWorkerStoppedBeforeTrainingExitsInterruptedAtOnce) {
+  const std::string job = WriteFile("waiting.yaml", "loader:\n  source: {format: synthetic}\nsecurity: {mode: none}\n");
+  const int dead = hyrec::PickFreeLoopbackPort();
+  auto p = hyrec::Subprocess::Spawn({HYREC_WORKER_BINARY, "--config=" + job, "--rank=0",
+                                     absl::StrCat("--ps=127.0.0.1:", dead, ",127.0.0.1:", dead),
+                                     absl::StrCat("--loader=127.0.0.1:", dead)});
+  ASSERT_TRUE(p.ok()) << p.status();
+  absl::SleepFor(absl::Seconds(2));  // Waiting for the PS shards by now.
+  const absl::Time stopped = absl::Now();
+  (*p)->Signal(SIGTERM);
+  auto code = (*p)->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 130);
+  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));
+}
+
+// A worker killed (SIGKILL) under --processes: the launcher exits with a documented code
+// (transient), naming the worker and the signal, not with the worker's 137.
+TEST(Cli, AKilledWorkerEndsTheJobAsTransientNamingIt) {
+  auto p = StartTraining({"--processes"});
+  const pid_t worker = ChildWith(p->pid(), "--rank=1");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  bool noted = false;
+  for (;;) {
+    auto line = p->ReadLine(absl::Seconds(60));
+    if (!line.ok()) break;
+    noted |= absl::StrContains(*line, "worker 1 failed (killed by signal 9)");
+  }
+  auto code = p->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 3);
+  EXPECT_TRUE(noted);
+}
+
 // A PS shard killed (SIGKILL) under --processes with the job's update log: the launcher restarts
 // it with --recover on its port, the worker waits for it, and the job finishes every sample.
 TEST(Cli, AKilledPsShardIsRestartedAndTheJobFinishes) {

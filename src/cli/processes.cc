@@ -353,8 +353,9 @@ class Cluster {
           continue;
         }
         if (result == kExitOk || result == kExitInterrupted) {
-          result = *code;
-          monitor_->Note(absl::StrCat("worker ", r, " failed (exit code ", *code, "); stopping the others"));
+          // A worker killed by a signal lost its peer role, not its input: transient.
+          result = *code > 128 && *code != kExitInterrupted ? kExitTransient : *code;
+          monitor_->Note(absl::StrCat("worker ", r, " failed (", ExitDescription(*code), "); stopping the others"));
           for (auto& w : workers_) w->Signal(SIGTERM);
           kill_at = absl::Now() + absl::Seconds(plan().workers[0].sync_timeout_seconds) + kStopTimeout;
         }

@@ -324,8 +324,16 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
   Heartbeat heartbeat(f.heartbeat_file);
   const int world = static_cast<int>(plan.workers.size());
+  // Before training (waiting for peers, at the rendezvous) a stop has nothing to finish: the
+  // worker exits at once as interrupted rather than wait out its timeouts.
+  static std::atomic<bool> training{false};
   StopSignals signals(
       [rank](int) {
+        if (!training) {
+          std::cerr << "hyrec worker " << rank << ": stopped before training began" << std::endl;
+          std::cout.flush();
+          std::_Exit(kExitInterrupted);
+        }
         std::cerr << "hyrec worker " << rank << ": stopping after the current batch (signal again to stop at once)"
                   << std::endl;
       },
@@ -388,6 +396,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   options.ps = ps.get();
   options.observer = observer.get();
   options.stop = signals.flag();
+  options.training = &training;
   options.resume = resume ? &resume->dense : nullptr;
   options.checkpoint_request = rank == 0 ? signals.checkpoint_flag() : nullptr;
   options.job_text = plan.spec.text;

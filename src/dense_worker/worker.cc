@@ -35,6 +35,7 @@ class WorkerLoop {
 
   absl::StatusOr<TrainReport> Run() {
     HYREC_RETURN_IF_ERROR(SetUp());
+    if (options_.training != nullptr) *options_.training = true;
     TrainingContext ctx(trainer_options_, options_.stream, options_.ps, sync_.get(), model_, optimizer_.get());
     if (!ctx.status().ok()) return ctx.status();
     start_ = absl::Now();

@@ -131,6 +131,9 @@ struct WorkerOptions {
   TrainObserver* observer = nullptr;            // Worker 0's reports; may be null.
   // When it becomes true, the workers stop after their current batch; may be null.
   const std::atomic<bool>* stop = nullptr;
+  // Set to true once the worker's set-up (rendezvous, parameter broadcast, resume) is done and
+  // it trains: until then a stop has nothing to finish. May be null.
+  std::atomic<bool>* training = nullptr;
   // LibTorch intra-op threads of the calling thread; 0: LibTorch's default. Workers that are
   // threads of one process give each a share of the cores.
   int intra_op_threads = 0;
