@@ -531,6 +531,53 @@ train: {workers: 2, log_every_batches: 50}
   EXPECT_TRUE(restarted && serving && finished) << restarted << serving << finished << " " << tail;
 }
 
+// A worker lost under --processes when the job keeps checkpoints: every role restarts from the
+// latest one, and the job finishes, having trained every sample into its final model once (the
+// summary's count continues from the checkpoint's).
+TEST(Cli, ALostWorkerFallsBackToTheLatestCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "/cli_worker_fallback";
+  std::filesystem::remove_all(dir);
+  const std::string job = WriteFile("worker_fallback.yaml", absl::StrCat(R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
+  batch_size: 256
+  threads: 1
+eval: {samples: 2000}
+model: {embedding_dim: 8, bottom: [16], top: [16]}
+train: {workers: 2, log_every_batches: 50}
+checkpoint: {dir: )",
+                                                                         dir, R"(, every_steps: 40}
+)"));
+  auto p = StartTraining({"--processes"}, job);
+  bool committed = false;
+  for (const absl::Time until = absl::Now() + absl::Seconds(60); !committed && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(50));
+    if (!std::filesystem::exists(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      committed |= std::filesystem::exists(e.path() / "MANIFEST");
+    }
+  }
+  ASSERT_TRUE(committed);
+  const pid_t worker = ChildWith(p->pid(), "--rank=1");
+  ASSERT_GT(worker, 0);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);
+  bool fell_back = false, finished = false;
+  std::string tail;
+  for (;;) {
+    auto line = p->ReadLine(absl::Seconds(60));
+    if (!line.ok()) break;
+    tail = *line;
+    fell_back |= absl::StrContains(*line, "a worker was lost: every role restarts from the latest checkpoint");
+    finished |= absl::StartsWith(*line, "summary: 153600 samples");
+  }
+  auto code = p->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << tail;
+  EXPECT_TRUE(fell_back && finished) << fell_back << finished << " " << tail;
+  std::filesystem::remove_all(dir);
+}
+
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher
 // passes it to worker 0), cuts one at the next step while training goes on.
 TEST(Cli, SigusrOneCutsACheckpoint) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "hyrec/common/certs.h"
+#include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/latency_proxy.h"
@@ -30,6 +31,7 @@ namespace {
 
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kStopTimeout = absl::Seconds(10);
+constexpr int kMaxFallbacks = 3;  // Restarts of the whole job from its latest checkpoint.
 
 std::vector<std::string> Command(const std::vector<std::string>& role, std::vector<std::string> args) {
   std::vector<std::string> argv = role;
@@ -50,6 +52,9 @@ class Cluster {
     if (!certs_dir_.empty()) (void)DeleteDirAndFiles(Env::Default(), certs_dir_);
     if (!run_dir_.empty()) (void)DeleteDirAndFiles(Env::Default(), run_dir_);
   }
+
+  // Whether the run ended because a worker was lost (killed, frozen, a transient failure).
+  bool worker_lost() const { return worker_lost_; }
 
   absl::StatusOr<ProcessesResult> Run() {
     HYREC_RETURN_IF_ERROR(MakeRunDirectory());
@@ -334,6 +339,7 @@ class Cluster {
         }
         monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
                                     " (stopped or frozen); killing it and stopping the job"));
+        worker_lost_ = absl::StartsWith(*stalled, "worker ");
         for (const Watched& w : watched_) {
           if (w.name == *stalled) w.process->Signal(SIGKILL);
         }
@@ -355,6 +361,7 @@ class Cluster {
         if (result == kExitOk || result == kExitInterrupted) {
           // A worker killed by a signal lost its peer role, not its input: transient.
           result = *code > 128 && *code != kExitInterrupted ? kExitTransient : *code;
+          worker_lost_ = result == kExitTransient;
           monitor_->Note(absl::StrCat("worker ", r, " failed (", ExitDescription(*code), "); stopping the others"));
           for (auto& w : workers_) w->Signal(SIGTERM);
           kill_at = absl::Now() + absl::Seconds(plan().workers[0].sync_timeout_seconds) + kStopTimeout;
@@ -389,6 +396,7 @@ class Cluster {
   std::vector<int> ps_ports_;
   std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
   int restarts_ = 0;
+  bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::string> loader_args_;  // For a restart.
   int loader_port_ = 0;
@@ -415,8 +423,39 @@ class Cluster {
 
 absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options) {
   if (options.plan == nullptr) return absl::InvalidArgumentError("RunProcesses needs the job's plan");
-  Cluster cluster(options);
-  return cluster.Run();
+  ProcessesOptions attempt = options;
+  for (int fallbacks = 0;; ++fallbacks) {
+    absl::StatusOr<ProcessesResult> result;
+    bool worker_lost = false;
+    {
+      Cluster cluster(attempt);
+      result = cluster.Run();
+      worker_lost = cluster.worker_lost();
+    }
+    if (!result.ok() || result->exit_code != kExitTransient || !worker_lost) return result;
+    if (options.stop != nullptr && options.stop->load()) return result;
+    // A lost worker takes its dense replica and its place in the group: every role restarts
+    // from the job's latest checkpoint, when there is one.
+    std::ostream& out = options.monitor.out != nullptr ? *options.monitor.out : std::cerr;
+    const std::string& root = options.plan->spec.checkpoint.dir;
+    CheckpointManifest manifest;
+    absl::StatusOr<std::string> latest =
+        root.empty() ? absl::NotFoundError("the job keeps no checkpoints (checkpoint.dir)")
+                     : ResolveCheckpoint(Env::Default(), root, kCheckpointPrefix, "latest", &manifest);
+    if (!latest.ok()) {
+      out << "a worker was lost and the job cannot fall back to a checkpoint: " << latest.status().message()
+          << std::endl;
+      return result;
+    }
+    if (fallbacks >= kMaxFallbacks) {
+      out << "a worker was lost again; the job fell back to a checkpoint " << kMaxFallbacks
+          << " times already and stops" << std::endl;
+      return result;
+    }
+    out << "a worker was lost: every role restarts from the latest checkpoint, " << *latest << " (step "
+        << manifest.step << "; fallback " << fallbacks + 1 << " of at most " << kMaxFallbacks << ")" << std::endl;
+    attempt.resume = *latest;
+  }
 }
 
 }  // namespace hyrec::cli

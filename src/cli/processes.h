@@ -40,9 +40,16 @@ struct ProcessesResult {
 };
 
 // Starts every role, relays worker 0's reports, waits for the workers, then stops the loader and
-// the PS shards. A worker that fails ends the run with its exit code (the others are stopped); a
-// stop request is passed on to the workers as SIGINT. Every child's stderr is read for its whole
-// life and written to this process's stderr, each line prefixed with the child's name.
+// the PS shards. A stop request is passed on to the workers as SIGINT. Every child's stderr is
+// read for its whole life and written to this process's stderr, each line prefixed with the
+// child's name.
+//
+// Supervision: a PS shard or the loader that exits or freezes while the workers run is
+// restarted on its port (a shard recovers from its update log, the loader resumes each worker
+// where its stream stands), with a backoff doubling from 1 s and 5 restarts per run at most. A
+// worker that fails with invalid input ends the run with its exit code; one that is lost (killed,
+// frozen, a transient failure) stops the run, and when the job has a committed checkpoint every
+// role restarts from the latest (3 times at most), else the run ends as transient (3).
 absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options);
 
 }  // namespace hyrec::cli
