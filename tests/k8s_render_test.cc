@@ -182,6 +182,14 @@ TEST(K8sRender, JobSetTopologyAndPolicies) {
     EXPECT_EQ(success["targetReplicatedJobs"][0].as<std::string>(), "workers");
     EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["action"].as<std::string>(), "FailJobSet");
     EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"][0].as<std::string>(), "PodFailurePolicy");
+    // A lost loader or PS shard (its update log on the volume) is restarted alone; a lost worker
+    // restarts the JobSet (the default action).
+    const YAML::Node alone = js["spec"]["failurePolicy"]["rules"][1];
+    EXPECT_EQ(alone["action"].as<std::string>(), "RestartJob");
+    ASSERT_EQ(alone["targetReplicatedJobs"].size(), 2u);
+    EXPECT_EQ(alone["targetReplicatedJobs"][0].as<std::string>(), "loader");
+    EXPECT_EQ(alone["targetReplicatedJobs"][1].as<std::string>(), "ps");
+    EXPECT_EQ(js["spec"]["failurePolicy"]["rules"].size(), 2u);
     // Durable: checkpoints go to the volume claimed for the whole JobSet.
     EXPECT_EQ(js["spec"]["volumeClaimPolicies"][0]["templates"][0]["metadata"]["name"].as<std::string>(), "state");
     const YAML::Node pdb = Find(docs, "PodDisruptionBudget");
@@ -259,8 +267,9 @@ TEST(K8sRender, PodsPlanTheSameJobAndOnlyAddPlacementFlags) {
   EXPECT_EQ(planned->spec.security.dir, kK8sCertsDir);
   // The flags a pod adds are where it is, how it is watched and where its summary goes, never a
   // setting of the plan (the roles refuse those beside --config, as under --processes).
-  const std::set<std::string> placement = {"config",       "shard_index",  "resume",   "health_host", "health_port",
-                                           "metrics_host", "metrics_port", "progress", "plot",        "report"};
+  const std::set<std::string> placement = {"config",      "shard_index", "resume",       "restart_attempt",
+                                           "health_host", "health_port", "metrics_host", "metrics_port",
+                                           "progress",    "plot",        "report"};
   for (const auto& [pod, c] : Containers(Objects(r->yaml))) {
     EXPECT_EQ(c["command"][0].as<std::string>(), kK8sBinary);
     for (size_t i = 1; i < c["args"].size(); ++i) {

@@ -8,9 +8,10 @@
 // with readiness from the pods' grpc readinessProbe, each Job's podFailurePolicy, the JobSet's
 // failurePolicy and successPolicy.
 //
-// The job trains to the same result as `hyrec train --processes` on the same job file; and with
-// a PS "pod" killed mid-run, what the failure policy restarts (today the whole JobSet) resumes
-// from the latest checkpoint and the job finishes.
+// The job trains to the same result as `hyrec train --processes` on the same job file. A worker
+// "pod" killed mid-run restarts the whole JobSet, which resumes from the latest checkpoint; a PS
+// "pod" and a loader "pod" killed mid-run are restarted alone (RestartJob) and the job finishes
+// in its first attempt.
 //
 // Needs root (or user namespaces) for `unshare --mount --uts`; as root, their absence fails.
 #include <signal.h>
@@ -47,11 +48,12 @@ constexpr char kImage[] =
     "registry.example/hyrec@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
 // Deterministic with one worker (staleness 0, fixed seeds), checkpoints every 10 steps.
-std::string JobText(int workers, const std::string& checkpoints) {
+std::string JobText(int workers, const std::string& checkpoints, int samples = 25600) {
   return absl::StrCat(R"(loader:
   source:
     format: synthetic
-    synthetic: {num_samples: 25600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2, seed: 5}
+    synthetic: {num_samples: )",
+                      samples, R"(, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2, seed: 5}
   batch_size: 256
   threads: 1
   shuffle_window: 2048
@@ -120,8 +122,9 @@ struct Pod {
 
 struct ClusterResult {
   bool succeeded = false;
-  int restarts = 0;
-  std::string why;  // When it failed.
+  int restarts = 0;      // Of the whole JobSet (RestartJobSet).
+  int job_restarts = 0;  // Of one child Job alone (RestartJob).
+  std::string why;       // When it failed.
 };
 
 class LocalCluster {
@@ -154,12 +157,19 @@ class LocalCluster {
       if (std::optional<std::string> failed = FailedJob()) {
         const std::string action = FailureAction(*failed);
         const int max = jobset_["spec"]["failurePolicy"]["maxRestarts"].as<int>(0);
-        if (action == "FailJobSet" || result.restarts >= max) {
+        if (action == "FailJobSet" || result.restarts + result.job_restarts >= max) {
           result.why = absl::StrCat("job ", *failed, " failed: ", action);
           StopAll();
           return result;
         }
-        ++result.restarts;  // RestartJobSet: every Job is recreated.
+        if (action == "RestartJob") {  // That child Job alone is recreated; the others run on.
+          ++result.job_restarts;
+          RestartJob(failed_rjob_, failed_index_);
+          continue;
+        }
+        EXPECT_EQ(action, "RestartJobSet");
+        ++result.restarts;  // Every Job is recreated, in the JobSet's next restart attempt.
+        restart_attempt_ = result.restarts;
         StopAll();
         pods_.clear();
         CreateJobs();
@@ -187,7 +197,9 @@ class LocalCluster {
 
   std::string Logs() const {
     std::string out;
-    for (const Pod& p : pods_) absl::StrAppend(&out, "---- ", p.name, "\n", Slurp(p.root + "/log"));
+    for (const std::vector<Pod>* pods : {&retired_, &pods_}) {
+      for (const Pod& p : *pods) absl::StrAppend(&out, "---- ", p.name, "\n", Slurp(p.root + "/log"));
+    }
     return out;
   }
 
@@ -227,10 +239,30 @@ class LocalCluster {
     }
   }
 
-  void Create(const YAML::Node& rj) {
+  // Deletes child Job `index` of `rjob` (its pods get SIGTERM, then SIGKILL) and creates it again.
+  void RestartJob(const std::string& rjob, int index) {
+    std::vector<Pod> kept;
+    for (Pod& p : pods_) {
+      if (p.rjob != rjob || p.job_index != index) {
+        kept.push_back(std::move(p));
+        continue;
+      }
+      if (p.process != nullptr && !p.exit_code.has_value()) {
+        p.process->Signal(SIGTERM);
+        if (!p.process->Wait(absl::Seconds(20)).ok()) p.process->Signal(SIGKILL);
+      }
+      retired_.push_back(std::move(p));  // Its log stays readable.
+    }
+    pods_ = std::move(kept);
+    Create(ReplicatedJob(rjob), index);
+  }
+
+  // The replicated job's child Jobs (only `only` if >= 0).
+  void Create(const YAML::Node& rj, int only = -1) {
     const std::string rjob = rj["name"].as<std::string>();
     const YAML::Node job = rj["template"]["spec"];
     for (int j = 0; j < rj["replicas"].as<int>(1); ++j) {
+      if (only >= 0 && j != only) continue;
       for (int k = 0; k < job["completions"].as<int>(1); ++k) {
         Pod pod;
         pod.rjob = rjob;
@@ -238,7 +270,10 @@ class LocalCluster {
         pod.completion_index = k;
         pod.name = absl::StrCat(name_, "-", rjob, "-", j, "-", k);
         pod.fqdn = absl::StrCat(pod.name, ".", name_);
-        pod.ip = absl::StrCat(net_, ++addresses_);
+        // A recreated pod keeps its name, and here its address too: the other pods' hosts files
+        // (their DNS) stay right, as a Service's records follow a pod in a cluster.
+        const auto known = hosts_.find(pod.fqdn);
+        pod.ip = known != hosts_.end() ? known->second : absl::StrCat(net_, ++addresses_);
         hosts_[pod.fqdn] = pod.ip;
         hosts_[pod.name] = pod.ip;
         pods_.push_back(std::move(pod));
@@ -256,6 +291,7 @@ class LocalCluster {
     if (path == "status.podIP") return pod.ip;
     if (path == "metadata.name") return pod.name;
     if (path == "metadata.labels['jobset.sigs.k8s.io/job-index']") return std::to_string(pod.job_index);
+    if (path == "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']") return std::to_string(restart_attempt_);
     if (path == "metadata.annotations['batch.kubernetes.io/job-completion-index']") {
       return std::to_string(pod.completion_index);
     }
@@ -412,17 +448,22 @@ class LocalCluster {
         }
       }
       failure_reason_ = reason;
+      failed_rjob_ = p.rjob;
+      failed_index_ = p.job_index;
       return absl::StrCat(p.rjob, "-", p.job_index, " (pod ", p.name, " exit ", *p.exit_code, ", ", reason, ")");
     }
     return std::nullopt;
   }
 
-  // The JobSet's failurePolicy: the first rule whose reasons match; RestartJobSet by default.
+  // The JobSet's failurePolicy: the first rule whose reasons and replicated jobs match;
+  // RestartJobSet by default.
   std::string FailureAction(const std::string& job) const {
     for (const YAML::Node& rule : jobset_["spec"]["failurePolicy"]["rules"]) {
       bool match = !rule["onJobFailureReasons"] || rule["onJobFailureReasons"].size() == 0;
       for (const YAML::Node& r : rule["onJobFailureReasons"]) match = match || r.as<std::string>() == failure_reason_;
-      if (match) return rule["action"].as<std::string>();
+      bool target = !rule["targetReplicatedJobs"] || rule["targetReplicatedJobs"].size() == 0;
+      for (const YAML::Node& r : rule["targetReplicatedJobs"]) target = target || r.as<std::string>() == failed_rjob_;
+      if (match && target) return rule["action"].as<std::string>();
     }
     return "RestartJobSet";
   }
@@ -464,7 +505,11 @@ class LocalCluster {
   std::vector<size_t> pending_;
   std::map<std::string, std::string> hosts_;
   std::map<std::string, int> probes_;
+  std::vector<Pod> retired_;  // Pods of restarted child Jobs.
   std::string failure_reason_;
+  std::string failed_rjob_;
+  int failed_index_ = 0;
+  int restart_attempt_ = 0;
   int addresses_ = 0;
   int generation_ = 0;
 };
@@ -532,34 +577,79 @@ TEST_F(K8sRunTest, TheManifestsTrainAsTrainProcessesDoes) {
   EXPECT_FALSE(ListCheckpointDirs(Env::Default(), cluster->state() + "/checkpoints", kCheckpointPrefix).empty());
 }
 
-TEST_F(K8sRunTest, AKilledPsPodRestartsTheJobSetWhichResumesAndFinishes) {
+// Whether `checkpoints` holds a committed checkpoint.
+bool Committed(const std::string& checkpoints) {
+  for (const std::string& d : ListCheckpointDirs(Env::Default(), checkpoints, kCheckpointPrefix)) {
+    if (Env::Default()->FileExists(JoinPath(JoinPath(checkpoints, d), kManifestName))) return true;
+  }
+  return false;
+}
+
+// A lost worker pod takes its dense replica with it: the failure policy restarts the whole
+// JobSet, every role resumes from the latest checkpoint, and the job finishes.
+TEST_F(K8sRunTest, AKilledWorkerPodRestartsTheJobSetWhichResumesAndFinishes) {
   const std::string job = dir_ + "/job.yaml";
   std::ofstream(job) << JobText(2, "unused-on-the-cluster");
   std::unique_ptr<LocalCluster> cluster = Render(job, "chaos");
   const std::string checkpoints = cluster->state() + "/checkpoints";
   bool killed = false;
   const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
-    if (killed) return;
-    for (const std::string& d : ListCheckpointDirs(Env::Default(), checkpoints, kCheckpointPrefix)) {
-      if (!Env::Default()->FileExists(JoinPath(JoinPath(checkpoints, d), kManifestName))) continue;
-      Pod* ps = c.Find("chaos-ps-1-0");
-      ASSERT_NE(ps, nullptr);
-      ps->process->Signal(SIGKILL);  // A lost pod: no grace, no disruption condition.
-      killed = true;
-      return;
-    }
+    if (killed || !Committed(checkpoints)) return;
+    Pod* worker = c.Find("chaos-workers-0-1");
+    ASSERT_NE(worker, nullptr);
+    worker->process->Signal(SIGKILL);  // A lost pod: no grace, no disruption condition.
+    killed = true;
   });
   ASSERT_TRUE(killed) << "no checkpoint committed before the end\n" << cluster->Logs();
   ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
   EXPECT_EQ(result.restarts, 1);
   const YAML::Node report = YAML::LoadFile(cluster->state() + "/report.yaml");
   EXPECT_GT(report["resumed_step"].as<int>(), 0) << "the restarted job did not resume from a checkpoint";
-  // The restarted shards loaded their rows from it too (--resume=auto), not fresh ones.
+  // The restarted shards loaded their rows from it too (--resume=auto), not fresh ones, and not
+  // from their update logs (those belong to the earlier attempt).
   EXPECT_TRUE(absl::StrContains(cluster->Logs(), "--resume=auto: resuming from the newest checkpoint"))
       << cluster->Logs();
   EXPECT_TRUE(absl::StrContains(cluster->Logs(), "restored from /var/lib/hyrec/checkpoints/")) << cluster->Logs();
   // Every sample of the epoch is trained once across the two runs (steps of two batches).
   EXPECT_EQ(report["samples"].as<uint64_t>(), 25600u);
+  EXPECT_GT(report["auc"].as<double>(), 0.6);
+}
+
+// A lost PS pod, then a lost loader pod: each child Job is restarted alone (the shard recovers
+// from its update log, the loader resumes each worker where its stream stands), the workers wait
+// for them and go on, and the job finishes in its first attempt, every sample trained once.
+TEST_F(K8sRunTest, KilledPsAndLoaderPodsAreRestartedAloneAndTheJobFinishes) {
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << JobText(2, "unused-on-the-cluster", 4 * 25600);
+  std::unique_ptr<LocalCluster> cluster = Render(job, "heal");
+  const std::string checkpoints = cluster->state() + "/checkpoints";
+  int killed = 0;
+  absl::Time next = absl::InfiniteFuture();
+  const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
+    if (killed == 0 && Committed(checkpoints)) {
+      Pod* ps = c.Find("heal-ps-1-0");
+      ASSERT_NE(ps, nullptr);
+      ps->process->Signal(SIGKILL);
+      killed = 1;
+    } else if (killed == 1 && next == absl::InfiniteFuture()) {
+      Pod* ps = c.Find("heal-ps-1-0");  // Its new pod, once it serves again.
+      if (ps != nullptr && ps->ready) next = absl::Now() + absl::Seconds(1);
+    } else if (killed == 1 && absl::Now() > next) {
+      Pod* loader = c.Find("heal-loader-0-0");
+      ASSERT_NE(loader, nullptr);
+      loader->process->Signal(SIGKILL);
+      killed = 2;
+    }
+  });
+  ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
+  EXPECT_EQ(killed, 2) << "the job ended before both faults\n" << cluster->Logs();
+  EXPECT_EQ(result.restarts, 0) << "the whole JobSet was restarted";
+  EXPECT_EQ(result.job_restarts, killed);
+  const YAML::Node report = YAML::LoadFile(cluster->state() + "/report.yaml");
+  EXPECT_EQ(report["resumed_step"].as<int>(0), 0) << "the workers were restarted";
+  EXPECT_TRUE(absl::StrContains(cluster->Logs(), "this shard was lost alone; recovering from its update log"))
+      << cluster->Logs();
+  EXPECT_EQ(report["samples"].as<uint64_t>(), 4u * 25600);
   EXPECT_GT(report["auc"].as<double>(), 0.6);
 }
 

@@ -48,6 +48,7 @@ struct PsFlags {
   std::string security = "mtls";  // Without --config.
   std::string heartbeat_file;
   bool recover = false;
+  int restart_attempt = -1;  // -1: not given.
   CommonFlags common;
   SecurityFlags security_files;
   HealthFlags health;
@@ -199,8 +200,22 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   Heartbeat heartbeat(f.heartbeat_file);
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
   HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f, planned));
-  if (f.recover) {
-    if (!f.resume.empty()) return absl::InvalidArgumentError("--recover and --resume: give one or the other");
+  // --restart_attempt: a shard whose log began in this attempt of the job was lost alone (the
+  // rest of the job runs on) and recovers; a later attempt restarted every role from a checkpoint.
+  bool recover = f.recover;
+  const std::string attempt_file =
+      shard_log.log != nullptr && f.restart_attempt >= 0 ? JoinPath(planned.update_log_dir, "ATTEMPT") : "";
+  if (!attempt_file.empty()) {
+    absl::StatusOr<std::string> logged = ReadFileToString(Env::Default(), attempt_file, 64);
+    recover = logged.ok() && *logged == std::to_string(f.restart_attempt);
+    spdlog::info("restart attempt {}: {}", f.restart_attempt,
+                 recover ? "this shard was lost alone; recovering from its update log"
+                         : "the job starts (or restarted every role) here");
+  }
+  if (recover) {
+    if (f.recover && !f.resume.empty()) {
+      return absl::InvalidArgumentError("--recover and --resume: give one or the other");
+    }
     HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));
   } else {
     std::string restored;
@@ -220,6 +235,10 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
       const std::string base =
           restored.empty() ? "" : std::filesystem::absolute(std::filesystem::path(restored)).string();
       HYREC_RETURN_IF_ERROR(Annotate(shard_log.log->Reset(base), "the update log"));
+    }
+    if (!attempt_file.empty()) {
+      HYREC_RETURN_IF_ERROR(Annotate(
+          WriteFileAtomically(Env::Default(), attempt_file, std::to_string(f.restart_attempt)), "the update log"));
     }
   }
   server_options.update_log = shard_log.log;
@@ -291,6 +310,11 @@ int PsMain(int argc, char** argv) {
   flags.Bool("recover", &f.recover,
              "With --config: recover this shard after a crash from its update log and the checkpoint it starts "
              "from (what a supervisor passes when it restarts one shard of a running job).");
+  flags.Int("restart_attempt", &f.restart_attempt,
+            "With --config and an update log: the job's restart attempt (a JobSet's "
+            "jobset.sigs.k8s.io/restart-attempt). A shard whose log began in the same attempt recovers from it (as "
+            "--recover: it was lost alone); otherwise it starts as --resume says. -1: not given.",
+            -1, 1 << 30);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);
   flags.AddCommon(&f.common);

@@ -147,6 +147,9 @@ class Renderer {
   std::vector<KValue> PlainObjects() const;
 
   int Count(K8sRole role) const;
+  // Whether a lost PS shard's child Job is restarted alone: a JobSet whose shards keep update
+  // logs (on the state volume), from which one recovers.
+  bool ShardsRestartAlone() const { return jobset_ && spec_.ps.update_log; }
   const Pool& PoolOf(K8sRole role) const;
   absl::Status PreparePools();
 
@@ -302,6 +305,11 @@ std::string Renderer::JobText() const {
   cluster["loader"] = absl::StrCat(PodHost(K8sRole::kLoader, 0), ":", kLoaderPort);
   cluster["master"] = absl::StrCat(PodHost(K8sRole::kWorker, 0), ":", kMasterPort);
   root["checkpoint"]["dir"] = absl::StrCat(kK8sStateDir, "/checkpoints");
+  const YAML::Node ps_section = static_cast<const YAML::Node&>(root)["ps"];
+  const YAML::Node log = ps_section && ps_section.IsMap() ? ps_section["update_log"] : YAML::Node();
+  if (log && log.IsMap() && log["dir"]) {
+    root["ps"]["update_log"]["dir"] = absl::StrCat(kK8sStateDir, "/update-log");  // Durable, beside the checkpoints.
+  }
   if (!spec_.serving.dir.empty()) root["export"]["dir"] = absl::StrCat(kK8sStateDir, "/exports");
   root["security"]["dir"] = kK8sCertsDir;
   YAML::Emitter out;
@@ -337,6 +345,9 @@ KValue Renderer::Env(K8sRole role) const {
   if (role == K8sRole::kPs) {
     env.Append(FieldEnv("SHARD_INDEX", jobset_ ? "metadata.labels['jobset.sigs.k8s.io/job-index']"
                                                : "metadata.labels['apps.kubernetes.io/pod-index']"));
+    if (ShardsRestartAlone()) {
+      env.Append(FieldEnv("RESTART_ATTEMPT", "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"));
+    }
   }
   if (role == K8sRole::kWorker) {
     env.Append(FieldEnv("RANK", "metadata.annotations['batch.kubernetes.io/job-completion-index']"));
@@ -357,6 +368,7 @@ KValue Renderer::Args(K8sRole role) const {
   switch (role) {
     case K8sRole::kPs:
       args = KValue::List({"ps", config, "--shard_index=$(SHARD_INDEX)"});
+      if (ShardsRestartAlone()) args.Append("--restart_attempt=$(RESTART_ATTEMPT)");
       break;
     case K8sRole::kLoader:
       args = KValue::List({"loader", config});
@@ -560,8 +572,14 @@ KValue Renderer::JobSet() const {
   KValue rules = KValue::List({KValue::Map({{"name", "InvalidInput"},
                                             {"action", "FailJobSet"},
                                             {"onJobFailureReasons", KValue::List({"PodFailurePolicy"})}})});
-  // Any other child Job's failure restarts the whole JobSet (the default action), up to
-  // maxRestarts; every role then resumes from the latest checkpoint.
+  // A lost loader, or a lost PS shard that keeps an update log, is restarted alone (its child
+  // Job): the loader resumes each worker where its stream stands, the shard recovers from its
+  // log, and the rest of the job waits for it and goes on. Any other child Job's failure (a
+  // worker) restarts the whole JobSet (the default action); every role then resumes from the
+  // latest checkpoint. Both count towards maxRestarts.
+  KValue alone = KValue::List({RoleJobName(K8sRole::kLoader)});
+  if (ShardsRestartAlone()) alone.Append(RoleJobName(K8sRole::kPs));
+  rules.Append(KValue::Map({{"name", "ServerLost"}, {"action", "RestartJob"}, {"targetReplicatedJobs", alone}}));
   spec.Set("failurePolicy", KValue::Map({{"maxRestarts", options_.max_restarts}, {"rules", rules}}));
   spec.Set("successPolicy", KValue::Map({{"operator", "All"}, {"targetReplicatedJobs", KValue::List({"workers"})}}));
   KValue claim = KValue::Map({{"metadata", KValue::Map({{"name", "state"}})}, {"spec", StateClaimSpec()}});
