@@ -496,9 +496,10 @@ checkpoint: {dir: )",
   std::filesystem::remove_all(dir);
 }
 
-// A loader killed (SIGKILL) under --processes: the launcher restarts it on its port, the
-// workers' streams reopen and report where they stand, and the job trains every sample once:
-// the summary counts exactly the data's samples, none skipped and none repeated.
+// A loader killed (SIGKILL) or frozen (SIGSTOP) under --processes: the launcher restarts it on
+// its port (the watchdog first kills a frozen one), the workers' streams reopen and report where
+// they stand, and the job trains every sample once: the summary counts exactly the data's
+// samples, none skipped and none repeated.
 TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
   const std::string job = WriteFile("loader_restart.yaml", R"(loader:
   source:
@@ -511,24 +512,32 @@ model: {embedding_dim: 8, bottom: [16], top: [16]}
 ps: {shards: 1}
 train: {workers: 2, log_every_batches: 50}
 )");
-  auto p = StartTraining({"--processes"}, job);
-  const pid_t loader = ChildWith(p->pid(), "hyrec-loader");
-  ASSERT_GT(loader, 0);
-  ASSERT_EQ(kill(loader, SIGKILL), 0);
-  bool restarted = false, serving = false, finished = false;
-  std::string tail;
-  for (;;) {
-    auto line = p->ReadLine(absl::Seconds(60));
-    if (!line.ok()) break;
-    tail = *line;
-    restarted |= absl::StrContains(*line, "the loader exited (killed by signal 9); restarting it");
-    serving |= absl::StrContains(*line, "the loader serves again");
-    finished |= absl::StartsWith(*line, "summary: 153600 samples");
+  // Killed, then (its replacement) frozen: the watchdog kills a stopped loader and it is
+  // restarted the same way.
+  for (const int signal : {SIGKILL, SIGSTOP}) {
+    SCOPED_TRACE(signal == SIGKILL ? "SIGKILL" : "SIGSTOP");
+    auto p = StartTraining({"--processes", "--watchdog_seconds=8"}, job);
+    const pid_t loader = ChildWith(p->pid(), "hyrec-loader");
+    ASSERT_GT(loader, 0);
+    const absl::Time faulted = absl::Now();
+    ASSERT_EQ(kill(loader, signal), 0);
+    bool restarted = false, serving = false, finished = false;
+    std::string tail;
+    for (;;) {
+      auto line = p->ReadLine(absl::Seconds(60));
+      if (!line.ok()) break;
+      tail = *line;
+      restarted |= absl::StrContains(*line, "the loader exited (killed by signal 9); restarting it");
+      serving |= absl::StrContains(*line, "the loader serves again");
+      finished |= absl::StartsWith(*line, "summary: 153600 samples");
+    }
+    auto code = p->Wait(absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0) << tail;
+    EXPECT_TRUE(restarted && serving && finished) << restarted << serving << finished << " " << tail;
+    EXPECT_LT(absl::Now() - faulted, absl::Seconds(60));
+    EXPECT_NE(kill(loader, 0), 0);  // Gone, not left stopped.
   }
-  auto code = p->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0) << tail;
-  EXPECT_TRUE(restarted && serving && finished) << restarted << serving << finished << " " << tail;
 }
 
 // A worker lost under --processes when the job keeps checkpoints: every role restarts from the

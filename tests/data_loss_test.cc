@@ -12,12 +12,18 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/data_loader/data_service.h"
 #include "run_command.h"
 
 namespace {
 
+using hyrec::SpawnOptions;
+using hyrec::Subprocess;
+using hyrec::WaitForListeningPort;
 using hyrec::testing::CommandResult;
 using hyrec::testing::RunCommand;
+namespace data_loader = hyrec::data_loader;
 
 std::string Path(const std::string& name) { return ::testing::TempDir() + "/data_loss_" + name; }
 
@@ -121,11 +127,32 @@ TEST(DataLoss, ALoaderWithNoUsableDataExitsAsInvalidInput) {
   EXPECT_FALSE(absl::StrContains(r.out, "listening")) << r.all();
 }
 
+// The loader reads once its worker opened its stream: the worker's stream then ends with the
+// loader's DATA_LOSS naming the file, and the loader exits as invalid input naming it too.
 TEST(DataLoss, ALoaderWhoseDataFailsMidRunExitsAsInvalidInput) {
   const std::string gz = WriteTruncatedGzip("trunc_loader.tsv.gz", CriteoText(20000, 4), 30000);
-  const CommandResult r = RunCommand({HYREC_LAUNCHER_BINARY, "loader", "--config=" + Job(gz, ""), "--port=0"});
-  ExpectInvalidInputNaming(r, "data_loss_trunc_loader.tsv.gz", "");
-  EXPECT_TRUE(absl::StrContains(r.out, "listening")) << r.all();  // It started, then failed.
+  SpawnOptions spawn;
+  spawn.capture_stderr = true;
+  auto loader = Subprocess::Spawn({HYREC_LAUNCHER_BINARY, "loader", "--config=" + Job(gz, ""), "--port=0"}, spawn);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  auto port = WaitForListeningPort(**loader, absl::Seconds(30));  // It started...
+  ASSERT_TRUE(port.ok()) << port.status();
+  auto stream = data_loader::ConnectBatchStream(absl::StrCat("127.0.0.1:", *port), 0, {});
+  ASSERT_TRUE(stream.ok()) << stream.status();
+  data_loader::Batch batch;
+  absl::Status s;
+  while ((s = (*stream)->Next(&batch, absl::Seconds(30))).ok()) {
+  }
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;  // ...then failed, and said so to its worker.
+  EXPECT_TRUE(absl::StrContains(s.message(), "data_loss_trunc_loader.tsv.gz")) << s;
+  std::string err;
+  for (absl::StatusOr<std::string> line; (line = (*loader)->ReadErrorLine(absl::Seconds(30))).ok();) {
+    absl::StrAppend(&err, *line, "\n");
+  }
+  auto code = (*loader)->Wait(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2) << err;
+  EXPECT_TRUE(absl::StrContains(err, "data_loss_trunc_loader.tsv.gz")) << err;
 }
 
 }  // namespace

@@ -274,6 +274,10 @@ TEST(SecurityTest, AWorkersBatchesGoToThatWorkerOnly) {
   owner.security = As(certs, {Role::kWorker, 0});
   auto stream = data_loader::ConnectBatchStream(loader.address, 0, owner);
   ASSERT_TRUE(stream.ok()) << stream.status();
+  data_loader::StreamClientOptions other;  // The loader reads once every worker's stream is open.
+  other.security = As(certs, {Role::kWorker, 1});
+  auto second = data_loader::ConnectBatchStream(loader.address, 1, other);
+  ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_TRUE((*stream)->Next(&batch, absl::Seconds(10)).ok());
   EXPECT_EQ(batch.batch_id, 0u);
 }

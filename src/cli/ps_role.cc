@@ -173,13 +173,15 @@ absl::Status Recover(const ShardLog& shard, const embedding_ps::ServerOptions& s
     HYREC_RETURN_IF_ERROR(RestoreFromCheckpoint(JoinPath(root, from.checkpoint), server, store, &restored));
   }
   embedding_ps::ReplayStats stats;
+  const absl::Time replay = absl::Now();
   HYREC_RETURN_IF_ERROR(embedding_ps::ReplayInto(*shard.log, from.segment, store, &stats));
+  const absl::Duration replayed = absl::Now() - replay;
   HYREC_RETURN_IF_ERROR(shard.log->StartWriting());
   spdlog::info(
       "recovered from {} and {} logged update(s) in {} segment(s) ({} refused again, {} torn byte(s) at "
-      "the end) in {}",
+      "the end) in {} (the replay {})",
       restored.empty() ? "an empty store" : restored, stats.records, stats.segments, stats.refused, stats.torn_bytes,
-      absl::FormatDuration(absl::Now() - start));
+      absl::FormatDuration(absl::Now() - start), absl::FormatDuration(replayed));
   return absl::OkStatus();
 }
 

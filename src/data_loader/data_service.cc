@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -238,7 +239,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   // `report`: send `start` to the loader as where this worker's stream stands.
   RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next, ReaderPosition start,
                     bool report, int capacity, BatchShape shape)
-      : stub_(std::move(stub)), shape_(std::move(shape)), capacity_(capacity), position_(start) {
+      : stub_(std::move(stub)), shape_(std::move(shape)), capacity_(capacity), position_(start), received_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
     if (report) ToProto(start, request_.mutable_position());
@@ -264,6 +265,8 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
       context_.TryCancel();
       return;
     }
+    received_ = batch.next_position;
+    received_any_ = true;
     queue_.push_back(std::move(batch));
     if (static_cast<int>(queue_.size()) < capacity_) {
       StartRead(&incoming_);
@@ -305,6 +308,23 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     return position_;
   }
 
+  // Waits up to `timeout` for the call to end: then its final status (OUT_OF_RANGE at the end of
+  // the data), while queued batches may still be read; nullopt while it runs.
+  std::optional<absl::Status> AwaitEnd(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ended), timeout)) return std::nullopt;
+    return error_;
+  }
+
+  // Where a stream opened now goes on: after the last batch received (queued ones included), or
+  // where this one started; and whether it received any.
+  ReaderPosition Received(bool* any) const {
+    absl::MutexLock lock(&mu_);
+    *any = received_any_;
+    return received_;
+  }
+
  private:
   std::unique_ptr<proto::DataService::Stub> stub_;
   const BatchShape shape_;
@@ -318,6 +338,8 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   ReaderPosition position_ ABSL_GUARDED_BY(mu_);
+  ReaderPosition received_ ABSL_GUARDED_BY(mu_);
+  bool received_any_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -394,8 +416,8 @@ void DataServer::Wait() { impl_->server->Wait(); }
 namespace {
 
 // One stream: the loader's Info checked against what the worker expects, then StreamBatches.
-absl::StatusOr<std::unique_ptr<BatchStream>> ConnectOnce(const std::string& address, int worker,
-                                                         const StreamClientOptions& options) {
+absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string& address, int worker,
+                                                               const StreamClientOptions& options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   rpc::SetServerName(options.security, Identity{Role::kLoader, 0}, &args);
@@ -438,9 +460,9 @@ absl::StatusOr<std::unique_ptr<BatchStream>> ConnectOnce(const std::string& addr
   } else if (options.next_batch >= 0) {
     position.next_batch = static_cast<uint64_t>(options.next_batch);
   }
-  return std::unique_ptr<BatchStream>(new RemoteBatchStream(std::move(stub), worker, position.next_batch, position,
-                                                            options.position.has_value(),
-                                                            std::max(1, options.prefetch_batches), std::move(shape)));
+  return std::make_unique<RemoteBatchStream>(std::move(stub), worker, position.next_batch, position,
+                                             options.position.has_value(), std::max(1, options.prefetch_batches),
+                                             std::move(shape));
 }
 
 // What a lost or replaced loader does to a stream, as opposed to what the loader chose to say.
@@ -457,80 +479,127 @@ bool Broken(const absl::Status& s) {
   }
 }
 
-// Reopens a broken stream from the batch after the last one received, reporting where it stands.
+// Reopens a broken stream as soon as it breaks (not once its queue is drained: the worker may be
+// waiting on its peers, who wait on the loader, which waits for every worker's stream), from the
+// batch after the last one received and reporting where it stands. Next reads the old stream's
+// queued batches first.
 class ReconnectingBatchStream final : public BatchStream {
  public:
   ReconnectingBatchStream(std::string address, int worker, StreamClientOptions options,
-                          std::unique_ptr<BatchStream> stream)
-      : address_(std::move(address)),
-        worker_(worker),
-        options_(std::move(options)),
-        stream_(std::move(stream)),
-        position_(stream_->Position()) {}
+                          std::unique_ptr<RemoteBatchStream> stream)
+      : address_(std::move(address)), worker_(worker), options_(std::move(options)), position_(stream->Position()) {
+    streams_.push_back(std::move(stream));
+    watcher_ = std::thread([this] { Watch(); });
+  }
+
+  ~ReconnectingBatchStream() override {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    watcher_.join();
+  }
 
   absl::Status Next(Batch* batch, absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
-    absl::Duration backoff = absl::Milliseconds(50);
-    absl::Status lost;
     for (;;) {
-      if (stream_ != nullptr) {
-        absl::Status s = stream_->Next(batch, std::max(absl::ZeroDuration(), deadline - absl::Now()));
-        if (s.ok()) {
-          received_ = true;
-          return s;
-        }
-        if (!Broken(s)) return s;
-        position_ = stream_->Position();
-        stream_.reset();
-        lost = s;
-        spdlog::warn("worker {}: the stream from the loader at {} broke ({}); reopening it from batch {}", worker_,
-                     address_, s.ToString(), position_.next_batch);
+      RemoteBatchStream* front;
+      {
+        absl::MutexLock lock(&mu_);
+        front = streams_.front().get();
       }
-      if (absl::Now() + backoff > deadline) {
-        return absl::Status(lost.code(),
+      absl::Status s = front->Next(batch, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+      if (s.ok()) {
+        position_ = batch->next_position;
+        return s;
+      }
+      if (!Broken(s)) return s;
+      absl::MutexLock lock(&mu_);
+      auto reopened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.size() > 1 || !fatal_.ok(); };
+      if (!mu_.AwaitWithDeadline(absl::Condition(&reopened), deadline)) {
+        return absl::Status(s.code(),
                             absl::StrCat("the loader at ", address_, " was lost and did not come back within ",
-                                         absl::FormatDuration(timeout), ": ", lost.message()));
+                                         absl::FormatDuration(timeout), ": ", s.message()));
       }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(2));
+      if (streams_.size() > 1) {
+        streams_.pop_front();
+        continue;
+      }
+      return fatal_;
+    }
+  }
+
+  ReaderPosition Position() const override { return position_; }
+
+ private:
+  void Watch() {
+    for (;;) {
+      RemoteBatchStream* back;
+      {
+        absl::MutexLock lock(&mu_);
+        back = streams_.back().get();
+      }
+      std::optional<absl::Status> end;
+      while (!(end = back->AwaitEnd(absl::Milliseconds(200))).has_value()) {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+      if (!Broken(*end)) return;  // The end of the data, or the loader's own error: Next returns it.
+      bool any = false;
+      const ReaderPosition from = back->Received(&any);
+      received_ = received_ || any;
+      spdlog::warn("worker {}: the stream from the loader at {} broke ({}); reopening it from batch {}", worker_,
+                   address_, end->ToString(), from.next_batch);
       StreamClientOptions again = options_;
       if (received_) {
-        again.position = position_;
+        again.position = from;
       } else {
-        again.next_batch = static_cast<int64_t>(position_.next_batch);
+        again.next_batch = static_cast<int64_t>(from.next_batch);
       }
-      again.connect_timeout =
-          std::max(absl::Milliseconds(1), std::min(options_.connect_timeout, deadline - absl::Now()));
-      absl::StatusOr<std::unique_ptr<BatchStream>> reopened = ConnectOnce(address_, worker_, again);
-      if (reopened.ok()) {
-        stream_ = std::move(*reopened);
-        spdlog::info("worker {}: reopened the stream from the loader at {} at batch {}", worker_, address_,
-                     position_.next_batch);
-      } else if (!Broken(reopened.status()) && !absl::IsDeadlineExceeded(reopened.status())) {
-        return reopened.status();
-      } else {
-        lost = reopened.status();
+      // Short attempts, retried: the stream's owner may go away (and wait for this thread) meanwhile.
+      again.connect_timeout = std::min(options_.connect_timeout, absl::Seconds(1));
+      absl::Duration backoff = absl::Milliseconds(50);
+      for (;;) {
+        {
+          absl::MutexLock lock(&mu_);
+          if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), backoff)) return;
+        }
+        backoff = std::min(backoff * 2, absl::Seconds(2));
+        absl::StatusOr<std::unique_ptr<RemoteBatchStream>> reopened = ConnectOnce(address_, worker_, again);
+        absl::MutexLock lock(&mu_);
+        if (reopened.ok()) {
+          spdlog::info("worker {}: reopened the stream from the loader at {} at batch {}", worker_, address_,
+                       from.next_batch);
+          streams_.push_back(std::move(*reopened));
+          break;
+        }
+        if (!Broken(reopened.status()) && !absl::IsDeadlineExceeded(reopened.status())) {
+          fatal_ = reopened.status();  // A loader that refuses this worker or its model: final.
+          return;
+        }
       }
     }
   }
 
-  ReaderPosition Position() const override { return stream_ != nullptr ? stream_->Position() : position_; }
-
- private:
   const std::string address_;
   const int worker_;
   const StreamClientOptions options_;
-  std::unique_ptr<BatchStream> stream_;  // Null between a break and its reopening.
-  ReaderPosition position_;              // Where the broken stream stood.
-  bool received_ = false;                // A batch came: the loader is told where the stream stands.
+  ReaderPosition position_;  // After the last batch Next returned (the consumer's thread only).
+  bool received_ = false;    // Some stream received a batch (the watcher's thread only).
+  absl::Mutex mu_;
+  // The open stream last; older ones (broken) before it while their queued batches are read.
+  std::deque<std::unique_ptr<RemoteBatchStream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread watcher_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,
                                                                 const StreamClientOptions& options) {
-  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<BatchStream> stream, ConnectOnce(address, worker, options));
-  if (!options.reconnect) return stream;
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<RemoteBatchStream> stream, ConnectOnce(address, worker, options));
+  if (!options.reconnect) return std::unique_ptr<BatchStream>(std::move(stream));
   return std::unique_ptr<BatchStream>(new ReconnectingBatchStream(address, worker, options, std::move(stream)));
 }
 
