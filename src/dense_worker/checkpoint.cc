@@ -375,9 +375,11 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
                          dense = std::move(*dense)]() mutable {
     const job::WorkerPlan& plan = *options_.plan;
     bool committed = false;
+    bool awaited = false;  // The shards' part is done (or timed out): nothing more lands in dir.
     absl::Status s = [&]() -> absl::Status {
       HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, dense)
                                                               : WriteRawFile(env, dir, kModelFileName, dense.model));
+      awaited = true;
       HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
                              options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds)));
       m.files.push_back(dense_file);
@@ -408,6 +410,10 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
       }
       return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir);
     }();
+    if (!s.ok() && !committed) {  // What the failed cut wrote, once the shards wrote theirs.
+      if (!awaited) (void)options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds));
+      (void)DeleteDirAndFiles(env, dir);
+    }
     std::lock_guard<std::mutex> lock(shared_->mu);
     if (s.ok() && checkpoint) {
       shared_->last_checkpoint = dir;
@@ -416,7 +422,6 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     } else if (s.ok()) {
       ++shared_->deltas;
     } else {
-      if (!committed) (void)DeleteDirAndFiles(env, dir);  // What the failed cut wrote.
       ++shared_->failed;
       shared_->error = Annotate(s, absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir));
       std::cerr << "hyrec: " << shared_->error.message() << "\n";

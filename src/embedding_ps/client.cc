@@ -265,12 +265,17 @@ class InProcessClient final : public ShardedClient {
   absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
     std::vector<ShardFileInfo> out;
+    absl::Status first;  // Every shard is awaited, so that none still writes when this returns.
     for (size_t s = 0; s < cutters_.size(); ++s) {
       absl::StatusOr<ShardFileInfo> info =
           cutters_[s]->Await(id, std::max(absl::ZeroDuration(), deadline - absl::Now()));
-      if (!info.ok()) return Annotate(info.status(), absl::StrCat("shard ", s));
+      if (!info.ok()) {
+        if (first.ok()) first = Annotate(info.status(), absl::StrCat("shard ", s));
+        continue;
+      }
       out.push_back(std::move(*info));
     }
+    if (!first.ok()) return first;
     return out;
   }
 
@@ -413,30 +418,37 @@ class GrpcClient final : public ShardedClient {
   absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) override {
     const absl::Time deadline = absl::Now() + timeout;
     std::vector<ShardFileInfo> out(num_shards_);
+    absl::Status first;  // Every shard is awaited, so that none still writes when this returns.
     for (int s = 0; s < num_shards_; ++s) {
-      for (;;) {  // Short waits on the shard, so that no RPC outlives a shard that died.
-        proto::AwaitCutRequest request;
-        request.set_id(id);
-        const absl::Duration left = deadline - absl::Now();
-        request.set_wait_ms(static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 2000)));
-        proto::AwaitCutResponse response;
-        grpc::ClientContext context;
-        context.set_deadline(
-            absl::ToChronoTime(absl::Now() + absl::Milliseconds(request.wait_ms()) + options_.attempt_timeout));
-        const grpc::Status status = stubs_[s]->AwaitCut(&context, request, &response);
-        if (!status.ok()) return Annotated(status, s, "AwaitCut", 1);
-        if (response.done()) {
-          out[s].file = FileEntry{response.file(), response.length(), response.crc32()};
-          out[s].table_rows.assign(response.table_rows().begin(), response.table_rows().end());
-          break;
-        }
-        if (absl::Now() >= deadline) {
-          return absl::DeadlineExceededError(
-              absl::StrCat("PS shard ", s, " (", addresses_[s], ") was still writing cut ", id, " at the deadline"));
-        }
+      absl::Status shard = AwaitShardCut(s, id, deadline, &out[s]);
+      if (first.ok()) first = shard;
+    }
+    if (!first.ok()) return first;
+    return out;
+  }
+
+  absl::Status AwaitShardCut(int s, uint64_t id, absl::Time deadline, ShardFileInfo* out) {
+    for (;;) {  // Short waits on the shard, so that no RPC outlives a shard that died.
+      proto::AwaitCutRequest request;
+      request.set_id(id);
+      const absl::Duration left = deadline - absl::Now();
+      request.set_wait_ms(static_cast<uint32_t>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 2000)));
+      proto::AwaitCutResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + absl::Milliseconds(request.wait_ms()) + options_.attempt_timeout));
+      const grpc::Status status = stubs_[s]->AwaitCut(&context, request, &response);
+      if (!status.ok()) return Annotated(status, s, "AwaitCut", 1);
+      if (response.done()) {
+        out->file = FileEntry{response.file(), response.length(), response.crc32()};
+        out->table_rows.assign(response.table_rows().begin(), response.table_rows().end());
+        return absl::OkStatus();
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("PS shard ", s, " (", addresses_[s], ") was still writing cut ", id, " at the deadline"));
       }
     }
-    return out;
   }
 
  private:

@@ -143,7 +143,9 @@ class EmbeddingClient {
   virtual absl::Status BeginCut(CutKind kind, const std::string& name, uint64_t id, absl::Duration timeout) {
     return absl::UnimplementedError("this PS client takes no checkpoints");
   }
-  // Waits up to `timeout` for every shard's write of cut `id`; their files in shard order.
+  // Waits up to `timeout` for every shard's write of cut `id`; their files in shard order. A
+  // shard's failure is returned only once every other shard was awaited too (none still writes
+  // into the cut's directory unless the timeout passed).
   virtual absl::StatusOr<std::vector<ShardFileInfo>> AwaitCut(uint64_t id, absl::Duration timeout) {
     return absl::UnimplementedError("this PS client takes no checkpoints");
   }
