@@ -275,14 +275,22 @@ class Cluster {
   bool Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args, int port,
                const std::string& name, const std::pair<std::string, std::string>& label,
                std::unique_ptr<Subprocess>* process) {
-    if (restarts_ >= kMaxRestarts) {
-      monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", kMaxRestarts, ") is spent"));
+    const int budget = options_.max_restarts;
+    if (restarts_ >= budget) {
+      monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
       return false;
     }
-    const absl::Duration backoff = absl::Seconds(1) * (1 << std::min(restarts_, 5));
+    // The backoff doubles with the restarts of the last minute: a role that keeps failing waits
+    // longer, one failure after a quiet spell waits 1 s.
+    const absl::Time now = absl::Now();
+    recent_.erase(
+        std::remove_if(recent_.begin(), recent_.end(), [&](absl::Time t) { return now - t > absl::Minutes(1); }),
+        recent_.end());
+    const absl::Duration backoff = absl::Seconds(1) * (1 << std::min<int>(recent_.size(), 5));
+    recent_.push_back(now);
     ++restarts_;
     monitor_->Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ",
-                                kMaxRestarts, ")"));
+                                budget, ")"));
     absl::SleepFor(backoff);
     args.erase(
         std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
@@ -390,12 +398,12 @@ class Cluster {
   const ProcessesOptions& options_;
   std::unique_ptr<dense_worker::JobMonitor> monitor_;  // Once the servers are up.
   std::unique_ptr<dense_worker::EventReader> events_;  // Worker 0's events, into monitor_.
-  static constexpr int kMaxRestarts = 5;
   std::vector<std::unique_ptr<Subprocess>> ps_;
   std::vector<std::vector<std::string>> ps_args_;  // Each shard's arguments, for a restart.
   std::vector<int> ps_ports_;
   std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
   int restarts_ = 0;
+  std::vector<absl::Time> recent_;  // When the restarts of the last minute were.
   bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::string> loader_args_;  // For a restart.

@@ -32,6 +32,9 @@ struct ProcessesOptions {
   // A child whose heartbeat (src/cli/heartbeat.h) is this old is killed and the run fails as
   // transient: a stopped or frozen role. 0: no watchdog.
   absl::Duration watchdog = absl::Seconds(60);
+  // Restarts of PS shards and the loader in one run (each after a backoff of 1 s, doubling with
+  // the restarts of the last minute, 32 s at most).
+  int max_restarts = 5;
 };
 
 struct ProcessesResult {
@@ -46,7 +49,7 @@ struct ProcessesResult {
 //
 // Supervision: a PS shard or the loader that exits or freezes while the workers run is
 // restarted on its port (a shard recovers from its update log, the loader resumes each worker
-// where its stream stands), with a backoff doubling from 1 s and 5 restarts per run at most. A
+// where its stream stands), after a backoff, within `max_restarts` a run. A
 // worker that fails with invalid input ends the run with its exit code; one that is lost (killed,
 // frozen, a transient failure) stops the run, and when the job has a committed checkpoint every
 // role restarts from the latest (3 times at most), else the run ends as transient (3).

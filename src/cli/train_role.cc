@@ -168,6 +168,7 @@ struct TrainFlags {
   bool processes = false;
   double ps_latency_ms = -1;
   double watchdog_seconds = 60;
+  int max_restarts = 5;
 };
 
 absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
@@ -198,6 +199,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.roles = roles;
     options.ps_latency_ms = f.ps_latency_ms;
     options.watchdog = absl::Seconds(f.watchdog_seconds);
+    options.max_restarts = f.max_restarts;
     options.log_level = f.training.common.log_level == "info" ? "warn" : f.training.common.log_level;
     options.monitor = monitor_options;
     options.stop = signals.flag();
@@ -447,6 +449,9 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
                "With --processes: a role whose heartbeat is older than this (stopped, frozen) is killed and the "
                "job fails as transient (exit code 3); 0: no watchdog.",
                0, 86400);
+  flags.Int("max_restarts", &f.max_restarts,
+            "With --processes: restarts of lost PS shards and loaders a run may take before the job fails.", 0,
+            1 << 20);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   if (f.ps_latency_ms >= 0 && !f.processes) {
     std::cerr << "hyrec train: --ps_latency_ms needs --processes (the embedded PS has no network)\n";
