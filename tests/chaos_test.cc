@@ -19,12 +19,12 @@
 #include <fstream>
 #include <functional>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "child_processes.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 
@@ -46,28 +46,7 @@ struct Outcome {
   std::string tail;
 };
 
-// The pids of `parent`'s children whose command line holds `needle`.
-std::vector<pid_t> Children(pid_t parent, const std::string& needle) {
-  std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    if (absl::StrContains(args, needle)) out.push_back(static_cast<pid_t>(std::stoi(name)));
-  }
-  return out;
-}
+using testing::ChildrenWith;
 
 class ChaosTest : public ::testing::Test {
  protected:
@@ -149,8 +128,8 @@ TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
     for (int f = 0; f < max_faults && !done; ++f) {
       const int kind = static_cast<int>(rng() % 3);
       const int shard = static_cast<int>(rng() % 2);
-      std::vector<pid_t> target =
-          kind == 2 ? Children(launcher, "hyrec-loader") : Children(launcher, absl::StrCat("--shard_index=", shard));
+      std::vector<pid_t> target = kind == 2 ? ChildrenWith(launcher, "hyrec-loader")
+                                            : ChildrenWith(launcher, absl::StrCat("--shard_index=", shard));
       if (done) break;
       if (target.empty()) {  // Being restarted: the next fault.
         absl::SleepFor(absl::Milliseconds(500));

@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "child_processes.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "run_command.h"
@@ -378,26 +379,40 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   EXPECT_EQ(r.code, 4) << r.all();
 }
 
-// The pid of the child of `parent` whose command line contains `needle`; 0 when there is none.
-pid_t ChildWith(pid_t parent, const std::string& needle) {
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    if (absl::StrContains(args, needle)) return static_cast<pid_t>(std::stoi(name));
+using hyrec::testing::ChildWith;
+
+// What a launcher wrote on stdout until it exited, and its exit code (-1: it did not exit).
+struct Ending {
+  int code = -1;
+  std::vector<std::string> lines;
+  bool Contains(absl::string_view text) const {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return absl::StrContains(l, text); });
   }
-  return 0;
+  bool StartsWith(absl::string_view text) const {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return absl::StartsWith(l, text); });
+  }
+  std::string tail() const { return lines.empty() ? "" : lines.back(); }
+};
+
+Ending ReadToExit(hyrec::Subprocess& p) {
+  Ending e;
+  for (absl::StatusOr<std::string> line; (line = p.ReadLine(absl::Seconds(60))).ok();) e.lines.push_back(*line);
+  auto code = p.Wait(absl::Seconds(30));
+  EXPECT_TRUE(code.ok()) << code.status();
+  if (code.ok()) e.code = *code;
+  return e;
+}
+
+// Whether a committed checkpoint (a directory with its MANIFEST) appears under `dir` in time.
+bool AwaitCommittedCheckpoint(const std::string& dir, absl::Duration timeout) {
+  for (const absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(50));
+    if (!std::filesystem::exists(dir)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      if (std::filesystem::exists(e.path() / "MANIFEST")) return true;
+    }
+  }
+  return false;
 }
 
 // A worker that stops (SIGSTOP) under --processes: the launcher's watchdog kills it within its
@@ -408,16 +423,9 @@ TEST(Cli, AStoppedWorkerFailsTheJobWithinTheWatchdogTimeout) {
   ASSERT_GT(worker, 0);
   const absl::Time stopped = absl::Now();
   ASSERT_EQ(kill(worker, SIGSTOP), 0);
-  bool noted = false;
-  for (;;) {
-    auto line = p->ReadLine(absl::Seconds(60));
-    if (!line.ok()) break;
-    noted |= absl::StrContains(*line, "worker 1 made no progress");
-  }
-  auto code = p->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 3);
-  EXPECT_TRUE(noted);
+  const Ending end = ReadToExit(*p);
+  EXPECT_EQ(end.code, 3);
+  EXPECT_TRUE(end.Contains("worker 1 made no progress"));
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(40));
   EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
 }
@@ -447,16 +455,9 @@ TEST(Cli, AKilledWorkerEndsTheJobAsTransientNamingIt) {
   const pid_t worker = ChildWith(p->pid(), "--rank=1");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  bool noted = false;
-  for (;;) {
-    auto line = p->ReadLine(absl::Seconds(60));
-    if (!line.ok()) break;
-    noted |= absl::StrContains(*line, "worker 1 failed (killed by signal 9)");
-  }
-  auto code = p->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 3);
-  EXPECT_TRUE(noted);
+  const Ending end = ReadToExit(*p);
+  EXPECT_EQ(end.code, 3);
+  EXPECT_TRUE(end.Contains("worker 1 failed (killed by signal 9)"));
 }
 
 // A PS shard killed (SIGKILL) under --processes with the job's update log: the launcher restarts
@@ -481,18 +482,11 @@ checkpoint: {dir: )",
   const pid_t shard = ChildWith(p->pid(), "--shard_index=1");
   ASSERT_GT(shard, 0);
   ASSERT_EQ(kill(shard, SIGKILL), 0);
-  bool restarted = false, recovered = false, finished = false;
-  for (;;) {
-    auto line = p->ReadLine(absl::Seconds(60));
-    if (!line.ok()) break;
-    restarted |= absl::StrContains(*line, "PS shard 1 exited (killed by signal 9); restarting it");
-    recovered |= absl::StrContains(*line, "PS shard 1 recovered and serves again");
-    finished |= absl::StartsWith(*line, "summary: 204800 samples");
-  }
-  auto code = p->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0);
-  EXPECT_TRUE(restarted && recovered && finished) << restarted << recovered << finished;
+  const Ending end = ReadToExit(*p);
+  EXPECT_EQ(end.code, 0);
+  EXPECT_TRUE(end.Contains("PS shard 1 exited (killed by signal 9); restarting it"));
+  EXPECT_TRUE(end.Contains("PS shard 1 recovered and serves again"));
+  EXPECT_TRUE(end.StartsWith("summary: 204800 samples"));
   std::filesystem::remove_all(dir);
 }
 
@@ -521,20 +515,11 @@ train: {workers: 2, log_every_batches: 50}
     ASSERT_GT(loader, 0);
     const absl::Time faulted = absl::Now();
     ASSERT_EQ(kill(loader, signal), 0);
-    bool restarted = false, serving = false, finished = false;
-    std::string tail;
-    for (;;) {
-      auto line = p->ReadLine(absl::Seconds(60));
-      if (!line.ok()) break;
-      tail = *line;
-      restarted |= absl::StrContains(*line, "the loader exited (killed by signal 9); restarting it");
-      serving |= absl::StrContains(*line, "the loader serves again");
-      finished |= absl::StartsWith(*line, "summary: 153600 samples");
-    }
-    auto code = p->Wait(absl::Seconds(30));
-    ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 0) << tail;
-    EXPECT_TRUE(restarted && serving && finished) << restarted << serving << finished << " " << tail;
+    const Ending end = ReadToExit(*p);
+    EXPECT_EQ(end.code, 0) << end.tail();
+    EXPECT_TRUE(end.Contains("the loader exited (killed by signal 9); restarting it")) << end.tail();
+    EXPECT_TRUE(end.Contains("the loader serves again")) << end.tail();
+    EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << end.tail();
     EXPECT_LT(absl::Now() - faulted, absl::Seconds(60));
     EXPECT_NE(kill(loader, 0), 0);  // Gone, not left stopped.
   }
@@ -559,31 +544,14 @@ checkpoint: {dir: )",
                                                                          dir, R"(, every_steps: 40}
 )"));
   auto p = StartTraining({"--processes"}, job);
-  bool committed = false;
-  for (const absl::Time until = absl::Now() + absl::Seconds(60); !committed && absl::Now() < until;) {
-    absl::SleepFor(absl::Milliseconds(50));
-    if (!std::filesystem::exists(dir)) continue;
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
-      committed |= std::filesystem::exists(e.path() / "MANIFEST");
-    }
-  }
-  ASSERT_TRUE(committed);
+  ASSERT_TRUE(AwaitCommittedCheckpoint(dir, absl::Seconds(60)));
   const pid_t worker = ChildWith(p->pid(), "--rank=1");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
-  bool fell_back = false, finished = false;
-  std::string tail;
-  for (;;) {
-    auto line = p->ReadLine(absl::Seconds(60));
-    if (!line.ok()) break;
-    tail = *line;
-    fell_back |= absl::StrContains(*line, "a worker was lost: every role restarts from the latest checkpoint");
-    finished |= absl::StartsWith(*line, "summary: 153600 samples");
-  }
-  auto code = p->Wait(absl::Seconds(30));
-  ASSERT_TRUE(code.ok()) << code.status();
-  EXPECT_EQ(*code, 0) << tail;
-  EXPECT_TRUE(fell_back && finished) << fell_back << finished << " " << tail;
+  const Ending end = ReadToExit(*p);
+  EXPECT_EQ(end.code, 0) << end.tail();
+  EXPECT_TRUE(end.Contains("a worker was lost: every role restarts from the latest checkpoint")) << end.tail();
+  EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << end.tail();
   std::filesystem::remove_all(dir);
 }
 
@@ -597,15 +565,7 @@ TEST(Cli, SigusrOneCutsACheckpoint) {
     const std::string job = LongJob(absl::StrCat("checkpoint: {dir: ", dir, ", on_interrupt: false}\n"), "usr1.yaml");
     auto p = StartTraining(processes ? std::vector<std::string>{"--processes"} : std::vector<std::string>{}, job);
     kill(p->pid(), SIGUSR1);
-    bool committed = false;
-    for (const absl::Time until = absl::Now() + absl::Seconds(60); !committed && absl::Now() < until;) {
-      absl::SleepFor(absl::Milliseconds(200));
-      if (!std::filesystem::exists(dir)) continue;
-      for (const auto& e : std::filesystem::directory_iterator(dir)) {
-        committed |= std::filesystem::exists(e.path() / "MANIFEST");
-      }
-    }
-    EXPECT_TRUE(committed);
+    EXPECT_TRUE(AwaitCommittedCheckpoint(dir, absl::Seconds(60)));
     ControlC(*p);
     ExpectInterruptedSummary(*p);
   }
