@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "child_processes.h"
 #include "gtest/gtest.h"
@@ -416,18 +417,42 @@ bool AwaitCommittedCheckpoint(const std::string& dir, absl::Duration timeout) {
 }
 
 // A worker that stops (SIGSTOP) under --processes: the launcher's watchdog kills it within its
-// timeout and the job fails as transient, instead of waiting on it.
-TEST(Cli, AStoppedWorkerFailsTheJobWithinTheWatchdogTimeout) {
-  auto p = StartTraining({"--processes", "--watchdog_seconds=8"});
-  const pid_t worker = ChildWith(p->pid(), "--rank=1");
-  ASSERT_GT(worker, 0);
-  const absl::Time stopped = absl::Now();
-  ASSERT_EQ(kill(worker, SIGSTOP), 0);
-  const Ending end = ReadToExit(*p);
-  EXPECT_EQ(end.code, 3);
-  EXPECT_TRUE(end.Contains("worker 1 made no progress"));
-  EXPECT_LT(absl::Now() - stopped, absl::Seconds(40));
-  EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
+// timeout instead of waiting on it. Worker 1 is then replaced and heals from worker 0; with
+// heal off (train.heal_timeout_seconds: 0) the job fails as transient.
+TEST(Cli, AStoppedWorkerIsKilledWithinTheWatchdogTimeout) {
+  for (const bool heal : {true, false}) {
+    SCOPED_TRACE(heal ? "heal" : "no heal");
+    std::string job = LongJob();
+    if (!heal) {
+      std::ifstream in(job);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      job = WriteFile(
+          "long_no_heal.yaml",
+          absl::StrReplaceAll(text, {{"log_every_batches: 10}", "log_every_batches: 10, heal_timeout_seconds: 0}"}}));
+    }
+    auto p = StartTraining({"--processes", "--watchdog_seconds=8"}, job);
+    const pid_t worker = ChildWith(p->pid(), "--rank=1");
+    ASSERT_GT(worker, 0);
+    const absl::Time stopped = absl::Now();
+    ASSERT_EQ(kill(worker, SIGSTOP), 0);
+    if (heal) {
+      // Replaced, and training goes on: two progress lines after the note.
+      int progress = -1;
+      for (absl::StatusOr<std::string> line; progress < 2 && (line = p->ReadLine(absl::Seconds(60))).ok();) {
+        if (absl::StrContains(*line, "worker 1 exited (killed by signal 9); restarting it to heal")) progress = 0;
+        if (progress >= 0 && absl::StartsWith(*line, "samples ")) ++progress;
+      }
+      EXPECT_EQ(progress, 2);
+      ControlC(*p);
+      ExpectInterruptedSummary(*p);
+    } else {
+      const Ending end = ReadToExit(*p);
+      EXPECT_EQ(end.code, 3);
+      EXPECT_TRUE(end.Contains("worker 1 made no progress"));
+    }
+    EXPECT_LT(absl::Now() - stopped, absl::Seconds(40));
+    EXPECT_NE(kill(worker, 0), 0);  // It is gone, not left stopped.
+  }
 }
 
 // A worker told to stop while it waits for its peers (the PS, the loader, the rendezvous) has
@@ -448,16 +473,17 @@ TEST(Cli, AWorkerStoppedBeforeTrainingExitsInterruptedAtOnce) {
   EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));
 }
 
-// A worker killed (SIGKILL) under --processes: the launcher exits with a documented code
+// Worker 0 killed (SIGKILL) under --processes, in a job without checkpoints: nothing can heal
+// it (it hosts the group's rendezvous) and the launcher exits with a documented code
 // (transient), naming the worker and the signal, not with the worker's 137.
-TEST(Cli, AKilledWorkerEndsTheJobAsTransientNamingIt) {
+TEST(Cli, AKilledWorkerZeroEndsTheJobAsTransientNamingIt) {
   auto p = StartTraining({"--processes"});
-  const pid_t worker = ChildWith(p->pid(), "--rank=1");
+  const pid_t worker = ChildWith(p->pid(), "--rank=0");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
   const Ending end = ReadToExit(*p);
   EXPECT_EQ(end.code, 3);
-  EXPECT_TRUE(end.Contains("worker 1 failed (killed by signal 9)"));
+  EXPECT_TRUE(end.Contains("worker 0 failed (killed by signal 9)"));
 }
 
 // A PS shard killed (SIGKILL) under --processes with the job's update log: the launcher restarts
@@ -525,10 +551,10 @@ train: {workers: 2, log_every_batches: 50}
   }
 }
 
-// A worker lost under --processes when the job keeps checkpoints: every role restarts from the
+// Worker 0 lost under --processes when the job keeps checkpoints: every role restarts from the
 // latest one, and the job finishes, having trained every sample into its final model once (the
 // summary's count continues from the checkpoint's).
-TEST(Cli, ALostWorkerFallsBackToTheLatestCheckpoint) {
+TEST(Cli, ALostWorkerZeroFallsBackToTheLatestCheckpoint) {
   const std::string dir = ::testing::TempDir() + "/cli_worker_fallback";
   std::filesystem::remove_all(dir);
   const std::string job = WriteFile("worker_fallback.yaml", absl::StrCat(R"(loader:
@@ -545,7 +571,7 @@ checkpoint: {dir: )",
 )"));
   auto p = StartTraining({"--processes"}, job);
   ASSERT_TRUE(AwaitCommittedCheckpoint(dir, absl::Seconds(60)));
-  const pid_t worker = ChildWith(p->pid(), "--rank=1");
+  const pid_t worker = ChildWith(p->pid(), "--rank=0");
   ASSERT_GT(worker, 0);
   ASSERT_EQ(kill(worker, SIGKILL), 0);
   const Ending end = ReadToExit(*p);
@@ -553,6 +579,45 @@ checkpoint: {dir: )",
   EXPECT_TRUE(end.Contains("a worker was lost: every role restarts from the latest checkpoint")) << end.tail();
   EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << end.tail();
   std::filesystem::remove_all(dir);
+}
+
+// Worker 1 lost under --processes (killed twice): each time the launcher starts a replacement,
+// which joins worker 0's group in its next generation, takes the dense state from it and goes on
+// from the lost worker's batch. No role restarts from a checkpoint (the job keeps none to fall
+// back to), and the summary counts exactly the data's samples: none skipped, none trained twice.
+TEST(Cli, ALostWorkerHealsFromItsLivePeerWithoutARollback) {
+  const std::string job = WriteFile("worker_heal.yaml", R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
+  batch_size: 256
+  threads: 1
+eval: {samples: 2000}
+model: {embedding_dim: 8, bottom: [16], top: [16]}
+train: {workers: 2, log_every_batches: 20}
+)");
+  auto p = StartTraining({"--processes", "--report=" + ::testing::TempDir() + "/heal.report"}, job);
+  Ending end;
+  for (int kill_count = 0; kill_count < 2; ++kill_count) {
+    const pid_t worker = ChildWith(p->pid(), "--rank=1");
+    ASSERT_GT(worker, 0);
+    ASSERT_EQ(kill(worker, SIGKILL), 0);
+    // The next kill once the replacement trains: two progress lines after the restart note (the
+    // first may have been on its way before it).
+    int progress = -1;
+    for (absl::StatusOr<std::string> line; progress < 2 && (line = p->ReadLine(absl::Seconds(60))).ok();) {
+      end.lines.push_back(*line);
+      if (absl::StrContains(*line, "restarting it to heal from its live peers")) progress = 0;
+      if (progress >= 0 && absl::StartsWith(*line, "samples ")) ++progress;
+    }
+  }
+  const Ending rest = ReadToExit(*p);
+  end.lines.insert(end.lines.end(), rest.lines.begin(), rest.lines.end());
+  EXPECT_EQ(rest.code, 0) << rest.tail();
+  EXPECT_TRUE(end.Contains("worker 1 exited (killed by signal 9); restarting it to heal")) << rest.tail();
+  EXPECT_FALSE(end.Contains("restarts from the latest checkpoint"));
+  EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << rest.tail();
+  EXPECT_TRUE(end.Contains("the workers' group healed 2 time(s)")) << rest.tail();
 }
 
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher

@@ -80,6 +80,145 @@ TEST_P(NnSyncThreads, ReplicasStayIdenticalAndMatchOneProcessOnTheWholeBatch) {
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, NnSyncThreads, ::testing::Values(1, 2, 4));
 
+// Copies rank 0's parameters into every rank's through BroadcastBytes (as a healed group hands
+// its dense state to a replacement).
+absl::Status ShareParameters(DenseSync& sync, TinyMlp& model) {
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = Flat(model).contiguous();
+  std::string bytes(reinterpret_cast<const char*>(flat.data_ptr<float>()), flat.numel() * sizeof(float));
+  absl::Status s = sync.BroadcastBytes(&bytes, 0);
+  if (!s.ok()) return s;
+  if (bytes.size() != flat.numel() * sizeof(float)) return absl::InternalError("short broadcast");
+  int64_t offset = 0;
+  for (auto& p : model->parameters()) {
+    p.copy_(torch::from_blob(bytes.data() + offset * sizeof(float), p.sizes(), torch::kFloat));
+    offset += p.numel();
+  }
+  return absl::OkStatus();
+}
+
+// Steps [first, last) of synchronous SGD; a failed allreduce regroups (when `heal`) and the
+// step is taken again, once the group shared rank 0's parameters.
+absl::Status TrainHealing(DenseSync& sync, TinyMlp& model, torch::optim::SGD& optimizer, int first, int last) {
+  for (int step = first; step < last; ++step) {
+    auto [x, y] = RankBatch(sync.rank(), step);
+    optimizer.zero_grad();
+    torch::binary_cross_entropy_with_logits(model->forward(x), y).backward();
+    absl::Status s = sync.FinishGradientSync();
+    if (!s.ok()) {
+      s = sync.Regroup(absl::Seconds(20));
+      if (s.ok()) s = ShareParameters(sync, model);
+      if (!s.ok()) return s;
+      --step;
+      continue;
+    }
+    optimizer.step();
+  }
+  return absl::OkStatus();
+}
+
+TEST(NnSyncHeal, ALostRankIsReplacedInTheNextGenerationAndTheReplicasEndIdentical) {
+  const int world = 3, steps = 6, lost_after = 2;
+  const int port = hyrec::PickFreeLoopbackPort();
+  std::vector<torch::Tensor> finals(world);
+  std::vector<absl::Status> results(world, absl::OkStatus());
+  std::vector<int> generations(world, -1);
+  bool replaced = false;
+  std::mutex init;
+  auto model_for = [&](int seed) {
+    std::lock_guard<std::mutex> lock(init);
+    torch::manual_seed(seed);
+    return TinyMlp();
+  };
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world - 1; ++r) {
+    ranks.emplace_back([&, r] {
+      auto sync = DenseSync::Create(Options(r, world, port));
+      if (!sync.ok()) {
+        results[r] = sync.status();
+        return;
+      }
+      TinyMlp model = model_for(5 + r);
+      results[r] = (*sync)->BroadcastParameters(model->parameters());
+      (*sync)->AttachToParameters(model->parameters());
+      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+      if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, steps);
+      generations[r] = (*sync)->generation();
+      finals[r] = Flat(model);
+    });
+  }
+  ranks.emplace_back([&] {
+    const int r = world - 1;
+    {  // The lost rank: trains two steps, then its process group goes (its sockets close).
+      auto sync = DenseSync::Create(Options(r, world, port));
+      if (!sync.ok()) {
+        results[r] = sync.status();
+        return;
+      }
+      TinyMlp model = model_for(5 + r);
+      results[r] = (*sync)->BroadcastParameters(model->parameters());
+      (*sync)->AttachToParameters(model->parameters());
+      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+      if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, lost_after);
+      if (!results[r].ok()) return;
+    }
+    // Its replacement: a fresh model, the group's parameters, then the remaining steps.
+    auto sync = DenseSync::Create(Options(r, world, port));
+    if (!sync.ok()) {
+      results[r] = sync.status();
+      return;
+    }
+    replaced = (*sync)->replacement();
+    TinyMlp model = model_for(99);
+    (*sync)->AttachToParameters(model->parameters());
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    results[r] = ShareParameters(**sync, model);
+    if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, lost_after, steps);
+    generations[r] = (*sync)->generation();
+    finals[r] = Flat(model);
+  });
+  for (auto& t : ranks) t.join();
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+  EXPECT_TRUE(replaced);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(generations[r], 1) << "rank " << r;
+  for (int r = 1; r < world; ++r) EXPECT_TRUE(torch::equal(finals[0], finals[r])) << "rank " << r;
+  // The same steps without a loss: the healed group trained exactly them.
+  const int port2 = hyrec::PickFreeLoopbackPort();
+  std::vector<torch::Tensor> calm(world);
+  std::vector<std::thread> again;
+  for (int r = 0; r < world; ++r) {
+    again.emplace_back([&, r] {
+      auto sync = DenseSync::Create(Options(r, world, port2));
+      ASSERT_TRUE(sync.ok()) << sync.status();
+      TinyMlp model = model_for(5 + r);
+      ASSERT_TRUE(TrainSynced(**sync, model, steps).ok());
+      calm[r] = Flat(model);
+    });
+  }
+  for (auto& t : again) t.join();
+  EXPECT_TRUE(torch::allclose(finals[0], calm[0], 1e-5, 1e-6));
+}
+
+TEST(NnSyncHeal, RegroupWithoutAReplacementFailsWithinItsTimeout) {
+  const int world = 2;
+  const int port = hyrec::PickFreeLoopbackPort();
+  absl::Status healed;
+  absl::Duration took;
+  std::thread survivor([&] {
+    auto sync = DenseSync::Create(Options(0, world, port));
+    ASSERT_TRUE(sync.ok()) << sync.status();
+    const absl::Time start = absl::Now();
+    healed = (*sync)->Regroup(absl::Seconds(2));
+    took = absl::Now() - start;
+  });
+  std::thread lost([&] { ASSERT_TRUE(DenseSync::Create(Options(1, world, port)).ok()); });
+  lost.join();
+  survivor.join();
+  EXPECT_EQ(healed.code(), absl::StatusCode::kDeadlineExceeded) << healed;
+  EXPECT_NE(healed.message().find("generation 1"), std::string::npos) << healed;
+  EXPECT_LT(took, absl::Seconds(4));
+}
+
 std::vector<std::unique_ptr<Subprocess>> SpawnRanks(int world, int steps, int timeout_ms) {
   const int port = hyrec::PickFreeLoopbackPort();
   std::vector<std::unique_ptr<Subprocess>> ranks;

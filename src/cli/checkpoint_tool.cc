@@ -1,5 +1,6 @@
 // `hyrec checkpoint inspect DIR` and `hyrec checkpoint verify DIR`: what a checkpoint, export or
-// delta directory holds, and whether all of it is intact. Links neither LibTorch nor gRPC.
+// delta directory holds (for a checkpoint, also each shard's count of every worker's applied
+// updates), and whether all of it is intact. Links no LibTorch.
 //
 // verify's exit code says what failed: 0 intact; 2 not a checkpoint (no MANIFEST, bad usage);
 // 4 the manifest is corrupt; 5 a listed file is missing, of the wrong length or checksum;
@@ -15,7 +16,9 @@
 #include "absl/time/time.h"
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "src/cli/roles.h"
 
 namespace hyrec::cli {
@@ -80,6 +83,21 @@ int Inspect(const std::string& dir) {
   }
   for (const FileEntry& f : m->files) {
     std::cout << absl::StrFormat("  file  %-20s %12d bytes  crc32 %08x\n", f.name, f.length, f.crc32);
+  }
+  // Each shard's count of every worker's updates it applied, per table: what the workers'
+  // acknowledgements add up to when none was lost or applied twice.
+  for (const FileEntry& f : m->files) {
+    if (!absl::StartsWith(f.name, "ps-")) continue;
+    absl::StatusOr<std::vector<embedding_ps::AppliedUpdates>> applied =
+        embedding_ps::ReadAppliedUpdates(Env::Default(), JoinPath(dir, f.name), &f);
+    if (!applied.ok()) {
+      std::cerr << "hyrec checkpoint: " << applied.status().message() << "\n";
+      return kExitFileCorrupt;
+    }
+    for (const embedding_ps::AppliedUpdates& a : *applied) {
+      std::cout << absl::StrFormat("  applied %s worker %d table %s: %d updates (highest sequence %d)\n", f.name,
+                                   a.worker, a.table, a.applied, a.highest);
+    }
   }
   return kExitOk;
 }

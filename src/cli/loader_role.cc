@@ -42,7 +42,8 @@ struct LoaderFlags {
   int port = -1;
   std::string resume;
   std::string positions_out;
-  int replay_batches = 16;
+  int replay_batches = 32;
+  int replay_mb = 64;
   CommonFlags common;
   SecurityFlags security;
   std::string heartbeat_file;
@@ -128,6 +129,7 @@ absl::Status Serve(const LoaderFlags& f) {
   server_options.host = f.host.empty() ? host : f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;
+  server_options.replay_bytes = static_cast<size_t>(f.replay_mb) << 20;
   server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
   HYREC_ASSIGN_OR_RETURN(auto server, data_loader::DataServer::StartDeferred(
                                           [options](const std::vector<ReaderPosition>& starts) {
@@ -175,7 +177,12 @@ int LoaderMain(int argc, char** argv) {
                "directory, or 'latest' under the job's checkpoint.dir).");
   flags.String("positions_out", &f.positions_out, "FILE", "Where to write the workers' positions on shutdown.");
   flags.Int("replay_batches", &f.replay_batches,
-            "Batches kept per worker after sending, so a broken stream can reconnect losslessly.", 1, 4096);
+            "Batches kept per worker after sending, so that a broken stream reconnects, and a replacement worker takes "
+            "over a lost one's stream, without losing or repeating a batch.",
+            1, 4096);
+  flags.Int("replay_mb", &f.replay_mb,
+            "And at least this many MiB of them per worker (the transport holds many small batches in flight).", 0,
+            65536);
   AddSecurityFlags(flags, &f.security);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);

@@ -1,6 +1,7 @@
 #include "src/cli/processes.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -86,6 +88,7 @@ class Cluster {
     std::string heartbeat;
     if (options_.watchdog > absl::ZeroDuration()) {
       heartbeat = JoinPath(run_dir_, absl::StrCat(absl::StrReplaceAll(name, {{" ", "-"}}), ".alive"));
+      ::unlink(heartbeat.c_str());  // A restarted role's predecessor's is stale.
       argv.push_back("--heartbeat_file=" + heartbeat);
     }
     auto process = Subprocess::Spawn(argv, spawn);
@@ -99,7 +102,7 @@ class Cluster {
         std::cerr << absl::StrCat("[", name, "] ", *line, "\n") << std::flush;
       }
     });
-    watched_.push_back(Watched{child, name, heartbeat, absl::Now()});
+    watched_.push_back(Watched{child, name, heartbeat, absl::Now(), false});
     return process;
   }
 
@@ -109,7 +112,7 @@ class Cluster {
     if (options_.watchdog <= absl::ZeroDuration()) return std::nullopt;
     const absl::Time now = absl::Now();
     for (const Watched& w : watched_) {
-      if (w.heartbeat.empty() || !w.process->running()) continue;
+      if (w.heartbeat.empty() || w.killed || !w.process->running()) continue;
       const double age = SecondsSinceTouched(w.heartbeat);
       const bool stale = age < 0 ? now - w.started > options_.watchdog : age > absl::ToDoubleSeconds(options_.watchdog);
       if (stale) return w.name;
@@ -212,6 +215,7 @@ class Cluster {
       for (std::string& flag : CertsFlag()) args.push_back(std::move(flag));
       HYREC_ASSIGN_OR_RETURN(auto worker, Spawn(Command(options_.roles.worker, args), absl::StrCat("worker ", r)));
       workers_.push_back(std::move(worker));
+      worker_args_.push_back(std::move(args));
       Drain(workers_.back().get(), /*events=*/r == 0);
     }
     return absl::OkStatus();
@@ -275,6 +279,52 @@ class Cluster {
   bool Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args, int port,
                const std::string& name, const std::pair<std::string, std::string>& label,
                std::unique_ptr<Subprocess>* process) {
+    if (!TakeRestart(why, label)) return false;
+    args.erase(
+        std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
+        args.end());
+    args.push_back(absl::StrCat("--port=", port));
+    absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
+    absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
+    if (!listening.ok()) {
+      monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
+      return false;
+    }
+    retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
+    *process = std::move(*started);
+    Drain(process->get(), /*events=*/false);
+    return true;
+  }
+
+  // Whether worker `r`'s exit with `code` is healed by a replacement: a worker other than
+  // worker 0 (which hosts the group's rendezvous), killed by a signal (lost, not failed on its
+  // input), in a job of several workers with train.heal_timeout_seconds.
+  bool Healable(size_t r, int code) const {
+    return r != 0 && plan().workers.size() > 1 && plan().workers[r].heal_timeout_seconds > 0 && code > 128 &&
+           code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
+  }
+
+  // Starts worker `r` again with its flags after the backoff: it joins its live peers' group as
+  // a replacement. False (noted) when the budget is spent or it cannot start.
+  bool RestartWorker(size_t r, int code) {
+    const std::string why =
+        absl::StrCat("worker ", r, " exited (", ExitDescription(code), "); restarting it to heal from its live peers");
+    if (!TakeRestart(why, {"worker", std::to_string(r)})) return false;
+    absl::StatusOr<std::unique_ptr<Subprocess>> started =
+        Spawn(Command(options_.roles.worker, worker_args_[r]), absl::StrCat("worker ", r));
+    if (!started.ok()) {
+      monitor_->Note(absl::StrCat("worker ", r, " did not come back: ", started.status().message()));
+      return false;
+    }
+    retired_.push_back(std::move(workers_[r]));
+    workers_[r] = std::move(*started);
+    Drain(workers_[r].get(), /*events=*/false);
+    return true;
+  }
+
+  // Counts a restart against the budget and waits out its backoff; false (noted) when the
+  // budget is spent.
+  bool TakeRestart(const std::string& why, const std::pair<std::string, std::string>& label) {
     const int budget = options_.max_restarts;
     if (restarts_ >= budget) {
       monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
@@ -292,19 +342,6 @@ class Cluster {
     monitor_->Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ",
                                 budget, ")"));
     absl::SleepFor(backoff);
-    args.erase(
-        std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
-        args.end());
-    args.push_back(absl::StrCat("--port=", port));
-    absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
-    absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
-    if (!listening.ok()) {
-      monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
-      return false;
-    }
-    retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
-    *process = std::move(*started);
-    Drain(process->get(), /*events=*/false);
     if (options_.monitor.metrics != nullptr) {
       options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
                                          "Roles the launcher restarted after they exited.");
@@ -315,6 +352,32 @@ class Cluster {
 
   static std::string ExitDescription(int code) {
     return code > 128 ? absl::StrCat("killed by signal ", code - 128) : absl::StrCat("exit code ", code);
+  }
+
+  // The watchdog: a child whose heartbeat is stale (stopped or frozen) is killed. A PS shard with
+  // update logs, the loader and a worker that heals are then restarted, once seen gone; any
+  // other stalled child stops the job (`result`, and the others' kill time).
+  void KillStalled(int* result, absl::Time* kill_at) {
+    const std::optional<std::string> stalled = Stalled();
+    if (!stalled.has_value()) return;
+    size_t worker = 0;
+    const bool restarted = *stalled == "loader" ||
+                           (absl::StartsWith(*stalled, "ps ") && !plan().ps[0].update_log_dir.empty()) ||
+                           (absl::StartsWith(*stalled, "worker ") && absl::SimpleAtoi(stalled->substr(7), &worker) &&
+                            Healable(worker, 128 + SIGKILL));
+    monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
+                                " (stopped or frozen); killing it ",
+                                restarted ? "to restart it" : "and stopping the job"));
+    for (Watched& w : watched_) {
+      if (w.name != *stalled || !w.process->running()) continue;
+      w.process->Signal(SIGKILL);
+      w.killed = true;  // Not watched again; its replacement is.
+    }
+    if (restarted) return;
+    worker_lost_ = absl::StartsWith(*stalled, "worker ");
+    *result = kExitTransient;
+    for (auto& w : workers_) w->Signal(SIGTERM);
+    *kill_at = absl::Now() + kStopTimeout;
   }
 
   // The workers' exit: kExitOk when all succeeded, kExitInterrupted when they were stopped, else
@@ -336,25 +399,7 @@ class Cluster {
         for (auto& w : workers_) w->Signal(SIGTERM);
         kill_at = absl::Now() + kStopTimeout;
       }
-      if (std::optional<std::string> stalled = Stalled(); stalled.has_value() && result == kExitOk) {
-        if (*stalled == "loader" || (absl::StartsWith(*stalled, "ps ") && !plan().ps[0].update_log_dir.empty())) {
-          monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
-                                      " (stopped or frozen); killing it to restart it"));
-          for (const Watched& w : watched_) {
-            if (w.name == *stalled && w.process->running()) w.process->Signal(SIGKILL);
-          }
-          continue;
-        }
-        monitor_->Note(absl::StrCat(*stalled, " made no progress for ", absl::FormatDuration(options_.watchdog),
-                                    " (stopped or frozen); killing it and stopping the job"));
-        worker_lost_ = absl::StartsWith(*stalled, "worker ");
-        for (const Watched& w : watched_) {
-          if (w.name == *stalled) w.process->Signal(SIGKILL);
-        }
-        result = kExitTransient;
-        for (auto& w : workers_) w->Signal(SIGTERM);
-        kill_at = absl::Now() + kStopTimeout;
-      }
+      if (result == kExitOk) KillStalled(&result, &kill_at);
       bool running = false;
       for (size_t r = 0; r < workers_.size(); ++r) {
         absl::StatusOr<int> code = workers_[r]->Wait(absl::ZeroDuration());
@@ -364,6 +409,10 @@ class Cluster {
         }
         if (*code == kExitOk || (*code == kExitInterrupted && result == kExitOk)) {
           if (*code == kExitInterrupted) result = kExitInterrupted;
+          continue;
+        }
+        if (result == kExitOk && Healable(r, *code) && RestartWorker(r, *code)) {
+          running = true;
           continue;
         }
         if (result == kExitOk || result == kExitInterrupted) {
@@ -409,6 +458,7 @@ class Cluster {
   std::vector<std::string> loader_args_;  // For a restart.
   int loader_port_ = 0;
   std::vector<std::unique_ptr<Subprocess>> workers_;
+  std::vector<std::vector<std::string>> worker_args_;  // Each worker's flags, for a replacement.
   std::vector<std::unique_ptr<LatencyProxy>> proxies_;
   std::unique_ptr<embedding_ps::EmbeddingClient> metrics_client_;
   std::vector<std::string> ps_addresses_;
@@ -418,6 +468,7 @@ class Cluster {
     std::string name;
     std::string heartbeat;  // Empty: not watched.
     absl::Time started;
+    bool killed = false;  // By the watchdog.
   };
 
   std::string run_dir_;    // Private temporary directory: heartbeats, certificates.

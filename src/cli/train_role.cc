@@ -88,11 +88,11 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
       "samples: %d\nplanned_samples: %d\nsamples_per_second: %.17g\nfirst_loss: %.17g\nmean_loss_last: %.17g\n"
       "interrupted: %s\nhas_final_eval: %s\nauc: %.17g\nlog_loss: %.17g\neval_samples: %d\nteacher_auc: %.17g\n"
       "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\nbatches: %d\nobserved_staleness: %.17g\n"
-      "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\n",
+      "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\nheals: %d\n",
       r.samples, r.planned_samples, r.samples_per_second, r.first_loss, r.mean_loss_last,
       r.interrupted ? "true" : "false", r.has_final_eval ? "true" : "false", r.final_eval.auc, r.final_eval.log_loss,
       r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.stats.batches,
-      r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step);
+      r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step, r.heals);
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
   return absl::OkStatus();
@@ -369,12 +369,17 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   // where its stream stands; the stream waits for it within the batch timeout.
   stream_options.reconnect = true;
   using StreamPtr = std::unique_ptr<data_loader::BatchStream>;
-  HYREC_ASSIGN_OR_RETURN(
-      StreamPtr stream,
-      WaitForPeer<StreamPtr>(who, absl::StrCat("the loader (", plan.endpoints.loader, ")"), startup, [&] {
-        return data_loader::ConnectBatchStream(plan.endpoints.loader, rank, stream_options);
-      }));
-  SetServing(health.get(), true);
+  // Opened once the worker has joined its group, where it starts: a worker that replaces a lost
+  // one goes on from that one's batch.
+  auto open_stream = [&](int64_t next_batch) -> absl::StatusOr<StreamPtr> {
+    data_loader::StreamClientOptions o = stream_options;
+    o.next_batch = next_batch;
+    absl::StatusOr<StreamPtr> stream =
+        WaitForPeer<StreamPtr>(who, absl::StrCat("the loader (", plan.endpoints.loader, ")"), startup,
+                               [&] { return data_loader::ConnectBatchStream(plan.endpoints.loader, rank, o); });
+    if (stream.ok()) SetServing(health.get(), true);
+    return stream;
+  };
   std::unique_ptr<dense_worker::TrainObserver> observer;
   const std::string& mode = f.training.progress;
   if (mode == "events") {
@@ -394,7 +399,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
                            dense_worker::LoadResumePoint(Env::Default(), plan.spec.checkpoint.dir, which, world));
   }
   dense_worker::WorkerOptions options;
-  options.stream = stream.get();
+  options.open_stream = open_stream;
   options.ps = ps.get();
   options.observer = observer.get();
   options.stop = signals.flag();

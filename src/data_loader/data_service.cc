@@ -19,15 +19,19 @@
 namespace hyrec::data_loader {
 namespace {
 
+// How long a worker's new stream waits for its earlier one to end before it is refused.
+constexpr absl::Duration kStreamTakeover = absl::Seconds(5);
+
 class DataServiceImpl final : public proto::DataService::Service {
  public:
   // `loader` is reading already; or null, and `make` makes it once every worker arrived.
   DataServiceImpl(std::unique_ptr<Loader> loader, LoaderFactory make, const LoaderOptions& loader_options,
-                  std::vector<ReaderPosition> starts, int replay_batches, const SecurityOptions& security)
-      : authorizer_(security),
+                  std::vector<ReaderPosition> starts, const DataServerOptions& server_options)
+      : authorizer_(server_options.security),
         make_(std::move(make)),
         options_(loader_options),
-        replay_batches_(replay_batches),
+        replay_batches_(server_options.replay_batches),
+        replay_bytes_(server_options.replay_bytes),
         workers_(loader_options.num_workers),
         starts_(std::move(starts)),
         loader_(std::move(loader)) {
@@ -103,8 +107,11 @@ class DataServiceImpl final : public proto::DataService::Service {
     }
     Worker& worker = workers_[w];
     {
+      // A worker's earlier stream may still be open here for a moment after that worker was
+      // lost (until its call is seen cancelled): its replacement waits for it to end.
       absl::MutexLock lock(&mu_);
-      if (worker.active) {
+      const auto free = [&worker]() { return !worker.active; };
+      if (!mu_.AwaitWithTimeout(absl::Condition(&free), kStreamTakeover)) {
         return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                             absl::StrCat("worker ", w, " already has an open stream"));
       }
@@ -121,8 +128,9 @@ class DataServiceImpl final : public proto::DataService::Service {
  private:
   struct Worker {
     bool active = false;
-    std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last replay_batches sent.
-    uint64_t next_from_loader = 0;                            // Id the loader hands out next.
+    std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last ones sent (replay_batches, replay_bytes).
+    size_t sent_bytes = 0;
+    uint64_t next_from_loader = 0;  // Id the loader hands out next.
   };
 
   grpc::Status Refused(absl::string_view method, const absl::Status& status) {
@@ -208,7 +216,13 @@ class DataServiceImpl final : public proto::DataService::Service {
       worker.next_from_loader = batch.batch_id + options_.num_workers;
       worker.sent.emplace_back(batch.batch_id, proto::BatchProto());
       EncodeBatch(batch, &worker.sent.back().second);
-      if (static_cast<int>(worker.sent.size()) > replay_batches_) worker.sent.pop_front();
+      worker.sent_bytes += worker.sent.back().second.ByteSizeLong();
+      // At least replay_batches and at least replay_bytes of them: the transport's windows hold
+      // many small batches a worker never read.
+      while (static_cast<int>(worker.sent.size()) > replay_batches_ && worker.sent_bytes > replay_bytes_) {
+        worker.sent_bytes -= worker.sent.front().second.ByteSizeLong();
+        worker.sent.pop_front();
+      }
       if (!writer->Write(worker.sent.back().second)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
       }
@@ -220,6 +234,7 @@ class DataServiceImpl final : public proto::DataService::Service {
   const LoaderFactory make_;
   const LoaderOptions options_;
   const int replay_batches_;
+  const size_t replay_bytes_;
   std::vector<Worker> workers_;
   mutable absl::Mutex mu_;
   // Each worker's first stream: unset until it came; then the position it reported, if any.
@@ -378,8 +393,8 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::Start(std::unique_ptr<Lo
     for (int w = 0; w < loader_options.num_workers; ++w) start_positions.push_back(loader->stream(w)->Position());
   }
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<DataServiceImpl>(
-      std::move(loader), nullptr, loader_options, std::move(start_positions), options.replay_batches, options.security);
+  impl->service = std::make_unique<DataServiceImpl>(std::move(loader), nullptr, loader_options,
+                                                    std::move(start_positions), options);
   return Serve(std::move(impl), options);
 }
 
@@ -393,8 +408,7 @@ absl::StatusOr<std::unique_ptr<DataServer>> DataServer::StartDeferred(LoaderFact
         absl::StrCat(starts.size(), " starting positions for ", loader_options.num_workers, " workers"));
   }
   auto impl = std::make_unique<Impl>();
-  impl->service = std::make_unique<DataServiceImpl>(nullptr, std::move(make), loader_options, starts,
-                                                    options.replay_batches, options.security);
+  impl->service = std::make_unique<DataServiceImpl>(nullptr, std::move(make), loader_options, starts, options);
   return Serve(std::move(impl), options);
 }
 

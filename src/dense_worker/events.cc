@@ -94,7 +94,7 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " dense_sum=", Num(r.dense_sum), " checkpoint=", r.last_checkpoint, " best_checkpoint=", r.best_checkpoint,
       " export=", r.export_dir, " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
       " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
-      " resumed_step=", r.resumed_step);
+      " resumed_step=", r.resumed_step, " heals=", r.heals);
   AppendStats(r.stats, &line);
   Write(line);
 }
@@ -170,6 +170,7 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("pause", &r.checkpoint_pause_seconds);
     f.Get("write", &r.checkpoint_write_seconds);
     f.Get("resumed_step", &r.resumed_step);
+    f.Get("heals", &r.heals);
     f.Get("dense_sum", &r.dense_sum);
     f.Stats(&r.stats);
     if (!f.status().ok()) return f.status();

@@ -152,6 +152,7 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
     out << "\n";
   }
   if (r.resumed_step > 0) out << absl::StrFormat("  resumed from step %d\n", r.resumed_step);
+  if (r.heals > 0) out << absl::StrFormat("  the workers' group healed %d time(s) from a lost worker\n", r.heals);
   if (!r.last_checkpoint.empty() || r.checkpoint_failures > 0) {
     out << absl::StrFormat("  checkpoint %s (%d written this run, %d failed; training paused %.2f s for them)\n",
                            r.last_checkpoint.empty() ? "none" : r.last_checkpoint, r.checkpoints, r.checkpoint_failures,

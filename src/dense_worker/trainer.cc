@@ -476,6 +476,7 @@ std::vector<torch::Tensor> TrainingContext::Pool(TrainBatch& tb, bool requires_g
     torch::Tensor r = OnDevice(tb.rows[g], options_.device);
     if (requires_grad) {
       r.requires_grad_(true);
+      if (r.grad().defined()) r.mutable_grad() = torch::Tensor();  // A batch trained again after a heal.
       tb.row_tensors[g] = r;
     }
     const TrainBatch::Bags& bag = tb.bags[g];
@@ -522,12 +523,47 @@ absl::Status TrainingContext::Backward(torch::Tensor loss) {
   if (optimizer_ == nullptr || options_.read_only) {
     return absl::FailedPreconditionError("Backward on a read-only context (no optimizer)");
   }
+  unsynced_ = false;
   loss.backward();
   if (sync_ != nullptr) {
     absl::Status s = sync_->FinishGradientSync();
-    if (!s.ok()) return status_ = s;
+    if (!s.ok()) {
+      unsynced_ = true;  // The batch stays current: trained again, or settled, after a heal.
+      return s;
+    }
   }
   optimizer_->step();
+  return PushUpdate();
+}
+
+absl::Status TrainingContext::SettleWithoutStep() {
+  if (current_ == nullptr || !unsynced_) {
+    return absl::FailedPreconditionError("SettleWithoutStep without a batch whose gradient sync failed");
+  }
+  unsynced_ = false;
+  return PushUpdate();
+}
+
+absl::Status TrainingContext::PushEmbeddingGradients(torch::Tensor loss) {
+  if (current_ == nullptr) return absl::FailedPreconditionError("PushEmbeddingGradients without a batch from Next");
+  std::vector<torch::Tensor> rows;
+  std::vector<size_t> groups;
+  for (size_t g = 0; g < current_->row_tensors.size(); ++g) {
+    if (!current_->row_tensors[g].defined()) continue;
+    rows.push_back(current_->row_tensors[g]);
+    groups.push_back(g);
+  }
+  // Only the rows' gradients: the dense parameters' (and their sync hooks) are not reached.
+  const std::vector<torch::Tensor> grads =
+      torch::autograd::grad({loss}, rows, /*grad_outputs=*/{}, /*retain_graph=*/false, /*create_graph=*/false,
+                            /*allow_unused=*/true);
+  for (size_t i = 0; i < groups.size(); ++i) current_->row_tensors[groups[i]].mutable_grad() = grads[i];
+  return PushUpdate();
+}
+
+void TrainingContext::SetNextUpdateSequence(uint64_t sequence) { sequence_ = sequence - 1; }
+
+absl::Status TrainingContext::PushUpdate() {
   // Embedding gradients per unique id (duplicates and pooling already accounted by autograd):
   // the leaf tensors' gradients themselves on the CPU (no copy), one device-to-host copy per row
   // group otherwise; a group that got no gradient pushes zeros.

@@ -1,5 +1,6 @@
 #include "hyrec/dense_worker/worker.h"
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <iostream>
@@ -8,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "hyrec/common/block_file.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -36,13 +38,17 @@ class WorkerLoop {
   absl::StatusOr<TrainReport> Run() {
     HYREC_RETURN_IF_ERROR(SetUp());
     if (options_.training != nullptr) *options_.training = true;
-    TrainingContext ctx(trainer_options_, options_.stream, options_.ps, sync_.get(), model_, optimizer_.get());
+    TrainingContext ctx(trainer_options_, stream_, options_.ps, sync_.get(), model_, optimizer_.get());
     if (!ctx.status().ok()) return ctx.status();
+    ctx.SetNextUpdateSequence(sequence_origin_ + GlobalStep(ctx) + 1);
     start_ = absl::Now();
     for (;;) {
-      TrainBatch* batch = nullptr;
-      HYREC_ASSIGN_OR_RETURN(const bool go, NextStep(ctx, &batch));
-      if (!go) break;
+      absl::StatusOr<bool> go = NextStep(ctx, &batch_);
+      if (!go.ok()) {
+        HYREC_RETURN_IF_ERROR(HealOrFail(ctx, go.status()));
+        continue;  // Vote again, with the batch in hand.
+      }
+      if (!*go) break;
       if (cut_checkpoint_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr));
       if (cut_delta_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
       if (evaluate_now_) {  // A new epoch: evaluate the last one's model before training on.
@@ -50,11 +56,14 @@ class WorkerLoop {
         if (!go_on) break;
       }
       // Read before the step: once trained, the context reuses the batch for a later one.
-      last_epoch_ = batch->batch.epoch;
-      last_bytes_read_ = batch->batch.bytes_read;
-      last_bytes_total_ = batch->batch.bytes_total;
-      last_position_ = batch->batch.next_position;
-      HYREC_RETURN_IF_ERROR(Step(ctx, *batch));
+      const BatchMarks marks(*batch_);
+      const absl::Status stepped = Step(ctx, *batch_);
+      if (!stepped.ok()) {
+        if (!ctx.unsynced()) return stepped;
+        HYREC_RETURN_IF_ERROR(HealOrFail(ctx, stepped));
+        continue;  // The batch is trained again, or was settled, once the group agreed.
+      }
+      Trained(marks);
       Record(ctx);
       HYREC_ASSIGN_OR_RETURN(const bool go_on, MaybeEvaluate(ctx));
       if (!go_on) break;
@@ -66,8 +75,8 @@ class WorkerLoop {
 
  private:
   absl::Status SetUp() {
-    if (options_.stream == nullptr || options_.ps == nullptr) {
-      return absl::InvalidArgumentError("RunWorker needs a batch stream and a PS client");
+    if ((options_.stream == nullptr && !options_.open_stream) || options_.ps == nullptr) {
+      return absl::InvalidArgumentError("RunWorker needs a batch stream (or open_stream) and a PS client");
     }
     if (options_.intra_op_threads > 0) torch::set_num_threads(options_.intra_op_threads);
     HYREC_ASSIGN_OR_RETURN(device_, ResolveDevice(plan_.device, plan_.rank));
@@ -83,6 +92,8 @@ class WorkerLoop {
       model_->to(device_);
       return absl::OkStatus();
     }));
+    // Update sequences: from worker 0's clock, then one per step (the same on every worker).
+    sequence_origin_ = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) << 20;
     if (plan_.world_size > 1 || device_.is_cuda()) {
       nn_sync::SyncOptions sync;
       sync.rank = plan_.rank;
@@ -93,14 +104,31 @@ class WorkerLoop {
       sync.device_is_cuda = device_.is_cuda();
       sync.security = options_.security;
       HYREC_ASSIGN_OR_RETURN(sync_, nn_sync::DenseSync::Create(sync));
+      if (sync_->replacement()) return JoinAsReplacement();
       HYREC_RETURN_IF_ERROR(sync_->BroadcastParameters(model_->parameters()));
       sync_->AttachToParameters(model_->parameters());
+      std::string origin = std::to_string(sequence_origin_);
+      HYREC_RETURN_IF_ERROR(sync_->BroadcastBytes(&origin, 0));
+      if (!absl::SimpleAtoi(origin, &sequence_origin_)) return absl::InternalError("worker 0's update sequences");
     }
     HYREC_ASSIGN_OR_RETURN(optimizer_, MakeDenseOptimizer(plan_.dense_optimizer, model_->parameters()));
     trainer_options_ = TrainerOptionsFor(plan_, device_);
-    last_position_ = options_.stream->Position();
+    HYREC_RETURN_IF_ERROR(OpenStream(-1));
+    last_position_ = stream_->Position();
     if (options_.resume != nullptr) HYREC_RETURN_IF_ERROR(Resume(*options_.resume));
-    return SetUpCuts();
+    HYREC_ASSIGN_OR_RETURN(const uint32_t tag, AgreeRunTag());
+    return SetUpCuts(tag);
+  }
+
+  // The worker's stream: the caller's, or opened at `next_batch` (-1: where the loader starts it).
+  absl::Status OpenStream(int64_t next_batch) {
+    if (options_.stream != nullptr) {
+      stream_ = options_.stream;
+      return absl::OkStatus();
+    }
+    HYREC_ASSIGN_OR_RETURN(owned_stream_, options_.open_stream(next_batch));
+    stream_ = owned_stream_.get();
+    return absl::OkStatus();
   }
 
   // Continues the counters of the run a checkpoint was cut from.
@@ -122,25 +150,38 @@ class WorkerLoop {
     return absl::OkStatus();
   }
 
-  absl::Status SetUpCuts() {
+  bool HasCuts() const {
     const bool deltas = plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0;
-    if (plan_.checkpoint.dir.empty() && !deltas) return absl::OkStatus();
-    // The run's tag names its cuts: worker 0's clock, agreed by every worker.
+    return !plan_.checkpoint.dir.empty() || deltas;
+  }
+
+  // The run's tag names its cuts: worker 0's clock, agreed by every worker.
+  absl::StatusOr<uint32_t> AgreeRunTag() {
     int tag = static_cast<int>(absl::ToUnixSeconds(absl::Now()) & 0x7fffffff);
-    if (sync_ != nullptr) {
+    if (HasCuts() && sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(tag, sync_->AllMin(leader_ ? tag : INT_MAX, Seconds(plan_.sync_timeout_seconds)));
     }
+    return static_cast<uint32_t>(tag);
+  }
+
+  absl::Status SetUpCuts(uint32_t tag) {
+    run_tag_ = tag;
+    if (!HasCuts()) return absl::OkStatus();
+    const bool deltas = plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0;
     JobCuts::Options o;
     o.plan = &plan_;
     o.job_text = options_.job_text;
     o.ps = options_.ps;
     o.sync = sync_.get();
     o.env = options_.env;
-    o.run_tag = static_cast<uint32_t>(tag);
+    o.run_tag = tag;
     cuts_ = std::make_unique<JobCuts>(std::move(o));
     last_cut_at_ = absl::Now();
     last_delta_at_ = absl::Now();
-    if (options_.resume != nullptr) {
+    if (healed_from_ != nullptr) {  // A replacement continues its peers' cuts.
+      cuts_->Resume(healed_from_->best_checkpoint, healed_from_->delta_sequence);
+      last_cut_step_ = healed_from_->last_cut_step;
+    } else if (options_.resume != nullptr) {
       const TrainState& s = options_.resume->state;
       cuts_->Resume(s.best_checkpoint, s.delta_sequence);
       last_cut_step_ = s.step;
@@ -160,7 +201,10 @@ class WorkerLoop {
     }
   }
 
-  uint64_t GlobalStep(const TrainingContext& ctx) const { return base_step_ + ctx.stats().batches; }
+  // Steps of this run: a replacement counts those its lost predecessor took.
+  uint64_t RunSteps(const TrainingContext& ctx) const { return healed_steps_ + ctx.stats().batches; }
+  uint64_t RunSamples(const TrainingContext& ctx) const { return healed_samples_ + ctx.stats().samples; }
+  uint64_t GlobalStep(const TrainingContext& ctx) const { return base_step_ + RunSteps(ctx); }
 
   TrainState State(const TrainingContext& ctx) const {
     TrainState s;
@@ -177,7 +221,7 @@ class WorkerLoop {
   }
 
   uint64_t JobSamples(const TrainingContext& ctx) const {
-    return base_samples_ + ctx.stats().samples * static_cast<uint64_t>(plan_.world_size);
+    return base_samples_ + RunSamples(ctx) * static_cast<uint64_t>(plan_.world_size);
   }
 
   // One cut: every update of this worker applied first (the drain), then JobCuts.
@@ -222,6 +266,231 @@ class WorkerLoop {
     return leader_ && cuts_ != nullptr && every > 0 && absl::Now() - last_delta_at_ >= Seconds(every);
   }
 
+  // What the loop keeps of a batch once it trained (read before the step: once trained, the
+  // context reuses the batch for a later one).
+  struct BatchMarks {
+    explicit BatchMarks(const TrainBatch& b)
+        : epoch(b.batch.epoch),
+          bytes_read(b.batch.bytes_read),
+          bytes_total(b.batch.bytes_total),
+          batch_id(static_cast<int64_t>(b.batch.batch_id)),
+          position(b.batch.next_position) {}
+    uint64_t epoch, bytes_read, bytes_total;
+    int64_t batch_id;
+    data_loader::ReaderPosition position;
+  };
+  void Trained(const BatchMarks& m) {
+    last_epoch_ = m.epoch;
+    last_bytes_read_ = m.bytes_read;
+    last_bytes_total_ = m.bytes_total;
+    last_batch_id_ = m.batch_id;
+    last_position_ = m.position;
+    batch_ = nullptr;
+  }
+
+  // What a healed group's newest survivor hands the others: its dense state and the run's
+  // counters, so that every rank (a replacement too) goes on from the same step.
+  struct HealState {
+    DenseState dense;  // dense.state: the survivor's TrainState (step, samples, best evaluation).
+    uint64_t sequence_origin = 0;
+    uint32_t run_tag = 0;
+    uint64_t base_step = 0, base_samples = 0;
+    uint64_t run_samples = 0;    // The survivor's samples of this run (a replacement's predecessor's).
+    int64_t last_batch_id = -1;  // Of the survivor's last trained batch; -1: none in this run.
+    uint64_t last_cut_step = UINT64_MAX;
+    uint64_t delta_sequence = 0;
+    std::string best_checkpoint;
+  };
+
+  absl::StatusOr<std::string> EncodeHeal(const TrainingContext& ctx) {
+    HYREC_ASSIGN_OR_RETURN(DenseState dense, CaptureDenseState(*model_, optimizer_.get(), State(ctx)));
+    Encoder e;
+    e.Bytes(dense.model);
+    e.Bytes(dense.optimizer);
+    e.U64(sequence_origin_);
+    e.U32(run_tag_);
+    e.U64(base_step_);
+    e.U64(base_samples_);
+    e.U64(RunSamples(ctx));
+    e.U64(static_cast<uint64_t>(last_batch_id_));
+    e.U64(last_cut_step_);
+    e.U64(cuts_ != nullptr ? cuts_->delta_sequence() : 0);
+    e.Bytes(cuts_ != nullptr ? cuts_->best_checkpoint() : std::string());
+    return std::move(e.str());
+  }
+
+  static absl::StatusOr<HealState> DecodeHeal(const std::string& bytes) {
+    Decoder d(bytes);
+    HealState h;
+    h.dense.model = d.Bytes();
+    h.dense.optimizer = d.Bytes();
+    h.sequence_origin = d.U64();
+    h.run_tag = d.U32();
+    h.base_step = d.U64();
+    h.base_samples = d.U64();
+    h.run_samples = d.U64();
+    h.last_batch_id = static_cast<int64_t>(d.U64());
+    h.last_cut_step = d.U64();
+    h.delta_sequence = d.U64();
+    h.best_checkpoint = d.Bytes();
+    if (!d.done()) return absl::DataLossError("the healed group's dense state arrived malformed");
+    return h;
+  }
+
+  // A collective of the step failed (`cause`): a peer was lost. With heal on, the survivors
+  // regroup with its replacement and agree on the dense state (Rejoin); otherwise, or when that
+  // fails (worker 0 was lost, no replacement came), the worker fails with both reasons.
+  absl::Status HealOrFail(TrainingContext& ctx, const absl::Status& cause) {
+    if (sync_ == nullptr || plan_.heal_timeout_seconds <= 0 || (options_.stop != nullptr && options_.stop->load())) {
+      return cause;
+    }
+    const absl::Time began = absl::Now();
+    std::cerr << "hyrec worker " << plan_.rank << ": a peer was lost (" << cause.message() << "); waiting up to "
+              << plan_.heal_timeout_seconds << " s for its replacement (generation " << sync_->generation() + 1 << ")"
+              << std::endl;
+    // In slices, so that a stop request (the launcher stops the survivors when worker 0, the
+    // rendezvous's host, was lost) ends the wait; a slice that times out is repeated (joining a
+    // generation again is harmless), until the heal timeout.
+    const absl::Time deadline = began + Seconds(plan_.heal_timeout_seconds);
+    absl::Status regrouped;
+    for (;;) {
+      regrouped = sync_->Regroup(std::min(absl::Seconds(2), std::max(deadline - absl::Now(), absl::Milliseconds(1))));
+      if (!absl::IsDeadlineExceeded(regrouped) || absl::Now() >= deadline) break;
+      if (options_.stop != nullptr && options_.stop->load()) {
+        regrouped = absl::CancelledError("stopped while waiting for the replacement");
+        break;
+      }
+    }
+    if (regrouped.ok()) regrouped = Rejoin(&ctx);
+    if (!regrouped.ok()) {
+      return absl::Status(regrouped.code(),
+                          absl::StrCat(cause.message(), "; healing the group failed: ", regrouped.message()));
+    }
+    ++report_.heals;
+    std::cerr << "hyrec worker " << plan_.rank << ": the group healed in "
+              << absl::FormatDuration(absl::Trunc(absl::Now() - began, absl::Milliseconds(10))) << " (generation "
+              << sync_->generation() << ", step " << GlobalStep(ctx) << ")" << std::endl;
+    return absl::OkStatus();
+  }
+
+  // Every rank of a new generation, survivors and replacements: the newest survivor (the
+  // lowest rank among those with the most steps) sends its dense state and counters. Steps
+  // differ by at most one: a survivor whose gradient sync failed on a step another one
+  // completed settles that batch (its gradient is in the step); one whose sync failed on a step
+  // nobody completed trains the batch again. Null `ctx`: a replacement, which has none yet.
+  absl::Status Rejoin(TrainingContext* ctx) {
+    const int64_t completed = ctx == nullptr ? -1 : static_cast<int64_t>(GlobalStep(*ctx));
+    HYREC_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, sync_->AllGather(completed));
+    const int64_t newest = *std::max_element(steps.begin(), steps.end());
+    if (newest < 0) return absl::FailedPreconditionError("no rank of the healed group has trained state");
+    const int source = static_cast<int>(std::find(steps.begin(), steps.end(), newest) - steps.begin());
+    std::string bytes;
+    if (plan_.rank == source) {
+      HYREC_ASSIGN_OR_RETURN(bytes, EncodeHeal(*ctx));
+    }
+    HYREC_RETURN_IF_ERROR(sync_->BroadcastBytes(&bytes, source));
+    HYREC_ASSIGN_OR_RETURN(HealState heal, DecodeHeal(bytes));
+    if (plan_.rank != source) {
+      HYREC_RETURN_IF_ERROR(ApplyDenseState(heal.dense, *model_, optimizer_.get(), /*restore_rng=*/false));
+    }
+    if (ctx == nullptr) {
+      base_step_ = heal.base_step;
+      base_samples_ = heal.base_samples;
+      healed_steps_ = static_cast<uint64_t>(newest) - heal.base_step;
+      healed_samples_ = heal.run_samples;
+      sequence_origin_ = heal.sequence_origin;
+      run_tag_ = heal.run_tag;
+      // Batch ids go round the workers: the lost worker's batch of that step is its own rank's.
+      last_batch_id_ = heal.last_batch_id < 0 ? -1 : heal.last_batch_id - source + plan_.rank;
+      healed_from_ = std::make_unique<HealState>(std::move(heal));
+      return absl::OkStatus();
+    }
+    const bool unsynced = batch_ != nullptr && ctx->unsynced();
+    if (completed == newest - 1 && unsynced) {
+      const BatchMarks marks(*batch_);
+      HYREC_RETURN_IF_ERROR(ctx->SettleWithoutStep());
+      Trained(marks);
+      Record(*ctx);
+    } else if (completed != newest) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("worker ", plan_.rank, " is at step ", completed, " and worker ", source, " at step ", newest));
+    }
+    ctx->SetNextUpdateSequence(sequence_origin_ + GlobalStep(*ctx) + 1);
+    return absl::OkStatus();
+  }
+
+  // Set-up of a process that replaces a lost worker (DenseSync::replacement()): the dense state
+  // and counters from the group, then its stream from the lost worker's last trained batch
+  // (read to learn the position after it, and dropped), so it trains the batch after.
+  absl::Status JoinAsReplacement() {
+    if (options_.stream != nullptr) {
+      return absl::FailedPreconditionError(
+          "this worker replaces a lost one, which needs its stream opened at the lost worker's batch "
+          "(WorkerOptions::open_stream)");
+    }
+    sync_->AttachToParameters(model_->parameters());
+    HYREC_ASSIGN_OR_RETURN(optimizer_, MakeDenseOptimizer(plan_.dense_optimizer, model_->parameters()));
+    trainer_options_ = TrainerOptionsFor(plan_, device_);
+    HYREC_RETURN_IF_ERROR(Rejoin(nullptr));
+    ++report_.heals;
+    HYREC_RETURN_IF_ERROR(ResendLostUpdates());
+    HYREC_RETURN_IF_ERROR(OpenStream(last_batch_id_));
+    if (last_batch_id_ >= 0) {
+      data_loader::Batch last;
+      HYREC_RETURN_IF_ERROR(Annotate(stream_->Next(&last, Seconds(plan_.batch_timeout_seconds)),
+                                     absl::StrCat("replaying batch ", last_batch_id_, " of the lost worker")));
+      if (static_cast<int64_t>(last.batch_id) != last_batch_id_) {
+        return absl::DataLossError(absl::StrCat("the loader sent batch ", last.batch_id, " for batch ", last_batch_id_,
+                                                " of the lost worker"));
+      }
+      last_epoch_ = last.epoch;
+    }
+    last_position_ = stream_->Position();
+    std::cerr << "hyrec worker " << plan_.rank << ": joined generation " << sync_->generation()
+              << " in place of a lost worker, at step " << base_step_ + healed_steps_ << std::endl;
+    return SetUpCuts(run_tag_);
+  }
+
+  // The lost worker's last updates may not have reached every shard: at most its last
+  // embedding_staleness + 1 were unacknowledged when it was lost. The replacement recomputes
+  // them (its stream reopened at the first of those batches, the gradients taken from the healed
+  // dense state and the rows as they are now) and sends each under its step's sequence: a shard
+  // that applied the lost worker's original recognizes the repeat, one that did not applies it.
+  // The stream is then closed; JoinAsReplacement opens it again after the last of them.
+  absl::Status ResendLostUpdates() {
+    const uint64_t newest = base_step_ + healed_steps_;
+    const uint64_t count = std::min<uint64_t>(static_cast<uint64_t>(plan_.embedding_staleness) + 1, healed_steps_);
+    if (count == 0 || last_batch_id_ < 0) return absl::OkStatus();
+    const int64_t first = last_batch_id_ - static_cast<int64_t>((count - 1) * plan_.world_size);
+    HYREC_RETURN_IF_ERROR(OpenStream(first));
+    {
+      TrainerOptions o = trainer_options_;
+      o.embedding_staleness = 0;
+      TrainingContext resend(o, stream_, options_.ps, /*sync=*/nullptr, model_, optimizer_.get());
+      resend.SetNextUpdateSequence(sequence_origin_ + newest - count + 1);
+      for (uint64_t i = 0; i < count; ++i) {
+        TrainBatch* batch = nullptr;
+        if (!resend.Next(&batch)) {
+          return Annotate(resend.status().ok() ? absl::OutOfRangeError("the stream ended") : resend.status(),
+                          absl::StrCat("resending the lost worker's update of batch ", first + i * plan_.world_size));
+        }
+        const int64_t want = first + static_cast<int64_t>(i * plan_.world_size);
+        if (static_cast<int64_t>(batch->batch.batch_id) != want) {
+          return absl::DataLossError(absl::StrCat("the loader sent batch ", batch->batch.batch_id, " for batch ", want,
+                                                  " of the lost worker"));
+        }
+        HYREC_RETURN_IF_ERROR(GuardTorch(absl::StrCat("resending the lost worker's update of batch ", want), [&] {
+          torch::Tensor loss = torch::binary_cross_entropy_with_logits(resend.Forward(*batch), batch->labels);
+          return resend.PushEmbeddingGradients(loss);
+        }));
+      }
+      HYREC_RETURN_IF_ERROR(resend.Finish());
+    }
+    owned_stream_.reset();  // Its lookahead read past the last of them.
+    stream_ = nullptr;
+    return absl::OkStatus();
+  }
+
   // Votes of the step agreement; the smallest wins.
   static constexpr int kVoteStop = 0;  // Asked to stop.
   // No batch (the end of its data, or an error getting one), or worker 0 stopped early.
@@ -232,10 +501,11 @@ class WorkerLoop {
   // The next batch, once every worker has one and none was asked to stop; sets evaluate_now_
   // when worker 0 asked for an evaluation first.
   absl::StatusOr<bool> NextStep(TrainingContext& ctx, TrainBatch** batch) {
-    const bool has_batch = ctx.Next(batch);
+    // A batch in hand (the vote or the step failed and the group healed) is voted on again.
+    const bool has_batch = *batch != nullptr || ctx.Next(batch);
     const bool stop = options_.stop != nullptr && options_.stop->load();
     int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
-    if (vote == kVoteGo && leader_ && plan_.eval.every_epoch && plan_.has_eval_data && ctx.stats().batches > 0 &&
+    if (vote == kVoteGo && leader_ && plan_.eval.every_epoch && plan_.has_eval_data && RunSteps(ctx) > 0 &&
         (*batch)->batch.epoch != last_epoch_) {
       vote = kVoteEvaluate;
     }
@@ -321,7 +591,7 @@ class WorkerLoop {
   // Every eval.every_batches steps: worker 0 evaluates while the others wait for it. False: stop.
   absl::StatusOr<bool> MaybeEvaluate(TrainingContext& ctx) {
     const uint64_t every = static_cast<uint64_t>(plan_.eval.every_batches);
-    if (every == 0 || !plan_.has_eval_data || ctx.stats().batches % every != 0) return true;
+    if (every == 0 || !plan_.has_eval_data || RunSteps(ctx) % every != 0) return true;
     return EvaluateNow(ctx);
   }
 
@@ -373,9 +643,9 @@ class WorkerLoop {
     report_.stats = st;
     report_.interrupted = interrupted_;
     report_.stopped_early = stopped_early_;
-    uint64_t run_samples = st.samples;
+    uint64_t run_samples = RunSamples(ctx);
     if (sync_ != nullptr) {  // The job's samples: every worker's.
-      torch::Tensor samples = torch::full({1}, static_cast<double>(st.samples),
+      torch::Tensor samples = torch::full({1}, static_cast<double>(run_samples),
                                           torch::TensorOptions().dtype(torch::kDouble).device(device_));
       HYREC_RETURN_IF_ERROR(sync_->AllreduceMean(samples));
       run_samples = static_cast<uint64_t>(std::llround(samples.item<double>() * plan_.world_size));
@@ -482,8 +752,17 @@ class WorkerLoop {
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
   uint64_t last_bytes_total_ = 0;
-  data_loader::ReaderPosition last_position_;  // After the last trained batch.
-  uint64_t base_step_ = 0;                     // Of the checkpoint resumed from.
+  data_loader::ReaderPosition last_position_;   // After the last trained batch.
+  int64_t last_batch_id_ = -1;                  // Of the last trained batch; -1: none yet.
+  data_loader::BatchStream* stream_ = nullptr;  // options_.stream, or owned_stream_.
+  std::unique_ptr<data_loader::BatchStream> owned_stream_;
+  TrainBatch* batch_ = nullptr;   // The batch in hand: voted on or trained, not yet done.
+  uint64_t sequence_origin_ = 0;  // The update sequence of step s is this + s.
+  uint32_t run_tag_ = 0;
+  uint64_t healed_steps_ = 0;  // A replacement: the steps and samples of this run before it joined.
+  uint64_t healed_samples_ = 0;
+  std::unique_ptr<HealState> healed_from_;  // A replacement: what the group handed it.
+  uint64_t base_step_ = 0;                  // Of the checkpoint resumed from.
   uint64_t base_samples_ = 0;
   std::unique_ptr<JobCuts> cuts_;  // Null without checkpoints and deltas.
   bool cut_checkpoint_now_ = false;

@@ -162,15 +162,19 @@ class SequenceWindow {
       }
       seen_.set(0);
       highest_ = sequence;
+      ++applied_;
       return kNew;
     }
     const uint64_t distance = highest_ - sequence;
     if (distance >= kDedupWindow) return kTooOld;
     if (seen_.test(distance)) return kRepeat;
     seen_.set(distance);
+    ++applied_;
     return kNew;
   }
   uint64_t highest() const { return highest_; }
+  // Updates marked new since the job began (what checkpoints kept, and replays, included).
+  uint64_t applied() const { return applied_; }
   // The window as 16 words (bit k of word k / 64: sequence highest - k was applied).
   std::vector<uint64_t> Words() const {
     std::vector<uint64_t> words(kDedupWindow / 64, 0);
@@ -179,15 +183,19 @@ class SequenceWindow {
     }
     return words;
   }
-  // Adds what another window holds (the union of the applied sequences both can tell).
-  void Merge(uint64_t highest, const std::vector<uint64_t>& words) {
+  // Adds what another window holds (the union of the applied sequences both can tell) and the
+  // updates it counted.
+  void Merge(uint64_t highest, const std::vector<uint64_t>& words, uint64_t applied) {
+    const uint64_t before = applied_;
     for (size_t k = kDedupWindow; k-- > 0;) {
       if ((words[k / 64] >> (k % 64) & 1) != 0 && highest >= k) (void)Mark(highest - k);
     }
+    applied_ = before + applied;
   }
 
  private:
   uint64_t highest_ = 0;
+  uint64_t applied_ = 0;
   std::bitset<kDedupWindow> seen_;
 };
 
@@ -494,7 +502,8 @@ class StripedStore final : public EmbeddingShardStore {
       for (const auto& [worker, windows] : dedup_) {
         for (size_t t = 0; t < windows.size(); ++t) {
           if (windows[t].highest() == 0) continue;
-          snap.dedup.push_back({worker, static_cast<uint32_t>(t), windows[t].highest(), windows[t].Words()});
+          snap.dedup.push_back(
+              {worker, static_cast<uint32_t>(t), windows[t].highest(), windows[t].Words(), windows[t].applied()});
         }
       }
     }
@@ -589,7 +598,7 @@ class StripedStore final : public EmbeddingShardStore {
         if (dedup_.size() >= kMaxDedupWorkers) continue;
         it = dedup_.emplace(d.worker, std::vector<SequenceWindow>(layouts_.size())).first;
       }
-      it->second[d.table].Merge(d.highest, d.seen);
+      it->second[d.table].Merge(d.highest, d.seen, d.applied);
     }
     delta_sequence_ = std::max(delta_sequence_, snap.delta_sequence);
     return absl::OkStatus();

@@ -190,6 +190,7 @@ class ShardFileReader {
           x.highest = d.U64();
           x.seen.resize(16);
           d.Raw(x.seen.data(), 16 * 8);
+          if (d.remaining() == 8) x.applied = d.U64();  // Absent from checkpoints written before the count.
           if (!d.done() || x.table >= tables->size()) return bad("malformed dedup block");
           if (h.dedup) h.dedup(std::move(x));
           break;
@@ -253,6 +254,7 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
     e.U32(x.table);
     e.U64(x.highest);
     e.Raw(x.seen.data(), 16 * 8);
+    e.U64(x.applied);
     HYREC_RETURN_IF_ERROR(w->Add(kDedupBlock, e.str()));
   }
   HYREC_ASSIGN_OR_RETURN(info.file, w->Finish());
@@ -353,6 +355,25 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
     HYREC_RETURN_IF_ERROR(store->RestoreCounters(counters, /*exact=*/same_layout));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<AppliedUpdates>> ReadAppliedUpdates(Env* env, const std::string& path,
+                                                               const FileEntry* expect) {
+  std::vector<std::string> names;
+  std::vector<AppliedUpdates> out;
+  ShardFileReader::Handlers h;
+  h.tables = [&](const ShardFileHeader& header) -> absl::Status {
+    for (const TableHeader& t : header.tables) names.push_back(t.name);
+    return absl::OkStatus();
+  };
+  h.rows = [](uint32_t, absl::Span<const uint64_t>, absl::Span<const float>) { return absl::OkStatus(); };
+  h.dedup = [&](StoreSnapshot::Dedup&& x) {
+    out.push_back(AppliedUpdates{x.table < names.size() ? names[x.table] : std::to_string(x.table), x.worker, x.applied,
+                                 x.highest});
+  };
+  ShardFileHeader header;
+  HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, path, FileKind::kPsShard, expect, h, &header));
+  return out;
 }
 
 absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoint_dir, const FileEntry& shard_file,

@@ -241,6 +241,7 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.log_every_batches = spec.train.log_every_batches;
   worker.sync_timeout_seconds = spec.train.sync_timeout_seconds;
   worker.batch_timeout_seconds = spec.train.batch_timeout_seconds;
+  worker.heal_timeout_seconds = spec.train.workers > 1 ? spec.train.heal_timeout_seconds : 0;
   if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
     worker.ps_recovery_timeout_seconds = spec.ps.recovery_timeout_seconds;
   }

@@ -206,7 +206,7 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
   HYREC_RETURN_IF_ERROR(
       CheckKeys(node, "train",
                 {"workers", "embedding_staleness", "dense_optimizer", "dense_learning_rate", "log_every_batches",
-                 "seed", "device", "sync_timeout_seconds", "batch_timeout_seconds"}));
+                 "seed", "device", "sync_timeout_seconds", "batch_timeout_seconds", "heal_timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "workers", "train", &train->workers));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "embedding_staleness", "train", &train->embedding_staleness));
   HYREC_RETURN_IF_ERROR(ReadDenseOptimizer(node, &train->dense_optimizer));
@@ -215,6 +215,10 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "device", "train", &train->device));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync_timeout_seconds", "train", &train->sync_timeout_seconds));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_timeout_seconds", "train", &train->batch_timeout_seconds));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "heal_timeout_seconds", "train", &train->heal_timeout_seconds));
+  if (!(train->heal_timeout_seconds >= 0 && train->heal_timeout_seconds <= 86400)) {
+    return Invalid("train.heal_timeout_seconds", node["heal_timeout_seconds"], "must be in [0, 86400]");
+  }
   if (train->workers < 1 || train->workers > 1024)
     return Invalid("train.workers", node["workers"], "must be in [1, 1024]");
   if (train->embedding_staleness < 0 || train->embedding_staleness > 64) {

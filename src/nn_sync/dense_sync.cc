@@ -2,6 +2,7 @@
 
 #include <torch/torch.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #ifdef USE_C10D_GLOO
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -10,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <cstring>
 #include <mutex>
 
 #include "absl/strings/numbers.h"
@@ -29,6 +31,16 @@ using Group = c10d::ProcessGroup;
 #endif
 
 std::chrono::milliseconds ToChrono(absl::Duration d) { return std::chrono::milliseconds(absl::ToInt64Milliseconds(d)); }
+
+// Rendezvous keys of the generations. Generation 0's process group uses the store's top level
+// (c10d's own keys); each later one a prefix of its own.
+constexpr char kGenerationKey[] = "hyrec/generation";  // The newest generation opened (worker 0 sets it).
+std::string JoinKey(int generation, int rank) {
+  return generation == 0 ? absl::StrCat("hyrec/rendezvous/", rank)
+                         : absl::StrCat("hyrec/gen/", generation, "/join/", rank);
+}
+std::string OpenKey(int generation) { return absl::StrCat("hyrec/gen/", generation, "/open"); }
+std::string GroupPrefix(int generation) { return absl::StrCat("hyrec/gen/", generation, "/pg"); }
 
 // A failed collective or rendezvous, from the exception c10d throws.
 absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
@@ -89,14 +101,142 @@ class RendezvousStore final : public c10d::Store {
   const std::chrono::milliseconds fallback_timeout_;
 };
 
+SyncBackend ChosenBackend(const SyncOptions& options) {
+  if (options.backend != SyncBackend::kAuto) return options.backend;
+  return options.device_is_cuda ? SyncBackend::kNccl : SyncBackend::kGloo;
+}
+std::string BackendName(const SyncOptions& options) {
+  return ChosenBackend(options) == SyncBackend::kNccl ? "nccl" : "gloo";
+}
+
+// The process group of the options' backend over `store` (every rank builds it at once).
+absl::StatusOr<c10::intrusive_ptr<Group>> MakeGroup(const SyncOptions& options, c10::intrusive_ptr<c10d::Store> store) {
+  if (ChosenBackend(options) == SyncBackend::kNccl) {
+#ifdef USE_C10D_NCCL
+    try {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = ToChrono(options.timeout);
+      return c10::intrusive_ptr<Group>(
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options.rank, options.world_size, nccl_options));
+    } catch (const std::exception& e) {
+      return CollectiveError("creating the NCCL process group", e);
+    }
+#else
+    return absl::UnimplementedError("this build's LibTorch has no CUDA, so no NCCL process group");
+#endif
+  }
+#ifdef USE_C10D_GLOO
+  try {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
+    gloo_options->timeout = ToChrono(options.timeout);
+    const bool loopback = options.master_addr == "127.0.0.1" || options.master_addr == "localhost";
+    gloo_options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                             : c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::intrusive_ptr<Group>(
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.world_size, gloo_options));
+  } catch (const std::exception& e) {
+    return CollectiveError("creating the Gloo process group", e);
+  }
+#else
+  return absl::UnimplementedError("this build's LibTorch came without Gloo headers, so no Gloo process group");
+#endif
+}
+
 class C10dSync final : public DenseSync {
  public:
-  C10dSync(SyncOptions options, c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group,
-           std::string backend)
+  C10dSync(SyncOptions options, RendezvousOptions rendezvous_options, std::shared_ptr<Rendezvous> rendezvous,
+           c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<Group> group, std::string backend, int generation)
       : options_(std::move(options)),
+        rendezvous_options_(std::move(rendezvous_options)),
+        rendezvous_(std::move(rendezvous)),
         store_(std::move(store)),
         group_(std::move(group)),
-        backend_(std::move(backend)) {}
+        backend_(std::move(backend)),
+        generation_(generation) {}
+
+  int generation() const override { return generation_; }
+  bool replacement() const override { return generation_ > 0 && !regrouped_; }
+
+  absl::Status Regroup(absl::Duration timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Bucket& b : buckets_) {  // Their work belongs to the old group.
+      b.work.reset();
+      b.buffer.zero_();
+      b.ready = 0;
+    }
+    next_launch_ = 0;
+    group_.reset();  // Its collectives failed or time out within the timeout; then it is gone.
+    const int next = generation_ + 1;
+    // The other ranks reach worker 0's rendezvous through calls bounded by `timeout`: when
+    // worker 0 is gone, each fails within it rather than the store's own timeout.
+    std::shared_ptr<Rendezvous> calls = rendezvous_;
+    if (options_.rank == 0) {
+      HYREC_RETURN_IF_ERROR(rendezvous_->Set(kGenerationKey, std::to_string(next)));
+      HYREC_RETURN_IF_ERROR(rendezvous_->Set(OpenKey(next), "1"));
+    } else {
+      RendezvousOptions bounded = rendezvous_options_;
+      bounded.timeout = timeout;
+      HYREC_ASSIGN_OR_RETURN(calls, JoinRendezvous(bounded));
+    }
+    HYREC_ASSIGN_OR_RETURN(group_, JoinGeneration(options_, *calls, store_, next, timeout));
+    generation_ = next;
+    regrouped_ = true;
+    return absl::OkStatus();
+  }
+
+  absl::Status BroadcastBytes(std::string* bytes, int root) override {
+    try {
+      c10d::BroadcastOptions broadcast;
+      broadcast.rootRank = root;
+      broadcast.timeout = ToChrono(options_.timeout);
+      const auto on_device = torch::TensorOptions().device(device_);
+      std::vector<torch::Tensor> size = {
+          torch::full({1}, static_cast<int64_t>(bytes->size()), on_device.dtype(torch::kLong))};
+      group_->broadcast(size, broadcast)->wait(ToChrono(options_.timeout));
+      const int64_t n = size[0].item<int64_t>();
+      torch::Tensor cpu = torch::zeros({n}, torch::kUInt8);
+      if (options_.rank == root) std::memcpy(cpu.data_ptr(), bytes->data(), bytes->size());
+      std::vector<torch::Tensor> data = {cpu.to(device_)};
+      if (n > 0) group_->broadcast(data, broadcast)->wait(ToChrono(options_.timeout));
+      cpu = data[0].to(torch::kCPU).contiguous();
+      bytes->assign(static_cast<const char*>(cpu.data_ptr()), static_cast<size_t>(n));
+    } catch (const std::exception& e) {
+      return CollectiveError("broadcast", e);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<std::vector<int64_t>> AllGather(int64_t value) override {
+    torch::Tensor all = torch::zeros({options_.world_size}, torch::TensorOptions().dtype(torch::kLong));
+    all[options_.rank] = value;
+    std::vector<torch::Tensor> t = {all.to(device_)};
+    try {
+      c10d::AllreduceOptions allreduce;
+      allreduce.timeout = ToChrono(options_.timeout);
+      group_->allreduce(t, allreduce)->wait(ToChrono(options_.timeout));
+    } catch (const std::exception& e) {
+      return CollectiveError("gathering every rank's value", e);
+    }
+    all = t[0].to(torch::kCPU);
+    return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + options_.world_size);
+  }
+
+  // Announces this rank in `generation` and waits for every rank there, then builds the
+  // generation's process group on its prefix of the store.
+  static absl::StatusOr<c10::intrusive_ptr<Group>> JoinGeneration(const SyncOptions& options, Rendezvous& rendezvous,
+                                                                  const c10::intrusive_ptr<c10d::Store>& store,
+                                                                  int generation, absl::Duration timeout) {
+    const std::string where =
+        absl::StrCat("generation ", generation, " of the dense group at ", options.master_addr, ":",
+                     options.master_port, " (rank ", options.rank, " of ", options.world_size, ")");
+    HYREC_RETURN_IF_ERROR(Annotate(rendezvous.Set(JoinKey(generation, options.rank), "1"), where));
+    std::vector<std::string> everyone;
+    for (int r = 0; r < options.world_size; ++r) everyone.push_back(JoinKey(generation, r));
+    HYREC_RETURN_IF_ERROR(Annotate(rendezvous.Wait(everyone, timeout), where));
+    c10::intrusive_ptr<c10d::Store> scoped = store;
+    if (generation > 0) scoped = c10::make_intrusive<c10d::PrefixStore>(GroupPrefix(generation), store);
+    return MakeGroup(options, scoped);
+  }
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
@@ -256,9 +396,13 @@ class C10dSync final : public DenseSync {
   }
 
   const SyncOptions options_;
+  const RendezvousOptions rendezvous_options_;
+  const std::shared_ptr<Rendezvous> rendezvous_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<Group> group_;
   const std::string backend_;
+  int generation_;
+  bool regrouped_ = false;              // Regroup ran: a survivor, whatever generation it started in.
   torch::Device device_ = torch::kCPU;  // Where the parameters live (AllAgree's vote goes there).
   std::mutex mu_;
   std::vector<Bucket> buckets_;
@@ -310,46 +454,38 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
   rendezvous_options.port = options.master_port;
   rendezvous_options.security = options.security;
   rendezvous_options.timeout = options.timeout;
-  absl::StatusOr<std::unique_ptr<Rendezvous>> rendezvous =
+  absl::StatusOr<std::unique_ptr<Rendezvous>> made =
       options.rank == 0 ? HostRendezvous(rendezvous_options) : JoinRendezvous(rendezvous_options);
-  if (!rendezvous.ok()) return Annotate(rendezvous.status(), where);
-  HYREC_RETURN_IF_ERROR(Annotate((*rendezvous)->Set(absl::StrCat("hyrec/rendezvous/", options.rank), "1"), where));
-  std::vector<std::string> everyone;
-  for (int r = 0; r < options.world_size; ++r) everyone.push_back(absl::StrCat("hyrec/rendezvous/", r));
-  HYREC_RETURN_IF_ERROR(Annotate((*rendezvous)->Wait(everyone, options.timeout), where));
-  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<RendezvousStore>(
-      std::shared_ptr<Rendezvous>(*std::move(rendezvous)), ToChrono(options.timeout));
-  SyncBackend backend = options.backend;
-  if (backend == SyncBackend::kAuto) backend = options.device_is_cuda ? SyncBackend::kNccl : SyncBackend::kGloo;
-  if (backend == SyncBackend::kNccl) {
-#ifdef USE_C10D_NCCL
-    try {
-      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
-      nccl_options->timeout = ToChrono(options.timeout);
-      auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, options.rank, options.world_size, nccl_options);
-      return std::unique_ptr<DenseSync>(new C10dSync(options, store, group, "nccl"));
-    } catch (const std::exception& e) {
-      return CollectiveError("creating the NCCL process group", e);
+  if (!made.ok()) return Annotate(made.status(), where);
+  std::shared_ptr<Rendezvous> rendezvous(*std::move(made));
+  int generation = 0;
+  if (options.rank == 0) {
+    HYREC_RETURN_IF_ERROR(Annotate(rendezvous->Set(kGenerationKey, "0"), where));
+  } else {
+    // The first generation this rank has not joined: a process that replaces a lost rank finds
+    // its rank in the current one and waits for the survivors to open the next.
+    absl::StatusOr<std::string> newest = rendezvous->Get(kGenerationKey, options.timeout);
+    if (!newest.ok()) return Annotate(newest.status(), where);
+    if (!absl::SimpleAtoi(*newest, &generation) || generation < 0) {
+      return absl::InternalError(absl::StrCat(where, ": the generation key holds '", *newest, "'"));
     }
-#else
-    return absl::UnimplementedError("this build's LibTorch has no CUDA, so no NCCL process group");
-#endif
+    for (;;) {
+      absl::StatusOr<bool> joined = rendezvous->Check({JoinKey(generation, options.rank)});
+      if (!joined.ok()) return Annotate(joined.status(), where);
+      if (!*joined) break;
+      ++generation;
+    }
+    if (generation > 0) {
+      HYREC_RETURN_IF_ERROR(
+          Annotate(rendezvous->Wait({OpenKey(generation)}, 2 * options.timeout),
+                   absl::StrCat(where, ": replacing a lost rank, waiting for the others to regroup")));
+    }
   }
-#ifdef USE_C10D_GLOO
-  try {
-    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
-    gloo_options->timeout = ToChrono(options.timeout);
-    const bool loopback = options.master_addr == "127.0.0.1" || options.master_addr == "localhost";
-    gloo_options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                             : c10d::ProcessGroupGloo::createDefaultDevice());
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, options.rank, options.world_size, gloo_options);
-    return std::unique_ptr<DenseSync>(new C10dSync(options, store, group, "gloo"));
-  } catch (const std::exception& e) {
-    return CollectiveError("creating the Gloo process group", e);
-  }
-#else
-  return absl::UnimplementedError("this build's LibTorch came without Gloo headers, so no Gloo process group");
-#endif
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<RendezvousStore>(rendezvous, ToChrono(options.timeout));
+  HYREC_ASSIGN_OR_RETURN(c10::intrusive_ptr<Group> group,
+                         C10dSync::JoinGeneration(options, *rendezvous, store, generation, options.timeout));
+  return std::unique_ptr<DenseSync>(
+      new C10dSync(options, rendezvous_options, rendezvous, store, std::move(group), BackendName(options), generation));
 }
 
 }  // namespace hyrec::nn_sync

@@ -17,10 +17,12 @@
 // Flow control: the client keeps at most `prefetch_batches` decoded batches and stops reading
 // when they are full; gRPC's flow control then stops the server, whose per-worker queue then
 // stops the loader. Nothing is dropped and memory stays bounded on both sides. The server keeps
-// the last `replay_batches` batches it sent to each worker, so a stream that breaks can reconnect
+// the last `replay_batches` batches (and `replay_bytes`) it sent to each worker, so a stream that breaks can reconnect
 // (ConnectBatchStream with the next batch id it wants) without losing or repeating a batch, as
 // long as no more than that many were in flight; otherwise the reconnect is FAILED_PRECONDITION
-// and the worker resumes by restarting the loader from the saved positions.
+// and the worker resumes by restarting the loader from the saved positions. A worker's new
+// stream waits a few seconds for its earlier one to end (a replacement for a lost worker opens
+// its stream before the loader has seen the old one go), then is FAILED_PRECONDITION.
 //
 // A lost loader heals: a server started with StartDeferred begins reading only once every
 // worker has opened its stream. When each of them reports where it stands (its stream was open
@@ -50,7 +52,12 @@ namespace hyrec::data_loader {
 struct DataServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;
-  int replay_batches = 16;  // Must cover the batches in flight (client prefetch + transport).
+  // Must cover the batches in flight to a worker (its prefetch, its lookahead, the transport):
+  // a reconnecting stream, or a replacement worker, asks again for batches it never trained.
+  int replay_batches = 32;
+  // And at least this many bytes of them: gRPC's flow-control windows and the socket buffers can
+  // hold many more small batches than replay_batches.
+  size_t replay_bytes = 64 << 20;
   int max_message_bytes = 512 << 20;
   SecurityOptions security;  // Off: plaintext, every caller trusted (in-process tests only).
 };

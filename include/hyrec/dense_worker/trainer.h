@@ -133,6 +133,24 @@ class TrainingContext {
   // Waits for every pending update.
   absl::Status Finish();
 
+  // When Backward's gradient sync failed (a peer was lost), the batch stays current and nothing
+  // of it was applied. After the group heals (DenseSync::Regroup), either train it again
+  // (Forward and Backward on the same batch), or, when the healed group's dense state already
+  // includes its step (a peer completed that allreduce), settle it: its embedding gradients go
+  // to the PS and it counts as trained, without a dense step.
+  bool unsynced() const { return unsynced_; }
+  absl::Status SettleWithoutStep();
+  // The embedding part of Backward alone: the gradient of `loss` with respect to the batch's
+  // rows (the dense parameters' gradients, their sync and the dense step left out) pushed as the
+  // batch's update. A replacement worker resends a lost worker's last updates this way, under
+  // their steps' sequences, so shards that never got them apply them and the others recognize
+  // them as repeats.
+  absl::Status PushEmbeddingGradients(torch::Tensor loss);
+  // The update sequence of the next trained batch (each one takes the next): RunWorker derives
+  // them from the step, so that a replacement worker resends a lost worker's updates with the
+  // same sequences and the PS applies each once. Unset: from the clock at construction.
+  void SetNextUpdateSequence(uint64_t sequence);
+
   absl::Status status() const { return status_; }
   TrainerStats stats() const;
   data_loader::ReaderPosition position() const { return stream_->Position(); }
@@ -158,6 +176,8 @@ class TrainingContext {
     std::vector<int> slots;  // Slots reading these tables, in slot order.
   };
   absl::Status PopOldestUpdate();
+  // The current batch's embedding gradients to the PS, without waiting; counts it trained.
+  absl::Status PushUpdate();
   // Per-batch host buffers (rows, bag indices, row gradients), recycled (trainer.cc).
   class HostBufferPool;
   // The threads that run lookups and updates (trainer.cc).
@@ -191,6 +211,7 @@ class TrainingContext {
   // new updates, not repeats of the old run's.
   uint64_t sequence_ = static_cast<uint64_t>(absl::ToUnixMillis(absl::Now())) << 20;
   int64_t newest_acked_ = -1;
+  bool unsynced_ = false;  // The current batch's gradient sync failed.
   absl::Status status_;
   TrainerStats stats_;
   double lookup_ms_total_ = 0, update_ms_total_ = 0, wait_ms_total_ = 0, staleness_total_ = 0;

@@ -33,6 +33,16 @@
 // did not improve on the best one (eval.metric), the workers stop together as at the end of the
 // data.
 //
+// A lost peer heals (train.heal_timeout_seconds > 0, several workers): when the step's vote or
+// gradient allreduce fails, the survivors regroup (DenseSync::Regroup) and wait for a
+// replacement, a process started with the lost worker's flags, whose DenseSync::Create joins the
+// next generation. The survivor with the most steps sends every rank its dense parameters,
+// optimizer state and counters; the replacement opens its stream at the lost worker's last
+// trained batch (the loader replays it), and the group goes on from that step: no rollback, no
+// sample trained twice or skipped, the lost worker's updates resent under the same step-derived
+// (worker, sequence) so the PS applies each once. Worker 0 hosts the rendezvous: its loss cannot
+// heal, and the job falls back to its checkpoint (hyrec train --processes does).
+//
 // Every LibTorch exception (a model's shape error, an allocation that fails) is caught and
 // returned as a Status naming the batch and the operation.
 #ifndef HYREC_DENSE_WORKER_WORKER_H_
@@ -41,6 +51,7 @@
 #include <torch/torch.h>
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -114,6 +125,7 @@ struct TrainReport {
   double checkpoint_pause_seconds = 0;  // Training time this worker spent in cuts.
   double checkpoint_write_seconds = 0;  // Worker 0: from each committed cut to its manifest's commit.
   uint64_t resumed_step = 0;            // The step the run resumed from (0: a fresh start).
+  int heals = 0;  // Times this worker's group healed from a lost peer (a replacement's join counts).
 };
 
 // What worker 0 reports as training goes; called on its training thread.
@@ -126,7 +138,12 @@ class TrainObserver {
 };
 
 struct WorkerOptions {
-  data_loader::BatchStream* stream = nullptr;   // This worker's batches (required).
+  // This worker's batches: `stream`, or, when it is null, a stream `open_stream` opens once the
+  // worker knows where it starts (after the rendezvous): at `next_batch`, the global id of the
+  // first batch wanted (-1: where the loader starts this worker). A worker that replaces a lost
+  // one opens it at the lost worker's last trained batch; with `stream` given it cannot.
+  data_loader::BatchStream* stream = nullptr;
+  std::function<absl::StatusOr<std::unique_ptr<data_loader::BatchStream>>(int64_t next_batch)> open_stream;
   embedding_ps::EmbeddingClient* ps = nullptr;  // The PS shards (required).
   TrainObserver* observer = nullptr;            // Worker 0's reports; may be null.
   // When it becomes true, the workers stop after their current batch; may be null.

@@ -87,6 +87,10 @@ struct StoreSnapshot {
     uint32_t table = 0;
     uint64_t highest = 0;
     std::vector<uint64_t> seen;  // 16 words: bit k set when sequence highest - k was applied.
+    // Updates of this (worker, table) the shard applied since the job began (repeats not
+    // counted), carried through checkpoints and update-log replays: what a client's
+    // acknowledgements must add up to.
+    uint64_t applied = 0;
   };
   std::vector<Dedup> dedup;
   uint64_t delta_sequence = 0;  // Deltas taken before the snapshot.

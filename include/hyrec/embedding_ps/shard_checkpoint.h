@@ -55,6 +55,18 @@ absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, i
 absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointManifest& manifest, int shard,
                           int num_shards, EmbeddingShardStore* store);
 
+// What a checkpoint's shard file says each worker's updates of each table came to: the updates
+// the shard applied since the job began (StoreSnapshot::Dedup::applied) and the highest
+// sequence among them. Checked against `expect` (its manifest entry) when given.
+struct AppliedUpdates {
+  std::string table;
+  uint32_t worker = 0;
+  uint64_t applied = 0;
+  uint64_t highest = 0;
+};
+absl::StatusOr<std::vector<AppliedUpdates>> ReadAppliedUpdates(Env* env, const std::string& path,
+                                                               const FileEntry* expect);
+
 // Rows as an export or a delta holds them, weights only.
 struct ExportedTable {
   std::string name;

@@ -88,6 +88,7 @@ struct WorkerPlan {
   int log_every_batches = 100;
   double sync_timeout_seconds = 60;
   double batch_timeout_seconds = 120;
+  double heal_timeout_seconds = 60;  // 0: a lost peer is not healed (train.heal_timeout_seconds).
   // With the shards' update logs: how long a PS call waits for a shard to come back (0: the
   // client's default deadline; a lost shard then fails the worker at once).
   double ps_recovery_timeout_seconds = 0;

@@ -139,6 +139,10 @@ struct TrainSpec {
   std::string device = "cpu";          // cpu | cuda | auto
   double sync_timeout_seconds = 60;    // Rendezvous and every collective.
   double batch_timeout_seconds = 120;  // A worker waits this long for its next batch.
+  // A lost worker other than worker 0 is replaced and heals from its live peers: the survivors
+  // wait this long for the replacement to join the group's next generation. 0: no heal (a lost
+  // worker stops the job, which falls back to its latest checkpoint).
+  double heal_timeout_seconds = 60;
 };
 
 // Where hand-started roles and Kubernetes pods find each other: "host:port" each.

@@ -28,6 +28,15 @@
 // TCPStore, which listens on every interface and admits anyone. Every collective and the
 // rendezvous have `timeout`: a dead or frozen peer becomes an error Status, never a hang.
 //
+// Generations: a group that lost a member heals. When a collective fails because a rank died
+// or froze, the survivors call Regroup; a replacement started with the lost rank's options
+// joins through Create, which finds that rank already in the current generation and waits for
+// the next. Together they form generation + 1, a new process group on a fresh key prefix of the
+// same rendezvous (as c10d's new_group does), and go on; what they exchange to agree on the
+// dense state is the caller's (BroadcastBytes, AllGather). Worker 0 hosts the rendezvous: when
+// it is lost nothing can regroup, and Regroup and a replacement's Create fail within their
+// timeouts.
+//
 // Thread safety: one DenseSync per worker, used from the training thread (the gradient hooks run
 // on autograd's thread during backward).
 #ifndef HYREC_NN_SYNC_DENSE_SYNC_H_
@@ -73,8 +82,10 @@ struct SyncOptions {
 class DenseSync {
  public:
   // Joins the group: connects to (or, on rank 0, hosts) the rendezvous and creates the process
-  // group. UNAVAILABLE when rank 0 cannot bind master_addr:master_port. DEADLINE_EXCEEDED / UNAVAILABLE when the peers
-  // do not all arrive within the timeout.
+  // group. UNAVAILABLE when rank 0 cannot bind master_addr:master_port. DEADLINE_EXCEEDED /
+  // UNAVAILABLE when the peers do not all arrive within the timeout. A rank that already joined
+  // the rendezvous's current generation (this process replaces a lost one) waits up to twice the
+  // timeout for the survivors to open the next generation and joins that (replacement()).
   static absl::StatusOr<std::unique_ptr<DenseSync>> Create(const SyncOptions& options);
   virtual ~DenseSync() = default;
 
@@ -100,6 +111,20 @@ class DenseSync {
   // rank must call it at the same point; `timeout` bounds the wait for the slowest rank (one that
   // was evaluating, say).
   virtual absl::StatusOr<int> AllMin(int value, absl::Duration timeout) = 0;
+
+  // The group's generation: 0 for the group the job started with.
+  virtual int generation() const = 0;
+  // Whether Create joined a later generation in place of a lost rank.
+  virtual bool replacement() const = 0;
+  // After a collective failed: leaves this generation's group and forms the next one with every
+  // rank (the survivors and the lost ranks' replacements), within `timeout`. The gradient
+  // buckets start empty. DEADLINE_EXCEEDED when a rank does not come; UNAVAILABLE when the
+  // rendezvous (worker 0) is gone.
+  virtual absl::Status Regroup(absl::Duration timeout) = 0;
+  // Copies rank `root`'s bytes (any length) into every rank's.
+  virtual absl::Status BroadcastBytes(std::string* bytes, int root) = 0;
+  // Every rank's `value`, in rank order.
+  virtual absl::StatusOr<std::vector<int64_t>> AllGather(int64_t value) = 0;
 };
 
 }  // namespace hyrec::nn_sync
