@@ -146,6 +146,39 @@ TEST(DataService, ABrokenStreamReconnectsWithoutLossOrRepeat) {
   ExpectSame(got[1], local[1]);
 }
 
+// Enough data that no stream of this job ends while the test runs.
+constexpr char kLongConfig[] = R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 10000000, vocabulary: 5000, seed: 5}
+  batch_size: 100
+  threads: 2
+  prefetch_batches: 2
+ps: {shards: 3}
+train: {workers: 2}
+security: {mode: none}
+)";
+
+TEST(DataService, ASecondStreamForAWorkerIsRefusedWhileTheFirstIsOpen) {
+  LoaderProcess loader = StartLoader({}, kLongConfig);
+  auto s0 = ConnectBatchStream(loader.address, 0, {});
+  auto s1 = ConnectBatchStream(loader.address, 1, {});
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  Batch b;
+  ASSERT_TRUE((*s0)->Next(&b, absl::Seconds(20)).ok());
+  ASSERT_TRUE((*s1)->Next(&b, absl::Seconds(20)).ok());
+  // The first stream stays open (its reader just stops reading): the second one waits for it
+  // to end, then is refused, and the first one goes on undisturbed.
+  auto dup = ConnectBatchStream(loader.address, 0, {});
+  ASSERT_TRUE(dup.ok());
+  const absl::Time start = absl::Now();
+  const absl::Status refused = (*dup)->Next(&b, absl::Seconds(20));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_NE(refused.message().find("already has an open stream"), std::string::npos) << refused;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+  EXPECT_TRUE((*s0)->Next(&b, absl::Seconds(20)).ok());
+}
+
 TEST(DataService, ResumesFromPositionsWrittenOnShutdown) {
   const std::string positions = ::testing::TempDir() + "/positions.txt";
   std::vector<std::vector<Batch>> got(2);
