@@ -404,6 +404,18 @@ Ending ReadToExit(hyrec::Subprocess& p) {
   return e;
 }
 
+// Reads `p` until two progress lines have followed a line that contains `note` (the first may
+// have been on its way before it), keeping what it read in `lines`; returns how many followed.
+int ReadTwoProgressLinesAfter(hyrec::Subprocess& p, absl::string_view note, std::vector<std::string>* lines) {
+  int progress = -1;
+  for (absl::StatusOr<std::string> line; progress < 2 && (line = p.ReadLine(absl::Seconds(60))).ok();) {
+    lines->push_back(*line);
+    if (absl::StrContains(*line, note)) progress = 0;
+    if (progress >= 0 && absl::StartsWith(*line, "samples ")) ++progress;
+  }
+  return progress;
+}
+
 // Whether a committed checkpoint (a directory with its MANIFEST) appears under `dir` in time.
 bool AwaitCommittedCheckpoint(const std::string& dir, absl::Duration timeout) {
   for (const absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
@@ -437,12 +449,9 @@ TEST(Cli, AStoppedWorkerIsKilledWithinTheWatchdogTimeout) {
     ASSERT_EQ(kill(worker, SIGSTOP), 0);
     if (heal) {
       // Replaced, and training goes on: two progress lines after the note.
-      int progress = -1;
-      for (absl::StatusOr<std::string> line; progress < 2 && (line = p->ReadLine(absl::Seconds(60))).ok();) {
-        if (absl::StrContains(*line, "worker 1 exited (killed by signal 9); restarting it to heal")) progress = 0;
-        if (progress >= 0 && absl::StartsWith(*line, "samples ")) ++progress;
-      }
-      EXPECT_EQ(progress, 2);
+      std::vector<std::string> lines;
+      EXPECT_EQ(ReadTwoProgressLinesAfter(*p, "worker 1 exited (killed by signal 9); restarting it to heal", &lines),
+                2);
       ControlC(*p);
       ExpectInterruptedSummary(*p);
     } else {
@@ -602,14 +611,8 @@ train: {workers: 2, log_every_batches: 20}
     const pid_t worker = ChildWith(p->pid(), "--rank=1");
     ASSERT_GT(worker, 0);
     ASSERT_EQ(kill(worker, SIGKILL), 0);
-    // The next kill once the replacement trains: two progress lines after the restart note (the
-    // first may have been on its way before it).
-    int progress = -1;
-    for (absl::StatusOr<std::string> line; progress < 2 && (line = p->ReadLine(absl::Seconds(60))).ok();) {
-      end.lines.push_back(*line);
-      if (absl::StrContains(*line, "restarting it to heal from its live peers")) progress = 0;
-      if (progress >= 0 && absl::StartsWith(*line, "samples ")) ++progress;
-    }
+    // The next kill once the replacement trains.
+    EXPECT_EQ(ReadTwoProgressLinesAfter(*p, "restarting it to heal from its live peers", &end.lines), 2);
   }
   const Ending rest = ReadToExit(*p);
   end.lines.insert(end.lines.end(), rest.lines.begin(), rest.lines.end());

@@ -130,38 +130,30 @@ TEST(NnSyncHeal, ALostRankIsReplacedInTheNextGenerationAndTheReplicasEndIdentica
     torch::manual_seed(seed);
     return TinyMlp();
   };
+  // A rank of the first generation: joins, takes rank 0's parameters and trains `until` steps
+  // (healing on the way); a survivor keeps what it ended with.
+  auto first_generation = [&](int r, int until, bool survivor) {
+    auto sync = DenseSync::Create(Options(r, world, port));
+    if (!sync.ok()) {
+      results[r] = sync.status();
+      return;
+    }
+    TinyMlp model = model_for(5 + r);
+    results[r] = (*sync)->BroadcastParameters(model->parameters());
+    (*sync)->AttachToParameters(model->parameters());
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, until);
+    if (!survivor) return;
+    generations[r] = (*sync)->generation();
+    finals[r] = Flat(model);
+  };
   std::vector<std::thread> ranks;
-  for (int r = 0; r < world - 1; ++r) {
-    ranks.emplace_back([&, r] {
-      auto sync = DenseSync::Create(Options(r, world, port));
-      if (!sync.ok()) {
-        results[r] = sync.status();
-        return;
-      }
-      TinyMlp model = model_for(5 + r);
-      results[r] = (*sync)->BroadcastParameters(model->parameters());
-      (*sync)->AttachToParameters(model->parameters());
-      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-      if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, steps);
-      generations[r] = (*sync)->generation();
-      finals[r] = Flat(model);
-    });
-  }
+  for (int r = 0; r < world - 1; ++r) ranks.emplace_back([&, r] { first_generation(r, steps, true); });
   ranks.emplace_back([&] {
     const int r = world - 1;
-    {  // The lost rank: trains two steps, then its process group goes (its sockets close).
-      auto sync = DenseSync::Create(Options(r, world, port));
-      if (!sync.ok()) {
-        results[r] = sync.status();
-        return;
-      }
-      TinyMlp model = model_for(5 + r);
-      results[r] = (*sync)->BroadcastParameters(model->parameters());
-      (*sync)->AttachToParameters(model->parameters());
-      torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-      if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, lost_after);
-      if (!results[r].ok()) return;
-    }
+    // The lost rank: trains two steps, then its process group goes (its sockets close).
+    first_generation(r, lost_after, false);
+    if (!results[r].ok()) return;
     // Its replacement: a fresh model, the group's parameters, then the remaining steps.
     auto sync = DenseSync::Create(Options(r, world, port));
     if (!sync.ok()) {
