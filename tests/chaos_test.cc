@@ -10,7 +10,8 @@
 //
 //   HYREC_CHAOS_SEED=7 HYREC_CHAOS_SAMPLES=2048000 HYREC_CHAOS_FAULTS=400 build/tests/chaos_test
 //
-// runs a long version (docs/benchmarks.md, "Chaos"). Worker 0 is not killed: it hosts the
+// runs a long version (docs/benchmarks.md, "Chaos"); HYREC_CHAOS_LOG=FILE keeps every line the
+// jobs printed, their roles' stderr included. Worker 0 is not killed: it hosts the
 // group's rendezvous, and its loss rolls the job back to its checkpoint (docs/architecture.md,
 // "Failure model").
 #include <signal.h>
@@ -23,6 +24,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -109,12 +111,20 @@ class ChaosTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status();
     if (!p.ok()) return r;
     std::atomic<bool> done{false};
+    std::mutex log_mu;
+    std::ofstream log;
+    if (const char* path = std::getenv("HYREC_CHAOS_LOG")) log.open(path, std::ios::app);
+    const auto keep = [&](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu);
+      if (log.is_open()) log << line << "\n";
+    };
     // The roles' own lines: a replacement's join, the survivors' heals.
     std::thread errors([&, child = p->get()] {
       for (;;) {
         absl::StatusOr<std::string> line = child->ReadErrorLine(absl::Seconds(1));
         if (absl::IsDeadlineExceeded(line.status())) continue;
         if (!line.ok()) return;
+        keep(*line);
         if (absl::StrContains(*line, "in place of a lost worker")) ++joins_;
         if (absl::StrContains(*line, "healed") || absl::StrContains(*line, "a peer was lost"))
           std::printf("  %s\n", line->c_str());
@@ -125,6 +135,7 @@ class ChaosTest : public ::testing::Test {
     for (;;) {
       absl::StatusOr<std::string> line = (*p)->ReadLine(absl::Seconds(120));
       if (!line.ok()) break;
+      keep(*line);
       r.tail = *line;
       if (absl::StrContains(*line, "recovered and serves again") ||
           absl::StrContains(*line, "the loader serves again")) {

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -330,18 +331,23 @@ class Cluster {
       monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
       return false;
     }
-    // The backoff doubles with the restarts of the last minute: a role that keeps failing waits
-    // longer, one failure after a quiet spell waits 1 s.
+    // Each role's backoff doubles with each of its restarts that follows a short run (less than
+    // kSteadyRun since it was last started: a crash loop), up to 32 s; a role that had run
+    // steadily before it was lost comes back after 1 s, as often as it is lost.
     const absl::Time now = absl::Now();
-    recent_.erase(
-        std::remove_if(recent_.begin(), recent_.end(), [&](absl::Time t) { return now - t > absl::Minutes(1); }),
-        recent_.end());
-    const absl::Duration backoff = absl::Seconds(1) * (1 << std::min<int>(recent_.size(), 5));
-    recent_.push_back(now);
+    const std::string role = absl::StrCat(label.first, " ", label.second);
+    auto [history, first] = restarted_.try_emplace(role);
+    if (!first && now - history->second.started < kSteadyRun) {
+      history->second.streak = std::min(history->second.streak + 1, 5);
+    } else {
+      history->second.streak = 0;
+    }
+    const absl::Duration backoff = absl::Seconds(1) * (1 << history->second.streak);
     ++restarts_;
     monitor_->Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ",
                                 budget, ")"));
     absl::SleepFor(backoff);
+    history->second.started = absl::Now();
     if (options_.monitor.metrics != nullptr) {
       options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
                                          "Roles the launcher restarted after they exited.");
@@ -452,7 +458,12 @@ class Cluster {
   std::vector<int> ps_ports_;
   std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
   int restarts_ = 0;
-  std::vector<absl::Time> recent_;  // When the restarts of the last minute were.
+  struct RestartHistory {
+    absl::Time started;  // When the role was last restarted.
+    int streak = 0;      // Its restarts in a row after short runs.
+  };
+  static constexpr absl::Duration kSteadyRun = absl::Seconds(10);
+  std::map<std::string, RestartHistory> restarted_;  // By role ("ps 1", "loader 0", "worker 1").
   bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::string> loader_args_;  // For a restart.

@@ -32,8 +32,9 @@ struct ProcessesOptions {
   // A child whose heartbeat (src/cli/heartbeat.h) is this old is killed and the run fails as
   // transient: a stopped or frozen role. 0: no watchdog.
   absl::Duration watchdog = absl::Seconds(60);
-  // Restarts of PS shards and the loader in one run (each after a backoff of 1 s, doubling with
-  // the restarts of the last minute, 32 s at most).
+  // Restarts of PS shards, the loader and healing workers in one run. Each waits 1 s, doubling
+  // (up to 32 s) with each restart in a row of the same role that had run less than 10 s: a
+  // crash loop backs off, a role lost after a steady run comes back at once.
   int max_restarts = 5;
 };
 

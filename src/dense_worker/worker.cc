@@ -45,6 +45,9 @@ class WorkerLoop {
     for (;;) {
       absl::StatusOr<bool> go = NextStep(ctx, &batch_);
       if (!go.ok()) {
+        // The context's own failure (a PS call past its recovery wait, the stream) is not a lost
+        // peer: regrouping cannot mend it.
+        if (!ctx.status().ok()) return go.status();
         HYREC_RETURN_IF_ERROR(HealOrFail(ctx, go.status()));
         continue;  // Vote again, with the batch in hand.
       }
