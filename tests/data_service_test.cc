@@ -256,6 +256,38 @@ TEST(DataService, AReplacedLoaderResumesEveryWorkerWhereItsStreamStands) {
   ExpectSame(got[1], local[1]);
 }
 
+// A loader replaced while a worker is replaced too: the new worker knows the batch it wants but
+// not its stream's position. The new loader reads that batch from the latest window known to
+// hold it (here the surviving worker's) and serves it exactly the batches of an undisturbed run
+// from there.
+TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) {
+  LoaderProcess first = StartLoader();
+  const std::string port = first.address.substr(first.address.rfind(':') + 1);
+  StreamClientOptions options;
+  options.reconnect = true;
+  auto s0 = ConnectBatchStream(first.address, 0, options);
+  auto s1 = ConnectBatchStream(first.address, 1, {});
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 9});
+  const uint64_t wanted = got[1][7].batch_id;  // Two batches before worker 1's last.
+  s1->reset();                                 // Worker 1 is lost with the loader.
+  first.process->Signal(SIGKILL);
+  ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
+  std::vector<Batch> rest0;
+  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
+  LoaderProcess second = StartLoader({"--port=" + port, "--log_level=info"});
+  StreamClientOptions again;
+  again.next_batch = static_cast<int64_t>(wanted);
+  auto replacement = ConnectBatchStream(second.address, 1, again);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  const std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
+  reader.join();
+  got[0].insert(got[0].end(), rest0.begin(), rest0.end());
+  auto local = InProcess();
+  ExpectSame(got[0], local[0]);
+  ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+}
+
 // A stream that does not reconnect, or a loader that never comes back, is an error within the
 // caller's timeout, never a hang.
 TEST(DataService, AReconnectingStreamGivesUpWithinItsTimeout) {

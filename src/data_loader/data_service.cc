@@ -144,8 +144,9 @@ class DataServiceImpl final : public proto::DataService::Service {
     const int w = static_cast<int>(request.worker());
     absl::MutexLock lock(&mu_);
     if (loader_ == nullptr && failure_.ok() && !arrived_[w].has_value()) {
-      arrived_[w] = request.has_position() ? std::optional<ReaderPosition>(FromProto(request.position()))
-                                           : std::optional<ReaderPosition>(std::nullopt);
+      Arrival& arrival = arrived_[w].emplace();
+      if (request.has_position()) arrival.position = FromProto(request.position());
+      arrival.next_batch = request.next_batch();
       if (++num_arrived_ == options_.num_workers) MakeLoader();
     }
     const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -161,17 +162,43 @@ class DataServiceImpl final : public proto::DataService::Service {
 
   void MakeLoader() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     std::vector<ReaderPosition> positions = starts_;
-    int reported = 0;
+    int reported = 0, derived = 0;
     for (int w = 0; w < options_.num_workers; ++w) {
-      if (!arrived_[w]->has_value()) continue;
+      if (!arrived_[w]->position.has_value()) continue;
       ++reported;
-      positions[w] = **arrived_[w];
+      positions[w] = *arrived_[w]->position;
+    }
+    // A worker without a position that asks for a batch other than its start (a replacement of
+    // a lost worker, which knows the batch but not the window): its batch is read from the
+    // latest window known to start at or before it, the others' or the job's starts.
+    for (int w = 0; w < options_.num_workers; ++w) {
+      const uint64_t wanted = arrived_[w]->next_batch;
+      if (arrived_[w]->position.has_value() || wanted == starts_[w].next_batch ||
+          wanted % options_.num_workers != static_cast<uint64_t>(w)) {
+        continue;
+      }
+      std::optional<ReaderPosition> window;
+      for (int v = 0; v < options_.num_workers; ++v) {
+        for (const ReaderPosition* p : {&starts_[v], arrived_[v]->position ? &*arrived_[v]->position : nullptr}) {
+          if (p != nullptr && p->window_global <= wanted && (!window || p->window_global > window->window_global)) {
+            window = *p;
+          }
+        }
+      }
+      if (!window) continue;
+      positions[w] = *window;
+      positions[w].next_batch = wanted;
+      ++derived;
+      spdlog::info("worker {} asks for batch {} without a position: read from the window at batch {}", w, wanted,
+                   window->window_global);
     }
     if (reported == options_.num_workers) {
       spdlog::info("every worker reported where its stream stands: resuming each from there");
-    } else if (reported > 0) {
-      spdlog::warn("{} of {} workers reported where their streams stand; the others start where the job starts them",
-                   reported, options_.num_workers);
+    } else if (reported + derived > 0) {
+      spdlog::warn(
+          "{} of {} workers reported where their streams stand, {} asked for a batch; the others start where "
+          "the job starts them",
+          reported, options_.num_workers, derived);
     }
     absl::StatusOr<std::unique_ptr<Loader>> made = make_(positions);
     if (!made.ok()) {
@@ -237,9 +264,14 @@ class DataServiceImpl final : public proto::DataService::Service {
   const size_t replay_bytes_;
   std::vector<Worker> workers_;
   mutable absl::Mutex mu_;
-  // Each worker's first stream: unset until it came; then the position it reported, if any.
-  std::vector<std::optional<std::optional<ReaderPosition>>> arrived_ ABSL_GUARDED_BY(mu_) =
-      std::vector<std::optional<std::optional<ReaderPosition>>>(options_.num_workers);
+  // Each worker's first stream: unset until it came; then the position it reported, if any,
+  // and the batch it asked for.
+  struct Arrival {
+    std::optional<ReaderPosition> position;
+    uint64_t next_batch = 0;
+  };
+  std::vector<std::optional<Arrival>> arrived_ ABSL_GUARDED_BY(mu_) =
+      std::vector<std::optional<Arrival>>(options_.num_workers);
   int num_arrived_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<ReaderPosition> starts_ ABSL_GUARDED_BY(mu_);
   // Set once and never replaced: Serve uses it without the lock.
