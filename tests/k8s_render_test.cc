@@ -161,12 +161,26 @@ TEST(K8sRender, JobSetTopologyAndPolicies) {
     EXPECT_EQ(workers["completionMode"].as<std::string>(), "Indexed");
     EXPECT_EQ(workers["completions"].as<int>(), 2);
     EXPECT_EQ(workers["parallelism"].as<int>(), 2);
+    // Worker 1 heals in place: a worker killed by a signal is retried in its index; one that
+    // failed (1, 3) fails its index and so the Job (the JobSet then restarts every role).
+    EXPECT_FALSE(workers["backoffLimit"].IsDefined());
+    EXPECT_EQ(workers["backoffLimitPerIndex"].as<int>(), 3);
+    EXPECT_EQ(workers["maxFailedIndexes"].as<int>(), 0);
     for (const auto& [name, rj] : by_name) {
       const YAML::Node rules = rj["template"]["spec"]["podFailurePolicy"]["rules"];
-      ASSERT_EQ(rules.size(), 2u) << name;
+      const bool heals = name == "workers";
+      ASSERT_EQ(rules.size(), heals ? 3u : 2u) << name;
       EXPECT_EQ(rules[0]["action"].as<std::string>(), "FailJob") << name;
       EXPECT_EQ(rules[0]["onExitCodes"]["values"][0].as<int>(), 2) << name;
-      EXPECT_EQ(rules[1]["onPodConditions"][0]["type"].as<std::string>(), "DisruptionTarget") << name;
+      if (heals) {
+        EXPECT_EQ(rules[1]["action"].as<std::string>(), "FailIndex");
+        ASSERT_EQ(rules[1]["onExitCodes"]["values"].size(), 2u);
+        EXPECT_EQ(rules[1]["onExitCodes"]["values"][0].as<int>(), 1);
+        EXPECT_EQ(rules[1]["onExitCodes"]["values"][1].as<int>(), 3);
+      } else {
+        EXPECT_EQ(rj["template"]["spec"]["backoffLimit"].as<int>(-1), 0) << name;
+      }
+      EXPECT_EQ(rules[heals ? 2 : 1]["onPodConditions"][0]["type"].as<std::string>(), "DisruptionTarget") << name;
       EXPECT_EQ(rj["template"]["spec"]["template"]["spec"]["restartPolicy"].as<std::string>(), "Never") << name;
       // dependsOn names only a replicated job listed before this one.
       for (const YAML::Node& dep : rj["dependsOn"]) {
@@ -182,8 +196,8 @@ TEST(K8sRender, JobSetTopologyAndPolicies) {
     EXPECT_EQ(success["targetReplicatedJobs"][0].as<std::string>(), "workers");
     EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["action"].as<std::string>(), "FailJobSet");
     EXPECT_EQ(js["spec"]["failurePolicy"]["rules"][0]["onJobFailureReasons"][0].as<std::string>(), "PodFailurePolicy");
-    // A lost loader or PS shard (its update log on the volume) is restarted alone; a lost worker
-    // restarts the JobSet (the default action).
+    // A lost loader or PS shard (its update log on the volume) is restarted alone; a failed
+    // workers' Job restarts the JobSet (the default action).
     const YAML::Node alone = js["spec"]["failurePolicy"]["rules"][1];
     EXPECT_EQ(alone["action"].as<std::string>(), "RestartJob");
     ASSERT_EQ(alone["targetReplicatedJobs"].size(), 2u);
@@ -200,6 +214,25 @@ TEST(K8sRender, JobSetTopologyAndPolicies) {
     EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"].IsDefined(), std::string(overlay) == "gke") << overlay;
     EXPECT_FALSE(absl::StrContains(r->yaml, "ca.key"));
     EXPECT_FALSE(absl::StrContains(r->yaml, "admin"));
+  }
+}
+
+// Without heal (train.heal_timeout_seconds: 0) a lost worker pod fails the workers' Job at once
+// (backoffLimit 0), and the JobSet restarts every role from the latest checkpoint.
+TEST(K8sRender, WorkersWithoutHealFailTheirJobOnTheFirstLoss) {
+  JobSpec spec = Example();
+  spec.train.heal_timeout_seconds = 0;
+  auto r = RenderK8s(spec, Options());
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node js = Find(Objects(r->yaml), "JobSet");
+  for (const YAML::Node& rj : js["spec"]["replicatedJobs"]) {
+    const YAML::Node job = rj["template"]["spec"];
+    EXPECT_EQ(job["backoffLimit"].as<int>(-1), 0) << rj["name"];
+    EXPECT_FALSE(job["backoffLimitPerIndex"].IsDefined()) << rj["name"];
+    EXPECT_EQ(job["podFailurePolicy"]["rules"].size(), 2u) << rj["name"];
+    if (rj["name"].as<std::string>() == "workers") {
+      EXPECT_EQ(YAML::Dump(job).find("--restart_attempt"), std::string::npos);
+    }
   }
 }
 

@@ -8,10 +8,11 @@
 // with readiness from the pods' grpc readinessProbe, each Job's podFailurePolicy, the JobSet's
 // failurePolicy and successPolicy.
 //
-// The job trains to the same result as `hyrec train --processes` on the same job file. A worker
-// "pod" killed mid-run restarts the whole JobSet, which resumes from the latest checkpoint; a PS
-// "pod" and a loader "pod" killed mid-run are restarted alone (RestartJob) and the job finishes
-// in its first attempt.
+// The job trains to the same result as `hyrec train --processes` on the same job file. Worker
+// 0's "pod" killed mid-run restarts the whole JobSet, which resumes from the latest checkpoint;
+// another worker's "pod" is recreated alone by its Job (backoffLimitPerIndex) and heals from its
+// peer; a PS "pod" and a loader "pod" killed mid-run are restarted alone (RestartJob). Those
+// three finish in their first attempt.
 //
 // Needs root (or user namespaces) for `unshare --mount --uts`; as root, their absence fails.
 #include <signal.h>
@@ -124,6 +125,7 @@ struct ClusterResult {
   bool succeeded = false;
   int restarts = 0;      // Of the whole JobSet (RestartJobSet).
   int job_restarts = 0;  // Of one child Job alone (RestartJob).
+  int pod_restarts = 0;  // Of one pod by its Job (backoffLimitPerIndex).
   std::string why;       // When it failed.
 };
 
@@ -154,6 +156,7 @@ class LocalCluster {
     while (absl::Now() < deadline) {
       if (during) during(*this);
       Poll();
+      result.pod_restarts += RetryFailedIndexes();
       if (std::optional<std::string> failed = FailedJob()) {
         const std::string action = FailureAction(*failed);
         const int max = jobset_["spec"]["failurePolicy"]["maxRestarts"].as<int>(0);
@@ -171,7 +174,9 @@ class LocalCluster {
         ++result.restarts;  // Every Job is recreated, in the JobSet's next restart attempt.
         restart_attempt_ = result.restarts;
         StopAll();
+        for (Pod& p : pods_) retired_.push_back(std::move(p));
         pods_.clear();
+        index_failures_.clear();
         CreateJobs();
         continue;
       }
@@ -251,19 +256,22 @@ class LocalCluster {
         p.process->Signal(SIGTERM);
         if (!p.process->Wait(absl::Seconds(20)).ok()) p.process->Signal(SIGKILL);
       }
+      index_failures_.erase(p.name);
       retired_.push_back(std::move(p));  // Its log stays readable.
     }
     pods_ = std::move(kept);
     Create(ReplicatedJob(rjob), index);
   }
 
-  // The replicated job's child Jobs (only `only` if >= 0).
-  void Create(const YAML::Node& rj, int only = -1) {
+  // The replicated job's child Jobs (only `only` if >= 0; of it only the pod of completion
+  // index `only_pod` if >= 0).
+  void Create(const YAML::Node& rj, int only = -1, int only_pod = -1) {
     const std::string rjob = rj["name"].as<std::string>();
     const YAML::Node job = rj["template"]["spec"];
     for (int j = 0; j < rj["replicas"].as<int>(1); ++j) {
       if (only >= 0 && j != only) continue;
       for (int k = 0; k < job["completions"].as<int>(1); ++k) {
+        if (only_pod >= 0 && k != only_pod) continue;
         Pod pod;
         pod.rjob = rjob;
         pod.job_index = j;
@@ -431,21 +439,57 @@ class LocalCluster {
     }
   }
 
+  // The action of the first podFailurePolicy rule that matches a failed pod's exit code; "Count"
+  // when none does (disruption conditions: nothing here is disrupted).
+  static std::string PodFailureAction(const YAML::Node& job, int exit_code) {
+    for (const YAML::Node& rule : job["podFailurePolicy"]["rules"]) {
+      if (!rule["onExitCodes"]) continue;
+      bool in = false;
+      for (const YAML::Node& v : rule["onExitCodes"]["values"]) in = in || v.as<int>() == exit_code;
+      if (in == (rule["onExitCodes"]["operator"].as<std::string>() == "In")) return rule["action"].as<std::string>();
+    }
+    return "Count";
+  }
+
+  // What a Job with backoffLimitPerIndex does with a failed pod that its policy counts: a new pod
+  // for the index, until the index has failed more than the limit. Returns the pods recreated.
+  int RetryFailedIndexes() {
+    std::vector<Pod> retry;
+    std::vector<Pod> kept;
+    for (Pod& p : pods_) {
+      const YAML::Node job = ReplicatedJob(p.rjob)["template"]["spec"];
+      if (p.exit_code.has_value() && *p.exit_code != 0 && job["backoffLimitPerIndex"] &&
+          PodFailureAction(job, *p.exit_code) == "Count" &&
+          ++index_failures_[p.name] <= job["backoffLimitPerIndex"].as<int>()) {
+        retry.push_back(std::move(p));
+      } else {
+        kept.push_back(std::move(p));
+      }
+    }
+    pods_ = std::move(kept);
+    for (Pod& p : retry) {
+      Create(ReplicatedJob(p.rjob), p.job_index, p.completion_index);
+      retired_.push_back(std::move(p));
+    }
+    return static_cast<int>(retry.size());
+  }
+
   // A Job whose pod failed, by its podFailurePolicy: "rjob/index:reason", or none.
   std::optional<std::string> FailedJob() {
     for (const Pod& p : pods_) {
       if (!p.exit_code.has_value() || *p.exit_code == 0) continue;
       const YAML::Node job = ReplicatedJob(p.rjob)["template"]["spec"];
-      std::string reason = "BackoffLimitExceeded";  // backoffLimit 0: the first failure fails the Job.
-      EXPECT_EQ(job["backoffLimit"].as<int>(-1), 0) << p.rjob;
-      for (const YAML::Node& rule : job["podFailurePolicy"]["rules"]) {
-        if (!rule["onExitCodes"]) continue;  // Disruption conditions: nothing here is disrupted.
-        bool in = false;
-        for (const YAML::Node& v : rule["onExitCodes"]["values"]) in = in || v.as<int>() == *p.exit_code;
-        if (in == (rule["onExitCodes"]["operator"].as<std::string>() == "In")) {
-          reason = rule["action"].as<std::string>() == "FailJob" ? "PodFailurePolicy" : reason;
-          break;
-        }
+      const std::string action = PodFailureAction(job, *p.exit_code);
+      std::string reason;
+      if (action == "FailJob") {
+        reason = "PodFailurePolicy";
+      } else if (job["backoffLimitPerIndex"]) {
+        // FailIndex, or an index past its retries: maxFailedIndexes 0, so the Job fails.
+        EXPECT_EQ(job["maxFailedIndexes"].as<int>(-1), 0) << p.rjob;
+        reason = "MaxFailedIndexesExceeded";
+      } else {
+        reason = "BackoffLimitExceeded";  // backoffLimit 0: the first failure fails the Job.
+        EXPECT_EQ(job["backoffLimit"].as<int>(-1), 0) << p.rjob;
       }
       failure_reason_ = reason;
       failed_rjob_ = p.rjob;
@@ -505,7 +549,8 @@ class LocalCluster {
   std::vector<size_t> pending_;
   std::map<std::string, std::string> hosts_;
   std::map<std::string, int> probes_;
-  std::vector<Pod> retired_;  // Pods of restarted child Jobs.
+  std::vector<Pod> retired_;                   // Pods of restarted child Jobs.
+  std::map<std::string, int> index_failures_;  // Counted failures, by pod name (its index).
   std::string failure_reason_;
   std::string failed_rjob_;
   int failed_index_ = 0;
@@ -585,9 +630,11 @@ bool Committed(const std::string& checkpoints) {
   return false;
 }
 
-// A lost worker pod takes its dense replica with it: the failure policy restarts the whole
-// JobSet, every role resumes from the latest checkpoint, and the job finishes.
-TEST_F(K8sRunTest, AKilledWorkerPodRestartsTheJobSetWhichResumesAndFinishes) {
+// Worker 0's pod lost: it hosts the workers' group, so its peers cannot heal. Its Job starts it
+// again in the same attempt; the new worker 0 sees that and fails (transient), the workers' Job
+// fails, the JobSet restarts every role, each resumes from the latest checkpoint, and the job
+// finishes.
+TEST_F(K8sRunTest, AKilledWorkerZeroPodRestartsTheJobSetWhichResumesAndFinishes) {
   const std::string job = dir_ + "/job.yaml";
   std::ofstream(job) << JobText(2, "unused-on-the-cluster");
   std::unique_ptr<LocalCluster> cluster = Render(job, "chaos");
@@ -595,7 +642,7 @@ TEST_F(K8sRunTest, AKilledWorkerPodRestartsTheJobSetWhichResumesAndFinishes) {
   bool killed = false;
   const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
     if (killed || !Committed(checkpoints)) return;
-    Pod* worker = c.Find("chaos-workers-0-1");
+    Pod* worker = c.Find("chaos-workers-0-0");
     ASSERT_NE(worker, nullptr);
     worker->process->Signal(SIGKILL);  // A lost pod: no grace, no disruption condition.
     killed = true;
@@ -603,6 +650,8 @@ TEST_F(K8sRunTest, AKilledWorkerPodRestartsTheJobSetWhichResumesAndFinishes) {
   ASSERT_TRUE(killed) << "no checkpoint committed before the end\n" << cluster->Logs();
   ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
   EXPECT_EQ(result.restarts, 1);
+  EXPECT_EQ(result.pod_restarts, 1);
+  EXPECT_TRUE(absl::StrContains(cluster->Logs(), "worker 0 was lost in restart attempt 0")) << cluster->Logs();
   const YAML::Node report = YAML::LoadFile(cluster->state() + "/report.yaml");
   EXPECT_GT(report["resumed_step"].as<int>(), 0) << "the restarted job did not resume from a checkpoint";
   // The restarted shards loaded their rows from it too (--resume=auto), not fresh ones, and not
@@ -611,6 +660,35 @@ TEST_F(K8sRunTest, AKilledWorkerPodRestartsTheJobSetWhichResumesAndFinishes) {
       << cluster->Logs();
   EXPECT_TRUE(absl::StrContains(cluster->Logs(), "restored from /var/lib/hyrec/checkpoints/")) << cluster->Logs();
   // Every sample of the epoch is trained once across the two runs (steps of two batches).
+  EXPECT_EQ(report["samples"].as<uint64_t>(), 25600u);
+  EXPECT_GT(report["auc"].as<double>(), 0.6);
+}
+
+// Worker 1's pod lost: the workers' Job starts it again in place (backoffLimitPerIndex), it joins
+// worker 0's group in its next generation and takes the dense state from it, and the job finishes
+// in its first attempt without a rollback, every sample trained once.
+TEST_F(K8sRunTest, AKilledWorkerPodIsReplacedAloneAndHealsFromItsPeer) {
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << JobText(2, "unused-on-the-cluster");
+  std::unique_ptr<LocalCluster> cluster = Render(job, "heal");
+  const std::string checkpoints = cluster->state() + "/checkpoints";
+  bool killed = false;
+  const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
+    if (killed || !Committed(checkpoints)) return;
+    Pod* worker = c.Find("heal-workers-0-1");
+    ASSERT_NE(worker, nullptr);
+    worker->process->Signal(SIGKILL);
+    killed = true;
+  });
+  ASSERT_TRUE(killed) << "no checkpoint committed before the end\n" << cluster->Logs();
+  ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
+  EXPECT_EQ(result.restarts, 0) << "the whole JobSet was restarted";
+  EXPECT_EQ(result.job_restarts, 0);
+  EXPECT_EQ(result.pod_restarts, 1);
+  EXPECT_TRUE(absl::StrContains(cluster->Logs(), "in place of a lost worker")) << cluster->Logs();
+  const YAML::Node report = YAML::LoadFile(cluster->state() + "/report.yaml");
+  EXPECT_EQ(report["resumed_step"].as<int>(-1), 0) << "the workers were restarted from a checkpoint";
+  EXPECT_EQ(report["heals"].as<int>(), 1);
   EXPECT_EQ(report["samples"].as<uint64_t>(), 25600u);
   EXPECT_GT(report["auc"].as<double>(), 0.6);
 }

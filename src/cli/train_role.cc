@@ -248,7 +248,25 @@ struct WorkerFlags {
   SecurityFlags security;
   std::string heartbeat_file;
   HealthFlags health;
+  int restart_attempt = -1;  // -1: not given.
 };
+
+// --restart_attempt for worker 0 of a job whose workers heal: worker 0 hosts its group's
+// rendezvous, so a worker 0 started a second time within one attempt of the job (its pod
+// replaced after a loss) cannot join its peers. It fails, transient, so that the whole job
+// restarts from its latest checkpoint; a first start records the attempt beside the checkpoints.
+absl::Status CheckWorkerZeroAttempt(const job::JobPlan& plan, int attempt) {
+  const std::string file = JoinPath(plan.spec.checkpoint.dir, "WORKER0_ATTEMPT");
+  absl::StatusOr<std::string> seen = ReadFileToString(Env::Default(), file, 64);
+  if (seen.ok() && *seen == std::to_string(attempt)) {
+    return absl::UnavailableError(
+        absl::StrCat("worker 0 was lost in restart attempt ", attempt,
+                     " of this job and the workers' group (its rendezvous) went with it: failing so that every role "
+                     "restarts from the latest checkpoint"));
+  }
+  HYREC_RETURN_IF_ERROR(Env::Default()->CreateDirs(plan.spec.checkpoint.dir));
+  return Annotate(WriteFileAtomically(Env::Default(), file, std::to_string(attempt)), "--restart_attempt");
+}
 
 // Calls `connect` until it succeeds, fails for another reason than a peer that does not answer
 // yet (still starting, or restoring a checkpoint), or `timeout` has passed; says every 10 s what
@@ -326,6 +344,10 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
   Heartbeat heartbeat(f.heartbeat_file);
   const int world = static_cast<int>(plan.workers.size());
+  if (f.restart_attempt >= 0 && rank == 0 && plan.workers[0].heal_timeout_seconds > 0 &&
+      !plan.spec.checkpoint.dir.empty()) {
+    HYREC_RETURN_IF_ERROR(CheckWorkerZeroAttempt(plan, f.restart_attempt));
+  }
   // Before training (waiting for peers, at the rendezvous) a stop has nothing to finish: the
   // worker exits at once as interrupted rather than wait out its timeouts.
   static std::atomic<bool> training{false};
@@ -484,6 +506,10 @@ int WorkerMain(int argc, char** argv) {
   AddSecurityFlags(flags, &f.security);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);
+  flags.Int("restart_attempt", &f.restart_attempt,
+            "The job's restart attempt (Kubernetes: the JobSet's): worker 0 started again within one attempt "
+            "fails, transient, so that every role restarts from the latest checkpoint (default: not given).",
+            -1, 1 << 30);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpServerLogging("worker", f.training.common.log_level);
   return FinishLogging(Finish("hyrec worker", Work(f)));

@@ -150,6 +150,11 @@ class Renderer {
   // Whether a lost PS shard's child Job is restarted alone: a JobSet whose shards keep update
   // logs (on the state volume), from which one recovers.
   bool ShardsRestartAlone() const { return jobset_ && spec_.ps.update_log; }
+  // Whether a lost worker pod other than worker 0's is replaced alone (its index retried by the
+  // workers' Job) and heals from its live peers: a JobSet of several workers with heal on.
+  bool WorkersHeal() const {
+    return jobset_ && Count(K8sRole::kWorker) > 1 && plan_.workers[0].heal_timeout_seconds > 0;
+  }
   const Pool& PoolOf(K8sRole role) const;
   absl::Status PreparePools();
 
@@ -345,9 +350,9 @@ KValue Renderer::Env(K8sRole role) const {
   if (role == K8sRole::kPs) {
     env.Append(FieldEnv("SHARD_INDEX", jobset_ ? "metadata.labels['jobset.sigs.k8s.io/job-index']"
                                                : "metadata.labels['apps.kubernetes.io/pod-index']"));
-    if (ShardsRestartAlone()) {
-      env.Append(FieldEnv("RESTART_ATTEMPT", "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"));
-    }
+  }
+  if ((role == K8sRole::kPs && ShardsRestartAlone()) || (role == K8sRole::kWorker && WorkersHeal())) {
+    env.Append(FieldEnv("RESTART_ATTEMPT", "metadata.annotations['jobset.sigs.k8s.io/restart-attempt']"));
   }
   if (role == K8sRole::kWorker) {
     env.Append(FieldEnv("RANK", "metadata.annotations['batch.kubernetes.io/job-completion-index']"));
@@ -377,6 +382,7 @@ KValue Renderer::Args(K8sRole role) const {
       // Worker 0 writes the run's summary as YAML beside the checkpoints (the others none).
       args = KValue::List(
           {"worker", config, "--progress=lines", "--plot=", absl::StrCat("--report=", kK8sStateDir, "/report.yaml")});
+      if (WorkersHeal()) args.Append("--restart_attempt=$(RESTART_ATTEMPT)");
       break;
   }
   for (const char* flag : {"--resume=auto", "--health_host=$(POD_IP)"}) args.Append(flag);
@@ -523,11 +529,19 @@ KValue Renderer::PodTemplate(K8sRole role) const {
 // eviction, a node drain) is not counted; any other failure (3, transient; a lost pod) fails the
 // Job, which the JobSet restarts.
 KValue Renderer::PodFailurePolicy(K8sRole role) const {
+  const auto on_exit = [&](const char* action, KValue codes) {
+    return KValue::Map(
+        {{"action", action},
+         {"onExitCodes",
+          KValue::Map({{"containerName", ContainerName(role)}, {"operator", "In"}, {"values", std::move(codes)}})}});
+  };
   KValue rules = KValue::List();
-  rules.Append(KValue::Map(
-      {{"action", "FailJob"},
-       {"onExitCodes",
-        KValue::Map({{"containerName", ContainerName(role)}, {"operator", "In"}, {"values", KValue::List({2})}})}}));
+  rules.Append(on_exit("FailJob", KValue::List({2})));  // Invalid input: no restart can help.
+  // Healing workers: a worker that failed (1, 3: a lost PS past its wait, a heal that timed
+  // out, worker 0 started twice in one attempt) fails its index, and so the Job, and the JobSet
+  // restarts every role; one killed by a signal is retried in place (backoffLimitPerIndex) and
+  // heals from its peers.
+  if (role == K8sRole::kWorker && WorkersHeal()) rules.Append(on_exit("FailIndex", KValue::List({1, 3})));
   rules.Append(KValue::Map(
       {{"action", "Ignore"}, {"onPodConditions", KValue::List({KValue::Map({{"type", "DisruptionTarget"}})})}}));
   return KValue::Map({{"rules", rules}});
@@ -539,7 +553,12 @@ KValue Renderer::JobSpecOf(K8sRole role) const {
   spec.Set("completionMode", "Indexed");
   spec.Set("completions", pods);
   spec.Set("parallelism", pods);
-  spec.Set("backoffLimit", jobset_ ? 0 : options_.max_restarts);
+  if (role == K8sRole::kWorker && WorkersHeal()) {
+    spec.Set("backoffLimitPerIndex", options_.max_restarts);
+    spec.Set("maxFailedIndexes", 0);
+  } else {
+    spec.Set("backoffLimit", jobset_ ? 0 : options_.max_restarts);
+  }
   spec.Set("podFailurePolicy", PodFailurePolicy(role));
   spec.Set("template", PodTemplate(role));
   return spec;
@@ -574,9 +593,10 @@ KValue Renderer::JobSet() const {
                                             {"onJobFailureReasons", KValue::List({"PodFailurePolicy"})}})});
   // A lost loader, or a lost PS shard that keeps an update log, is restarted alone (its child
   // Job): the loader resumes each worker where its stream stands, the shard recovers from its
-  // log, and the rest of the job waits for it and goes on. Any other child Job's failure (a
-  // worker) restarts the whole JobSet (the default action); every role then resumes from the
-  // latest checkpoint. Both count towards maxRestarts.
+  // log, and the rest of the job waits for it and goes on. A lost worker pod other than worker
+  // 0's is retried inside the workers' Job (WorkersHeal) and never fails it. Any other child
+  // Job's failure (the workers') restarts the whole JobSet (the default action); every role then
+  // resumes from the latest checkpoint. Both count towards maxRestarts.
   KValue alone = KValue::List({RoleJobName(K8sRole::kLoader)});
   if (ShardsRestartAlone()) alone.Append(RoleJobName(K8sRole::kPs));
   rules.Append(KValue::Map({{"name", "ServerLost"}, {"action", "RestartJob"}, {"targetReplicatedJobs", alone}}));
