@@ -92,7 +92,10 @@ class ChaosTest : public ::testing::Test {
                         << "eval: {samples: 20000}\n"
                         << "model: {embedding_dim: 8, bottom: [16], top: [16]}\n"
                         << "ps: {shards: 2}\n"
-                        << "train: {workers: 2, embedding_staleness: 0, seed: 3, log_every_batches: 100}\n"
+                        // A fault every 2-4 s: a replacement worker may wait for shards being
+                        // restarted for longer than the default heal timeout.
+                        << "train: {workers: 2, embedding_staleness: 0, seed: 3, log_every_batches: 100, "
+                        << "heal_timeout_seconds: 300}\n"
                         << "checkpoint: {dir: " << dir_ << "/" << name << "-ckpt, every_steps: 200}\n";
     return path;
   }

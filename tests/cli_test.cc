@@ -1,7 +1,11 @@
 // The command line as a user meets it: every role's --help and --version, the documented exit
 // codes (0 success, 2 invalid configuration or input, 3 transient, 130 interrupted), misspelled
 // flags and bad values, job files of every wrong shape, and Ctrl-C on a running `hyrec train`.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -14,6 +18,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "child_processes.h"
@@ -54,6 +59,47 @@ TEST(Cli, TheLauncherListsRolesAndItsVersion) {
   r = Hyrec({"trian"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(absl::StrContains(r.err, "unknown role 'trian'; did you mean 'train'?")) << r.err;
+}
+
+// A port another process holds: the role says which key or flag set it.
+TEST(Cli, APortInUseNamesTheSettingThatChoseIt) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string taken = std::to_string(ntohs(address.sin_port));
+  const std::string job = WriteFile("port_in_use.yaml", absl::StrCat(R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 1000, num_slots: 2, vocabulary: 100}
+ps: {shards: 1}
+security: {mode: none}
+cluster: {ps: ["127.0.0.1:)",
+                                                                     taken, R"("], loader: "127.0.0.1:)", taken, R"("}
+)"));
+  struct Case {
+    std::vector<std::string> args;
+    std::string setting;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"ps", "--config=" + job, "--shard_index=0"}, "the port is set by cluster.ps[0] in " + job},
+           {{"ps", "--config=" + job, "--shard_index=0", "--port=" + taken}, "the port is set by --port;"},
+           {{"loader", "--config=" + job}, "the port is set by cluster.loader in " + job},
+           {{"ps", "--config=" + job, "--shard_index=0", "--port=0", "--metrics_port=" + taken},
+            "the port is set by --metrics_port"},
+           {{"ps", "--config=" + job, "--shard_index=0", "--port=0", "--health_port=" + taken},
+            "(--health_host, --health_port)"}}) {
+    SCOPED_TRACE(absl::StrJoin(c.args, " "));
+    const Outcome r = Hyrec(c.args);
+    EXPECT_EQ(r.code, 3) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, c.setting)) << r.err;
+  }
+  ::close(fd);
 }
 
 TEST(Cli, EveryRoleHasHelpVersionAndTheCommonFlags) {

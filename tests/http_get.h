@@ -20,8 +20,10 @@ struct HttpResponse {
 };
 
 // `headers`: extra header lines, each ending in \r\n.
+// `content_length`: whether the request says "Content-Length: 0" (`curl -X POST` without data
+// sends none).
 inline HttpResponse HttpRequest(int port, const std::string& method, const std::string& path,
-                                const std::string& headers = "") {
+                                const std::string& headers = "", bool content_length = true) {
   HttpResponse response;
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return response;
@@ -36,8 +38,8 @@ inline HttpResponse HttpRequest(int port, const std::string& method, const std::
     close(fd);
     return response;
   }
-  const std::string request =
-      method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n" + headers + "\r\n";
+  const std::string request = method + " " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" +
+                              (content_length ? "Content-Length: 0\r\n" : "") + headers + "\r\n";
   if (send(fd, request.data(), request.size(), 0) != static_cast<ssize_t>(request.size())) {
     close(fd);
     return response;

@@ -556,17 +556,25 @@ TEST(Loader, AFileWhoseFirstLinesAreAllBadStopsAtOnce) {
     std::ifstream in(files[0]);
     out << in.rdbuf();
   }
-  LoaderOptions o = FileOptions({path}, 2, 1);
-  o.epochs = 1;
-  o.shuffle = false;
-  o.max_bad_fraction = 0.1;  // 150 of 5150 is within it: the head rule stops it.
-  auto loader = Loader::Start(o, {});
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  size_t samples = 0;
-  const absl::Status s = DrainToEnd(**loader, &samples);
-  ExpectNamedError(s, absl::StatusCode::kDataLoss, "bad_head.tsv", "the first 100 lines");
-  EXPECT_NE(s.message().find("criteo"), std::string::npos) << s;
-  EXPECT_EQ(samples, 0u);  // Its batches were all bad: none was delivered.
+  // Shuffled or not: the head is judged in file order as it is read, before any batch is cut, so
+  // the loader stops without parsing the window or warning about its batches.
+  for (const bool shuffle : {false, true}) {
+    SCOPED_TRACE(shuffle ? "shuffled" : "in order");
+    LoaderOptions o = FileOptions({path}, 2, 1);
+    o.epochs = 1;
+    o.shuffle = shuffle;
+    o.shuffle_window = 4096;
+    o.max_bad_fraction = 0.1;  // 150 of 5150 is within it: the head rule stops it.
+    auto loader = Loader::Start(o, {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    size_t samples = 0;
+    const absl::Status s = DrainToEnd(**loader, &samples);
+    ExpectNamedError(s, absl::StatusCode::kDataLoss, "bad_head.tsv", "the first 100 lines");
+    EXPECT_NE(s.message().find("criteo"), std::string::npos) << s;
+    EXPECT_NE(s.message().find("first: " + path + ":1: "), std::string::npos) << s;  // In file order.
+    EXPECT_EQ(samples, 0u);
+    EXPECT_EQ((*loader)->Stats().skipped_batches, 0u);
+  }
 }
 
 TEST(Loader, ABatchOfOnlyBadLinesIsNeverDelivered) {

@@ -126,6 +126,12 @@ TEST(MetricsHttpServer, CheckpointRequestsAreAuthorizedBeforeTheyRun) {
   EXPECT_EQ(ok.status, 202);
   EXPECT_EQ(ok.body, "cut\n");
   EXPECT_EQ(runs, 1);
+  // Without a Content-Length (a POST with no body, as `curl -X POST` sends it): the same answers.
+  const HttpResponse refused = HttpRequest(port, "POST", "/checkpoint", "", /*content_length=*/false);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_EQ(refused.body, "no token\n");
+  EXPECT_EQ(HttpRequest(port, "POST", "/checkpoint", "Authorization: Bearer admin\r\n", false).status, 202);
+  EXPECT_EQ(runs, 2);
   auto without = MetricsHttpServer::Start("127.0.0.1", 0, &m);
   ASSERT_TRUE(without.ok());
   EXPECT_EQ(HttpRequest((*without)->port(), "POST", "/checkpoint").status, 404);

@@ -3,6 +3,7 @@
 // carry its reports to a launcher exactly.
 #include "hyrec/dense_worker/monitor.h"
 
+#include <cstdlib>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -26,6 +27,7 @@ Progress SomeProgress(uint64_t samples) {
 }
 
 TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
+  setenv("COLUMNS", "100", 1);  // Wide enough for every part (TheLiveLineFitsTheTerminalsWidth).
   std::ostringstream out;
   MonitorOptions options;
   options.out = &out;
@@ -54,7 +56,35 @@ TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
   EXPECT_EQ(out.str(), "\r\x1b[K");  // Nothing of the live line is left behind.
 }
 
+// A narrow terminal: the live line leaves out its least needed parts (elapsed, bytes, ETA, AUC)
+// rather than wrap, since a carriage return rewrites only the last row of a wrapped line.
+TEST(JobMonitor, TheLiveLineFitsTheTerminalsWidth) {
+  std::ostringstream out;
+  MonitorOptions options;
+  options.out = &out;
+  options.live = true;
+  JobMonitor monitor(options);
+  Progress p = SomeProgress(5000);
+  p.bytes_read = 50'000'000;
+  p.bytes_total = 100'000'000;
+  p.epochs = 2;
+  for (const int columns : {200, 80, 60, 40, 20}) {
+    SCOPED_TRACE(columns);
+    setenv("COLUMNS", std::to_string(columns).c_str(), 1);
+    out.str("");
+    monitor.OnProgress(p);
+    const std::string line = out.str().substr(std::string("\r\x1b[K").size());
+    EXPECT_LE(line.size(), static_cast<size_t>(std::max(columns - 1, 20))) << line;
+    EXPECT_TRUE(absl::StartsWith(line, "samples 5000/100000")) << line;
+    if (columns >= 40) EXPECT_TRUE(absl::StrContains(line, "1000 samples/s")) << line;
+    if (columns == 200) EXPECT_TRUE(absl::StrContains(line, "MB of epoch 1/2") && absl::StrContains(line, "elapsed"));
+    if (columns == 60) EXPECT_FALSE(absl::StrContains(line, "elapsed")) << line;
+  }
+  unsetenv("COLUMNS");
+}
+
 TEST(JobMonitor, AFileSourceShowsBytesReadAndAnEtaFromThem) {
+  setenv("COLUMNS", "80", 1);
   std::ostringstream out;
   MonitorOptions options;
   options.out = &out;

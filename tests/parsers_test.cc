@@ -286,6 +286,21 @@ TEST(CsvParser, BadRowsNameTheFieldAndColumn) {
   EXPECT_FALSE(ParseCsvLine("a,1,1,,1,,", unresolved, &s).ok());
 }
 
+// A tab-separated file read with the default comma: the header is one field, and the error says
+// which delimiter would split it, not only that a column is missing.
+TEST(CsvParser, AHeaderOfOneFieldNamesTheLikelyDelimiter) {
+  CsvOptions o = ClickLog();
+  const std::vector<std::string> one = {"site\tclick\tprice\tage\ttags\twtags\tnote"};
+  const std::string m(o.Resolve(&one).message());
+  EXPECT_NE(m.find("is not in the header"), std::string::npos) << m;
+  EXPECT_NE(m.find("the header parsed as one field with the delimiter ','"), std::string::npos) << m;
+  EXPECT_NE(m.find("'\\t' splits it into 7 fields: csv.delimiter is probably \"\\t\""), std::string::npos) << m;
+  // A header of one field that no other delimiter splits gets no hint.
+  o = ClickLog();
+  const std::vector<std::string> word = {"site"};
+  EXPECT_EQ(std::string(o.Resolve(&word).message()).find("probably"), std::string::npos);
+}
+
 TEST(CsvParser, DeclarationsAreCheckedAgainstTheHeader) {
   CsvOptions o = ClickLog();
   std::vector<std::string> lacking = {"site", "click", "price", "tags", "wtags", "note"};

@@ -589,6 +589,27 @@ TEST(HardeningTest, AWorkerRefusesAMalformedBatchFromItsLoaderWithoutCrashing) {
   EXPECT_TRUE(absl::StrContains(r.err, "tables[0].inverse[0][1] is 5")) << r.all();
   loader->Shutdown();
 }
+
+// A worker given another job's certificates: its PS refuses the handshake. The worker says so in
+// words and exits 2 (invalid input: a retry cannot help) at once, not as a transient failure
+// after its timeouts.
+TEST(SecurityTest, AWorkerOfAnotherCaSaysSoAndExitsAsInvalidInput) {
+  const std::string certs = WriteCerts("ca_job");
+  const std::string stranger = WriteCerts("ca_stranger");
+  Server ps = StartPs(Job(certs, /*tokens=*/false));
+  ASSERT_NE(ps.process, nullptr);
+  const absl::Time start = absl::Now();
+  const testing::CommandResult r =
+      testing::RunCommand({HYREC_WORKER_BINARY, "--config=" + Job(certs, false), "--rank=0", "--ps=" + ps.address,
+                           absl::StrCat("--loader=127.0.0.1:", PickFreeLoopbackPort()), "--master_addr=127.0.0.1",
+                           absl::StrCat("--master_port=", PickFreeLoopbackPort()), "--certs=" + stranger,
+                           "--progress=none", "--plot=", "--log_level=warn"});
+  EXPECT_EQ(r.code, 2) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "certificate not signed by this job's CA")) << r.all();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(8));
+  ps.process->Signal(SIGTERM);
+  EXPECT_EQ(*ps.process->Wait(absl::Seconds(10)), 0);
+}
 #endif
 
 }  // namespace

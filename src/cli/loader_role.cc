@@ -28,6 +28,7 @@
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
+#include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
 
@@ -131,18 +132,22 @@ absl::Status Serve(const LoaderFlags& f) {
   server_options.replay_batches = f.replay_batches;
   server_options.replay_bytes = static_cast<size_t>(f.replay_mb) << 20;
   server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
-  HYREC_ASSIGN_OR_RETURN(auto server, data_loader::DataServer::StartDeferred(
-                                          [options](const std::vector<ReaderPosition>& starts) {
-                                            return data_loader::Loader::Start(options, starts);
-                                          },
-                                          options, resume, server_options));
+  const std::string port_setting =
+      f.port >= 0 ? std::string("--port") : absl::StrCat("cluster.loader in ", f.config, " (or --port)");
+  HYREC_ASSIGN_OR_RETURN(auto server, NamePortSetting(data_loader::DataServer::StartDeferred(
+                                                          [options](const std::vector<ReaderPosition>& starts) {
+                                                            return data_loader::Loader::Start(options, starts);
+                                                          },
+                                                          options, resume, server_options),
+                                                      port_setting));
   const data_loader::DataServer* raw_server = server.get();
   MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (f.common.metrics_port >= 0) {
     metrics.AddCollector([raw_server](MetricsRegistry* m) { PublishLoaderMetrics(raw_server->Stats(), m); });
-    HYREC_ASSIGN_OR_RETURN(metrics_server,
-                           MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
+    HYREC_ASSIGN_OR_RETURN(metrics_server, NamePortSetting(MetricsHttpServer::Start(f.common.metrics_host,
+                                                                                    f.common.metrics_port, &metrics),
+                                                           "--metrics_port"));
     std::cout << "hyrec loader metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
   }
   std::cout << "hyrec loader for " << options.num_workers << " worker(s) listening on " << server_options.host << ":"

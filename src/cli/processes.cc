@@ -265,9 +265,17 @@ class Cluster {
       monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", ps_ports_[i]));
     }
     if (absl::StatusOr<int> code = loader_->Wait(absl::ZeroDuration()); code.ok()) {
+      // The workers report where their streams stand; a worker that cannot (a replacement) is
+      // started from the newest checkpoint's positions, not the run's first --resume, which the
+      // checkpoints' retention may have deleted since.
+      std::vector<std::string> args;
+      for (const std::string& a : loader_args_) {
+        if (!absl::StartsWith(a, "--resume=") || plan().spec.checkpoint.dir.empty()) args.push_back(a);
+      }
+      if (!plan().spec.checkpoint.dir.empty()) args.push_back("--resume=auto");
       if (!Restart(absl::StrCat("the loader exited (", ExitDescription(*code),
                                 "); restarting it to resume every worker where its stream stands"),
-                   options_.roles.loader, loader_args_, loader_port_, "loader", {"loader", "0"}, &loader_)) {
+                   options_.roles.loader, std::move(args), loader_port_, "loader", {"loader", "0"}, &loader_)) {
         return false;
       }
       monitor_->Note(absl::StrCat("the loader serves again on port ", loader_port_));
@@ -294,6 +302,7 @@ class Cluster {
     retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
     *process = std::move(*started);
     Drain(process->get(), /*events=*/false);
+    restarted_[absl::StrCat(label.first, " ", label.second)].started = absl::Now();  // Its run begins serving.
     return true;
   }
 
@@ -332,8 +341,8 @@ class Cluster {
       return false;
     }
     // Each role's backoff doubles with each of its restarts that follows a short run (less than
-    // kSteadyRun since it was last started: a crash loop), up to 32 s; a role that had run
-    // steadily before it was lost comes back after 1 s, as often as it is lost.
+    // kSteadyRun since it last came back: a crash loop), up to 32 s; a role that had run steadily
+    // before it was lost comes back after 1 s, as often as it is lost.
     const absl::Time now = absl::Now();
     const std::string role = absl::StrCat(label.first, " ", label.second);
     auto [history, first] = restarted_.try_emplace(role);
@@ -462,7 +471,7 @@ class Cluster {
     absl::Time started;  // When the role was last restarted.
     int streak = 0;      // Its restarts in a row after short runs.
   };
-  static constexpr absl::Duration kSteadyRun = absl::Seconds(10);
+  static constexpr absl::Duration kSteadyRun = absl::Seconds(5);
   std::map<std::string, RestartHistory> restarted_;  // By role ("ps 1", "loader 0", "worker 1").
   bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;

@@ -25,6 +25,7 @@
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
+#include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
 
@@ -246,7 +247,12 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   server_options.update_log = shard_log.log;
 
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
-  HYREC_ASSIGN_OR_RETURN(auto server, embedding_ps::EmbeddingServer::Start(shared_store, server_options));
+  const std::string port_setting =
+      f.port >= 0 || f.config.empty()
+          ? std::string("--port")
+          : absl::StrCat("cluster.ps[", server_options.shard_index, "] in ", f.config, " (or --port)");
+  HYREC_ASSIGN_OR_RETURN(
+      auto server, NamePortSetting(embedding_ps::EmbeddingServer::Start(shared_store, server_options), port_setting));
   MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (f.common.metrics_port >= 0) {
@@ -255,8 +261,9 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
       embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, m);
       PublishLogMetrics(m);
     });
-    HYREC_ASSIGN_OR_RETURN(metrics_server,
-                           MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, &metrics));
+    HYREC_ASSIGN_OR_RETURN(metrics_server, NamePortSetting(MetricsHttpServer::Start(f.common.metrics_host,
+                                                                                    f.common.metrics_port, &metrics),
+                                                           "--metrics_port"));
     std::cout << "hyrec ps metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
   }
   std::cout << "hyrec ps shard " << server_options.shard_index << " of " << server_options.num_shards

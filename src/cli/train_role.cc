@@ -35,6 +35,7 @@
 #include "src/cli/heartbeat.h"
 #include "src/cli/logging.h"
 #include "src/cli/plot.h"
+#include "src/cli/port_setting.h"
 #include "src/cli/processes.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
@@ -144,8 +145,9 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const Commo
     };
     action.authorize = CheckpointAuthorization(security, certs_dir);
   }
-  HYREC_ASSIGN_OR_RETURN(auto server,
-                         MetricsHttpServer::Start(common.metrics_host, common.metrics_port, m, std::move(action)));
+  HYREC_ASSIGN_OR_RETURN(auto server, NamePortSetting(MetricsHttpServer::Start(common.metrics_host, common.metrics_port,
+                                                                               m, std::move(action)),
+                                                      "--metrics_port"));
   std::cout << who << " metrics: http://" << common.metrics_host << ":" << server->port() << "/metrics" << std::endl;
   return server;
 }

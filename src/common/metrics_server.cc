@@ -27,17 +27,22 @@ class HttplibMetricsServer final : public MetricsHttpServer {
       response.set_content(registry_->Render(), "text/plain; version=0.0.4; charset=utf-8");
     });
     if (checkpoint.run) {
-      server_.Post("/checkpoint", [checkpoint](const httplib::Request& request, httplib::Response& response) {
+      // Before routing: a POST without a body (no Content-Length, as `curl -X POST` sends it)
+      // would otherwise be refused with a bare 400 before any handler sees it.
+      server_.set_pre_routing_handler([checkpoint](const httplib::Request& request, httplib::Response& response) {
+        if (request.method != "POST" || request.path != "/checkpoint")
+          return httplib::Server::HandlerResponse::Unhandled;
         if (checkpoint.authorize) {
           const absl::Status allowed = checkpoint.authorize(request.get_header_value("Authorization"));
           if (!allowed.ok()) {
             response.status = absl::IsUnauthenticated(allowed) ? 401 : 403;
             response.set_content(std::string(allowed.message()) + "\n", "text/plain; charset=utf-8");
-            return;
+            return httplib::Server::HandlerResponse::Handled;
           }
         }
         response.status = 202;
         response.set_content(checkpoint.run(), "text/plain; charset=utf-8");
+        return httplib::Server::HandlerResponse::Handled;
       });
     }
   }

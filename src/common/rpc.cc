@@ -29,6 +29,7 @@
 #include "grpcpp/security/tls_credentials_options.h"
 #include "hyrec/common/certs.h"
 #include "hyrec/common/env.h"
+#include "hyrec/common/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace hyrec::rpc {
@@ -293,6 +294,14 @@ void LogGrpcLine(gpr_log_func_args* args) {
                                           : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
                                                                                     : spdlog::level::debug;
   const char* base = std::strrchr(file, '/');
+  if (SaysCertificateNotSignedByCa(message)) {
+    // A peer of another CA (another job's, or certificates made again): said in words.
+    spdlog::warn(
+        "a TLS peer's certificate is not signed by this job's CA (or it refused ours), so the connection "
+        "was refused (grpc {}:{}: {})",
+        base ? base + 1 : file, args->line, message);
+    return;
+  }
   if (held > 0)
     spdlog::log(level, "grpc {}:{}: {} more like the next were held back", base ? base + 1 : file, args->line, held);
   spdlog::log(level, "grpc {}:{}: {}", base ? base + 1 : file, args->line, message);

@@ -279,6 +279,26 @@ absl::Status CsvOptions::Validate() const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// For a header that parsed as one field although several columns are declared: which other
+// common delimiter splits it, said as a hint ("" when none does).
+std::string DelimiterHint(const std::vector<std::string>& header, char delimiter, size_t declared) {
+  if (header.size() != 1 || declared < 2) return "";
+  for (const auto& [c, name] : {std::pair<char, const char*>{'\t', "\\t"}, {',', ","}, {';', ";"}, {'|', "|"}}) {
+    if (c == delimiter) continue;
+    const size_t fields = static_cast<size_t>(std::count(header[0].begin(), header[0].end(), c)) + 1;
+    if (fields >= 2) {
+      return absl::StrCat("; the header parsed as one field with the delimiter '",
+                          delimiter == '\t' ? std::string("\\t") : std::string(1, delimiter), "', and '", name,
+                          "' splits it into ", fields, " fields: csv.delimiter is probably \"", name, "\"");
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) {
   HYREC_RETURN_IF_ERROR(Validate());
   auto bad = [](auto&&... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -290,7 +310,8 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
     for (CsvColumn& c : columns) {
       if (c.name.empty()) {
         if (c.index >= static_cast<int>(h.size())) {
-          return bad("csv column at position ", c.index, ": the header has ", h.size(), " fields");
+          return bad("csv column at position ", c.index, ": the header has ", h.size(), " fields",
+                     DelimiterHint(h, delimiter, columns.size()));
         }
         continue;
       }
@@ -298,7 +319,7 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
       if (it == where.end()) {
         std::vector<std::string> shown(h.begin(), h.begin() + std::min<size_t>(h.size(), 20));
         return bad("csv column '", c.name, "' is not in the header (", absl::StrJoin(shown, ", "),
-                   h.size() > 20 ? ", ..." : "", ")");
+                   h.size() > 20 ? ", ..." : "", ")", DelimiterHint(h, delimiter, columns.size()));
       }
       if (std::count(h.begin(), h.end(), c.name) > 1) return bad("the header names '", c.name, "' more than once");
       c.index = it->second;

@@ -475,6 +475,7 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
   context.set_wait_for_ready(true);
   proto::LoaderInfoResponse info;
   grpc::Status status = stub->Info(&context, proto::LoaderInfoRequest(), &info);
+  HYREC_RETURN_IF_ERROR(CertificateRefusal(status, absl::StrCat("the loader at ", address)));
   if (!status.ok()) {
     return absl::Status(FromGrpcStatus(status).code(),
                         absl::StrCat("loader at ", address, " did not answer: ", status.error_message()));

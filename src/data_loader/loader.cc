@@ -296,8 +296,6 @@ struct ParsedBatch {
   uint64_t bad = 0;
   std::vector<std::string> bad_messages;
   bool skipped = false;  // Every line was bad: the batch is not delivered.
-  // (file index, bad) of the lines within their file's first head lines.
-  std::vector<std::pair<uint32_t, bool>> head;
 };
 
 class WorkerQueue final : public BatchStream {
@@ -460,6 +458,7 @@ class LoaderImpl final : public Loader {
     for (; options_.epochs == 0 || cursor.at.epoch < options_.epochs; ++cursor.at.epoch) {
       for (bool epoch_done = false; !epoch_done;) {
         Window window = ReadWindow(&cursor);
+        JudgeHeads(&window);
         epoch_done = window.epoch_done;
         const bool fatal = !window.fatal.ok();
         if (!CutWindow(std::move(window), &cursor.at) || fatal) return;
@@ -537,6 +536,32 @@ class LoaderImpl final : public Loader {
       w.bytes_read += std::min(cursor->reader->raw_offset(), file_bytes_[at.file_index]);
     }
     return w;
+  }
+
+  // Each file's first head_lines_ lines are parsed as they are read, in file order, before the
+  // window is shuffled: when all of them are bad the file is probably not in the declared
+  // format, and the window ends at once with that error (its lines are not handed on).
+  void JudgeHeads(Window* w) {
+    Sample scratch;
+    for (size_t i = 0; i < w->lines.size() && w->fatal.ok(); ++i) {
+      const auto [file, number] = w->origins[i];
+      if (number > head_lines_ || head_seen_[file] >= head_lines_) continue;
+      const absl::Status s = ParseLine(w->lines[i], &scratch);
+      ++head_seen_[file];
+      if (!s.ok()) {
+        ++head_bad_[file];
+        if (head_examples_.size() < 3) {
+          head_examples_.push_back(absl::StrCat(options_.source.files[file], ":", number, ": ", s.message()));
+        }
+      }
+      if (head_seen_[file] == head_lines_ && head_bad_[file] == head_lines_) {
+        w->fatal = absl::DataLossError(absl::StrCat(
+            "the first ", head_lines_, " lines of '", options_.source.files[file], "' are all bad (is it in the ",
+            FormatName(options_.source.format), " format?); first: ", absl::StrJoin(head_examples_, "; ")));
+        w->lines.clear();
+        w->origins.clear();
+      }
+    }
   }
 
   // A file that cannot be read whole: noted in the window under skip_bad_files (false: read on),
@@ -628,7 +653,6 @@ class LoaderImpl final : public Loader {
       }
       for (size_t i = 0; i < raw.lines.size(); ++i) {
         absl::Status s = ParseLine(raw.lines[i], &samples[good]);
-        if (raw.origins[i].second <= head_lines_) parsed.head.emplace_back(raw.origins[i].first, !s.ok());
         if (s.ok()) {
           ++good;
         } else {
@@ -717,8 +741,8 @@ class LoaderImpl final : public Loader {
     }
   }
 
-  // Adds a batch's counts; returns the failure when a file could not be read whole, when bad lines
-  // exceed the allowed fraction, or when a file's first lines are all bad.
+  // Adds a batch's counts; returns the failure when a file could not be read whole (or its first
+  // lines are all bad: JudgeHeads), or when bad lines exceed the allowed fraction.
   absl::Status Account(const ParsedBatch& parsed) {
     absl::MutexLock lock(&mu_);
     if (!parsed.raw.fatal.ok()) return parsed.raw.fatal;
@@ -744,16 +768,6 @@ class LoaderImpl final : public Loader {
       ++stats_.skipped_batches;
       spdlog::warn("loader: batch {} is not delivered: all of its {} lines were bad", parsed.raw.global_id,
                    parsed.lines);
-    }
-    for (const auto& [file, bad] : parsed.head) {
-      ++head_seen_[file];
-      head_bad_[file] += bad ? 1 : 0;
-      if (head_seen_[file] == head_lines_ && head_bad_[file] == head_lines_) {
-        return absl::DataLossError(absl::StrCat("too many bad lines: the first ", head_lines_, " lines of '",
-                                                options_.source.files[file], "' are all bad (is it in the ",
-                                                FormatName(options_.source.format),
-                                                " format?); first: ", absl::StrJoin(stats_.first_bad, "; ")));
-      }
     }
     const bool check = stats_.lines >= options_.min_lines_for_bad_check || parsed.raw.epoch_end;
     if (check && static_cast<double>(stats_.bad_lines) >
@@ -788,8 +802,11 @@ class LoaderImpl final : public Loader {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   LoaderStats stats_ ABSL_GUARDED_BY(mu_);
   int logged_bad_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<uint64_t> head_seen_ ABSL_GUARDED_BY(mu_);  // Per file, of its first head_lines_ lines.
-  std::vector<uint64_t> head_bad_ ABSL_GUARDED_BY(mu_);
+  // The producer's own: per file, its first head_lines_ lines parsed and how many were bad, and
+  // the first few bad ones in file order.
+  std::vector<uint64_t> head_seen_;
+  std::vector<uint64_t> head_bad_;
+  std::vector<std::string> head_examples_;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
 
   std::thread producer_;

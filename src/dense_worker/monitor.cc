@@ -1,7 +1,14 @@
 #include "hyrec/dense_worker/monitor.h"
 
-#include <cstdio>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hyrec/common/status_macros.h"
@@ -38,6 +45,40 @@ double SecondsLeft(const Progress& p) {
   const double done = (static_cast<double>(p.epoch) + static_cast<double>(p.bytes_read) / p.bytes_total) / p.epochs;
   if (done <= 0) return -1;
   return std::max(0.0, p.elapsed_seconds * (1 - std::min(done, 1.0)) / done);
+}
+
+// The terminal's width in columns: $COLUMNS when set (shells keep it without exporting it, so
+// it is set on purpose), else stdout's when it is a terminal, else 80.
+int TerminalColumns() {
+  int columns = 0;
+  const char* env = std::getenv("COLUMNS");
+  if (env != nullptr && absl::SimpleAtoi(env, &columns) && columns > 0) return columns;
+  winsize size{};
+  if (isatty(STDOUT_FILENO) && ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 0) return size.ws_col;
+  return 80;
+}
+
+// The parts of a live line in their order, each with a rank (0: always shown): the lowest
+// ranked parts are left out until the line fits in `columns` - 1 (a line as wide as the
+// terminal wraps on some), and what still does not fit is cut.
+std::string FitLine(const std::vector<std::pair<std::string, int>>& parts, int columns) {
+  const size_t room = static_cast<size_t>(std::max(columns - 1, 20));
+  std::vector<bool> shown(parts.size(), true);
+  for (;;) {
+    std::string line;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (shown[i]) line += parts[i].first;
+    }
+    if (line.size() <= room) return line;
+    int drop = -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      if (shown[i] && parts[i].second > 0 && (drop < 0 || parts[i].second > parts[drop].second)) {
+        drop = static_cast<int>(i);
+      }
+    }
+    if (drop < 0) return line.substr(0, room);
+    shown[drop] = false;
+  }
 }
 
 }  // namespace
@@ -87,10 +128,16 @@ void JobMonitor::OnProgress(const Progress& p) {
   const double eta_seconds = SecondsLeft(p);
   const bool eta = eta_seconds >= 0;
   if (options_.live) {
-    if (last_auc_ >= 0) absl::StrAppend(&line, absl::StrFormat("  AUC %.4f", last_auc_));
-    absl::StrAppend(&line, "  elapsed ", Duration(p.elapsed_seconds));
-    if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
-    *options_.out << kClearLine << line << std::flush;
+    // Rewritten in place with a carriage return, which only works on a line that does not wrap.
+    std::vector<std::pair<std::string, int>> parts = {
+        {absl::StrCat("samples ", p.samples, p.planned_samples > 0 ? absl::StrCat("/", p.planned_samples) : ""), 0},
+        {BytesRead(p), 4},
+        {absl::StrFormat("  %.0f samples/s", p.samples_per_second), 0},
+        {absl::StrFormat("  loss %.4f", p.loss), 1}};
+    if (last_auc_ >= 0) parts.emplace_back(absl::StrFormat("  AUC %.4f", last_auc_), 2);
+    parts.emplace_back(absl::StrCat("  elapsed ", Duration(p.elapsed_seconds)), 5);
+    if (eta) parts.emplace_back(absl::StrCat("  ETA ", Duration(eta_seconds)), 3);
+    *options_.out << kClearLine << FitLine(parts, TerminalColumns()) << std::flush;
     live_line_shown_ = true;
     return;
   }

@@ -714,6 +714,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(std::min(deadline, absl::Now() + options.attempt_timeout)));
       status = stubs[s]->Health(&context, proto::HealthRequest(), &health);
+      HYREC_RETURN_IF_ERROR(CertificateRefusal(status, absl::StrCat("PS shard ", s, " (", addresses[s], ")")));
       if (status.ok() || !Retryable(status.error_code()) || absl::Now() + backoff >= deadline) break;
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, options.max_backoff);
