@@ -140,8 +140,11 @@ class ChaosTest : public ::testing::Test {
       if (!line.ok()) break;
       keep(*line);
       r.tail = *line;
+      // One per server kill: the role serves again, or was lost again while it started (that
+      // kill's restart is begun again).
       if (absl::StrContains(*line, "recovered and serves again") ||
-          absl::StrContains(*line, "the loader serves again")) {
+          absl::StrContains(*line, "the loader serves again") ||
+          absl::StrContains(*line, "was lost while it started")) {
         ++r.recoveries;
       }
       if (absl::StrContains(*line, "restart") || absl::StrContains(*line, "exited"))

@@ -288,16 +288,28 @@ class Cluster {
   bool Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args, int port,
                const std::string& name, const std::pair<std::string, std::string>& label,
                std::unique_ptr<Subprocess>* process) {
-    if (!TakeRestart(why, label)) return false;
     args.erase(
         std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
         args.end());
     args.push_back(absl::StrCat("--port=", port));
-    absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
-    absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
-    if (!listening.ok()) {
-      monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
-      return false;
+    absl::StatusOr<std::unique_ptr<Subprocess>> started;
+    for (std::string cause = why;;) {
+      if (!TakeRestart(cause, label)) return false;
+      started = Spawn(Command(role, args), name);
+      const absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
+      if (listening.ok()) break;
+      // Killed by a signal while it started (a shard lost again while it recovered): a loss like
+      // any other, restarted within the same budget. Any other failed start ends the run.
+      const absl::StatusOr<int> code =
+          started.ok() ? (*started)->Wait(absl::ZeroDuration()) : absl::StatusOr<int>(started.status());
+      const bool lost =
+          code.ok() && *code > 128 && *code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
+      if (!lost) {
+        monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
+        return false;
+      }
+      if (started.ok()) retired_.push_back(std::move(*started));
+      cause = absl::StrCat(name, " was lost while it started (", ExitDescription(*code), "); restarting it again");
     }
     retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
     *process = std::move(*started);
