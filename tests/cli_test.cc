@@ -571,12 +571,10 @@ checkpoint: {dir: )",
   std::filesystem::remove_all(dir);
 }
 
-// A loader killed (SIGKILL) or frozen (SIGSTOP) under --processes: the launcher restarts it on
-// its port (the watchdog first kills a frozen one), the workers' streams reopen and report where
-// they stand, and the job trains every sample once: the summary counts exactly the data's
-// samples, none skipped and none repeated.
-TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
-  const std::string job = WriteFile("loader_restart.yaml", R"(loader:
+// A job of 153,600 synthetic samples (300 steps of two batches of 256) with `rest` (its train
+// section and more) after the data and the model.
+std::string TwoWorkerJob(const std::string& name, const std::string& rest) {
+  return WriteFile(name, absl::StrCat(R"(loader:
   source:
     format: synthetic
     synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
@@ -584,9 +582,17 @@ TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
   threads: 1
 eval: {samples: 2000}
 model: {embedding_dim: 8, bottom: [16], top: [16]}
-ps: {shards: 1}
-train: {workers: 2, log_every_batches: 50}
-)");
+)",
+                                      rest));
+}
+
+// A loader killed (SIGKILL) or frozen (SIGSTOP) under --processes: the launcher restarts it on
+// its port (the watchdog first kills a frozen one), the workers' streams reopen and report where
+// they stand, and the job trains every sample once: the summary counts exactly the data's
+// samples, none skipped and none repeated.
+TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
+  const std::string job =
+      TwoWorkerJob("loader_restart.yaml", "ps: {shards: 1}\ntrain: {workers: 2, log_every_batches: 50}\n");
   // Killed, then (its replacement) frozen: the watchdog kills a stopped loader and it is
   // restarted the same way.
   for (const int signal : {SIGKILL, SIGSTOP}) {
@@ -612,18 +618,9 @@ train: {workers: 2, log_every_batches: 50}
 TEST(Cli, ALostWorkerZeroFallsBackToTheLatestCheckpoint) {
   const std::string dir = ::testing::TempDir() + "/cli_worker_fallback";
   std::filesystem::remove_all(dir);
-  const std::string job = WriteFile("worker_fallback.yaml", absl::StrCat(R"(loader:
-  source:
-    format: synthetic
-    synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
-  batch_size: 256
-  threads: 1
-eval: {samples: 2000}
-model: {embedding_dim: 8, bottom: [16], top: [16]}
-train: {workers: 2, log_every_batches: 50}
-checkpoint: {dir: )",
-                                                                         dir, R"(, every_steps: 40}
-)"));
+  const std::string job = TwoWorkerJob(
+      "worker_fallback.yaml",
+      absl::StrCat("train: {workers: 2, log_every_batches: 50}\ncheckpoint: {dir: ", dir, ", every_steps: 40}\n"));
   auto p = StartTraining({"--processes"}, job);
   ASSERT_TRUE(AwaitCommittedCheckpoint(dir, absl::Seconds(60)));
   const pid_t worker = ChildWith(p->pid(), "--rank=0");
@@ -641,16 +638,7 @@ checkpoint: {dir: )",
 // from the lost worker's batch. No role restarts from a checkpoint (the job keeps none to fall
 // back to), and the summary counts exactly the data's samples: none skipped, none trained twice.
 TEST(Cli, ALostWorkerHealsFromItsLivePeerWithoutARollback) {
-  const std::string job = WriteFile("worker_heal.yaml", R"(loader:
-  source:
-    format: synthetic
-    synthetic: {num_samples: 153600, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
-  batch_size: 256
-  threads: 1
-eval: {samples: 2000}
-model: {embedding_dim: 8, bottom: [16], top: [16]}
-train: {workers: 2, log_every_batches: 20}
-)");
+  const std::string job = TwoWorkerJob("worker_heal.yaml", "train: {workers: 2, log_every_batches: 20}\n");
   auto p = StartTraining({"--processes", "--report=" + ::testing::TempDir() + "/heal.report"}, job);
   Ending end;
   for (int kill_count = 0; kill_count < 2; ++kill_count) {

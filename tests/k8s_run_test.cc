@@ -567,6 +567,9 @@ std::vector<YAML::Node> LoadAll(const std::string& text) {
   return docs;
 }
 
+// Defined with the tests below.
+bool Committed(const std::string& checkpoints);
+
 class K8sRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -595,6 +598,25 @@ class K8sRunTest : public ::testing::Test {
                              "--k8s=" + name, "--k8s_out=" + secrets});
     EXPECT_EQ(certs.code, 0) << certs.all();
     return std::make_unique<LocalCluster>(LoadAll(render.out), LoadAll(Slurp(secrets)), dir_ + "/" + name);
+  }
+
+  // Runs a two-worker job as `name` and SIGKILLs worker `rank`'s pod (a lost pod: no grace, no
+  // disruption condition) once the first checkpoint is committed; *cluster keeps its logs.
+  ClusterResult RunKillingWorker(const std::string& name, int rank, std::unique_ptr<LocalCluster>* cluster) {
+    const std::string job = dir_ + "/job.yaml";
+    std::ofstream(job) << JobText(2, "unused-on-the-cluster");
+    *cluster = Render(job, name);
+    const std::string checkpoints = (*cluster)->state() + "/checkpoints";
+    bool killed = false;
+    const ClusterResult result = (*cluster)->Run(absl::Minutes(4), [&](LocalCluster& c) {
+      if (killed || !Committed(checkpoints)) return;
+      Pod* worker = c.Find(absl::StrCat(name, "-workers-0-", rank));
+      ASSERT_NE(worker, nullptr);
+      worker->process->Signal(SIGKILL);
+      killed = true;
+    });
+    EXPECT_TRUE(killed) << "no checkpoint committed before the end\n" << (*cluster)->Logs();
+    return result;
   }
 
   std::string dir_;
@@ -635,19 +657,8 @@ bool Committed(const std::string& checkpoints) {
 // fails, the JobSet restarts every role, each resumes from the latest checkpoint, and the job
 // finishes.
 TEST_F(K8sRunTest, AKilledWorkerZeroPodRestartsTheJobSetWhichResumesAndFinishes) {
-  const std::string job = dir_ + "/job.yaml";
-  std::ofstream(job) << JobText(2, "unused-on-the-cluster");
-  std::unique_ptr<LocalCluster> cluster = Render(job, "chaos");
-  const std::string checkpoints = cluster->state() + "/checkpoints";
-  bool killed = false;
-  const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
-    if (killed || !Committed(checkpoints)) return;
-    Pod* worker = c.Find("chaos-workers-0-0");
-    ASSERT_NE(worker, nullptr);
-    worker->process->Signal(SIGKILL);  // A lost pod: no grace, no disruption condition.
-    killed = true;
-  });
-  ASSERT_TRUE(killed) << "no checkpoint committed before the end\n" << cluster->Logs();
+  std::unique_ptr<LocalCluster> cluster;
+  const ClusterResult result = RunKillingWorker("chaos", 0, &cluster);
   ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
   EXPECT_EQ(result.restarts, 1);
   EXPECT_EQ(result.pod_restarts, 1);
@@ -668,19 +679,8 @@ TEST_F(K8sRunTest, AKilledWorkerZeroPodRestartsTheJobSetWhichResumesAndFinishes)
 // worker 0's group in its next generation and takes the dense state from it, and the job finishes
 // in its first attempt without a rollback, every sample trained once.
 TEST_F(K8sRunTest, AKilledWorkerPodIsReplacedAloneAndHealsFromItsPeer) {
-  const std::string job = dir_ + "/job.yaml";
-  std::ofstream(job) << JobText(2, "unused-on-the-cluster");
-  std::unique_ptr<LocalCluster> cluster = Render(job, "heal");
-  const std::string checkpoints = cluster->state() + "/checkpoints";
-  bool killed = false;
-  const ClusterResult result = cluster->Run(absl::Minutes(4), [&](LocalCluster& c) {
-    if (killed || !Committed(checkpoints)) return;
-    Pod* worker = c.Find("heal-workers-0-1");
-    ASSERT_NE(worker, nullptr);
-    worker->process->Signal(SIGKILL);
-    killed = true;
-  });
-  ASSERT_TRUE(killed) << "no checkpoint committed before the end\n" << cluster->Logs();
+  std::unique_ptr<LocalCluster> cluster;
+  const ClusterResult result = RunKillingWorker("heal", 1, &cluster);
   ASSERT_TRUE(result.succeeded) << result.why << "\n" << cluster->Logs();
   EXPECT_EQ(result.restarts, 0) << "the whole JobSet was restarted";
   EXPECT_EQ(result.job_restarts, 0);
