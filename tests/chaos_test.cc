@@ -31,6 +31,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "child_processes.h"
@@ -140,6 +141,7 @@ class ChaosTest : public ::testing::Test {
       if (!line.ok()) break;
       keep(*line);
       r.tail = *line;
+      if (absl::StartsWith(*line, "samples ")) training_ = true;
       // One per server kill: the role serves again, or was lost again while it started (that
       // kill's restart is begun again).
       if (absl::StrContains(*line, "recovered and serves again") ||
@@ -155,6 +157,7 @@ class ChaosTest : public ::testing::Test {
     auto code = (*p)->Wait(absl::Seconds(60));
     errors.join();
     r.joins = joins_.exchange(0);
+    training_ = false;
     r.code = code.ok() ? *code : -1;
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     std::ifstream in(report);
@@ -185,6 +188,7 @@ class ChaosTest : public ::testing::Test {
 
   std::string dir_;
   std::atomic<int> joins_{0};
+  std::atomic<bool> training_{false};  // The job printed its first progress line.
 };
 
 TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
@@ -198,7 +202,11 @@ TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
   std::mt19937_64 rng(seed);
   int kills = 0, stops = 0, loader_kills = 0, worker_kills = 0;
   const Outcome chaos = Train(Job("chaos", samples), [&](pid_t launcher, const std::atomic<bool>& done) {
-    absl::SleepFor(absl::Seconds(3));  // Training under way.
+    // Training under way (every worker past its set-up): the first progress line, then a second.
+    for (const absl::Time limit = absl::Now() + absl::Seconds(120); !training_ && !done && absl::Now() < limit;) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    absl::SleepFor(absl::Seconds(1));
     for (int f = 0; f < max_faults && !done; ++f) {
       int kind = static_cast<int>(rng() % 4);
       const int shard = static_cast<int>(rng() % 2);
@@ -248,6 +256,8 @@ TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
   EXPECT_NEAR(chaos.auc, calm.auc, 0.002);
   // Acknowledged = applied, per shard, worker and table: one update per step of each worker.
   const uint64_t steps = samples / (256 * 2);
+  // The final step's checkpoint: every cut after a heal or recovery committed.
+  EXPECT_TRUE(absl::StrContains(chaos.checkpoint, absl::StrFormat("/ckpt-%012d-", steps))) << chaos.checkpoint;
   const std::map<std::string, uint64_t> applied = AppliedCounts(chaos.checkpoint);
   EXPECT_EQ(applied.size(), 2u * 2u * 4u) << chaos.checkpoint;
   for (const auto& [what, n] : applied) EXPECT_EQ(n, steps) << what;

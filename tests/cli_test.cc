@@ -635,10 +635,15 @@ TEST(Cli, ALostWorkerZeroFallsBackToTheLatestCheckpoint) {
 
 // Worker 1 lost under --processes (killed twice): each time the launcher starts a replacement,
 // which joins worker 0's group in its next generation, takes the dense state from it and goes on
-// from the lost worker's batch. No role restarts from a checkpoint (the job keeps none to fall
-// back to), and the summary counts exactly the data's samples: none skipped, none trained twice.
+// from the lost worker's batch. No role restarts from a checkpoint, and the summary counts
+// exactly the data's samples: none skipped, none trained twice. The replacement takes part in the
+// job's later checkpoints, none of which fails.
 TEST(Cli, ALostWorkerHealsFromItsLivePeerWithoutARollback) {
-  const std::string job = TwoWorkerJob("worker_heal.yaml", "train: {workers: 2, log_every_batches: 20}\n");
+  const std::string dir = ::testing::TempDir() + "/cli_worker_heal";
+  std::filesystem::remove_all(dir);
+  const std::string job = TwoWorkerJob(
+      "worker_heal.yaml",
+      absl::StrCat("train: {workers: 2, log_every_batches: 20}\ncheckpoint: {dir: ", dir, ", every_steps: 30}\n"));
   auto p = StartTraining({"--processes", "--report=" + ::testing::TempDir() + "/heal.report"}, job);
   Ending end;
   for (int kill_count = 0; kill_count < 2; ++kill_count) {
@@ -655,6 +660,9 @@ TEST(Cli, ALostWorkerHealsFromItsLivePeerWithoutARollback) {
   EXPECT_FALSE(end.Contains("restarts from the latest checkpoint"));
   EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << rest.tail();
   EXPECT_TRUE(end.Contains("the workers' group healed 2 time(s)")) << rest.tail();
+  EXPECT_TRUE(end.Contains("ckpt-000000000300-")) << rest.tail();  // The final step's.
+  EXPECT_TRUE(end.Contains(" written this run, 0 failed;")) << rest.tail();
+  std::filesystem::remove_all(dir);
 }
 
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher

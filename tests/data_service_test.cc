@@ -259,7 +259,9 @@ TEST(DataService, AReplacedLoaderResumesEveryWorkerWhereItsStreamStands) {
 // A loader replaced while a worker is replaced too: the new worker knows the batch it wants but
 // not its stream's position. The new loader reads that batch from the latest window known to
 // hold it (here the surviving worker's) and serves it exactly the batches of an undisturbed run
-// from there.
+// from there. The survivor does not read until the replacement has its first batch (as in a
+// healed group, where it waits for the replacement in the allreduce): its stream, paused on a
+// full queue, must notice the lost loader and reopen by itself.
 TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) {
   LoaderProcess first = StartLoader();
   const std::string port = first.address.substr(first.address.rfind(':') + 1);
@@ -270,22 +272,51 @@ TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) 
   ASSERT_TRUE(s0.ok() && s1.ok());
   std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 9});
   const uint64_t wanted = got[1][7].batch_id;  // Two batches before worker 1's last.
+  absl::SleepFor(absl::Milliseconds(300));     // Worker 0's queue fills: its call pauses.
   s1->reset();                                 // Worker 1 is lost with the loader.
   first.process->Signal(SIGKILL);
   ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
-  std::vector<Batch> rest0;
-  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
   LoaderProcess second = StartLoader({"--port=" + port, "--log_level=info"});
   StreamClientOptions again;
   again.next_batch = static_cast<int64_t>(wanted);
   auto replacement = ConnectBatchStream(second.address, 1, again);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
-  const std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
+  Batch head;
+  // Sooner than the loader's arrival grace (5 s), after which it would read without worker 0.
+  ASSERT_TRUE((*replacement)->Next(&head, absl::Seconds(4)).ok()) << "the new loader waits for worker 0's stream";
+  std::vector<Batch> rest0;
+  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
+  std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
+  rest1.insert(rest1.begin(), std::move(head));
   reader.join();
   got[0].insert(got[0].end(), rest0.begin(), rest0.end());
   auto local = InProcess();
   ExpectSame(got[0], local[0]);
   ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+}
+
+// A worker that does not come within the loader's arrival grace (5 s) does not hold the others
+// up; when it comes, asking for a later batch than its start (a replacement of a lost worker
+// that trained some), it is read for from its start, and gets exactly the batches of an
+// undisturbed run from the one it asked for.
+TEST(DataService, ALateWorkerDoesNotHoldTheOthersUpAndGetsTheBatchItAsksFor) {
+  LoaderProcess loader = StartLoader();
+  auto s0 = ConnectBatchStream(loader.address, 0, {});
+  ASSERT_TRUE(s0.ok());
+  const absl::Time opened = absl::Now();
+  Batch first;
+  ASSERT_TRUE((*s0)->Next(&first, absl::Seconds(20)).ok());
+  EXPECT_GE(absl::Now() - opened, absl::Seconds(4)) << "read before the grace ran out";
+  std::vector<Batch> got0 = {std::move(first)};
+  auto local = InProcess();
+  StreamClientOptions late;
+  late.next_batch = static_cast<int64_t>(local[1][5].batch_id);
+  auto s1 = ConnectBatchStream(loader.address, 1, late);
+  ASSERT_TRUE(s1.ok()) << s1.status();
+  std::vector<std::vector<Batch>> rest = DrainAll({s0->get(), s1->get()});
+  got0.insert(got0.end(), rest[0].begin(), rest[0].end());
+  ExpectSame(got0, local[0]);
+  ExpectSame(rest[1], std::vector<Batch>(local[1].begin() + 5, local[1].end()));
 }
 
 // A stream that does not reconnect, or a loader that never comes back, is an error within the

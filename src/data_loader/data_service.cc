@@ -32,6 +32,7 @@ class DataServiceImpl final : public proto::DataService::Service {
         options_(loader_options),
         replay_batches_(server_options.replay_batches),
         replay_bytes_(server_options.replay_bytes),
+        arrival_grace_(server_options.arrival_grace),
         workers_(loader_options.num_workers),
         starts_(std::move(starts)),
         loader_(std::move(loader)) {
@@ -138,7 +139,8 @@ class DataServiceImpl final : public proto::DataService::Service {
     return ToGrpcStatus(status);
   }
 
-  // The loader, once it reads: made here when this stream is the last worker's first.
+  // The loader, once it reads: made here when this stream is the last worker's first, or
+  // arrival_grace after the first worker's.
   absl::StatusOr<Loader*> Arrive(grpc::ServerContext* context, const proto::StreamRequest& request)
       ABSL_LOCKS_EXCLUDED(mu_) {
     const int w = static_cast<int>(request.worker());
@@ -147,13 +149,21 @@ class DataServiceImpl final : public proto::DataService::Service {
       Arrival& arrival = arrived_[w].emplace();
       if (request.has_position()) arrival.position = FromProto(request.position());
       arrival.next_batch = request.next_batch();
-      if (++num_arrived_ == options_.num_workers) MakeLoader();
+      if (num_arrived_++ == 0) first_arrival_ = absl::Now();
+      if (num_arrived_ == options_.num_workers) MakeLoader();
     }
     const auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return loader_ != nullptr || !failure_.ok() || stopped_;
     };
     while (!mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200))) {
       if (context->IsCancelled()) return absl::CancelledError("client gone");
+      if (failure_.ok() && absl::Now() - first_arrival_ >= arrival_grace_) {
+        spdlog::warn(
+            "{} of {} workers opened their streams within {}: reading for them; the others are served "
+            "from their starts when they come",
+            num_arrived_, options_.num_workers, absl::FormatDuration(arrival_grace_));
+        MakeLoader();
+      }
     }
     if (!failure_.ok()) return failure_;
     if (loader_ == nullptr) return absl::CancelledError("the loader is stopping");
@@ -164,7 +174,7 @@ class DataServiceImpl final : public proto::DataService::Service {
     std::vector<ReaderPosition> positions = starts_;
     int reported = 0, derived = 0;
     for (int w = 0; w < options_.num_workers; ++w) {
-      if (!arrived_[w]->position.has_value()) continue;
+      if (!arrived_[w].has_value() || !arrived_[w]->position.has_value()) continue;
       ++reported;
       positions[w] = *arrived_[w]->position;
     }
@@ -172,6 +182,7 @@ class DataServiceImpl final : public proto::DataService::Service {
     // a lost worker, which knows the batch but not the window): its batch is read from the
     // latest window known to start at or before it, the others' or the job's starts.
     for (int w = 0; w < options_.num_workers; ++w) {
+      if (!arrived_[w].has_value()) continue;
       const uint64_t wanted = arrived_[w]->next_batch;
       if (arrived_[w]->position.has_value() || wanted == starts_[w].next_batch ||
           wanted % options_.num_workers != static_cast<uint64_t>(w)) {
@@ -179,7 +190,8 @@ class DataServiceImpl final : public proto::DataService::Service {
       }
       std::optional<ReaderPosition> window;
       for (int v = 0; v < options_.num_workers; ++v) {
-        for (const ReaderPosition* p : {&starts_[v], arrived_[v]->position ? &*arrived_[v]->position : nullptr}) {
+        const bool reported = arrived_[v].has_value() && arrived_[v]->position.has_value();
+        for (const ReaderPosition* p : {&starts_[v], reported ? &*arrived_[v]->position : nullptr}) {
           if (p != nullptr && p->window_global <= wanted && (!window || p->window_global > window->window_global)) {
             window = *p;
           }
@@ -215,6 +227,30 @@ class DataServiceImpl final : public proto::DataService::Service {
   grpc::Status Serve(grpc::ServerContext* context, Loader& loader, uint64_t next, int w,
                      grpc::ServerWriter<proto::BatchProto>* writer) {
     Worker& worker = workers_[w];  // Only this (single active) stream touches it.
+    BatchStream* stream = loader.stream(w);
+    Batch batch;
+    // A worker that came after the loader started (arrival_grace) and asks for a later batch
+    // than its start: the batches before it are read and dropped (the same batches as from a
+    // later window).
+    const bool first = worker.sent.empty() && next % options_.num_workers == static_cast<uint64_t>(w);
+    for (uint64_t skipped = 0; first && next > worker.next_from_loader; ++skipped) {
+      absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
+      if (absl::IsDeadlineExceeded(s)) {
+        if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+        continue;
+      }
+      if (!s.ok())
+        return ToGrpcStatus(
+            absl::Status(s.code(), absl::StrCat("reading up to batch ", next, " of worker ", w, ": ", s.message())));
+      worker.next_from_loader = batch.batch_id + options_.num_workers;
+      if (worker.next_from_loader > next) {
+        return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("worker ", w, " asked for batch ", next,
+                                                                     " and the loader read batch ", batch.batch_id));
+      }
+      if (worker.next_from_loader == next) {
+        spdlog::info("worker {}: read and dropped {} batches up to batch {}, which it asked for", w, skipped + 1, next);
+      }
+    }
     if (next > worker.next_from_loader || next % options_.num_workers != static_cast<uint64_t>(w)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("worker ", w, " asked for batch ", next, "; this loader serves it batch ",
@@ -230,8 +266,6 @@ class DataServiceImpl final : public proto::DataService::Service {
       if (id < next) continue;
       if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
     }
-    BatchStream* stream = loader.stream(w);
-    Batch batch;
     for (;;) {
       absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
       if (absl::IsDeadlineExceeded(s)) {
@@ -262,6 +296,7 @@ class DataServiceImpl final : public proto::DataService::Service {
   const LoaderOptions options_;
   const int replay_batches_;
   const size_t replay_bytes_;
+  const absl::Duration arrival_grace_;
   std::vector<Worker> workers_;
   mutable absl::Mutex mu_;
   // Each worker's first stream: unset until it came; then the position it reported, if any,
@@ -273,6 +308,7 @@ class DataServiceImpl final : public proto::DataService::Service {
   std::vector<std::optional<Arrival>> arrived_ ABSL_GUARDED_BY(mu_) =
       std::vector<std::optional<Arrival>>(options_.num_workers);
   int num_arrived_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time first_arrival_ ABSL_GUARDED_BY(mu_);
   std::vector<ReaderPosition> starts_ ABSL_GUARDED_BY(mu_);
   // Set once and never replaced: Serve uses it without the lock.
   std::unique_ptr<Loader> loader_ ABSL_GUARDED_BY(mu_);
@@ -284,9 +320,14 @@ class DataServiceImpl final : public proto::DataService::Service {
 class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReactor<proto::BatchProto> {
  public:
   // `report`: send `start` to the loader as where this worker's stream stands.
-  RemoteBatchStream(std::unique_ptr<proto::DataService::Stub> stub, int worker, uint64_t next, ReaderPosition start,
+  RemoteBatchStream(std::shared_ptr<grpc::Channel> channel, int worker, uint64_t next, ReaderPosition start,
                     bool report, int capacity, BatchShape shape)
-      : stub_(std::move(stub)), shape_(std::move(shape)), capacity_(capacity), position_(start), received_(start) {
+      : channel_(channel),
+        stub_(proto::DataService::NewStub(channel)),
+        shape_(std::move(shape)),
+        capacity_(capacity),
+        position_(start),
+        received_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
     if (report) ToProto(start, request_.mutable_position());
@@ -364,6 +405,21 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     return error_;
   }
 
+  // A paused call has no read pending, and gRPC ends it only at the next read, however long the
+  // consumer takes: a loader lost meanwhile would go unnoticed. Ends the call (UNAVAILABLE) when
+  // it is paused and its channel has not been READY at two checks in a row. Called by the watcher.
+  void EndIfConnectionLost() {
+    const bool connected = channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY;
+    absl::MutexLock lock(&mu_);
+    if (!paused_ || done_ || connected) {
+      unready_checks_ = 0;
+      return;
+    }
+    if (++unready_checks_ < 2) return;
+    if (error_.ok()) error_ = absl::UnavailableError("batch stream: the connection to the loader dropped");
+    context_.TryCancel();
+  }
+
   // Where a stream opened now goes on: after the last batch received (queued ones included), or
   // where this one started; and whether it received any.
   ReaderPosition Received(bool* any) const {
@@ -373,6 +429,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   }
 
  private:
+  const std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<proto::DataService::Stub> stub_;
   const BatchShape shape_;
   grpc::ClientContext context_;
@@ -387,6 +444,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   ReaderPosition position_ ABSL_GUARDED_BY(mu_);
   ReaderPosition received_ ABSL_GUARDED_BY(mu_);
   bool received_any_ ABSL_GUARDED_BY(mu_) = false;
+  int unready_checks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
@@ -469,7 +527,8 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
   rpc::SetServerName(options.security, Identity{Role::kLoader, 0}, &args);
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                          rpc::ChannelCredentials(options.security));
-  auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
+  auto stub = proto::DataService::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
   context.set_wait_for_ready(true);
@@ -507,7 +566,7 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
   } else if (options.next_batch >= 0) {
     position.next_batch = static_cast<uint64_t>(options.next_batch);
   }
-  return std::make_unique<RemoteBatchStream>(std::move(stub), worker, position.next_batch, position,
+  return std::make_unique<RemoteBatchStream>(std::move(channel), worker, position.next_batch, position,
                                              options.position.has_value(), std::max(1, options.prefetch_batches),
                                              std::move(shape));
 }
@@ -588,8 +647,11 @@ class ReconnectingBatchStream final : public BatchStream {
       }
       std::optional<absl::Status> end;
       while (!(end = back->AwaitEnd(absl::Milliseconds(200))).has_value()) {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return;
+        {
+          absl::MutexLock lock(&mu_);
+          if (stopping_) return;
+        }
+        back->EndIfConnectionLost();
       }
       if (!Broken(*end)) return;  // The end of the data, or the loader's own error: Next returns it.
       bool any = false;

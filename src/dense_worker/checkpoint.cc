@@ -304,7 +304,8 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   if (local.ok() && checkpoint) {
     local = data_loader::WritePositionFile(env, dir, plan.rank, position, /*sync=*/false).status();
   }
-  HYREC_ASSIGN_OR_RETURN(bool all, Agree(local.ok()));
+  group_lost_ = false;
+  absl::StatusOr<bool> agreed = Agree(local.ok());
   auto finish = [&](absl::Status s) {
     pause_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
     if (s.ok()) return s;
@@ -317,6 +318,15 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     if (begun) (void)options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds));
     (void)DeleteDirAndFiles(env, dir);
   };
+  // The agreement failed (a peer lost): the cut is abandoned, what it wrote removed.
+  auto lost = [&](bool begun, const absl::Status& s) {
+    group_lost_ = true;
+    discard(begun);
+    pause_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+    return Annotate(s, what);
+  };
+  if (!agreed.ok()) return lost(/*begun=*/false, agreed.status());
+  bool all = *agreed;
   if (!all) {
     discard(/*begun=*/false);
     return finish(local.ok() ? absl::AbortedError("another worker could not write its loader position") : local);
@@ -348,7 +358,9 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
       if (d.ok()) dense = std::move(*d);
     }
   }
-  HYREC_ASSIGN_OR_RETURN(all, Agree(local.ok()));
+  agreed = Agree(local.ok());
+  if (!agreed.ok()) return lost(begun, agreed.status());
+  all = *agreed;
   if (!all) {
     discard(begun);
     return finish(local.ok() ? absl::AbortedError("the cut failed on worker 0") : local);
@@ -442,10 +454,11 @@ std::string JobCuts::last_checkpoint() const {
   return shared_->last_checkpoint;
 }
 
-void JobCuts::Resume(const std::string& best_checkpoint, uint64_t delta_sequence) {
+void JobCuts::Resume(const std::string& best_checkpoint, uint64_t delta_sequence, uint64_t cuts) {
   std::lock_guard<std::mutex> lock(shared_->mu);
   shared_->best_checkpoint = best_checkpoint;
   delta_sequence_ = delta_sequence;
+  cuts_ = cuts;
 }
 
 std::string JobCuts::best_checkpoint() const {

@@ -52,8 +52,10 @@ class WorkerLoop {
         continue;  // Vote again, with the batch in hand.
       }
       if (!*go) break;
-      if (cut_checkpoint_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr));
-      if (cut_delta_now_) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
+      if (cut_checkpoint_now_ || cut_delta_now_) {
+        HYREC_ASSIGN_OR_RETURN(const bool healed, CutBetweenSteps(ctx, cut_checkpoint_now_, cut_delta_now_));
+        if (healed) continue;  // Vote again, with the batch in hand.
+      }
       if (evaluate_now_) {  // A new epoch: evaluate the last one's model before training on.
         HYREC_ASSIGN_OR_RETURN(const bool go_on, EvaluateNow(ctx));
         if (!go_on) break;
@@ -182,7 +184,7 @@ class WorkerLoop {
     last_cut_at_ = absl::Now();
     last_delta_at_ = absl::Now();
     if (healed_from_ != nullptr) {  // A replacement continues its peers' cuts.
-      cuts_->Resume(healed_from_->best_checkpoint, healed_from_->delta_sequence);
+      cuts_->Resume(healed_from_->best_checkpoint, healed_from_->delta_sequence, healed_from_->cuts);
       last_cut_step_ = healed_from_->last_cut_step;
     } else if (options_.resume != nullptr) {
       const TrainState& s = options_.resume->state;
@@ -228,11 +230,19 @@ class WorkerLoop {
   }
 
   // One cut: every update of this worker applied first (the drain), then JobCuts.
-  absl::Status CutNow(TrainingContext& ctx, JobCuts::Kind kind, const Evaluation* eval) {
+  // `healed`: non-null where the group may heal (between steps): a cut whose agreement failed
+  // (a peer lost) is abandoned, the group heals as after a step's collective, and *healed says so.
+  absl::Status CutNow(TrainingContext& ctx, JobCuts::Kind kind, const Evaluation* eval, bool* healed = nullptr) {
     if (cuts_ == nullptr) return absl::OkStatus();
     const absl::Time began = absl::Now();
     HYREC_RETURN_IF_ERROR(ctx.Finish());
-    HYREC_RETURN_IF_ERROR(cuts_->Cut(kind, began, State(ctx), last_position_, *model_, optimizer_.get(), eval));
+    const absl::Status cut = cuts_->Cut(kind, began, State(ctx), last_position_, *model_, optimizer_.get(), eval);
+    if (!cut.ok() && healed != nullptr && cuts_->group_lost() && ctx.status().ok()) {
+      HYREC_RETURN_IF_ERROR(HealOrFail(ctx, cut));
+      *healed = true;
+      return absl::OkStatus();
+    }
+    HYREC_RETURN_IF_ERROR(cut);
     if (kind == JobCuts::Kind::kCheckpoint) {
       last_cut_step_ = GlobalStep(ctx);
       last_cut_at_ = absl::Now();
@@ -242,19 +252,24 @@ class WorkerLoop {
     return absl::OkStatus();
   }
 
+  // A checkpoint and/or a delta between steps; true when a peer was lost in one and the group
+  // healed (the rest skipped: the caller goes back to the vote, where its peers are).
+  absl::StatusOr<bool> CutBetweenSteps(TrainingContext& ctx, bool checkpoint, bool delta) {
+    bool healed = false;
+    if (checkpoint) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr, &healed));
+    if (delta && !healed) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr, &healed));
+    return healed;
+  }
+
   // The cuts every worker knows to take after this step (by step counts).
   absl::Status MaybeCut(TrainingContext& ctx) {
     if (cuts_ == nullptr) return absl::OkStatus();
     const uint64_t step = GlobalStep(ctx);
     const int64_t every = plan_.checkpoint.every_steps;
-    if (!plan_.checkpoint.dir.empty() && every > 0 && step % static_cast<uint64_t>(every) == 0) {
-      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, nullptr));
-    }
     const int64_t delta_every = plan_.serving.delta_every_steps;
-    if (delta_every > 0 && step % static_cast<uint64_t>(delta_every) == 0) {
-      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
-    }
-    return absl::OkStatus();
+    return CutBetweenSteps(ctx, !plan_.checkpoint.dir.empty() && every > 0 && step % static_cast<uint64_t>(every) == 0,
+                           delta_every > 0 && step % static_cast<uint64_t>(delta_every) == 0)
+        .status();
   }
 
   // Worker 0's wishes for a cut before the next step: time since the last, or SIGUSR1.
@@ -302,6 +317,7 @@ class WorkerLoop {
     int64_t last_batch_id = -1;  // Of the survivor's last trained batch; -1: none in this run.
     uint64_t last_cut_step = UINT64_MAX;
     uint64_t delta_sequence = 0;
+    uint64_t cuts = 0;  // The run's cuts so far: the next one's directory name takes it.
     std::string best_checkpoint;
   };
 
@@ -318,6 +334,7 @@ class WorkerLoop {
     e.U64(static_cast<uint64_t>(last_batch_id_));
     e.U64(last_cut_step_);
     e.U64(cuts_ != nullptr ? cuts_->delta_sequence() : 0);
+    e.U64(cuts_ != nullptr ? cuts_->cuts() : 0);
     e.Bytes(cuts_ != nullptr ? cuts_->best_checkpoint() : std::string());
     return std::move(e.str());
   }
@@ -335,6 +352,7 @@ class WorkerLoop {
     h.last_batch_id = static_cast<int64_t>(d.U64());
     h.last_cut_step = d.U64();
     h.delta_sequence = d.U64();
+    h.cuts = d.U64();
     h.best_checkpoint = d.Bytes();
     if (!d.done()) return absl::DataLossError("the healed group's dense state arrived malformed");
     return h;

@@ -275,7 +275,7 @@ class C10dSync final : public DenseSync {
       allreduce.timeout = ToChrono(timeout);
       group_->allreduce(t, allreduce)->wait(ToChrono(timeout));
     } catch (const std::exception& e) {
-      return CollectiveError("agreeing on the next step", e);
+      return CollectiveError("the workers' agreement (AllMin)", e);
     }
     return static_cast<int>(std::lround(vote.item<float>()));
   }

@@ -24,9 +24,10 @@
 // stream waits a few seconds for its earlier one to end (a replacement for a lost worker opens
 // its stream before the loader has seen the old one go), then is FAILED_PRECONDITION.
 //
-// A lost loader heals: a server started with StartDeferred begins reading only once every
-// worker has opened its stream. When each of them reports where it stands (its stream was open
-// before, to the lost loader), every worker resumes from there; otherwise from `starts`. So a
+// A lost loader heals: a server started with StartDeferred begins reading once every worker
+// has opened its stream (or DataServerOptions::arrival_grace after the first one did). When each
+// of them reports where it stands (its stream was open before, to the lost loader), every worker
+// resumes from there; otherwise from `starts`. So a
 // replacement loader, started with the job's usual flags on the same address, hands each worker
 // the batch after the last one it received: no sample is skipped or repeated. Workers whose
 // streams reconnect (StreamClientOptions::reconnect) ride it out within their batch timeout.
@@ -58,6 +59,11 @@ struct DataServerOptions {
   // And at least this many bytes of them: gRPC's flow-control windows and the socket buffers can
   // hold many more small batches than replay_batches.
   size_t replay_bytes = 64 << 20;
+  // StartDeferred: how long after the first worker's stream the loader waits for the others'
+  // before it reads for the workers that came (a lost worker's replacement may need its peers to
+  // train first). A worker that comes later is read for from its start in `starts` up to the
+  // batch it asks for, those before dropped.
+  absl::Duration arrival_grace = absl::Seconds(5);
   int max_message_bytes = 512 << 20;
   SecurityOptions security;  // Off: plaintext, every caller trusted (in-process tests only).
 };
@@ -73,9 +79,10 @@ class DataServer {
                                                            const LoaderOptions& loader_options,
                                                            const std::vector<ReaderPosition>& starts,
                                                            const DataServerOptions& options);
-  // Serves at once and makes the loader with `make` when every worker has opened its stream:
-  // from the positions they report if all report one, else from `starts` (empty: the
-  // beginning) for each worker that reported none. A failure of `make` is the loader's failure.
+  // Serves at once and makes the loader with `make` when every worker has opened its stream, or
+  // options.arrival_grace after the first one did: from the positions they report if all report
+  // one, else from `starts` (empty: the beginning) for each worker that reported none or has not
+  // come. A failure of `make` is the loader's failure.
   static absl::StatusOr<std::unique_ptr<DataServer>> StartDeferred(LoaderFactory make,
                                                                    const LoaderOptions& loader_options,
                                                                    const std::vector<ReaderPosition>& starts,

@@ -129,13 +129,18 @@ class JobCuts {
                    DenseModelImpl& model, torch::optim::Optimizer* optimizer, const Evaluation* eval);
   // Waits for the last background commit; its error when checkpoint.fail_on_error.
   absl::Status Finish();
+  // The last Cut failed because the workers' agreement did (a peer was lost): the cut was
+  // abandoned and worker 0 removed what it wrote, so the group may heal and go on.
+  bool group_lost() const { return group_lost_; }
 
   // Worker 0: the newest committed checkpoint and the best evaluation's, as directories.
   std::string last_checkpoint() const;
   std::string best_checkpoint() const;
-  // A resumed run: the best evaluation's checkpoint of the run it resumes, and its deltas.
-  void Resume(const std::string& best_checkpoint, uint64_t delta_sequence);
+  // A resumed run: the best evaluation's checkpoint of the run it resumes, and its deltas. A
+  // replacement worker also takes its group's count of cuts, which names the next one.
+  void Resume(const std::string& best_checkpoint, uint64_t delta_sequence, uint64_t cuts = 0);
   uint64_t delta_sequence() const { return delta_sequence_; }
+  uint64_t cuts() const { return cuts_; }                  // Of this run, checkpoints and deltas, failed ones too.
   int committed() const;                                   // Worker 0: checkpoints committed (deltas are not counted).
   int failed() const;                                      // Cuts (checkpoints or deltas) that failed.
   double pause_seconds() const { return pause_seconds_; }  // Training time spent in cuts, drains included.
@@ -152,6 +157,7 @@ class JobCuts {
   const bool leader_;
   uint64_t cuts_ = 0;
   uint64_t delta_sequence_ = 0;
+  bool group_lost_ = false;
   double pause_seconds_ = 0;
   std::shared_ptr<Shared> shared_;
   std::thread commit_;
