@@ -15,12 +15,14 @@
 #include <random>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "child_processes.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
@@ -519,7 +521,23 @@ TEST(Cli, AWorkerStoppedBeforeTrainingExitsInterruptedAtOnce) {
                                      absl::StrCat("--ps=127.0.0.1:", dead, ",127.0.0.1:", dead),
                                      absl::StrCat("--loader=127.0.0.1:", dead)});
   ASSERT_TRUE(p.ok()) << p.status();
-  absl::SleepFor(absl::Seconds(2));  // Waiting for the PS shards by now.
+  // Its stop handler installed (the process catches SIGTERM: /proc's SigCgt mask), it waits for
+  // the PS shards.
+  const auto catches_sigterm = [pid = (*p)->pid()] {
+    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+    for (std::string line; std::getline(status, line);) {
+      uint64_t mask = 0;
+      if (absl::StartsWith(line, "SigCgt:") && absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)), &mask)) {
+        return (mask >> (SIGTERM - 1) & 1) != 0;
+      }
+    }
+    return false;
+  };
+  for (const absl::Time limit = absl::Now() + absl::Seconds(60); !catches_sigterm() && absl::Now() < limit;) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(catches_sigterm());
+  absl::SleepFor(absl::Milliseconds(500));
   const absl::Time stopped = absl::Now();
   (*p)->Signal(SIGTERM);
   auto code = (*p)->Wait(absl::Seconds(10));
