@@ -330,6 +330,7 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   ASSERT_FALSE(checkpoint.empty()) << r.all();
   ASSERT_FALSE(exported.empty()) << r.all();
   EXPECT_EQ(ReportField(report, "samples"), "2048");
+  const std::string trained_auc_text = ReportField(report, "auc");
   // keep_last 2: the older checkpoints are gone; the shards' update logs live beside them.
   int kept = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) {
@@ -345,15 +346,19 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   EXPECT_TRUE(absl::StrContains(r.out, "checkpoint at step 16 (2048 samples trained)")) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "2 PS shard(s), 2 worker(s)")) << r.out;
 
-  // Resumed with 3 shards and 1 worker from the newest: nothing left to train, the same samples.
-  // A newer directory whose manifest is corrupt is passed over, and the launcher says so.
+  // Resumed with 3 shards and 1 worker from the newest: nothing left to train, which the summary
+  // says in one line (no export, no plot). A newer directory whose manifest is corrupt is passed
+  // over, and the launcher says so.
   const std::string corrupt = dir + "/ckpt/ckpt-999999999999-0000000000000";
   std::filesystem::create_directories(corrupt);
   std::ofstream(corrupt + "/MANIFEST") << "not a manifest";
   r = RunCommand(
       {HYREC_TRAIN_BINARY, "--processes", "--config=" + job(3, 1), "--plot=", "--resume=latest", "--report=" + report});
   ASSERT_EQ(r.code, 0) << r.all();
-  EXPECT_TRUE(absl::StrContains(r.out, "resumed from step 16")) << r.out;
+  EXPECT_TRUE(absl::StrContains(
+      r.out, "\nsummary: nothing left to train: resumed from step 16 (2048 samples), at the end of the data\n"))
+      << r.out;
+  EXPECT_FALSE(absl::StrContains(r.all(), "export")) << r.all();
   EXPECT_TRUE(absl::StrContains(r.err, "passing over a checkpoint that does not verify: " + corrupt)) << r.err;
   std::filesystem::remove_all(corrupt);
   EXPECT_EQ(ReportField(report, "samples"), "2048");
@@ -371,10 +376,10 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   r = Hyrec({"eval", "--model=" + exported, "--input=" + heldout});
   ASSERT_EQ(r.code, 0) << r.all();
   double auc = 0, trained_auc = 0;
-  ASSERT_TRUE(absl::SimpleAtod(ReportField(report, "auc"), &trained_auc));
+  ASSERT_TRUE(absl::SimpleAtod(trained_auc_text, &trained_auc));
   ASSERT_EQ(std::sscanf(r.out.c_str(), "auc: %lf", &auc), 1) << r.out;
   EXPECT_GT(auc, 0.6);
-  EXPECT_NEAR(auc, trained_auc, 1e-6);  // The resumed run evaluated the same model in memory.
+  EXPECT_NEAR(auc, trained_auc, 1e-6);  // The run evaluated the same model in memory.
 
   // Bad input: exit 2, saying what and where.
   r = Hyrec({"predict", "--input=" + heldout});
@@ -649,6 +654,44 @@ TEST(Cli, ALostWorkerZeroFallsBackToTheLatestCheckpoint) {
   EXPECT_TRUE(end.Contains("a worker was lost: every role restarts from the latest checkpoint")) << end.tail();
   EXPECT_TRUE(end.StartsWith("summary: 153600 samples")) << end.tail();
   std::filesystem::remove_all(dir);
+}
+
+// `--set` overrides reach every role: a launcher's plan and the loader, PS shards and workers it
+// starts read the same job. Here the loader's sample count and the worker count come from
+// overrides only; a role that ignored them would train another count of samples or not join.
+// The test split one of them adds is scored with the model kept and reported apart from the
+// held-out figure, embedded and through worker 0's events.
+TEST(Cli, OverridesReachEveryRoleAndATestSplitIsReportedApart) {
+  const std::string job = TwoWorkerJob("overrides.yaml", "train: {workers: 1, log_every_batches: 50}\n");
+  for (const bool processes : {false, true}) {
+    SCOPED_TRACE(processes ? "--processes" : "embedded");
+    std::vector<std::string> argv = {HYREC_TRAIN_BINARY,
+                                     "--config=" + job,
+                                     "--progress=lines",
+                                     "--plot=",
+                                     "--set=loader.source.synthetic.num_samples=51200",
+                                     "--set",
+                                     "train.workers=2",
+                                     "--set=eval.test_samples=3000"};
+    if (processes) argv.push_back("--processes");
+    const hyrec::testing::CommandResult r = hyrec::testing::RunCommand(argv);
+    EXPECT_EQ(r.code, 0) << r.all();
+    EXPECT_TRUE(absl::StartsWith(r.out, "hyrec train: dlrm, 2 worker(s)")) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out,
+                                  "\n  with --set loader.source.synthetic.num_samples=51200, --set train.workers=2, "
+                                  "--set eval.test_samples=3000\n"))
+        << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, "\nsummary: 51200 samples")) << r.all();
+    EXPECT_TRUE(absl::StrContains(r.out, "  held-out AUC ")) << r.out;
+    EXPECT_TRUE(absl::StrContains(r.out, " (3000 samples; the model evaluated at 51200 samples trained)\n")) << r.out;
+    const size_t test = r.out.find("  test AUC 0.");
+    ASSERT_NE(test, std::string::npos) << r.out;
+    EXPECT_GT(std::stod(r.out.substr(test + 11, 6)), 0.6) << r.out;
+  }
+  const hyrec::testing::CommandResult bad =
+      hyrec::testing::RunCommand({HYREC_TRAIN_BINARY, "--config=" + job, "--set=train.wrokers=2"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_TRUE(absl::StrContains(bad.err, "train.wrokers (--set): unknown key; did you mean 'workers'?")) << bad.all();
 }
 
 // Worker 1 lost under --processes (killed twice): each time the launcher starts a replacement,

@@ -295,6 +295,41 @@ TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) 
   ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
 }
 
+// A loader replaced, then a worker lost after its stream reopened to the new loader: the
+// replacement asks for the lost worker's last trained batch, which is before the last one its
+// stream had received (the rest were queued). A reopened stream reports a position some batches
+// back (and drops what it is sent again), so the new loader still holds that batch for the
+// replacement, and both workers see exactly the batches of an undisturbed run.
+TEST(DataService, AReplacementFindsItsLostWorkersLastTrainedBatchAfterTheLoaderWasReplaced) {
+  LoaderProcess first = StartLoader();
+  const std::string port = first.address.substr(first.address.rfind(':') + 1);
+  StreamClientOptions options;
+  options.reconnect = true;
+  auto s0 = ConnectBatchStream(first.address, 0, options);
+  auto s1 = ConnectBatchStream(first.address, 1, options);
+  ASSERT_TRUE(s0.ok() && s1.ok());
+  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 9});
+  const uint64_t wanted = got[1][7].batch_id;  // Worker 1's queue holds the batches after got[1][8].
+  absl::SleepFor(absl::Milliseconds(300));
+  first.process->Signal(SIGKILL);
+  ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
+  LoaderProcess second = StartLoader({"--port=" + port});
+  absl::SleepFor(absl::Seconds(2));  // Both streams reopen to it, and it serves them.
+  s1->reset();                       // Worker 1 is lost.
+  std::vector<Batch> rest0;
+  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
+  StreamClientOptions again;
+  again.next_batch = static_cast<int64_t>(wanted);
+  auto replacement = ConnectBatchStream(second.address, 1, again);
+  ASSERT_TRUE(replacement.ok()) << replacement.status();
+  const std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
+  reader.join();
+  got[0].insert(got[0].end(), rest0.begin(), rest0.end());
+  auto local = InProcess();
+  ExpectSame(got[0], local[0]);
+  ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+}
+
 // A worker that does not come within the loader's arrival grace (5 s) does not hold the others
 // up; when it comes, asking for a later batch than its start (a replacement of a lost worker
 // that trained some), it is read for from its start, and gets exactly the batches of an

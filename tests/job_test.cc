@@ -1,7 +1,9 @@
 // The job spec and plan: what a job file says, what every role is planned to run, and the errors
 // a wrong file gets (key, line, what was wrong; never an exception).
 #include <cmath>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "hyrec/job/job_plan.h"
@@ -265,6 +267,47 @@ TEST(LrSchedule, WarmsUpThenDecaysToTheFinalFraction) {
   EXPECT_NEAR(s.Factor(9), 0.55, 1e-12);  // Half way: the cosine's midpoint too.
   EXPECT_NEAR(s.Factor(6), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.2)), 1e-12);
   EXPECT_NEAR(s.Factor(14), 0.1, 1e-12);
+}
+
+// `--set key.path=value`: as if the file said so, checked as its own keys, and kept in the
+// job's text (what checkpoints keep), which parses to the same job.
+TEST(JobSpec, OverridesReplaceOrAddKeysAndAreCheckedAsTheFilesOwn) {
+  const std::string path = ::testing::TempDir() + "/overrides.yaml";
+  std::ofstream(path) << kTwoTables;
+  auto spec = LoadJobSpec(path, {"train.workers=3", "ps.shards=4", "train.dense_optimizer.learning_rate=0.25",
+                                 "eval.files=[a.csv, b.csv]", "checkpoint.dir=/tmp/x", "train.workers=1"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->train.workers, 1);  // In order: the later one wins.
+  EXPECT_EQ(spec->ps.shards, 4);
+  EXPECT_DOUBLE_EQ(spec->train.dense_optimizer.learning_rate, 0.25);
+  EXPECT_EQ(spec->train.dense_optimizer.momentum, 0.5);  // Its siblings stay.
+  EXPECT_EQ(spec->eval.files, (std::vector<std::string>{"a.csv", "b.csv"}));
+  EXPECT_EQ(spec->checkpoint.dir, "/tmp/x");
+  EXPECT_EQ(spec->overrides.size(), 6u);
+  auto again = ParseJobSpecText(spec->text, "the kept text");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << spec->text;
+  EXPECT_EQ(again->train.workers, 1);
+  EXPECT_EQ(again->ps.shards, 4);
+  EXPECT_EQ(again->tables.size(), spec->tables.size());
+  EXPECT_EQ(again->checkpoint.dir, "/tmp/x");
+  auto plain = LoadJobSpec(path);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->text, kTwoTables);  // Without overrides the file's own text.
+
+  const auto error = [&](const std::string& o) {
+    auto s = LoadJobSpec(path, {o});
+    return s.ok() ? std::string("<parsed>") : std::string(s.status().message());
+  };
+  EXPECT_EQ(error("train.wrokers=2"),
+            path + " with --set train.wrokers=2: train.wrokers (--set): unknown key; did you mean 'workers'?");
+  EXPECT_NE(error("train.workers=two").find("train.workers (--set): cannot read 'two'"), std::string::npos)
+      << error("train.workers=two");
+  EXPECT_EQ(error("train.workers"), "--set train.workers: expected key.path=value (for example train.workers=2)");
+  EXPECT_EQ(error("=2"), "--set =2: expected key.path=value (for example train.workers=2)");
+  EXPECT_EQ(error("train..workers=2"), "--set train..workers=2: an empty key in the path");
+  EXPECT_EQ(error("features.x=2"), "--set features.x=2: features is not a mapping");
+  EXPECT_EQ(error("train.workers.x=2"), "--set train.workers.x=2: train.workers is not a mapping");
+  EXPECT_NE(error("eval.files=[a, b").find("YAML syntax error"), std::string::npos) << error("eval.files=[a, b");
 }
 
 TEST(JobSpec, ErrorsNameTheKeyAndLine) {

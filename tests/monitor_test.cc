@@ -3,6 +3,8 @@
 // carry its reports to a launcher exactly.
 #include "hyrec/dense_worker/monitor.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -140,6 +142,45 @@ TEST(JobMonitor, TheSummaryGivesTheBestEvaluationBesideTheLastAndAnEarlyStop) {
       << out.str();
 }
 
+// A run that diverges does not look like success: the live reports warn once and the summary
+// says so; a healthy run, whose loss falls and whose AUC holds, gets no warning.
+TEST(JobMonitor, ADivergingRunIsWarnedAboutAndTheSummarySaysSo) {
+  EXPECT_EQ(DivergenceWarning(0.69, 0.45, {{1000, Evaluation{0.74, 0.48, 500}}, {2000, Evaluation{0.73, 0.5, 500}}}),
+            "");
+  EXPECT_EQ(DivergenceWarning(0.10, 0.25, {}), "");  // Twice the start, but a small rise.
+  EXPECT_TRUE(absl::StartsWith(DivergenceWarning(0.69, 13.1, {}), "the training loss rose from 0.6900 to 13.1000"));
+  EXPECT_TRUE(absl::StartsWith(DivergenceWarning(0.69, std::nan(""), {}), "the training loss is nan"));
+  EXPECT_TRUE(absl::StartsWith(
+      DivergenceWarning(0.69, 0.6, {{1000, Evaluation{0.70, 0.5, 500}}, {2000, Evaluation{0.52, 0.69, 500}}}),
+      "the held-out AUC fell from 0.7000 to 0.5200 at 2000 samples trained"));
+
+  std::ostringstream out;
+  MonitorOptions options;
+  options.out = &out;
+  JobMonitor monitor(options);
+  Progress p = SomeProgress(1000);
+  p.loss = 0.69;
+  monitor.OnProgress(p);
+  for (double loss : {2.5, 13.1}) {
+    p.loss = loss;
+    monitor.OnProgress(p);
+  }
+  const std::string lines = out.str();
+  EXPECT_NE(lines.find("warning: the training loss rose from 0.6900 to 2.5000"), std::string::npos) << lines;
+  EXPECT_EQ(lines.find("warning:", lines.find("warning:") + 1), std::string::npos) << "warned twice:\n" << lines;
+
+  TrainReport r;
+  r.samples = 1000;
+  r.first_loss = 0.69;
+  r.mean_loss_last = 13.1;
+  std::ostringstream summary;
+  PrintSummary(r, summary);
+  EXPECT_TRUE(absl::StrContains(summary.str(),
+                                "  warning: the training loss rose from 0.6900 to 13.1000 (the run "
+                                "looks diverged"))
+      << summary.str();
+}
+
 TEST(JobMonitor, OffATerminalEveryReportIsALineWithThePsFigures) {
   std::ostringstream out;
   MonitorOptions options;
@@ -213,6 +254,9 @@ TEST(Events, CarryWorkerReportsExactly) {
   r.has_best_eval = true;
   r.best_eval = Evaluation{0.8125, 0.25, 400};
   r.best_eval_samples = 7000;
+  r.has_test_eval = true;
+  r.test_eval = Evaluation{0.7, 1.0 / 3.0, 300};
+  r.test_eval_samples = 6000;
   r.stopped_early = true;
   r.stats.batches = 100;
   writer.OnFinish(r);
@@ -249,6 +293,11 @@ TEST(Events, CarryWorkerReportsExactly) {
   EXPECT_EQ(got.best_eval.log_loss, 0.25);
   EXPECT_EQ(got.best_eval.samples, 400u);
   EXPECT_EQ(got.best_eval_samples, 7000u);
+  EXPECT_TRUE(got.has_test_eval);
+  EXPECT_EQ(got.test_eval.auc, 0.7);
+  EXPECT_EQ(got.test_eval.log_loss, 1.0 / 3.0);
+  EXPECT_EQ(got.test_eval.samples, 300u);
+  EXPECT_EQ(got.test_eval_samples, 6000u);
   EXPECT_TRUE(got.stopped_early);
   EXPECT_EQ(got.losses.size(), 1u);  // The progress and evaluations seen before the end.
   EXPECT_EQ(got.evals.size(), 1u);

@@ -18,6 +18,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/k8s.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/roles.h"
 
 namespace hyrec::cli {
@@ -26,6 +27,7 @@ namespace {
 struct CertsFlags {
   std::string dir;
   std::string config;
+  std::vector<std::string> overrides;  // --set
   int workers = -1;
   int ps = -1;
   int loaders = 1;
@@ -75,7 +77,7 @@ absl::Status Write(const CertsFlags& f) {
   int workers = f.workers, ps = f.ps;
   if (!f.config.empty()) {
     if (workers >= 0 || ps >= 0) return absl::InvalidArgumentError("--config gives the counts; drop --workers/--ps");
-    HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+    HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
     workers = static_cast<int>(plan.workers.size());
     ps = static_cast<int>(plan.ps.size());
   }
@@ -99,6 +101,7 @@ int CertsMain(int argc, char** argv) {
                 "a bearer token.");
   flags.String("dir", &f.dir, "DIR", "Where the files go (required); created with mode 0700.");
   flags.String("config", &f.config, "FILE", "The job: one identity per worker and PS shard of its plan.");
+  AddSetFlag(flags, &f.overrides);
   flags.Int("workers", &f.workers, "Without --config: worker identities worker-0 ...", -1, 100000);
   flags.Int("ps", &f.ps, "Without --config: PS identities ps-0 ...", -1, 100000);
   flags.Int("loaders", &f.loaders, "Loader identities loader-0 ...", 0, 1024);

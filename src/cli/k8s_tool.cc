@@ -12,6 +12,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/job/job_spec.h"
 #include "hyrec/job/k8s.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/roles.h"
 
 namespace hyrec::cli {
@@ -19,13 +20,14 @@ namespace {
 
 struct K8sFlags {
   std::string config;
+  std::vector<std::string> overrides;  // --set
   std::string out;
   job::K8sOptions options;
 };
 
 absl::Status Render(const K8sFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
-  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config));
+  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::K8sRender rendered, job::RenderK8s(spec, f.options));
   for (const std::string& w : rendered.warnings) std::cerr << "hyrec k8s render: warning: " << w << "\n";
   if (f.out.empty()) {
@@ -57,6 +59,7 @@ int K8sMain(int argc, char** argv) {
   FlagSet flags("hyrec k8s render",
                 "The Kubernetes manifests of a job (JobSet, or plain StatefulSet and Jobs), rendered from its plan.");
   flags.String("config", &f.config, "FILE", "The job's YAML file (required).");
+  AddSetFlag(flags, &f.overrides);
   flags.String("name", &o.name, "NAME", "The job's name on the cluster: a DNS label (required).");
   flags.String("image", &o.image, "REPO@sha256:DIGEST", "The hyrec image, pinned by digest (required).");
   flags.Choice("overlay", &o.overlay, {"local", "gke"}, "local (kind, minikube) or gke (node pools, Filestore).");

@@ -27,6 +27,7 @@
 #include "hyrec/job/job_plan.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/logging.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
@@ -39,7 +40,8 @@ using data_loader::ReaderPosition;
 
 struct LoaderFlags {
   std::string config;
-  std::string host;  // Empty: the host of the job's cluster.loader.
+  std::vector<std::string> overrides;  // --set
+  std::string host;                    // Empty: the host of the job's cluster.loader.
   int port = -1;
   std::string resume;
   std::string positions_out;
@@ -109,7 +111,7 @@ absl::Status WaitForStopOrFailure(const data_loader::DataServer& loader, absl::D
 
 absl::Status Serve(const LoaderFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
   const data_loader::LoaderOptions& options = plan.loader.options;
   HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec loader"));
   HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume, plan));
@@ -175,6 +177,7 @@ int LoaderMain(int argc, char** argv) {
   LoaderFlags f;
   FlagSet flags("hyrec loader", "The job's data loader: streams each dense worker its batches (gRPC DataService).");
   flags.String("config", &f.config, "FILE", "The job's YAML file (required); its loader section and plan.");
+  AddSetFlag(flags, &f.overrides);
   flags.String("host", &f.host, "HOST", "Address to listen on; default: the host of the job's cluster.loader.");
   flags.Int("port", &f.port, "Port; 0 picks a free one (printed); -1: the job's cluster.loader port.", -1, 65535);
   flags.String("resume", &f.resume, "FILE|DIR|latest",

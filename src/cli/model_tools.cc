@@ -17,6 +17,7 @@
 #include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/predictor.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
 
@@ -85,9 +86,10 @@ absl::Status Eval(const ScoreFlags& f) {
   return absl::OkStatus();
 }
 
-absl::Status Export(const std::string& config, const std::string& which, const std::string& out) {
+absl::Status Export(const std::string& config, const std::vector<std::string>& overrides, const std::string& which,
+                    const std::string& out) {
   if (config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
-  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::PlanJobFile(config));
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::PlanJobFile(config, overrides));
   const std::string root = !out.empty() ? out : plan.spec.serving.dir;
   if (root.empty()) return absl::InvalidArgumentError("--out=DIR is required when the job has no export.dir");
   CheckpointManifest manifest;
@@ -121,15 +123,17 @@ int EvalMain(int argc, char** argv) {
 
 int ExportMain(int argc, char** argv) {
   std::string config, which = "latest", out;
+  std::vector<std::string> overrides;
   CommonFlags common;
   FlagSet flags("hyrec export", "Write the serving artifact of a job's checkpoint (model.pt and its rows).");
   flags.String("config", &config, "FILE", "The job's YAML file (required).");
+  AddSetFlag(flags, &overrides);
   flags.String("checkpoint", &which, "DIR|latest", "The checkpoint to export.");
   flags.String("out", &out, "DIR", "Where the export directory is made (default: the job's export.dir).");
   flags.AddLogLevel(&common.log_level);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("export", common.log_level);
-  return Finish("hyrec export", Export(config, which, out));
+  return Finish("hyrec export", Export(config, overrides, which, out));
 }
 
 }  // namespace hyrec::cli

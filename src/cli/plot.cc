@@ -62,7 +62,7 @@ absl::Status PlotReport(const dense_worker::TrainReport& report, const std::stri
 }
 
 void PlotIfAsked(const dense_worker::TrainReport& report, const std::string& png, std::ostream& out) {
-  if (png.empty()) return;
+  if (png.empty() || report.resumed_at_end) return;  // Nothing trained: an earlier run's plot stays.
   const std::string gnuplot = FindGnuplot();
   if (gnuplot.empty()) {
     out << "  (gnuplot is not installed: no plot)\n";

@@ -151,14 +151,22 @@ class Cluster {
     return Annotate(WriteJobCertificates(request), "the run's certificates");
   }
 
+  // The job file and its --set overrides: every role reads the same job.
+  std::vector<std::string> JobFlags() const {
+    std::vector<std::string> flags = {"--config=" + options_.config_path};
+    for (const std::string& o : options_.overrides) flags.push_back("--set=" + o);
+    return flags;
+  }
+
   std::vector<std::string> CertsFlag() const {
     if (certs_dir_.empty()) return {};
     return {"--certs=" + certs_dir_};
   }
 
   absl::Status StartServers() {
-    std::vector<std::string> common = {"--config=" + options_.config_path, "--host=127.0.0.1", "--port=0",
-                                       "--log_level=" + options_.log_level};
+    std::vector<std::string> common = JobFlags();
+    for (const char* flag : {"--host=127.0.0.1", "--port=0"}) common.push_back(flag);
+    common.push_back("--log_level=" + options_.log_level);
     for (std::string& flag : CertsFlag()) common.push_back(std::move(flag));
     if (!options_.resume.empty()) common.push_back("--resume=" + options_.resume);
     for (size_t i = 0; i < plan().ps.size(); ++i) {
@@ -203,16 +211,14 @@ class Cluster {
   absl::Status StartWorkers() {
     const int master_port = PickFreeLoopbackPort();
     for (size_t r = 0; r < plan().workers.size(); ++r) {
-      std::vector<std::string> args = {"--config=" + options_.config_path,
-                                       absl::StrCat("--rank=", r),
-                                       "--ps=" + absl::StrJoin(ps_addresses_, ","),
-                                       "--loader=" + loader_address_,
-                                       "--master_addr=127.0.0.1",
-                                       absl::StrCat("--master_port=", master_port),
-                                       r == 0 ? "--progress=events" : "--progress=none",
-                                       "--plot=",
-                                       "--log_level=" + options_.log_level,
-                                       "--resume=" + options_.resume};
+      std::vector<std::string> args = JobFlags();
+      for (std::string& flag : std::vector<std::string>{
+               absl::StrCat("--rank=", r), "--ps=" + absl::StrJoin(ps_addresses_, ","), "--loader=" + loader_address_,
+               "--master_addr=127.0.0.1", absl::StrCat("--master_port=", master_port),
+               r == 0 ? "--progress=events" : "--progress=none", "--plot=", "--log_level=" + options_.log_level,
+               "--resume=" + options_.resume}) {
+        args.push_back(std::move(flag));
+      }
       for (std::string& flag : CertsFlag()) args.push_back(std::move(flag));
       HYREC_ASSIGN_OR_RETURN(auto worker, Spawn(Command(options_.roles.worker, args), absl::StrCat("worker ", r)));
       workers_.push_back(std::move(worker));

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -17,6 +18,7 @@ namespace hyrec::cli {
 
 struct ProcessesOptions {
   std::string config_path;             // The job file every role reads.
+  std::vector<std::string> overrides;  // Its --set overrides, passed to every role.
   const job::JobPlan* plan = nullptr;  // Its plan (for the counts and timeouts).
   RoleCommands roles;
   // Milliseconds added to every PS round trip by a delaying TCP proxy in front of each PS (half

@@ -24,6 +24,7 @@
 #include "hyrec/job/job_plan.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/logging.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
@@ -34,6 +35,7 @@ namespace {
 
 struct PsFlags {
   std::string config;
+  std::vector<std::string> overrides;  // --set
   int shard_index = 0;
   std::string host;  // Empty: the host of the job's cluster.ps entry; 127.0.0.1 without a job.
   int port = -1;
@@ -100,7 +102,7 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
                                                      "sections); give one or the other"));
     }
   }
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config));
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
   if (f.shard_index >= static_cast<int>(plan.ps.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shard_index ", f.shard_index, ": the job has ", plan.ps.size(), " PS shards (ps.shards)"));
@@ -290,6 +292,7 @@ int PsMain(int argc, char** argv) {
                 "One embedding parameter-server shard: of a job (--config, --shard_index), or one "
                 "without a job (--tables).");
   flags.String("config", &f.config, "FILE", "The job's YAML file; the shard serves its plan's tables and capacity.");
+  AddSetFlag(flags, &f.overrides);
   flags.Int("shard_index", &f.shard_index, "This shard's index in [0, shards).", 0, 1023);
   flags.String("host", &f.host, "HOST",
                "Address to listen on; default: the host of the job's cluster.ps entry (with --config), else "

@@ -33,6 +33,7 @@
 #include "hyrec/dense_worker/train_job.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
+#include "src/cli/job_flags.h"
 #include "src/cli/logging.h"
 #include "src/cli/plot.h"
 #include "src/cli/port_setting.h"
@@ -50,6 +51,7 @@ using dense_worker::TrainReport;
 // Flags of both training roles.
 struct TrainingFlags {
   std::string config;
+  std::vector<std::string> overrides;  // --set
   std::string resume;
   std::string progress = "auto";
   std::string plot;
@@ -59,6 +61,7 @@ struct TrainingFlags {
 
 void AddTrainingFlags(FlagSet& flags, TrainingFlags* f, std::vector<std::string> progress_modes) {
   flags.String("config", &f->config, "FILE", "The job's YAML file (required; docs/configuration.md).");
+  AddSetFlag(flags, &f->overrides);
   flags.Choice("progress", &f->progress, std::move(progress_modes),
                "How progress is shown: auto (a live line on a terminal, else a line per report), live, lines"
                " (or, for a worker started by a launcher, events or none).");
@@ -89,11 +92,13 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
       "samples: %d\nplanned_samples: %d\nsamples_per_second: %.17g\nfirst_loss: %.17g\nmean_loss_last: %.17g\n"
       "interrupted: %s\nhas_final_eval: %s\nauc: %.17g\nlog_loss: %.17g\neval_samples: %d\nteacher_auc: %.17g\n"
       "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\nbatches: %d\nobserved_staleness: %.17g\n"
-      "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\nheals: %d\n",
+      "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\nheals: %d\nhas_test_eval: %s\n"
+      "test_auc: %.17g\ntest_log_loss: %.17g\ntest_samples: %d\n",
       r.samples, r.planned_samples, r.samples_per_second, r.first_loss, r.mean_loss_last,
       r.interrupted ? "true" : "false", r.has_final_eval ? "true" : "false", r.final_eval.auc, r.final_eval.log_loss,
       r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.stats.batches,
-      r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step, r.heals);
+      r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step, r.heals,
+      r.has_test_eval ? "true" : "false", r.test_eval.auc, r.test_eval.log_loss, r.test_eval.samples);
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
   return absl::OkStatus();
@@ -152,9 +157,10 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MaybeServeMetrics(const Commo
   return server;
 }
 
-absl::StatusOr<job::JobPlan> PlanForTraining(const std::string& config) {
+absl::StatusOr<job::JobPlan> PlanForTraining(const TrainingFlags& f) {
+  const std::string& config = f.config;
   if (config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(config));
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(config, f.overrides));
   if (!dense_worker::IsRegisteredModel(plan.spec.model.kind)) {
     return absl::InvalidArgumentError(absl::StrCat(config, ": model.kind '", plan.spec.model.kind,
                                                    "' is not a registered model (",
@@ -174,12 +180,13 @@ struct TrainFlags {
 };
 
 absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
-  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, PlanForTraining(f.training.config));
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, PlanForTraining(f.training));
   const job::JobSpec& spec = plan.spec;
   std::cout << "hyrec train: " << spec.model.kind << ", " << spec.train.workers << " worker(s), " << spec.ps.shards
             << " PS shard(s), " << spec.tables.size() << " table(s), embedding staleness "
             << spec.train.embedding_staleness << ", batch " << spec.loader.batch_size
             << (f.processes ? ", every role a process" : "") << std::endl;
+  if (!spec.overrides.empty()) std::cout << "  with --set " << absl::StrJoin(spec.overrides, ", --set ") << std::endl;
   StopSignals signals(
       [](int) {
         std::cerr << "\nhyrec train: stopping after the current batch (interrupt again to stop at once)" << std::endl;
@@ -197,6 +204,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
   if (f.processes) {
     ProcessesOptions options;
     options.config_path = f.training.config;
+    options.overrides = f.training.overrides;
     options.plan = &plan;
     options.roles = roles;
     options.ps_latency_ms = f.ps_latency_ms;
@@ -341,7 +349,7 @@ data_loader::BatchShape ModelBatchShape(const job::JobPlan& plan, int rank) {
 }
 
 absl::StatusOr<int> Work(const WorkerFlags& f) {
-  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training.config));
+  HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training));
   int rank = 0;
   HYREC_RETURN_IF_ERROR(ApplyPlacement(f, &plan, &rank));
   Heartbeat heartbeat(f.heartbeat_file);

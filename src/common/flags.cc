@@ -71,6 +71,14 @@ void FlagSet::String(const std::string& name, std::string* out, const std::strin
        }});
 }
 
+void FlagSet::StringList(const std::string& name, std::vector<std::string>* out, const std::string& placeholder,
+                         const std::string& help) {
+  Add({name, placeholder, help, "none (repeatable)", false, false, [out](const std::string& v) {
+         out->push_back(v);
+         return absl::OkStatus();
+       }});
+}
+
 void FlagSet::Choice(const std::string& name, std::string* out, std::vector<std::string> choices,
                      const std::string& help) {
   const std::string placeholder = absl::StrJoin(choices, "|");

@@ -29,7 +29,7 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
 
 std::string YamlWhere(const YAML::Node& node) {
   const YAML::Mark mark = node.Mark();
-  if (mark.line < 0) return "";
+  if (mark.line < 0) return "--set";  // Not from a file: a job's --set override.
   return absl::StrCat("line ", mark.line + 1);
 }
 

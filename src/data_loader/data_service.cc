@@ -330,7 +330,10 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
         received_(start) {
     request_.set_worker(worker);
     request_.set_next_batch(next);
-    if (report) ToProto(start, request_.mutable_position());
+    if (report) {
+      ToProto(start, request_.mutable_position());
+      recent_.push_back(start);  // A real position: Received may rewind to it.
+    }
     stub_->async()->StreamBatches(&context_, &request_, this);
     StartRead(&incoming_);
     StartCall();
@@ -355,6 +358,8 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     }
     received_ = batch.next_position;
     received_any_ = true;
+    recent_.push_back(batch.next_position);
+    if (recent_.size() > kKeptPositions) recent_.pop_front();
     queue_.push_back(std::move(batch));
     if (static_cast<int>(queue_.size()) < capacity_) {
       StartRead(&incoming_);
@@ -420,13 +425,18 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     context_.TryCancel();
   }
 
-  // Where a stream opened now goes on: after the last batch received (queued ones included), or
-  // where this one started; and whether it received any.
-  ReaderPosition Received(bool* any) const {
+  // Where a stream opened now goes on: `rewind` batches before the one after the last batch
+  // received (queued ones included; as far back as this call's received batches reach), or where
+  // this one started; and whether it received any.
+  ReaderPosition Received(int rewind, bool* any) const {
     absl::MutexLock lock(&mu_);
     *any = received_any_;
-    return received_;
+    if (recent_.empty()) return received_;
+    const int back = std::min<int>(rewind, static_cast<int>(recent_.size()) - 1);
+    return recent_[recent_.size() - 1 - back];
   }
+
+  static constexpr size_t kKeptPositions = 64;  // Of the last batches received: how far Received rewinds.
 
  private:
   const std::shared_ptr<grpc::Channel> channel_;
@@ -444,6 +454,9 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   ReaderPosition position_ ABSL_GUARDED_BY(mu_);
   ReaderPosition received_ ABSL_GUARDED_BY(mu_);
   bool received_any_ ABSL_GUARDED_BY(mu_) = false;
+  // The positions after the last batches received (at most kKeptPositions), and before them the
+  // call's start when it was a reported position.
+  std::deque<ReaderPosition> recent_ ABSL_GUARDED_BY(mu_);
   int unready_checks_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
@@ -586,14 +599,18 @@ bool Broken(const absl::Status& s) {
 }
 
 // Reopens a broken stream as soon as it breaks (not once its queue is drained: the worker may be
-// waiting on its peers, who wait on the loader, which waits for every worker's stream), from the
-// batch after the last one received and reporting where it stands. Next reads the old stream's
-// queued batches first.
+// waiting on its peers, who wait on the loader, which waits for every worker's stream), reporting
+// where it stands: rewind_ batches before the batch after the last one received. Next reads the
+// old stream's queued batches first and drops the batches sent again.
 class ReconnectingBatchStream final : public BatchStream {
  public:
   ReconnectingBatchStream(std::string address, int worker, StreamClientOptions options,
                           std::unique_ptr<RemoteBatchStream> stream)
-      : address_(std::move(address)), worker_(worker), options_(std::move(options)), position_(stream->Position()) {
+      : address_(std::move(address)),
+        worker_(worker),
+        options_(std::move(options)),
+        rewind_(std::max(1, options_.prefetch_batches) + kTrainerLookahead),
+        position_(stream->Position()) {
     streams_.push_back(std::move(stream));
     watcher_ = std::thread([this] { Watch(); });
   }
@@ -615,6 +632,7 @@ class ReconnectingBatchStream final : public BatchStream {
         front = streams_.front().get();
       }
       absl::Status s = front->Next(batch, std::max(absl::ZeroDuration(), deadline - absl::Now()));
+      if (s.ok() && batch->batch_id < position_.next_batch) continue;  // Sent again after a rewind.
       if (s.ok()) {
         position_ = batch->next_position;
         return s;
@@ -655,7 +673,7 @@ class ReconnectingBatchStream final : public BatchStream {
       }
       if (!Broken(*end)) return;  // The end of the data, or the loader's own error: Next returns it.
       bool any = false;
-      const ReaderPosition from = back->Received(&any);
+      const ReaderPosition from = back->Received(rewind_, &any);
       received_ = received_ || any;
       spdlog::warn("worker {}: the stream from the loader at {} broke ({}); reopening it from batch {}", worker_,
                    address_, end->ToString(), from.next_batch);
@@ -690,9 +708,16 @@ class ReconnectingBatchStream final : public BatchStream {
     }
   }
 
+  // Batches a worker may hold beyond its stream's queue (the one training, the next prepared,
+  // those whose updates are in flight): a reopened stream starts this many more before the
+  // last batch received, so that a lost worker's replacement finds its last trained batch in
+  // the loader's replay buffer (DataServerOptions::replay_batches must cover prefetch + this).
+  static constexpr int kTrainerLookahead = 8;
+
   const std::string address_;
   const int worker_;
   const StreamClientOptions options_;
+  const int rewind_;         // Batches before the last received that a reopened stream starts at.
   ReaderPosition position_;  // After the last batch Next returned (the consumer's thread only).
   bool received_ = false;    // Some stream received a batch (the watcher's thread only).
   absl::Mutex mu_;

@@ -90,11 +90,13 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
       " has_best_eval=", r.has_best_eval ? 1 : 0, " best_at=", r.best_eval_samples, " best_auc=", Num(r.best_eval.auc),
       " best_log_loss=", Num(r.best_eval.log_loss), " best_samples=", r.best_eval.samples,
+      " has_test_eval=", r.has_test_eval ? 1 : 0, " test_at=", r.test_eval_samples, " test_auc=", Num(r.test_eval.auc),
+      " test_log_loss=", Num(r.test_eval.log_loss), " test_samples=", r.test_eval.samples,
       " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
       " dense_sum=", Num(r.dense_sum), " checkpoint=", r.last_checkpoint, " best_checkpoint=", r.best_checkpoint,
       " export=", r.export_dir, " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
       " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
-      " resumed_step=", r.resumed_step, " heals=", r.heals);
+      " resumed_step=", r.resumed_step, " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
   AppendStats(r.stats, &line);
   Write(line);
 }
@@ -161,6 +163,11 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("best_auc", &r.best_eval.auc);
     f.Get("best_log_loss", &r.best_eval.log_loss);
     f.Get("best_samples", &r.best_eval.samples);
+    f.Get("has_test_eval", &r.has_test_eval);
+    f.Get("test_at", &r.test_eval_samples);
+    f.Get("test_auc", &r.test_eval.auc);
+    f.Get("test_log_loss", &r.test_eval.log_loss);
+    f.Get("test_samples", &r.test_eval.samples);
     f.Get("stopped_early", &r.stopped_early);
     f.Get("checkpoint", &r.last_checkpoint);
     f.Get("best_checkpoint", &r.best_checkpoint);
@@ -170,6 +177,7 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("pause", &r.checkpoint_pause_seconds);
     f.Get("write", &r.checkpoint_write_seconds);
     f.Get("resumed_step", &r.resumed_step);
+    f.Get("resumed_at_end", &r.resumed_at_end);
     f.Get("heals", &r.heals);
     f.Get("dense_sum", &r.dense_sum);
     f.Stats(&r.stats);

@@ -3,6 +3,8 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -121,6 +123,11 @@ void JobMonitor::OnProgress(const Progress& p) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.out == nullptr) return;
+  if (first_loss_ < 0) first_loss_ = p.loss;
+  if (const std::string diverged = DivergenceWarning(first_loss_, p.loss, evals_); !diverged.empty() && !warned_) {
+    warned_ = true;
+    PrintLocked("warning: " + diverged);
+  }
   std::string line = absl::StrCat("samples ", p.samples);
   if (p.planned_samples > 0) absl::StrAppend(&line, "/", p.planned_samples);
   absl::StrAppend(&line, BytesRead(p));
@@ -152,6 +159,7 @@ void JobMonitor::OnEvaluation(uint64_t samples, const Evaluation& e) {
   PublishEvaluation(e, options_.metrics);
   std::lock_guard<std::mutex> lock(mu_);
   last_auc_ = e.auc;
+  evals_.emplace_back(samples, e);
   PrintLocked(absl::StrFormat("eval at %d samples: AUC %.4f  log loss %.4f (%d held-out samples)", samples, e.auc,
                               e.log_loss, e.samples));
 }
@@ -171,6 +179,12 @@ void JobMonitor::OnFinish(const TrainReport& report) {
 }
 
 void PrintSummary(const TrainReport& r, std::ostream& out) {
+  if (r.resumed_at_end) {
+    out << absl::StrFormat("\nsummary: nothing left to train: resumed from step %d (%d samples), at the end of the data\n",
+                           r.resumed_step, r.samples)
+        << std::flush;
+    return;
+  }
   out << absl::StrFormat("\nsummary: %d samples, %.0f samples/s, %s", r.samples, r.samples_per_second,
                          Duration(r.elapsed_seconds));
   if (r.interrupted) out << " (interrupted: stopped after the current batch)";
@@ -189,6 +203,10 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
     out << (r.interrupted ? "  no held-out evaluation (interrupted before any)\n"
                           : "  no held-out data (eval.files is empty)\n");
   }
+  if (r.has_test_eval) {
+    out << absl::StrFormat("  test AUC %.4f, log loss %.4f (%d samples; the model evaluated at %d samples trained)\n",
+                           r.test_eval.auc, r.test_eval.log_loss, r.test_eval.samples, r.test_eval_samples);
+  }
   if (r.has_best_eval && r.evals.size() > 1) {
     out << absl::StrFormat("  best held-out AUC %.4f, log loss %.4f (at %d samples trained, of %d evaluations)\n",
                            r.best_eval.auc, r.best_eval.log_loss, r.best_eval_samples, r.evals.size());
@@ -197,6 +215,9 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
     out << absl::StrFormat("  teacher AUC  %.4f (the best any model can reach on this data)", r.teacher_auc);
     if (r.has_final_eval) out << absl::StrFormat("; gap %.4f", r.teacher_auc - r.final_eval.auc);
     out << "\n";
+  }
+  if (const std::string diverged = DivergenceWarning(r.first_loss, r.mean_loss_last, r.evals); !diverged.empty()) {
+    out << "  warning: " << diverged << "\n";
   }
   if (r.resumed_step > 0) out << absl::StrFormat("  resumed from step %d\n", r.resumed_step);
   if (r.heals > 0) out << absl::StrFormat("  the workers' group healed %d time(s) from a lost worker\n", r.heals);
@@ -212,6 +233,26 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
       "batches\n",
       r.stats.lookup_ms, r.stats.update_ms, r.stats.wait_for_rows_ms, r.stats.observed_staleness);
   out << std::flush;
+}
+
+std::string DivergenceWarning(double first_loss, double loss,
+                              const std::vector<std::pair<uint64_t, Evaluation>>& evals) {
+  constexpr char kAdvice[] =
+      " (the run looks diverged: lower the learning rates, train.dense_optimizer's or the tables' optimizer's)";
+  if (!std::isfinite(loss)) return absl::StrCat("the training loss is ", loss, kAdvice);
+  if (first_loss >= 0 && loss > 2 * first_loss && loss > first_loss + 0.5) {
+    return absl::StrFormat("the training loss rose from %.4f to %.4f%s", first_loss, loss, kAdvice);
+  }
+  double best = 0;
+  for (const auto& [samples, e] : evals) {
+    if (e.samples == 0) continue;
+    best = std::max(best, e.auc);
+    if (best >= 0.6 && e.auc <= 0.55) {
+      return absl::StrFormat("the held-out AUC fell from %.4f to %.4f at %d samples trained%s", best, e.auc, samples,
+                             kAdvice);
+    }
+  }
+  return "";
 }
 
 void PublishProgress(double samples, double samples_per_second, double loss, const MetricLabels& labels,

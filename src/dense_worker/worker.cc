@@ -88,6 +88,10 @@ class WorkerLoop {
     if (leader_ && plan_.has_eval_data && !plan_.synthetic) {  // Before training, not after it.
       HYREC_RETURN_IF_ERROR(Annotate(data_loader::CheckSourceFiles(plan_.eval_loader.source).status(), "eval.files"));
     }
+    if (leader_ && plan_.has_test_data && !plan_.synthetic) {
+      HYREC_RETURN_IF_ERROR(
+          Annotate(data_loader::CheckSourceFiles(plan_.test_loader.source).status(), "eval.test_files"));
+    }
     {
       std::lock_guard<std::mutex> lock(ModelInitMutex());
       torch::manual_seed(plan_.seed);
@@ -624,9 +628,10 @@ class WorkerLoop {
     bool improved = false;
     Evaluation e;
     if (leader_) {
-      HYREC_ASSIGN_OR_RETURN(e, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
+      HYREC_ASSIGN_OR_RETURN(e, EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
       const uint64_t samples = JobSamples(ctx);
       improved = Note(samples, e);
+      if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(samples));
       if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
     }
     const bool keep_best = improved && plan_.eval.patience > 0 && cuts_ != nullptr && !plan_.checkpoint.dir.empty();
@@ -687,6 +692,11 @@ class WorkerLoop {
       report_.dense_sum = sum;
       return absl::OkStatus();
     }));
+    report_.resumed_at_end = report_.resumed_step > 0 && run_samples == 0 && !interrupted_;
+    if (report_.resumed_at_end) {  // Its checkpoint and export stand as they are.
+      if (leader_ && options_.observer != nullptr) options_.observer->OnFinish(report_);
+      return report_;
+    }
     if (leader_) HYREC_RETURN_IF_ERROR(FinalEvaluation(st));
     HYREC_RETURN_IF_ERROR(FinalCuts(ctx));
     if (!leader_) return report_;
@@ -706,11 +716,28 @@ class WorkerLoop {
       // Nothing was trained since the last evaluation (an early stop, an epoch's end).
       report_.final_eval = report_.evals.back().second;
     } else {
-      HYREC_ASSIGN_OR_RETURN(report_.final_eval, EvaluateHeldOut(plan_, options_.ps, trainer_options_, *model_));
-      Note(report_.samples, report_.final_eval);
+      HYREC_ASSIGN_OR_RETURN(report_.final_eval,
+                             EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
+      const bool improved = Note(report_.samples, report_.final_eval);
       if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
+      if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(report_.samples));
     }
     report_.has_final_eval = true;
+    if (!KeepsBest()) HYREC_RETURN_IF_ERROR(Test(report_.samples));
+    return absl::OkStatus();
+  }
+
+  // The model the job keeps is the best evaluation's (cut as a checkpoint when it is taken, and
+  // exported at the end), not the last one trained.
+  bool KeepsBest() const { return plan_.eval.patience > 0 && !plan_.checkpoint.dir.empty(); }
+
+  // Worker 0: the test split scored with the model as it is now, the one the job keeps.
+  absl::Status Test(uint64_t samples) {
+    if (!plan_.has_test_data) return absl::OkStatus();
+    HYREC_ASSIGN_OR_RETURN(report_.test_eval,
+                           EvaluateHeldOut(plan_.test_loader, options_.ps, trainer_options_, *model_));
+    report_.has_test_eval = true;
+    report_.test_eval_samples = samples;
     return absl::OkStatus();
   }
 
@@ -867,9 +894,9 @@ uint64_t DenseFingerprint(DenseModelImpl& model) {
   return h;
 }
 
-absl::StatusOr<Evaluation> EvaluateHeldOut(const job::WorkerPlan& plan, embedding_ps::EmbeddingClient* ps,
+absl::StatusOr<Evaluation> EvaluateHeldOut(const data_loader::LoaderOptions& split, embedding_ps::EmbeddingClient* ps,
                                            const TrainerOptions& options, DenseModelImpl& model) {
-  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(plan.eval_loader, {}));
+  HYREC_ASSIGN_OR_RETURN(auto loader, data_loader::Loader::Start(split, {}));
   absl::StatusOr<Evaluation> e;
   HYREC_RETURN_IF_ERROR(GuardTorch("evaluating on the held-out data", [&] {
     e = Evaluate(loader->stream(0), ps, options, model);

@@ -44,11 +44,13 @@ std::pair<int64_t, uint64_t> PlannedSteps(const data_loader::LoaderOptions& o, i
   return {static_cast<int64_t>(steps), trained * b - partials * (b - tail)};
 }
 
-data_loader::LoaderOptions HeldOut(const JobSpec& spec, const data_loader::LoaderOptions& training) {
+// The held-out split, or (`test`) the test split: synthetic test samples follow the held-out ones.
+data_loader::LoaderOptions HeldOut(const JobSpec& spec, const data_loader::LoaderOptions& training, bool test) {
   data_loader::LoaderOptions o = training;
-  o.source.synthetic.first_index = kEvalFirstIndex;
-  o.source.synthetic.num_samples = spec.eval.samples;
-  if (training.source.format != data_loader::Format::kSynthetic) o.source.files = spec.eval.files;
+  o.source.synthetic.first_index = kEvalFirstIndex + (test ? spec.eval.samples : 0);
+  o.source.synthetic.num_samples = test ? spec.eval.test_samples : spec.eval.samples;
+  if (training.source.format != data_loader::Format::kSynthetic)
+    o.source.files = test ? spec.eval.test_files : spec.eval.files;
   o.num_workers = 1;
   o.epochs = 1;
   o.shuffle = false;
@@ -253,7 +255,9 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.serving = spec.serving;
   worker.synthetic = spec.loader.source.format == data_loader::Format::kSynthetic;
   worker.has_eval_data = worker.synthetic ? spec.eval.samples > 0 : !spec.eval.files.empty();
-  worker.eval_loader = HeldOut(spec, loader);
+  worker.eval_loader = HeldOut(spec, loader, /*test=*/false);
+  worker.has_test_data = worker.synthetic ? spec.eval.test_samples > 0 : !spec.eval.test_files.empty();
+  worker.test_loader = HeldOut(spec, loader, /*test=*/true);
   LrSchedule& schedule = worker.dense_optimizer.schedule;
   if (schedule.kind != LrSchedule::Kind::kConstant && schedule.decay_steps == 0) {
     if (steps == 0) {
@@ -297,8 +301,8 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   return plan;
 }
 
-absl::StatusOr<JobPlan> PlanJobFile(const std::string& path) {
-  HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(path));
+absl::StatusOr<JobPlan> PlanJobFile(const std::string& path, const std::vector<std::string>& overrides) {
+  HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(path, overrides));
   return Plan(spec);
 }
 

@@ -5,8 +5,11 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
@@ -237,10 +240,13 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
 }
 
 absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, "eval", {"samples", "files", "every_batches", "every_epoch", "patience", "metric", "timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "eval",
+                                  {"samples", "files", "test_files", "test_samples", "every_batches", "every_epoch",
+                                   "patience", "metric", "timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "samples", "eval", &eval->samples));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "files", "eval", &eval->files));
+  HYREC_RETURN_IF_ERROR(ReadStringList(node, "test_files", "eval", &eval->test_files));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "test_samples", "eval", &eval->test_samples));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_batches", "eval", &eval->every_batches));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "every_epoch", "eval", &eval->every_epoch));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "patience", "eval", &eval->patience));
@@ -566,6 +572,16 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     for (const std::string& f : spec.eval.files) {
       if (f.empty()) return absl::InvalidArgumentError("eval.files: an empty file name");
     }
+    for (const std::string& f : spec.eval.test_files) {
+      if (f.empty()) return absl::InvalidArgumentError("eval.test_files: an empty file name");
+    }
+    if (spec.eval.test_samples > 0) {
+      return absl::InvalidArgumentError(
+          "eval.test_samples is for the synthetic source; a file source takes eval.test_files");
+    }
+  } else if (!spec.eval.test_files.empty()) {
+    return absl::InvalidArgumentError(
+        "eval.test_files is for file sources; the synthetic source takes eval.test_samples");
   }
   return absl::OkStatus();
 }
@@ -585,13 +601,66 @@ absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& yaml, absl::string_v
   return spec;
 }
 
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path) {
+namespace {
+
+// Applies one "key.path=value" to `root` (a mapping, or null for an empty file).
+absl::Status ApplyOverride(const std::string& assignment, YAML::Node* root) {
+  const size_t eq = assignment.find('=');
+  const auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--set ", assignment, ": ", why));
+  };
+  if (eq == std::string::npos || eq == 0) return bad("expected key.path=value (for example train.workers=2)");
+  const std::vector<std::string> keys = absl::StrSplit(assignment.substr(0, eq), '.');
+  const std::string text = std::string(absl::StripAsciiWhitespace(assignment.substr(eq + 1)));
+  for (const std::string& k : keys) {
+    if (k.empty()) return bad("an empty key in the path");
+  }
+  YAML::Node value;
+  if (absl::StartsWith(text, "[") || absl::StartsWith(text, "{")) {
+    absl::StatusOr<YAML::Node> parsed = ParseYaml(text, "--set " + assignment);
+    if (!parsed.ok()) return parsed.status();
+    value = *parsed;
+  } else {
+    value = YAML::Node(text);  // A scalar, read as the key's type when the job is checked.
+  }
+  return CatchYamlErrors("--set " + assignment, [&]() -> absl::Status {
+    YAML::Node node = *root;
+    std::string path;
+    for (size_t i = 0; i + 1 < keys.size(); ++i) {
+      path = path.empty() ? keys[i] : absl::StrCat(path, ".", keys[i]);
+      if (!node.IsNull() && !node.IsMap()) return bad(absl::StrCat(path, " is not a mapping"));
+      YAML::Node next = node[keys[i]];
+      if (!next.IsDefined() || next.IsNull()) next = YAML::Node(YAML::NodeType::Map);
+      if (!next.IsMap()) return bad(absl::StrCat(path, " is not a mapping"));
+      node[keys[i]] = next;
+      node.reset(next);
+    }
+    if (!node.IsNull() && !node.IsMap()) return bad(absl::StrCat(path.empty() ? "the job" : path, " is not a mapping"));
+    node[keys.back()] = value;
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides) {
   HYREC_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
-  HYREC_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(root, path));
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  spec.text = text.str();
+  if (!overrides.empty() && (!root.IsDefined() || root.IsNull())) root = YAML::Node(YAML::NodeType::Map);
+  for (const std::string& o : overrides) HYREC_RETURN_IF_ERROR(ApplyOverride(o, &root));
+  const std::string source =
+      overrides.empty() ? path : absl::StrCat(path, " with --set ", absl::StrJoin(overrides, " --set "));
+  HYREC_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(root, source));
+  spec.overrides = overrides;
+  if (overrides.empty()) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    spec.text = text.str();
+  } else {
+    YAML::Emitter out;
+    out << root;
+    spec.text = absl::StrCat("# ", path, " with --set ", absl::StrJoin(overrides, " --set "), "\n", out.c_str(), "\n");
+  }
   return spec;
 }
 

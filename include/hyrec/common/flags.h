@@ -50,6 +50,9 @@ class FlagSet {
   // Registers a flag; `out` holds the default and receives the parsed value. `placeholder` names
   // the value in the help text (e.g. FILE).
   void String(const std::string& name, std::string* out, const std::string& placeholder, const std::string& help);
+  // A flag that may be given many times; each value is appended to `out`, in order.
+  void StringList(const std::string& name, std::vector<std::string>* out, const std::string& placeholder,
+                  const std::string& help);
   // A string restricted to `choices`.
   void Choice(const std::string& name, std::string* out, std::vector<std::string> choices, const std::string& help);
   void Int(const std::string& name, int* out, const std::string& help, int64_t min = INT32_MIN,

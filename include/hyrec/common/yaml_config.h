@@ -24,7 +24,8 @@
 
 namespace hyrec {
 
-// "line N" (1-based) for a node read from text, "" for a node built in code.
+// "line N" (1-based) for a node read from text; "--set" for one built in code (a job's --set
+// override, job::LoadJobSpec).
 std::string YamlWhere(const YAML::Node& node);
 
 // Joins a path and a key: JoinKey("tables[0]", "dim") == "tables[0].dim"; JoinKey("", "x") == "x".

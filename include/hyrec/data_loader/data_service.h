@@ -140,9 +140,11 @@ struct StreamClientOptions {
   // next_batch is the batch wanted. Unset: a first stream.
   std::optional<ReaderPosition> position;
   // A stream that the loader's failure or replacement broke (UNAVAILABLE, CANCELLED, ABORTED,
-  // INTERNAL, UNKNOWN) is reopened inside Next, with backoff and within Next's timeout, from
-  // the batch after the last one received. Errors the loader chose (end of data, DATA_LOSS, a
-  // refused position) are returned as they are.
+  // INTERNAL, UNKNOWN) is reopened at once, with backoff and within Next's timeout, reporting a
+  // position prefetch_batches + 8 batches before the one after the last received (so that a
+  // replaced loader can serve a lost worker's replacement the batch it last trained); Next drops
+  // the batches sent again. Errors the loader chose (end of data, DATA_LOSS, a refused position)
+  // are returned as they are.
   bool reconnect = false;
   // What the worker's model takes; a loader whose Info disagrees is FAILED_PRECONDITION at
   // connect, a batch that disagrees DATA_LOSS.

@@ -22,6 +22,8 @@
 #include <mutex>
 #include <ostream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "hyrec/common/metrics.h"
 #include "hyrec/dense_worker/worker.h"
@@ -57,12 +59,22 @@ class JobMonitor : public TrainObserver {
 
   const MonitorOptions options_;
   std::mutex mu_;
-  bool live_line_shown_ = false;  // Guarded by mu_.
-  double last_auc_ = -1;          // Guarded by mu_.
+  bool live_line_shown_ = false;                        // Guarded by mu_.
+  double last_auc_ = -1;                                // Guarded by mu_.
+  double first_loss_ = -1;                              // Of the first report. Guarded by mu_.
+  std::vector<std::pair<uint64_t, Evaluation>> evals_;  // Guarded by mu_.
+  bool warned_ = false;                                 // Of divergence. Guarded by mu_.
 };
 
 // The summary `hyrec train` prints at the end.
 void PrintSummary(const TrainReport& report, std::ostream& out);
+
+// What makes a run look diverged, or "" when nothing does: a training loss that is not finite,
+// or rose to more than twice `first_loss` and by more than 0.5; or a held-out AUC that fell to
+// 0.55 or less after reaching 0.6 (`evals`: (samples trained, evaluation), in order). The live
+// line warns once, and the summary says so.
+std::string DivergenceWarning(double first_loss, double loss,
+                              const std::vector<std::pair<uint64_t, Evaluation>>& evals);
 
 // hyrec_train_samples_total (counter), hyrec_train_samples_per_second and hyrec_train_loss
 // (gauges), labelled with `labels`.

@@ -109,6 +109,12 @@ struct TrainReport {
   bool has_best_eval = false;
   uint64_t best_eval_samples = 0;
   Evaluation best_eval;
+  // The test split (eval.test_files / eval.test_samples), scored with the model the job keeps:
+  // the best evaluation's with early stopping and checkpoints, else the final one; and the
+  // samples trained when that model was evaluated.
+  bool has_test_eval = false;
+  uint64_t test_eval_samples = 0;
+  Evaluation test_eval;
   bool stopped_early = false;      // eval.patience evaluations in a row did not improve on the best.
   double teacher_auc = 0;          // Synthetic sources: the best reachable (0: unknown).
   bool interrupted = false;        // Stopped on request before the end of the data.
@@ -125,6 +131,9 @@ struct TrainReport {
   double checkpoint_pause_seconds = 0;  // Training time this worker spent in cuts.
   double checkpoint_write_seconds = 0;  // Worker 0: from each committed cut to its manifest's commit.
   uint64_t resumed_step = 0;            // The step the run resumed from (0: a fresh start).
+  // Resumed from a checkpoint at the end of the data: nothing was trained, evaluated, cut or
+  // exported.
+  bool resumed_at_end = false;
   int heals = 0;  // Times this worker's group healed from a lost peer (a replacement's join counts).
 };
 
@@ -190,8 +199,9 @@ void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate);
 // fingerprints mean bit-identical dense parameters.
 uint64_t DenseFingerprint(DenseModelImpl& model);
 
-// Exact AUC and mean log loss of `model` on the plan's held-out split (worker 0's job).
-absl::StatusOr<Evaluation> EvaluateHeldOut(const job::WorkerPlan& plan, embedding_ps::EmbeddingClient* ps,
+// Exact AUC and mean log loss of `model` on a held-out split (worker 0's job): the plan's
+// eval_loader, or its test_loader.
+absl::StatusOr<Evaluation> EvaluateHeldOut(const data_loader::LoaderOptions& split, embedding_ps::EmbeddingClient* ps,
                                            const TrainerOptions& options, DenseModelImpl& model);
 
 }  // namespace hyrec::dense_worker

@@ -106,7 +106,11 @@ struct WorkerPlan {
   // (eval.samples of them), or eval.files in the training format; one epoch, no shuffle.
   data_loader::LoaderOptions eval_loader;
   bool has_eval_data = false;  // A synthetic source or eval.files.
-  bool synthetic = false;      // The teacher's AUC (the best reachable) is known.
+  // The test split (eval.test_files, or eval.test_samples synthetic samples after the held-out
+  // ones), read the same way.
+  data_loader::LoaderOptions test_loader;
+  bool has_test_data = false;
+  bool synthetic = false;  // The teacher's AUC (the best reachable) is known.
 };
 
 struct JobPlan {
@@ -123,7 +127,7 @@ struct JobPlan {
 absl::StatusOr<JobPlan> Plan(const JobSpec& spec);
 
 // Loads, parses and plans a job file.
-absl::StatusOr<JobPlan> PlanJobFile(const std::string& path);
+absl::StatusOr<JobPlan> PlanJobFile(const std::string& path, const std::vector<std::string>& overrides = {});
 
 // Replaces the endpoints; empty arguments (and master_port 0) keep the current ones. The number
 // of PS addresses must equal the shard count.

@@ -101,8 +101,12 @@ struct ModelSpec {
 struct EvalSpec {
   uint64_t samples = 50'000;       // Held-out synthetic samples.
   std::vector<std::string> files;  // Held-out files (file sources).
-  int every_batches = 0;           // 0: not by batches.
-  bool every_epoch = false;        // Also at the end of every epoch (file sources: a pass).
+  // Test data: never used to choose (not for early stopping, not for the best model); scored
+  // once, with the model the job keeps, and reported beside the held-out figure.
+  std::vector<std::string> test_files;  // File sources.
+  uint64_t test_samples = 0;            // Synthetic sources: test samples, apart from the held-out ones.
+  int every_batches = 0;                // 0: not by batches.
+  bool every_epoch = false;             // Also at the end of every epoch (file sources: a pass).
   // Early stopping: stop once this many evaluations in a row did not improve on the best (0:
   // never). Needs every_batches or every_epoch.
   int patience = 0;
@@ -188,10 +192,11 @@ struct SecuritySpec {
 };
 
 struct JobSpec {
-  std::string source_name;            // The file the spec came from (for messages).
-  std::string text;                   // Its text (kept in checkpoints).
-  data_loader::LoaderOptions loader;  // As parsed; the plan sets workers, shards, tables.
-  std::vector<std::string> features;  // Sparse features, in the source's slot order.
+  std::string source_name;             // The file the spec came from (for messages).
+  std::string text;                    // Its text (kept in checkpoints), overrides applied.
+  std::vector<std::string> overrides;  // The `--set key.path=value` overrides applied, in order.
+  data_loader::LoaderOptions loader;   // As parsed; the plan sets workers, shards, tables.
+  std::vector<std::string> features;   // Sparse features, in the source's slot order.
   std::vector<TableSpec> tables;
   EvalSpec eval;
   ModelSpec model;
@@ -209,8 +214,13 @@ std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& so
 
 // Parses and validates a job. `source_name` prefixes every message.
 absl::StatusOr<JobSpec> ParseJobSpec(const YAML::Node& root, absl::string_view source_name);
-// Reads, parses and validates a job file.
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path);
+// Reads, parses and validates a job file. `overrides` ("key.path=value", the `--set` flag of
+// every role) replace or add keys of the file's mappings before it is checked, as if the file
+// said so: "train.workers=2", "loader.source.files=[a.csv, b.csv]" (a value is a YAML scalar, or
+// a flow sequence or mapping). A missing mapping on the path is created; a path through a value
+// that is not a mapping is InvalidArgument naming the override. With overrides, `text` is the
+// merged document (what checkpoints keep), headed by a comment naming them.
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides = {});
 absl::StatusOr<JobSpec> ParseJobSpecText(const std::string& yaml, absl::string_view source_name);
 
 // Cross-field checks (every feature in exactly one table, unique names, ranges); ParseJobSpec
