@@ -180,8 +180,9 @@ void JobMonitor::OnFinish(const TrainReport& report) {
 
 void PrintSummary(const TrainReport& r, std::ostream& out) {
   if (r.resumed_at_end) {
-    out << absl::StrFormat("\nsummary: nothing left to train: resumed from step %d (%d samples), at the end of the data\n",
-                           r.resumed_step, r.samples)
+    out << absl::StrFormat(
+               "\nsummary: nothing left to train: resumed from step %d (%d samples), at the end of the data\n",
+               r.resumed_step, r.samples)
         << std::flush;
     return;
   }
