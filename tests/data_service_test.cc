@@ -256,6 +256,45 @@ TEST(DataService, AReplacedLoaderResumesEveryWorkerWhereItsStreamStands) {
   ExpectSame(got[1], local[1]);
 }
 
+// Two workers on a loader process, each having read 9 batches: worker 0's stream reconnects,
+// worker 1's when `reconnect1`.
+struct TwoWorkers {
+  LoaderProcess first;
+  std::string port;
+  std::unique_ptr<BatchStream> s0, s1;
+  std::vector<std::vector<Batch>> got;
+};
+
+TwoWorkers StartTwoWorkers(bool reconnect1) {
+  TwoWorkers t;
+  t.first = StartLoader();
+  t.port = t.first.address.substr(t.first.address.rfind(':') + 1);
+  StreamClientOptions options;
+  options.reconnect = true;
+  auto s0 = ConnectBatchStream(t.first.address, 0, options);
+  auto s1 = ConnectBatchStream(t.first.address, 1, reconnect1 ? options : StreamClientOptions());
+  EXPECT_TRUE(s0.ok() && s1.ok());
+  if (!s0.ok() || !s1.ok()) return t;
+  t.s0 = std::move(*s0);
+  t.s1 = std::move(*s1);
+  t.got = DrainAll({t.s0.get(), t.s1.get()}, {9, 9});
+  return t;
+}
+
+// Worker 0 reads to the end beside worker 1's replacement (which has read `head` already): both
+// see exactly the batches of an undisturbed run, the replacement from worker 1's batch 7 on.
+void ExpectUndisturbedWithReplacement(TwoWorkers& t, BatchStream* replacement, std::vector<Batch> head) {
+  std::vector<Batch> rest0;
+  std::thread reader([&] { rest0 = DrainAll({t.s0.get()})[0]; });
+  std::vector<Batch> rest1 = DrainAll({replacement})[0];
+  rest1.insert(rest1.begin(), head.begin(), head.end());
+  reader.join();
+  t.got[0].insert(t.got[0].end(), rest0.begin(), rest0.end());
+  auto local = InProcess();
+  ExpectSame(t.got[0], local[0]);
+  ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+}
+
 // A loader replaced while a worker is replaced too: the new worker knows the batch it wants but
 // not its stream's position. The new loader reads that batch from the latest window known to
 // hold it (here the surviving worker's) and serves it exactly the batches of an undisturbed run
@@ -263,20 +302,14 @@ TEST(DataService, AReplacedLoaderResumesEveryWorkerWhereItsStreamStands) {
 // healed group, where it waits for the replacement in the allreduce): its stream, paused on a
 // full queue, must notice the lost loader and reopen by itself.
 TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) {
-  LoaderProcess first = StartLoader();
-  const std::string port = first.address.substr(first.address.rfind(':') + 1);
-  StreamClientOptions options;
-  options.reconnect = true;
-  auto s0 = ConnectBatchStream(first.address, 0, options);
-  auto s1 = ConnectBatchStream(first.address, 1, {});
-  ASSERT_TRUE(s0.ok() && s1.ok());
-  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 9});
-  const uint64_t wanted = got[1][7].batch_id;  // Two batches before worker 1's last.
-  absl::SleepFor(absl::Milliseconds(300));     // Worker 0's queue fills: its call pauses.
-  s1->reset();                                 // Worker 1 is lost with the loader.
-  first.process->Signal(SIGKILL);
-  ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
-  LoaderProcess second = StartLoader({"--port=" + port, "--log_level=info"});
+  TwoWorkers t = StartTwoWorkers(/*reconnect1=*/false);
+  ASSERT_EQ(t.got.size(), 2u);
+  const uint64_t wanted = t.got[1][7].batch_id;  // Two batches before worker 1's last.
+  absl::SleepFor(absl::Milliseconds(300));       // Worker 0's queue fills: its call pauses.
+  t.s1.reset();                                  // Worker 1 is lost with the loader.
+  t.first.process->Signal(SIGKILL);
+  ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
+  LoaderProcess second = StartLoader({"--port=" + t.port, "--log_level=info"});
   StreamClientOptions again;
   again.next_batch = static_cast<int64_t>(wanted);
   auto replacement = ConnectBatchStream(second.address, 1, again);
@@ -284,15 +317,7 @@ TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) 
   Batch head;
   // Sooner than the loader's arrival grace (5 s), after which it would read without worker 0.
   ASSERT_TRUE((*replacement)->Next(&head, absl::Seconds(4)).ok()) << "the new loader waits for worker 0's stream";
-  std::vector<Batch> rest0;
-  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
-  std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
-  rest1.insert(rest1.begin(), std::move(head));
-  reader.join();
-  got[0].insert(got[0].end(), rest0.begin(), rest0.end());
-  auto local = InProcess();
-  ExpectSame(got[0], local[0]);
-  ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+  ExpectUndisturbedWithReplacement(t, replacement->get(), {std::move(head)});
 }
 
 // A loader replaced, then a worker lost after its stream reopened to the new loader: the
@@ -301,33 +326,20 @@ TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) 
 // back (and drops what it is sent again), so the new loader still holds that batch for the
 // replacement, and both workers see exactly the batches of an undisturbed run.
 TEST(DataService, AReplacementFindsItsLostWorkersLastTrainedBatchAfterTheLoaderWasReplaced) {
-  LoaderProcess first = StartLoader();
-  const std::string port = first.address.substr(first.address.rfind(':') + 1);
-  StreamClientOptions options;
-  options.reconnect = true;
-  auto s0 = ConnectBatchStream(first.address, 0, options);
-  auto s1 = ConnectBatchStream(first.address, 1, options);
-  ASSERT_TRUE(s0.ok() && s1.ok());
-  std::vector<std::vector<Batch>> got = DrainAll({s0->get(), s1->get()}, {9, 9});
-  const uint64_t wanted = got[1][7].batch_id;  // Worker 1's queue holds the batches after got[1][8].
+  TwoWorkers t = StartTwoWorkers(/*reconnect1=*/true);
+  ASSERT_EQ(t.got.size(), 2u);
+  const uint64_t wanted = t.got[1][7].batch_id;  // Worker 1's queue holds the batches after got[1][8].
   absl::SleepFor(absl::Milliseconds(300));
-  first.process->Signal(SIGKILL);
-  ASSERT_TRUE(first.process->Wait(absl::Seconds(10)).ok());
-  LoaderProcess second = StartLoader({"--port=" + port});
+  t.first.process->Signal(SIGKILL);
+  ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
+  LoaderProcess second = StartLoader({"--port=" + t.port});
   absl::SleepFor(absl::Seconds(2));  // Both streams reopen to it, and it serves them.
-  s1->reset();                       // Worker 1 is lost.
-  std::vector<Batch> rest0;
-  std::thread reader([&] { rest0 = DrainAll({s0->get()})[0]; });
+  t.s1.reset();                      // Worker 1 is lost.
   StreamClientOptions again;
   again.next_batch = static_cast<int64_t>(wanted);
   auto replacement = ConnectBatchStream(second.address, 1, again);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
-  const std::vector<Batch> rest1 = DrainAll({replacement->get()})[0];
-  reader.join();
-  got[0].insert(got[0].end(), rest0.begin(), rest0.end());
-  auto local = InProcess();
-  ExpectSame(got[0], local[0]);
-  ExpectSame(rest1, std::vector<Batch>(local[1].begin() + 7, local[1].end()));
+  ExpectUndisturbedWithReplacement(t, replacement->get(), {});
 }
 
 // A worker that does not come within the loader's arrival grace (5 s) does not hold the others

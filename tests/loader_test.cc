@@ -684,6 +684,33 @@ TEST(Loader, CsvFilesSkipTheirHeaderPlaceColumnsByNameAndMustAgree) {
                    "csv column 'price' is not in the header (site, click)");
 }
 
+// With header: false, a file's header is a bad line; its message says it may be one.
+TEST(Loader, AHeaderReadAsDataIsSaidToBeOne) {
+  const std::string path = TempPath("headed.csv");
+  {
+    std::ofstream out(path);
+    out << "click,price,site\n";
+    for (int i = 0; i < 25; ++i) out << i % 2 << "," << i << ",s" << i % 3 << "\n";
+  }
+  LoaderOptions o = CsvLoaderOptions({path});
+  o.source.csv.header = false;
+  for (int i = 0; i < 3; ++i) {
+    o.source.csv.columns[i].name.clear();
+    o.source.csv.columns[i].index = i;
+  }
+  o.max_bad_fraction = 0.5;
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(Drain((*loader)->stream(0)).size(), 3u);
+  const LoaderStats stats = (*loader)->Stats();
+  EXPECT_EQ(stats.bad_lines, 1u);
+  ASSERT_FALSE(stats.first_bad.empty());
+  EXPECT_NE(stats.first_bad[0].find("headed.csv:1: the column at index 0: 'click'"), std::string::npos)
+      << stats.first_bad[0];
+  EXPECT_NE(stats.first_bad[0].find("(a header line? then set csv.header: true)"), std::string::npos)
+      << stats.first_bad[0];
+}
+
 TEST(Loader, SlowWorkerStallsTheLoaderWithBoundedMemory) {
   LoaderOptions o = SyntheticOptions(2, 2);
   o.prefetch_batches = 2;

@@ -207,6 +207,24 @@ CsvOptions Positional(const std::vector<std::pair<int, CsvColumn::Kind>>& column
 
 const std::vector<std::string> kHeader = {"site", "click", "price", "tags", "age", "wtags", "note"};
 
+// A sparse column declared by position is named c<index> unless it names its feature; so may a
+// named one. Only sparse columns have features.
+TEST(CsvParser, SparseColumnsMayNameTheirFeatures) {
+  CsvOptions o = Positional({{0, CsvColumn::Kind::kLabel},
+                             {1, CsvColumn::Kind::kCategorical},
+                             {2, CsvColumn::Kind::kCategorical},
+                             {3, CsvColumn::Kind::kDense}});
+  o.columns[2].feature = "user_id";
+  ASSERT_TRUE(o.Resolve(nullptr).ok());
+  EXPECT_EQ(o.SlotNames(), (std::vector<std::string>{"c1", "user_id"}));
+  Sample s;
+  EXPECT_EQ(ParseCsvLine("1,a,b,x", o, &s).message(), "the column at index 3: 'x' is not a finite number")
+      << "0-based, as declared";
+  o.columns[3].feature = "age";
+  EXPECT_EQ(o.Validate().message(),
+            "csv.columns[3]: feature names a sparse (categorical, multi or weighted) column's feature");
+}
+
 TEST(CsvParser, DeclaredColumnsByNameGiveLabelDenseAndEverySparseKind) {
   CsvOptions o = ClickLog();
   ASSERT_TRUE(o.Resolve(&kHeader).ok());

@@ -53,9 +53,10 @@ absl::Status ReadChar(const YAML::Node& node, const char* key, const std::string
 
 absl::Status ReadCsvColumn(const YAML::Node& node, const std::string& p, CsvColumn* c) {
   HYREC_RETURN_IF_ERROR(CheckKeys(node, p,
-                                  {"name", "index", "type", "positives", "negatives", "transform", "mean", "stddev",
-                                   "separator", "weight_separator"}));
+                                  {"name", "index", "feature", "type", "positives", "negatives", "transform", "mean",
+                                   "stddev", "separator", "weight_separator"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "name", p, &c->name));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "feature", p, &c->feature));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "index", p, &c->index));
   std::string type;
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "type", p, &type));

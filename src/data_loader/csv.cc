@@ -18,9 +18,10 @@ using Kind = CsvColumn::Kind;
 
 bool IsSparse(Kind kind) { return kind == Kind::kCategorical || kind == Kind::kMulti || kind == Kind::kWeighted; }
 
-// "'name'" or "at position k" (0-based), for messages.
+// A column as the job declares it: by name, or by its 0-based index (said as such, since fields
+// are counted from 1).
 std::string ColumnLabel(const CsvColumn& c) {
-  return c.name.empty() ? absl::StrCat("at position ", c.index) : absl::StrCat("'", c.name, "'");
+  return c.name.empty() ? absl::StrCat("at index ", c.index) : absl::StrCat("'", c.name, "'");
 }
 
 // Splits `line` into views of its fields. Unquoted fields are views of `line`; quoted ones are
@@ -70,8 +71,10 @@ absl::Status SplitFields(absl::string_view line, char delimiter, char quote, std
 }
 
 absl::Status FieldError(const CsvColumn& c, absl::string_view value, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("field ", c.index + 1, " (", ColumnLabel(c), "): '", Printable(value), "' ", what));
+  // A column declared by index is named by it alone, not also by its 1-based field number.
+  const std::string where = c.name.empty() ? absl::StrCat("the column at index ", c.index)
+                                           : absl::StrCat("field ", c.index + 1, " (", ColumnLabel(c), ")");
+  return absl::InvalidArgumentError(absl::StrCat(where, ": '", Printable(value), "' ", what));
 }
 
 absl::Status ParseLabelField(const CsvColumn& c, absl::string_view v, float* label) {
@@ -227,7 +230,8 @@ bool CsvOptions::weighted() const {
 std::vector<std::string> CsvOptions::SlotNames() const {
   std::vector<std::string> names;
   for (const CsvColumn& c : columns) {
-    if (IsSparse(c.kind)) names.push_back(c.name.empty() ? absl::StrCat("c", c.index) : c.name);
+    if (!IsSparse(c.kind)) continue;
+    names.push_back(!c.feature.empty() ? c.feature : c.name.empty() ? absl::StrCat("c", c.index) : c.name);
   }
   return names;
 }
@@ -246,6 +250,9 @@ absl::Status CsvOptions::Validate() const {
     if (c.name.empty() == (c.index < 0)) return bad(key, ": give a column a name or an index, one of them");
     if (!c.name.empty() && !header) return bad(key, ": the column is named '", c.name, "' but csv.header is false");
     if (c.index >= 65536) return bad(key, ": index ", c.index, " is beyond 65535");
+    if (!c.feature.empty() && !IsSparse(c.kind)) {
+      return bad(key, ": feature names a sparse (categorical, multi or weighted) column's feature");
+    }
     if (!c.name.empty() && !names.emplace(c.name, static_cast<int>(k)).second) {
       return bad(key, ": '", c.name, "' is declared twice");
     }
@@ -310,7 +317,7 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
     for (CsvColumn& c : columns) {
       if (c.name.empty()) {
         if (c.index >= static_cast<int>(h.size())) {
-          return bad("csv column at position ", c.index, ": the header has ", h.size(), " fields",
+          return bad("csv column at index ", c.index, ": the header has ", h.size(), " fields",
                      DelimiterHint(h, delimiter, columns.size()));
         }
         continue;

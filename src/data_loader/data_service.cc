@@ -224,33 +224,43 @@ class DataServiceImpl final : public proto::DataService::Service {
     if (stopped_) loader_->Stop();
   }
 
+  // A worker that came after the loader started (arrival_grace) and asks for a later batch than
+  // its start: the batches before it are read and dropped (the same batches as from a later
+  // window).
+  absl::Status ReadUpTo(grpc::ServerContext* context, BatchStream* stream, uint64_t next, int w) {
+    Worker& worker = workers_[w];
+    Batch batch;
+    for (uint64_t dropped = 0; next > worker.next_from_loader;) {
+      absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
+      if (absl::IsDeadlineExceeded(s)) {
+        if (context->IsCancelled()) return absl::CancelledError("client gone");
+        continue;
+      }
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("reading up to batch ", next, " of worker ", w, ": ", s.message()));
+      }
+      worker.next_from_loader = batch.batch_id + options_.num_workers;
+      ++dropped;
+      if (worker.next_from_loader > next) {
+        return absl::InternalError(
+            absl::StrCat("worker ", w, " asked for batch ", next, " and the loader read batch ", batch.batch_id));
+      }
+      if (worker.next_from_loader == next) {
+        spdlog::info("worker {}: read and dropped {} batches up to batch {}, which it asked for", w, dropped, next);
+      }
+    }
+    return absl::OkStatus();
+  }
+
   grpc::Status Serve(grpc::ServerContext* context, Loader& loader, uint64_t next, int w,
                      grpc::ServerWriter<proto::BatchProto>* writer) {
     Worker& worker = workers_[w];  // Only this (single active) stream touches it.
     BatchStream* stream = loader.stream(w);
-    Batch batch;
-    // A worker that came after the loader started (arrival_grace) and asks for a later batch
-    // than its start: the batches before it are read and dropped (the same batches as from a
-    // later window).
-    const bool first = worker.sent.empty() && next % options_.num_workers == static_cast<uint64_t>(w);
-    for (uint64_t skipped = 0; first && next > worker.next_from_loader; ++skipped) {
-      absl::Status s = stream->Next(&batch, absl::Milliseconds(200));
-      if (absl::IsDeadlineExceeded(s)) {
-        if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
-        continue;
-      }
-      if (!s.ok())
-        return ToGrpcStatus(
-            absl::Status(s.code(), absl::StrCat("reading up to batch ", next, " of worker ", w, ": ", s.message())));
-      worker.next_from_loader = batch.batch_id + options_.num_workers;
-      if (worker.next_from_loader > next) {
-        return grpc::Status(grpc::StatusCode::INTERNAL, absl::StrCat("worker ", w, " asked for batch ", next,
-                                                                     " and the loader read batch ", batch.batch_id));
-      }
-      if (worker.next_from_loader == next) {
-        spdlog::info("worker {}: read and dropped {} batches up to batch {}, which it asked for", w, skipped + 1, next);
-      }
+    if (worker.sent.empty() && next % options_.num_workers == static_cast<uint64_t>(w)) {
+      const absl::Status read = ReadUpTo(context, stream, next, w);
+      if (!read.ok()) return ToGrpcStatus(read);
     }
+    Batch batch;
     if (next > worker.next_from_loader || next % options_.num_workers != static_cast<uint64_t>(w)) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                           absl::StrCat("worker ", w, " asked for batch ", next, "; this loader serves it batch ",

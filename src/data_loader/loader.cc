@@ -658,8 +658,12 @@ class LoaderImpl final : public Loader {
         } else {
           ++parsed.bad;
           if (parsed.bad_messages.size() < kMaxBadMessages) {
-            parsed.bad_messages.push_back(absl::StrCat(options_.source.files[raw.origins[i].first], ":",
-                                                       raw.origins[i].second, ": ", s.message()));
+            // With header: false, a bad first line is most often a header.
+            const bool header_like =
+                options_.source.format == Format::kCsv && !csv_header_ && raw.origins[i].second == 1;
+            parsed.bad_messages.push_back(
+                absl::StrCat(options_.source.files[raw.origins[i].first], ":", raw.origins[i].second, ": ", s.message(),
+                             header_like ? " (a header line? then set csv.header: true)" : ""));
           }
         }
       }

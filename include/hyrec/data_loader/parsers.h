@@ -76,6 +76,9 @@ struct CsvColumn {
   enum class Transform { kNone, kLog1p, kStandardize };
   std::string name;  // The header's name for it; empty: `index` places it.
   int index = -1;    // 0-based field of the line; for a named column, set from the header.
+  // A sparse column's feature name (what the job's `features` and tables call it); empty: its
+  // `name`, or "c<index>" for a column declared by position.
+  std::string feature;
   Kind kind = Kind::kIgnore;
   // kLabel: the values meaning a positive and a negative; any other value is a bad line.
   std::vector<std::string> positives = {"1"};
