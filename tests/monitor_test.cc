@@ -28,14 +28,28 @@ Progress SomeProgress(uint64_t samples) {
   return p;
 }
 
+// Options of a monitor that draws the live line into `out`.
+MonitorOptions LiveInto(std::ostringstream* out) {
+  MonitorOptions options;
+  options.out = out;
+  options.live = true;
+  return options;
+}
+
+// Progress through half of the first of two epochs of a file source's bytes.
+Progress HalfOfTheFirstEpoch() {
+  Progress p = SomeProgress(5000);
+  p.bytes_read = 50'000'000;
+  p.bytes_total = 100'000'000;
+  p.epochs = 2;
+  return p;
+}
+
 TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
   setenv("COLUMNS", "100", 1);  // Wide enough for every part (TheLiveLineFitsTheTerminalsWidth).
   std::ostringstream out;
-  MonitorOptions options;
-  options.out = &out;
-  options.live = true;
   {
-    JobMonitor monitor(options);
+    JobMonitor monitor(LiveInto(&out));
     monitor.OnProgress(SomeProgress(5000));
     EXPECT_EQ(out.str(), "\r\x1b[Ksamples 5000/100000  1000 samples/s  loss 0.4567  elapsed 5 s  ETA 95 s");
     out.str("");
@@ -62,14 +76,8 @@ TEST(JobMonitor, TheLiveLineIsClearedBeforeOtherLinesAndShowsTheLastAuc) {
 // rather than wrap, since a carriage return rewrites only the last row of a wrapped line.
 TEST(JobMonitor, TheLiveLineFitsTheTerminalsWidth) {
   std::ostringstream out;
-  MonitorOptions options;
-  options.out = &out;
-  options.live = true;
-  JobMonitor monitor(options);
-  Progress p = SomeProgress(5000);
-  p.bytes_read = 50'000'000;
-  p.bytes_total = 100'000'000;
-  p.epochs = 2;
+  JobMonitor monitor(LiveInto(&out));
+  const Progress p = HalfOfTheFirstEpoch();
   for (const int columns : {200, 80, 60, 40, 20}) {
     SCOPED_TRACE(columns);
     setenv("COLUMNS", std::to_string(columns).c_str(), 1);
@@ -88,16 +96,10 @@ TEST(JobMonitor, TheLiveLineFitsTheTerminalsWidth) {
 TEST(JobMonitor, AFileSourceShowsBytesReadAndAnEtaFromThem) {
   setenv("COLUMNS", "80", 1);
   std::ostringstream out;
-  MonitorOptions options;
-  options.out = &out;
-  options.live = true;
-  JobMonitor monitor(options);
-  Progress p = SomeProgress(5000);
-  p.planned_samples = 0;  // A file source: the samples are not known in advance.
-  p.elapsed_seconds = 10;
-  p.bytes_read = 50'000'000;
-  p.bytes_total = 100'000'000;
-  p.epochs = 2;  // Half of the first of two epochs: a quarter done, 30 s to go.
+  JobMonitor monitor(LiveInto(&out));
+  Progress p = HalfOfTheFirstEpoch();
+  p.planned_samples = 0;   // A file source: the samples are not known in advance.
+  p.elapsed_seconds = 10;  // Half of the first of two epochs: a quarter done, 30 s to go.
   monitor.OnProgress(p);
   EXPECT_TRUE(absl::StrContains(out.str(), "samples 5000  50.0/100.0 MB of epoch 1/2  1000 samples/s")) << out.str();
   EXPECT_TRUE(absl::StrContains(out.str(), "ETA 30 s")) << out.str();
