@@ -634,7 +634,7 @@ class WorkerLoop {
       if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(samples));
       if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
     }
-    const bool keep_best = improved && plan_.eval.patience > 0 && cuts_ != nullptr && !plan_.checkpoint.dir.empty();
+    const bool keep_best = improved && KeepsBest() && cuts_ != nullptr;
     int vote = (stopped_early_ ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.eval.timeout_seconds)));
