@@ -5,8 +5,8 @@
 // repeated), end within 0.002 of the same job's held-out AUC without faults, and every shard's
 // count of each worker's applied updates per table (in the final checkpoint) must equal the
 // updates that worker had acknowledged: one per step (every batch touches every table on every
-// shard here). It prints what it injected, the recoveries the launcher reported and the time
-// lost.
+// shard here). It prints what it injected, the recoveries the launcher reported, the time lost
+// in all and the time each kind of fault cost on average.
 //
 //   HYREC_CHAOS_SEED=7 HYREC_CHAOS_SAMPLES=2048000 HYREC_CHAOS_FAULTS=400 build/tests/chaos_test
 //
@@ -27,6 +27,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -34,6 +35,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/time/time.h"
 #include "child_processes.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
@@ -57,7 +59,48 @@ struct Outcome {
   int heals = 0;       // Worker 0's regroups (its report).
   std::string checkpoint;
   std::string tail;
+  std::vector<std::pair<double, uint64_t>> progress;  // Of each progress line: (seconds in, samples).
 };
+
+constexpr int kFaultKinds = 4;
+constexpr const char* kFaultNames[kFaultKinds] = {"PS kill", "PS stop", "loader kill", "worker kill"};
+
+struct Fault {
+  double at = 0;  // Seconds into the run.
+  int kind = 0;
+};
+
+// Samples trained `t` seconds into a run: interpolated between its progress lines.
+double SamplesAt(const Outcome& run, double t) {
+  const auto& p = run.progress;
+  if (p.empty()) return 0;
+  if (t <= p.front().first) return static_cast<double>(p.front().second);
+  for (size_t i = 1; i < p.size(); ++i) {
+    if (t <= p[i].first) {
+      const double f = (t - p[i - 1].first) / std::max(1e-9, p[i].first - p[i - 1].first);
+      return static_cast<double>(p[i - 1].second) + f * static_cast<double>(p[i].second - p[i - 1].second);
+    }
+  }
+  return static_cast<double>(p.back().second);
+}
+
+// The training time each kind of fault cost, in all: each fault is charged the interval from it
+// to the next fault (or the run's last progress line), less what the calm run's training rate
+// needs for the samples trained in that interval.
+std::vector<double> TimeLost(const Outcome& calm, const Outcome& chaos, const std::vector<Fault>& faults) {
+  std::vector<double> lost(kFaultKinds, 0.0);
+  if (calm.progress.size() < 2 || chaos.progress.empty()) return lost;
+  const double rate = static_cast<double>(calm.progress.back().second - calm.progress.front().second) /
+                      std::max(1e-9, calm.progress.back().first - calm.progress.front().first);
+  const double end = chaos.progress.back().first;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    const double from = faults[i].at;
+    const double to = std::min(end, i + 1 < faults.size() ? faults[i + 1].at : end);
+    if (to <= from) continue;
+    lost[faults[i].kind] += (to - from) - (SamplesAt(chaos, to) - SamplesAt(chaos, from)) / rate;
+  }
+  return lost;
+}
 
 // Runs `argv` and returns its standard output.
 std::string Output(const std::vector<std::string>& argv) {
@@ -109,6 +152,7 @@ class ChaosTest : public ::testing::Test {
     spawn.new_process_group = true;
     spawn.capture_stderr = true;
     const absl::Time start = absl::Now();
+    start_ = start;
     auto p = Subprocess::Spawn({HYREC_TRAIN_BINARY, "--processes", "--config=" + job, "--progress=lines",
                                 "--plot=", "--report=" + report, "--max_restarts=100000"},
                                spawn);
@@ -141,7 +185,14 @@ class ChaosTest : public ::testing::Test {
       if (!line.ok()) break;
       keep(*line);
       r.tail = *line;
-      if (absl::StartsWith(*line, "samples ")) training_ = true;
+      if (absl::StartsWith(*line, "samples ")) {
+        training_ = true;
+        const absl::string_view count = absl::string_view(*line).substr(8);
+        uint64_t n = 0;
+        if (absl::SimpleAtoi(count.substr(0, count.find_first_of(" /")), &n)) {
+          r.progress.emplace_back(absl::ToDoubleSeconds(absl::Now() - start), n);
+        }
+      }
       // One per server kill: the role serves again, or was lost again while it started (that
       // kill's restart is begun again).
       if (absl::StrContains(*line, "recovered and serves again") ||
@@ -186,7 +237,12 @@ class ChaosTest : public ::testing::Test {
     return counts;
   }
 
+  // Records a fault of `kind` as injected now.
+  void Injected(int kind) { faults_.push_back({absl::ToDoubleSeconds(absl::Now() - start_), kind}); }
+
   std::string dir_;
+  absl::Time start_;           // Of the run under way.
+  std::vector<Fault> faults_;  // The injector's; read once it has ended.
   std::atomic<int> joins_{0};
   std::atomic<bool> training_{false};  // The job printed its first progress line.
 };
@@ -220,6 +276,7 @@ TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
         absl::SleepFor(absl::Milliseconds(500));
         continue;
       }
+      Injected(kind);
       if (kind == 0) {
         std::printf("fault %d: SIGKILL PS shard %d\n", f, shard);
         kill(target[0], SIGKILL);
@@ -247,6 +304,15 @@ TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
       "heals; %.1f s against %.1f s without faults (%.1f s lost); AUC %.5f against %.5f\n",
       static_cast<unsigned long long>(seed), kills, stops, loader_kills, worker_kills, chaos.recoveries, chaos.heals,
       chaos.seconds, calm.seconds, chaos.seconds - calm.seconds, chaos.auc, calm.auc);
+  const std::vector<double> lost = TimeLost(calm, chaos, faults_);
+  std::vector<int> counts(kFaultKinds, 0);
+  for (const Fault& f : faults_) ++counts[f.kind];
+  std::printf("time lost, at the calm run's training rate:");
+  for (int k = 0; k < kFaultKinds; ++k) {
+    if (counts[k] == 0) continue;
+    std::printf(" %s %d x %.1f s,", kFaultNames[k], counts[k], lost[k] / counts[k]);
+  }
+  std::printf("\n");
   EXPECT_EQ(chaos.code, 0) << chaos.tail;
   EXPECT_EQ(chaos.samples, samples) << "samples lost or trained twice";
   EXPECT_EQ(chaos.recoveries, kills + loader_kills);

@@ -342,6 +342,37 @@ TEST(DataService, AReplacementFindsItsLostWorkersLastTrainedBatchAfterTheLoaderW
   ExpectUndisturbedWithReplacement(t, replacement->get(), {});
 }
 
+// A replacement worker lost before it trained a step, after its stream (opened at its lost
+// worker's last trained batch, without a position) reopened to a new loader: the next
+// replacement asks the new loader for that same batch. The reopened stream reported a position
+// as far back as where the first batch it received starts (each batch says where it starts),
+// so the new loader still holds that batch.
+TEST(DataService, AReplacementLostBeforeItsFirstStepLeavesItsBatchForTheNext) {
+  TwoWorkers t = StartTwoWorkers(/*reconnect1=*/false);
+  ASSERT_EQ(t.got.size(), 2u);
+  const uint64_t wanted = t.got[1][7].batch_id;
+  t.s1.reset();  // Worker 1 is lost.
+  StreamClientOptions first_replacement;
+  first_replacement.next_batch = static_cast<int64_t>(wanted);
+  first_replacement.reconnect = true;
+  auto r1 = ConnectBatchStream(t.first.address, 1, first_replacement);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  Batch replayed;
+  ASSERT_TRUE((*r1)->Next(&replayed, absl::Seconds(10)).ok());
+  ASSERT_EQ(replayed.batch_id, wanted);
+  absl::SleepFor(absl::Milliseconds(300));  // Its queue fills with the batches after.
+  t.first.process->Signal(SIGKILL);
+  ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
+  LoaderProcess second = StartLoader({"--port=" + t.port});
+  absl::SleepFor(absl::Seconds(2));  // Both streams reopen to it, and it serves them.
+  r1->reset();                       // The replacement is lost too.
+  StreamClientOptions again;
+  again.next_batch = static_cast<int64_t>(wanted);
+  auto r2 = ConnectBatchStream(second.address, 1, again);
+  ASSERT_TRUE(r2.ok()) << r2.status();
+  ExpectUndisturbedWithReplacement(t, r2->get(), {});
+}
+
 // A worker that does not come within the loader's arrival grace (5 s) does not hold the others
 // up; when it comes, asking for a later batch than its start (a replacement of a lost worker
 // that trained some), it is read for from its start, and gets exactly the batches of an

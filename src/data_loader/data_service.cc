@@ -43,7 +43,7 @@ class DataServiceImpl final : public proto::DataService::Service {
         starts_.push_back(start);
       }
     }
-    for (int w = 0; w < options_.num_workers; ++w) workers_[w].next_from_loader = starts_[w].next_batch;
+    for (int w = 0; w < options_.num_workers; ++w) workers_[w].StartAt(starts_[w]);
   }
 
   void Stop() {
@@ -132,6 +132,18 @@ class DataServiceImpl final : public proto::DataService::Service {
     std::deque<std::pair<uint64_t, proto::BatchProto>> sent;  // The last ones sent (replay_batches, replay_bytes).
     size_t sent_bytes = 0;
     uint64_t next_from_loader = 0;  // Id the loader hands out next.
+    ReaderPosition next_start;      // Where that batch starts.
+
+    void StartAt(const ReaderPosition& start) {
+      next_from_loader = start.next_batch;
+      next_start = start;
+    }
+    // `batch` came from the loader: `message` (its encoding, when sent) carries where it starts.
+    void Took(const Batch& batch, int num_workers, proto::BatchProto* message) {
+      if (message != nullptr) ToProto(next_start, message->mutable_position());
+      next_from_loader = batch.batch_id + num_workers;
+      next_start = batch.next_position;
+    }
   };
 
   grpc::Status Refused(absl::string_view method, const absl::Status& status) {
@@ -219,7 +231,7 @@ class DataServiceImpl final : public proto::DataService::Service {
       return;
     }
     starts_ = positions;
-    for (int w = 0; w < options_.num_workers; ++w) workers_[w].next_from_loader = positions[w].next_batch;
+    for (int w = 0; w < options_.num_workers; ++w) workers_[w].StartAt(positions[w]);
     loader_ = std::move(*made);
     if (stopped_) loader_->Stop();
   }
@@ -239,7 +251,7 @@ class DataServiceImpl final : public proto::DataService::Service {
       if (!s.ok()) {
         return absl::Status(s.code(), absl::StrCat("reading up to batch ", next, " of worker ", w, ": ", s.message()));
       }
-      worker.next_from_loader = batch.batch_id + options_.num_workers;
+      worker.Took(batch, options_.num_workers, nullptr);
       ++dropped;
       if (worker.next_from_loader > next) {
         return absl::InternalError(
@@ -284,9 +296,9 @@ class DataServiceImpl final : public proto::DataService::Service {
       }
       if (absl::IsOutOfRange(s)) return grpc::Status::OK;
       if (!s.ok()) return ToGrpcStatus(s);
-      worker.next_from_loader = batch.batch_id + options_.num_workers;
       worker.sent.emplace_back(batch.batch_id, proto::BatchProto());
       EncodeBatch(batch, &worker.sent.back().second);
+      worker.Took(batch, options_.num_workers, &worker.sent.back().second);
       worker.sent_bytes += worker.sent.back().second.ByteSizeLong();
       // At least replay_batches and at least replay_bytes of them: the transport's windows hold
       // many small batches a worker never read.
@@ -368,6 +380,9 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
     }
     received_ = batch.next_position;
     received_any_ = true;
+    // Where the first batch received starts is a real position too (this call's start, when not
+    // reported, is only a batch id).
+    if (recent_.empty() && incoming_.has_position()) recent_.push_back(FromProto(incoming_.position()));
     recent_.push_back(batch.next_position);
     if (recent_.size() > kKeptPositions) recent_.pop_front();
     queue_.push_back(std::move(batch));
@@ -436,8 +451,8 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   }
 
   // Where a stream opened now goes on: `rewind` batches before the one after the last batch
-  // received (queued ones included; as far back as this call's received batches reach), or where
-  // this one started; and whether it received any.
+  // received (queued ones included; as far back as the start of this call's first batch), or
+  // where this one started; and whether it received any.
   ReaderPosition Received(int rewind, bool* any) const {
     absl::MutexLock lock(&mu_);
     *any = received_any_;
@@ -465,7 +480,7 @@ class RemoteBatchStream final : public BatchStream, public grpc::ClientReadReact
   ReaderPosition received_ ABSL_GUARDED_BY(mu_);
   bool received_any_ ABSL_GUARDED_BY(mu_) = false;
   // The positions after the last batches received (at most kKeptPositions), and before them the
-  // call's start when it was a reported position.
+  // call's start when it was a reported position, else where the first batch received starts.
   std::deque<ReaderPosition> recent_ ABSL_GUARDED_BY(mu_);
   int unready_checks_ ABSL_GUARDED_BY(mu_) = 0;
 };

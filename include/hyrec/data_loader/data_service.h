@@ -141,8 +141,9 @@ struct StreamClientOptions {
   std::optional<ReaderPosition> position;
   // A stream that the loader's failure or replacement broke (UNAVAILABLE, CANCELLED, ABORTED,
   // INTERNAL, UNKNOWN) is reopened at once, with backoff and within Next's timeout, reporting a
-  // position prefetch_batches + 8 batches before the one after the last received (so that a
-  // replaced loader can serve a lost worker's replacement the batch it last trained); Next drops
+  // position prefetch_batches + 8 batches before the one after the last received, at most back to
+  // where the first batch this stream received starts (so that a replaced loader can serve a lost
+  // worker's replacement the batch it last trained); Next drops
   // the batches sent again. Errors the loader chose (end of data, DATA_LOSS, a refused position)
   // are returned as they are.
   bool reconnect = false;
