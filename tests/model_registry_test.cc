@@ -5,6 +5,7 @@
 #include "hyrec/dense_worker/model_registry.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/match.h"
@@ -74,6 +75,67 @@ TEST(ModelRegistry, AProgramsOwnModelTrainsAsHyrecTrainDoes) {
   EXPECT_TRUE(absl::StrContains(r.out, "--processes")) << r.out;
 }
 
+// The program that trained its own model scores it: `custom_trainer export|predict|eval` are
+// hyrec's one-shot roles with its models known, its help names it, and the summary points at it.
+// hyrec's own predict says which program can score such an export.
+TEST(ModelRegistry, AProgramsOwnModelIsScoredByThatProgram) {
+  const std::string dir = ::testing::TempDir() + "/registry_scored";
+  std::filesystem::remove_all(dir);
+  const std::string data = HYREC_SOURCE_DIR "/examples/data/";
+  const std::string job = dir + ".yaml";
+  std::ofstream(job) << "loader:\n  source:\n    format: csv\n    files: [" << data << "clicks_train.csv]\n"
+                     << "    csv:\n      header: true\n      columns:\n"
+                     << "        - {name: id, type: ignore}\n        - {name: click, type: label, positives: [\"1\"], "
+                        "negatives: [\"0\"]}\n"
+                     << "        - {name: hour, type: dense, transform: standardize, mean: 11.5, stddev: 6.9}\n"
+                     << "        - {name: price, type: dense, transform: log1p}\n"
+                     << "        - {name: site, type: categorical}\n        - {name: app, type: categorical}\n"
+                     << "        - {name: device_type, type: ignore}\n        - {name: tags, type: ignore}\n"
+                     << "        - {name: interests, type: ignore}\n"
+                     << "  batch_size: 128\n  threads: 1\n  epochs: 2\n"
+                     << "eval: {files: [" << data << "clicks_test.csv]}\n"
+                     << "model: {kind: tiny_two_tower, embedding_dim: 8, options: {width: 16, user_features: 1}}\n"
+                     << "train: {dense_learning_rate: 0.005}\n"
+                     << "checkpoint: {dir: " << dir << "/ckpt}\nexport: {dir: " << dir << "/model}\n";
+  const std::string report = dir + "/report.yaml";
+  Outcome r = RunTrainer({"--config=" + job, "--plot=", "--progress=lines", "--report=" + report});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "(custom_trainer predict --model=" + dir + "/model/")) << r.out;
+  std::string trained;
+  {
+    std::ifstream in(report);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("auc: ", 0) == 0) trained = line.substr(5);
+    }
+  }
+  const double trained_auc = std::atof(trained.c_str());
+  EXPECT_GT(trained_auc, 0.6) << r.out;
+
+  r = RunTrainer({"eval", "--model=" + dir + "/model", "--input=" + data + "clicks_test.csv"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  double auc = 0;
+  ASSERT_NE(r.out.find("auc: "), std::string::npos) << r.out;
+  auc = std::atof(r.out.c_str() + r.out.find("auc: ") + 5);
+  EXPECT_NEAR(auc, trained_auc, 1e-6) << r.out;
+  r = RunTrainer({"predict", "--model=" + dir + "/model", "--input=" + data + "clicks_test.csv"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "1000 samples scored")) << r.out;
+  r = RunTrainer({"export", "--config=" + job, "--out=" + dir + "/again"});
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = RunTrainer({"predict", "--help"});
+  EXPECT_EQ(r.code, 0);
+  EXPECT_TRUE(absl::StrContains(r.out, "usage: custom_trainer predict")) << r.out;
+  r = RunTrainer({"--help"});
+  EXPECT_TRUE(absl::StrContains(r.out, "custom_trainer worker|ps|loader|predict|eval|export --help")) << r.out;
+
+  const hyrec::testing::CommandResult other = hyrec::testing::RunCommand(
+      {HYREC_LAUNCHER_BINARY, "predict", "--model=" + dir + "/model", "--input=" + data + "clicks_test.csv"});
+  EXPECT_EQ(other.code, 2) << other.all();
+  EXPECT_TRUE(absl::StrContains(other.err, "model.kind 'tiny_two_tower' is not a registered model")) << other.err;
+  EXPECT_TRUE(absl::StrContains(other.err, "score this export with the program that trained it")) << other.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ModelRegistry, ModelFailuresAreErrorsWithTheirExitCodes) {
   // A shape error in forward: invalid input (2), naming the batch and the model.
   Outcome r = RunTrainer({"--config=" + Job("bad", "model: {kind: bad_shape}\n"), "--plot="});
@@ -98,7 +160,7 @@ TEST(ModelRegistry, ModelFailuresAreErrorsWithTheirExitCodes) {
   EXPECT_EQ(r.code, 2) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out,
                                 "model.kind 'three_tower' is not a registered model (bad_shape, dcn, deepfm, dlrm, "
-                                "fm, huge, lr, tiny_two_tower, wide_deep)"))
+                                "fm, huge, lr, tiny_two_tower, torchscript, wide_deep)"))
       << r.out;
 }
 

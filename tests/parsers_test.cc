@@ -138,6 +138,28 @@ TEST(LibsvmParser, IndexRangesMapIndicesToFeatures) {
   EXPECT_NE(options.Validate(false).message().find("ends before it starts"), std::string::npos);
 }
 
+// libFM data with one field per position (source.fields): the k-th idx:val is feature k, hashed
+// with its slot, whatever its index; a line with another number of them is bad.
+TEST(LibsvmParser, FieldsMakeEachPositionAFeature) {
+  Sample s;
+  LibsvmOptions options;
+  options.positional_fields = 3;
+  ASSERT_TRUE(options.Validate(false).ok());
+  EXPECT_EQ(options.LibsvmSlots(), 3);
+  ASSERT_TRUE(ParseLibsvmLine("1 7:1 120:0.5 7:1", options, &s).ok());
+  EXPECT_EQ(s.slot_offsets, (std::vector<uint32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(s.ids, (std::vector<uint64_t>{HashToken(0, "7"), HashToken(1, "120"), HashToken(2, "7")}));
+  EXPECT_EQ(s.weights, (std::vector<float>{1.0f, 0.5f, 1.0f}));
+  EXPECT_NE(ParseLibsvmLine("0 7:1 8:1", options, &s).message().find("2 idx:val tokens; fields: 3 needs one per field"),
+            std::string::npos);
+  EXPECT_NE(ParseLibsvmLine("0 1:1 2:1 3:1 4:1", options, &s).message().find("token 5: more than fields: 3"),
+            std::string::npos);
+  options.index_ranges = {{1, 2}};
+  EXPECT_NE(options.Validate(false).message().find("fields and index_ranges"), std::string::npos);
+  options.index_ranges.clear();
+  EXPECT_NE(options.Validate(true).message().find("fields is for libsvm"), std::string::npos);
+}
+
 TEST(LibffmParser, FieldIsSlotAndGroupsMultiHot) {
   Sample s;
   LibsvmOptions options;

@@ -13,6 +13,7 @@
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
+#include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/predictor.h"
@@ -104,28 +105,29 @@ absl::Status Export(const std::string& config, const std::vector<std::string>& o
 
 int PredictMain(int argc, char** argv) {
   ScoreFlags f;
-  FlagSet flags("hyrec predict", "Score data files with an exported model: one probability per line, in input order.");
+  FlagSet flags(ProgramName() + " predict",
+                "Score data files with an exported model: one probability per line, in input order.");
   AddScoreFlags(flags, &f);
   flags.String("output", &f.output, "FILE", "Where the scores go (default: standard output).");
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("predict", f.common.log_level);
-  return Finish("hyrec predict", Predict(f));
+  return Finish(ProgramName() + " predict", Predict(f));
 }
 
 int EvalMain(int argc, char** argv) {
   ScoreFlags f;
-  FlagSet flags("hyrec eval", "AUC and log loss of an exported model on labelled data files.");
+  FlagSet flags(ProgramName() + " eval", "AUC and log loss of an exported model on labelled data files.");
   AddScoreFlags(flags, &f);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("eval", f.common.log_level);
-  return Finish("hyrec eval", Eval(f));
+  return Finish(ProgramName() + " eval", Eval(f));
 }
 
 int ExportMain(int argc, char** argv) {
   std::string config, which = "latest", out;
   std::vector<std::string> overrides;
   CommonFlags common;
-  FlagSet flags("hyrec export", "Write the serving artifact of a job's checkpoint (model.pt and its rows).");
+  FlagSet flags(ProgramName() + " export", "Write the serving artifact of a job's checkpoint (model.pt and its rows).");
   flags.String("config", &config, "FILE", "The job's YAML file (required).");
   AddSetFlag(flags, &overrides);
   flags.String("checkpoint", &which, "DIR|latest", "The checkpoint to export.");
@@ -133,7 +135,7 @@ int ExportMain(int argc, char** argv) {
   flags.AddLogLevel(&common.log_level);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("export", common.log_level);
-  return Finish("hyrec export", Export(config, overrides, which, out));
+  return Finish(ProgramName() + " export", Export(config, overrides, which, out));
 }
 
 }  // namespace hyrec::cli

@@ -24,6 +24,7 @@
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/metrics_server.h"
+#include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/data_service.h"
@@ -470,9 +471,15 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
   dense_worker::TuneTrainingProcess();  // Before any thread runs BLAS or allocates.
   TrainFlags f;
   f.training.plot = "hyrec-train.png";
-  FlagSet flags("hyrec train",
-                "Train a job on one machine: every role in this process (the default), or each "
-                "one a process of its own (--processes).");
+  const std::string program = ProgramName();
+  FlagSet flags(program + " train", program == "hyrec"
+                                        ? "Train a job on one machine: every role in this process (the default), or "
+                                          "each one a process of its own (--processes)."
+                                        : absl::StrCat("Train a job on one machine: every role in this process (the "
+                                                       "default), or each one a process of its own (--processes). `",
+                                                       program,
+                                                       " worker|ps|loader|predict|eval|export --help`: the "
+                                                       "other roles, with this program's models."));
   AddTrainingFlags(flags, &f.training, {"auto", "live", "lines"});
   flags.Bool("processes", &f.processes,
              "Run every role as its own process on loopback (PS shards, the loader, the workers) with real gRPC "

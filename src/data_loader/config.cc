@@ -142,7 +142,7 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   const std::string sp = JoinKey(p, "source");
   HYREC_RETURN_IF_ERROR(CheckKeys(source, sp,
                                   {"format", "files", "skip_bad_files", "missing_id_for_empty", "num_slots",
-                                   "field_base", "index_ranges", "use_values", "csv", "synthetic"}));
+                                   "field_base", "index_ranges", "fields", "use_values", "csv", "synthetic"}));
   std::string format = "synthetic";
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "format", sp, &format));
   if (format == "criteo") {
@@ -180,6 +180,11 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "field_base", sp, &o.source.libsvm.field_base));
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "use_values", sp, &o.source.libsvm.use_values));
   HYREC_RETURN_IF_ERROR(ReadIndexRanges(source, sp, &o.source.libsvm.index_ranges));
+  if (source["fields"] && o.source.format != Format::kLibsvm) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(sp, "fields"), " (", YamlWhere(source["fields"]),
+                                                   "): only for format: libsvm or libfm (libffm names its fields)"));
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(source, "fields", sp, &o.source.libsvm.positional_fields));
   if (const YAML::Node syn = source["synthetic"]) {
     const std::string yp = JoinKey(sp, "synthetic");
     HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp,

@@ -253,6 +253,13 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
         return false;
       }
       slot = static_cast<int>(field - base);
+    } else if (options.positional_fields > 0) {
+      slot = index - 1;  // Token 0 is the label.
+      if (slot >= options.positional_fields) {
+        status = absl::InvalidArgumentError(
+            absl::StrCat("token ", index + 1, ": more than fields: ", options.positional_fields, " idx:val tokens"));
+        return false;
+      }
     } else {
       slot = RangeSlot(options.index_ranges, feature);
       if (slot < 0) {
@@ -267,6 +274,10 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
   });
   if (!status.ok()) return status;
   if (!saw_label) return absl::InvalidArgumentError("empty line");
+  if (!ffm && options.positional_fields > 0 && features.size() != static_cast<size_t>(options.positional_fields)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(features.size(), " idx:val tokens; fields: ", options.positional_fields, " needs one per field"));
+  }
   // Group by slot, keeping the line's order within a slot.
   for (const SparseFeature& f : features) ++out->slot_offsets[f.slot + 1];
   for (int s = 0; s < num_slots; ++s) out->slot_offsets[s + 1] += out->slot_offsets[s];
@@ -289,7 +300,14 @@ absl::Status LibsvmOptions::Validate(bool ffm) const {
     if (num_slots < 1 || num_slots > 65536) return absl::InvalidArgumentError("num_slots must be in [1, 65536]");
     if (field_base != 0 && field_base != 1) return absl::InvalidArgumentError("field_base must be 0 or 1");
     if (!index_ranges.empty()) return absl::InvalidArgumentError("index_ranges are for libsvm, not libffm");
+    if (positional_fields != 0) return absl::InvalidArgumentError("fields is for libsvm, not libffm (num_slots)");
     return absl::OkStatus();
+  }
+  if (positional_fields < 0 || positional_fields > 65536) {
+    return absl::InvalidArgumentError("fields must be in [0, 65536]");
+  }
+  if (positional_fields > 0 && !index_ranges.empty()) {
+    return absl::InvalidArgumentError("fields and index_ranges are two ways to say the features: give one");
   }
   if (index_ranges.size() > 65536) return absl::InvalidArgumentError("index_ranges: more than 65536 ranges");
   for (size_t k = 0; k < index_ranges.size(); ++k) {

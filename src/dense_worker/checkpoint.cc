@@ -12,6 +12,8 @@
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/positions.h"
+#include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/dense_worker/torchscript_model.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "src/dense_worker/torch_status.h"
 
@@ -214,6 +216,21 @@ absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardS
   return std::shared_ptr<embedding_ps::EmbeddingShardStore>(std::move(store));
 }
 
+namespace {
+
+// A TorchScript model's module with the checkpoint's parameters, as TorchScript; empty for every
+// other kind of model. Made before the export's directory, so that a failure leaves nothing.
+absl::StatusOr<std::string> TorchScriptOf(const CheckpointManifest& m, const DenseState& dense) {
+  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::ParseJobSpecText(m.job_yaml, "the checkpoint's job"));
+  if (spec.model.kind != "torchscript") return std::string();
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<DenseModelImpl> model, MakeModel(plan.workers[0]));
+  HYREC_RETURN_IF_ERROR(ApplyDenseState(dense, *model, nullptr, /*restore_rng=*/false));
+  return SerializeTorchScriptModel(*model);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkpoint_dir,
                                              const std::string& export_root) {
   env = EnvOr(env);
@@ -221,6 +238,7 @@ absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkp
   HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifest(env, checkpoint_dir));
   if (m.kind != "checkpoint") return absl::InvalidArgumentError(absl::StrCat(checkpoint_dir, " is not a checkpoint"));
   HYREC_ASSIGN_OR_RETURN(const DenseState dense, ReadDenseFile(env, checkpoint_dir, m));
+  HYREC_ASSIGN_OR_RETURN(const std::string script, TorchScriptOf(m, dense));
   const std::string out = JoinPath(export_root, CheckpointDirName(kExportPrefix, m.step, NowMs()));
   HYREC_RETURN_IF_ERROR(env->CreateDirs(out));
   CheckpointManifest e = m;
@@ -229,6 +247,10 @@ absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkp
   e.files.clear();
   HYREC_ASSIGN_OR_RETURN(FileEntry model, WriteRawFile(env, out, kModelFileName, dense.model));
   e.files.push_back(model);
+  if (!script.empty()) {
+    HYREC_ASSIGN_OR_RETURN(FileEntry module, WriteRawFile(env, out, kTorchScriptFileName, script));
+    e.files.push_back(module);
+  }
   for (uint32_t s = 0; s < m.num_shards; ++s) {
     const std::string name = embedding_ps::ShardFileName(embedding_ps::CutKind::kCheckpoint, s, m.num_shards);
     const FileEntry* entry = m.Find(name);

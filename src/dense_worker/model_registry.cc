@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_join.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/dense_worker/torchscript_model.h"
 #include "src/dense_worker/torch_status.h"
 
 namespace hyrec::dense_worker {
@@ -71,6 +72,7 @@ Registry& TheRegistry() {
     r->factories["wide_deep"] = MakeWide(/*fm=*/false, /*deep=*/true);
     r->factories["deepfm"] = MakeWide(/*fm=*/true, /*deep=*/true);
     r->factories["fm"] = MakeWide(/*fm=*/true, /*deep=*/false);
+    r->factories["torchscript"] = MakeTorchScriptModel;
     return r;
   }();
   return *registry;

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec::dense_worker {
@@ -228,7 +229,8 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
                            r.checkpoint_pause_seconds);
   }
   if (!r.best_checkpoint.empty()) out << "  best evaluation's checkpoint " << r.best_checkpoint << "\n";
-  if (!r.export_dir.empty()) out << "  export " << r.export_dir << " (hyrec predict --model=" << r.export_dir << ")\n";
+  if (!r.export_dir.empty())
+    out << "  export " << r.export_dir << " (" << ProgramName() << " predict --model=" << r.export_dir << ")\n";
   out << absl::StrFormat(
       "  PS lookup %.2f ms, update %.2f ms per batch; waited %.2f ms per batch for rows; observed staleness %.2f "
       "batches\n",

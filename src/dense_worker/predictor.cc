@@ -5,9 +5,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/model_registry.h"
+#include "hyrec/dense_worker/torchscript_model.h"
 #include "hyrec/dense_worker/worker.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "src/dense_worker/torch_status.h"
@@ -47,6 +49,9 @@ absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir) {
   if (m.kind != "export") return absl::InvalidArgumentError(absl::StrCat(dir, " is a ", m.kind, ", not an export"));
   ServingRows rows;
   HYREC_ASSIGN_OR_RETURN(rows.model, ReadListedFile(env, dir, m, kModelFileName, kMaxModelBytes));
+  if (m.Find(kTorchScriptFileName) != nullptr) {
+    HYREC_ASSIGN_OR_RETURN(rows.script, ReadListedFile(env, dir, m, kTorchScriptFileName, kMaxModelBytes));
+  }
   HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kExportRows, "rows-", &rows));
   rows.step = m.step;
   rows.delta_sequence = m.delta_sequence;
@@ -138,7 +143,21 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromRows(const ServingRows
   std::vector<std::shared_ptr<embedding_ps::EmbeddingShardStore>> stores;
   stores.push_back(std::move(store));
   HYREC_ASSIGN_OR_RETURN(p->rows_, embedding_ps::NewInProcessEmbeddingClient(std::move(stores)));
-  HYREC_ASSIGN_OR_RETURN(p->model_, MakeModel(p->plan_.workers[0]));
+  // A TorchScript model's structure is the export's own module (model.path may be gone).
+  absl::StatusOr<std::shared_ptr<DenseModelImpl>> model =
+      !rows.script.empty() && p->plan_.workers[0].model.kind == "torchscript"
+          ? TorchScriptModelFromBytes(rows.script, absl::StrCat("the export's ", kTorchScriptFileName),
+                                      ContextFor(p->plan_.workers[0]))
+          : MakeModel(p->plan_.workers[0]);
+  if (absl::IsNotFound(model.status())) {
+    // A model of one's own: only the program that registered it knows it.
+    return absl::FailedPreconditionError(absl::StrCat(
+        model.status().message(), " in ", ProgramName(),
+        ": score this export with the program that trained it, which offers the same command (`<that program> ",
+        "predict|eval --model=...`, dense_worker/train_main.h)"));
+  }
+  HYREC_RETURN_IF_ERROR(model.status());
+  p->model_ = std::move(*model);
   DenseState dense;
   dense.model = rows.model;
   HYREC_RETURN_IF_ERROR(ApplyDenseState(dense, *p->model_, nullptr, /*restore_rng=*/false));

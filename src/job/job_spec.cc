@@ -42,9 +42,18 @@ absl::Status ReadPooling(const YAML::Node& map, absl::string_view key, absl::str
 }
 
 absl::Status ReadModel(const YAML::Node& node, ModelSpec* model, TableDefaults* defaults) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, "model", {"kind", "embedding_dim", "bottom", "top", "pooling", "cross_layers", "dropout", "options"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "model",
+                {"kind", "embedding_dim", "bottom", "top", "pooling", "cross_layers", "dropout", "options", "path"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", "model", &model->kind));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "path", "model", &model->path));
+  if (model->kind == "torchscript" && model->path.empty()) {
+    return Invalid("model.path", node["kind"],
+                   "model.kind torchscript needs model.path: the TorchScript file of the module (torch.jit.save)");
+  }
+  if (model->kind != "torchscript" && !model->path.empty()) {
+    return Invalid("model.path", node["path"], "is read only with model.kind: torchscript");
+  }
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "embedding_dim", "model", &model->embedding_dim));
   HYREC_RETURN_IF_ERROR(ReadIntList(node, "bottom", "model", 1, kMaxLayerWidth, &model->bottom));
   HYREC_RETURN_IF_ERROR(ReadIntList(node, "top", "model", 1, kMaxLayerWidth, &model->top));

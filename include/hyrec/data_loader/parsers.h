@@ -61,11 +61,18 @@ struct LibsvmOptions {
   // libsvm: one feature per range, in increasing order, not overlapping; empty: one feature of
   // every index.
   std::vector<IndexRange> index_ranges;
+  // libsvm / libFM with one field per position (source.fields): N > 0 makes the k-th idx:val of
+  // a line feature k, and a line must have exactly N of them. 0: index_ranges, or one feature.
+  int positional_fields = 0;
   bool use_values = true;  // Ids weighted by their values; false: every id weighs 1.
   HashSlots hash_slots;
 
-  // Slots of a line: libsvm's features (index_ranges, or 1), libffm's num_slots.
-  int LibsvmSlots() const { return index_ranges.empty() ? 1 : static_cast<int>(index_ranges.size()); }
+  // Slots of a line: libsvm's features (positional_fields, index_ranges, or 1), libffm's
+  // num_slots.
+  int LibsvmSlots() const {
+    if (positional_fields > 0) return positional_fields;
+    return index_ranges.empty() ? 1 : static_cast<int>(index_ranges.size());
+  }
   // InvalidArgument naming the key when a setting is out of range or the ranges overlap.
   absl::Status Validate(bool ffm) const;
 };

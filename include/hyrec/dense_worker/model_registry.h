@@ -26,7 +26,8 @@
 //     return s.ok() ? TrainMain(argc, argv) : 2;
 //   }
 //
-// The built-in kinds (dlrm, dcn, lr, wide_deep, deepfm, fm) are registered from the start.
+// The built-in kinds (dlrm, dcn, lr, wide_deep, deepfm, fm, and torchscript: a module written in
+// Python, torchscript_model.h) are registered from the start.
 // Thread-safe.
 #ifndef HYREC_DENSE_WORKER_MODEL_REGISTRY_H_
 #define HYREC_DENSE_WORKER_MODEL_REGISTRY_H_

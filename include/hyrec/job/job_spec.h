@@ -86,7 +86,7 @@ struct DenseOptimizerSpec {
 };
 
 struct ModelSpec {
-  std::string kind = "dlrm";  // dlrm | dcn | lr | a kind registered by the program
+  std::string kind = "dlrm";  // dlrm | dcn | lr | wide_deep | deepfm | fm | torchscript | a registered kind
   int embedding_dim = 16;     // Default table dim; DLRM's interaction dim.
   std::vector<int> bottom = {512, 256};
   std::vector<int> top = {512, 256};
@@ -94,6 +94,9 @@ struct ModelSpec {
   double dropout = 0;    // Dropout after every hidden layer of the MLPs while training.
   // model.options, for a registered model: its own settings, kept as YAML text (a mapping).
   std::string options_yaml;
+  // kind torchscript: the module's TorchScript file (torch.jit.save), as given (a relative path is
+  // read from each worker's working directory).
+  std::string path;
 };
 
 // When worker 0 evaluates on the held-out split: every every_batches steps, at every epoch's end,
