@@ -711,6 +711,56 @@ TEST(Loader, AHeaderReadAsDataIsSaidToBeOne) {
       << stats.first_bad[0];
 }
 
+// A file without a header among files with one: its first line parses as data, so it is data,
+// read with the header's columns (for held-out files the plan names the training data's first
+// file as csv.header_file). A held-out file with a header of its own is placed by it; a first line
+// that is neither the header nor data is refused.
+TEST(Loader, AFileWithoutAHeaderIsReadWithTheHeadersColumns) {
+  const auto write = [](const std::string& name, const std::string& header) {
+    const std::string path = TempPath(name);
+    std::ofstream out(path);
+    out << header;
+    for (int i = 0; i < 20; ++i) out << "s" << i % 3 << "," << (i == 0 ? 1 : i % 2) << "," << i + 5 << "\n";
+    return path;
+  };
+  const auto samples = [](const LoaderOptions& o, std::vector<Batch>* batches) -> absl::Status {
+    auto loader = Loader::Start(o, {});
+    if (!loader.ok()) return loader.status();
+    *batches = Drain((*loader)->stream(0));
+    return absl::OkStatus();
+  };
+  const std::string train = write("train_headed.csv", "site,click,price\n");
+  const std::string bare = write("heldout_bare.csv", "");
+  std::vector<Batch> batches;
+  LoaderOptions o = CsvLoaderOptions({train, bare});
+  ASSERT_TRUE(samples(o, &batches).ok());
+  EXPECT_EQ(batches.size(), 4u);  // Both files' 20 lines: the bare file's first line too.
+  o = CsvLoaderOptions({bare});
+  o.source.csv.header_file = train;
+  ASSERT_TRUE(samples(o, &batches).ok());
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].labels[0], 1.0f);  // Its first line, placed by the training header.
+  EXPECT_EQ(batches[0].dense[0], 5.0f);
+  const std::string reordered = TempPath("heldout_reordered.csv");
+  {
+    std::ofstream out(reordered);
+    out << "price,site,click\n";
+    for (int i = 0; i < 20; ++i) out << i + 7 << ",s" << i % 3 << "," << i % 2 << "\n";
+  }
+  o = CsvLoaderOptions({reordered});
+  o.source.csv.header_file = train;  // Its own header places its columns.
+  {
+    const absl::Status s = samples(o, &batches);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].dense[0], 7.0f);
+  o = CsvLoaderOptions({train, write("heldout_other.csv", "a,b,c\n")});
+  const absl::Status refused = samples(o, &batches);
+  EXPECT_NE(refused.message().find("heldout_other.csv:1: its header differs from the first file's"), std::string::npos)
+      << refused;
+}
+
 TEST(Loader, SlowWorkerStallsTheLoaderWithBoundedMemory) {
   LoaderOptions o = SyntheticOptions(2, 2);
   o.prefetch_batches = 2;

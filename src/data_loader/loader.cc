@@ -4,6 +4,8 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -123,22 +125,63 @@ absl::StatusOr<std::vector<std::string>> FirstLines(const std::string& path, int
   return out;
 }
 
-// Checks one file; for a csv source with a header, places the columns by the first file's
-// header and requires every other file to have the same one.
-absl::StatusOr<uint64_t> CheckFile(const std::string& path, SourceConfig* source, std::vector<std::string>* header) {
-  const bool csv_header = source->format == Format::kCsv && source->csv.header;
-  uint64_t bytes = 0;
-  HYREC_ASSIGN_OR_RETURN(std::vector<std::string> first, FirstLines(path, csv_header ? 2 : 1, &bytes));
-  if (!csv_header) return bytes;
+// The columns placed by `line`, a header, read from `where`.
+absl::Status ResolveHeader(const std::string& line, const std::string& where, SourceConfig* source,
+                           std::vector<std::string>* header) {
   std::vector<std::string> fields;
-  HYREC_RETURN_IF_ERROR(Annotate(SplitCsvLine(first[0], source->csv, &fields), absl::StrCat(path, ":1 (header)")));
-  if (header->empty()) {
-    HYREC_RETURN_IF_ERROR(Annotate(source->csv.Resolve(&fields), absl::StrCat(path, ":1 (header)")));
-    *header = std::move(fields);
-  } else if (fields != *header) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ":1: its header differs from the first file's (", absl::StrJoin(*header, ","), ")"));
+  HYREC_RETURN_IF_ERROR(Annotate(SplitCsvLine(line, source->csv, &fields), absl::StrCat(where, ":1 (header)")));
+  HYREC_RETURN_IF_ERROR(Annotate(source->csv.Resolve(&fields), absl::StrCat(where, ":1 (header)")));
+  *header = std::move(fields);
+  return absl::OkStatus();
+}
+
+// Checks one file; for a csv source with a header, places the columns by the first file's header
+// (or csv.header_file's, when the first file's first line is data) and requires every other file
+// to start with the same one, or (a file without a header) with a line that parses as data. Sets
+// `has_header`.
+absl::StatusOr<uint64_t> CheckFile(const std::string& path, SourceConfig* source, std::vector<std::string>* header,
+                                   bool* has_header) {
+  const bool csv_header = source->format == Format::kCsv && source->csv.header;
+  *has_header = csv_header;
+  uint64_t bytes = 0;
+  HYREC_ASSIGN_OR_RETURN(std::vector<std::string> first, FirstLines(path, 1, &bytes));
+  if (!csv_header) return bytes;
+  bool own_header = header->empty();
+  const CsvOptions unresolved = source->csv;  // Resolve places the columns once.
+  if (own_header && !source->csv.header_file.empty()) {
+    // The first file's own header wins, unless its first line is data.
+    uint64_t unused = 0;
+    HYREC_ASSIGN_OR_RETURN(std::vector<std::string> line, FirstLines(source->csv.header_file, 1, &unused));
+    HYREC_RETURN_IF_ERROR(ResolveHeader(line[0], source->csv.header_file, source, header));
+    std::vector<std::string> fields;
+    Sample sample;
+    own_header = SplitCsvLine(first[0], source->csv, &fields).ok() && fields != *header &&
+                 !ParseCsvLine(first[0], source->csv, &sample).ok();
   }
+  if (own_header) {
+    source->csv = unresolved;
+    HYREC_RETURN_IF_ERROR(ResolveHeader(first[0], path, source, header));
+  } else {
+    std::vector<std::string> fields;
+    const absl::Status split = SplitCsvLine(first[0], source->csv, &fields);
+    if (!split.ok() || fields != *header) {
+      Sample sample;
+      if (!split.ok() || !ParseCsvLine(first[0], source->csv, &sample).ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ":1: its header differs from the first file's (", absl::StrJoin(*header, ","), ")"));
+      }
+      static absl::Mutex said_mu(absl::kConstInit);
+      static auto* said = new std::set<std::string>();  // Once a file per process (every evaluation checks).
+      absl::MutexLock lock(&said_mu);
+      if (said->insert(path).second) {
+        spdlog::info("loader: {} has no header (its first line is data): read with the columns of {}", path,
+                     absl::StrJoin(*header, ","));
+      }
+      *has_header = false;
+      return bytes;
+    }
+  }
+  HYREC_RETURN_IF_ERROR(FirstLines(path, 2, &bytes).status());  // Data after the header.
   return bytes;
 }
 
@@ -151,8 +194,11 @@ absl::StatusOr<std::vector<uint64_t>> CheckFiles(SourceConfig* source_config) {
   std::vector<std::string> header;
   absl::Status first;
   size_t usable = 0;
+  source.csv.file_has_header.assign(source.files.size(), source.format == Format::kCsv && source.csv.header);
   for (size_t i = 0; i < source.files.size(); ++i) {
-    absl::StatusOr<uint64_t> b = CheckFile(source.files[i], &source, &header);
+    bool has_header = false;
+    absl::StatusOr<uint64_t> b = CheckFile(source.files[i], &source, &header, &has_header);
+    source.csv.file_has_header[i] = has_header;
     if (b.ok()) {
       bytes[i] = *b;
       ++usable;
@@ -512,7 +558,7 @@ class LoaderImpl final : public Loader {
       const LineReader::Result r = cursor->reader->Next(kMaxLineBytes, &line, &number, &error);
       if (r == LineReader::Result::kLine) {
         ++cursor->reader_lines;
-        if (number == 1 && csv_header_) {  // Checked at Start; not data.
+        if (number == 1 && csv_header_ && FileHasHeader(at.file_index)) {  // Checked at Start; not data.
           at.byte_offset = cursor->reader->offset();
           at.line_number = cursor->reader->line_number();
           continue;
@@ -788,7 +834,13 @@ class LoaderImpl final : public Loader {
   const int num_slots_;
   const int num_dense_;
   const int num_tables_;
-  const bool csv_header_;  // Every file's line 1 is a header.
+  // Whether line 1 of file `index` is its header (CheckFiles found it so).
+  bool FileHasHeader(uint32_t index) const {
+    const std::vector<bool>& has = options_.source.csv.file_has_header;
+    return index >= has.size() || has[index];
+  }
+
+  const bool csv_header_;  // Files start with a header (FileHasHeader says which do).
   const uint64_t head_lines_;
   const std::vector<uint64_t> file_bytes_;  // Per file, on disk at Start.
   std::vector<uint64_t> bytes_before_;      // bytes_before_[i]: of the files before file i.

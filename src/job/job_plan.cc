@@ -51,6 +51,11 @@ data_loader::LoaderOptions HeldOut(const JobSpec& spec, const data_loader::Loade
   o.source.synthetic.num_samples = test ? spec.eval.test_samples : spec.eval.samples;
   if (training.source.format != data_loader::Format::kSynthetic)
     o.source.files = test ? spec.eval.test_files : spec.eval.files;
+  // A held-out csv file may have no header: the training data's names the columns.
+  if (training.source.format == data_loader::Format::kCsv && training.source.csv.header &&
+      !training.source.files.empty()) {
+    o.source.csv.header_file = training.source.files[0];
+  }
   o.num_workers = 1;
   o.epochs = 1;
   o.shuffle = false;

@@ -109,6 +109,14 @@ struct CsvOptions {
   std::vector<CsvColumn> columns;
   bool missing_id_for_empty = false;  // An empty categorical value gets the slot's "missing" id.
   HashSlots hash_slots;
+  // With header: where the header comes from when the first file has none (its first line parses
+  // as data): the plan names the training data's first file for held-out and test files. Empty:
+  // the first file's first line is the header. A file whose first line is not the header but
+  // parses as data has none.
+  std::string header_file;
+  // Set by the loader's check of the files (with header): per file, whether its first line is
+  // the header (false: it has none, its first line is data).
+  std::vector<bool> file_has_header;
 
   int num_dense() const;
   int num_slots() const;  // Categorical, multi and weighted columns, in declared order.
