@@ -292,18 +292,8 @@ std::string WriteLibsvm(const std::string& name, int n, uint64_t seed) {
   return WriteFile(name, text);
 }
 
-std::string ReportField(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StartsWith(line, key + ": ")) return std::string(absl::StripPrefix(line, key + ": "));
-  }
-  return "";
-}
-
-std::string Unquote(std::string s) {
-  if (s.size() >= 2 && s.front() == '"') s = s.substr(1, s.size() - 2);
-  return s;
-}
+using hyrec::testing::ReportField;
+using hyrec::testing::Unquote;
 
 // The whole life of a trained model from the command line: `hyrec train --processes` leaves
 // checkpoints and an export; a run with other shard and worker counts resumes from the newest;

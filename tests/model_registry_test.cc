@@ -101,13 +101,7 @@ TEST(ModelRegistry, AProgramsOwnModelIsScoredByThatProgram) {
   Outcome r = RunTrainer({"--config=" + job, "--plot=", "--progress=lines", "--report=" + report});
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "(custom_trainer predict --model=" + dir + "/model/")) << r.out;
-  std::string trained;
-  {
-    std::ifstream in(report);
-    for (std::string line; std::getline(in, line);) {
-      if (line.rfind("auc: ", 0) == 0) trained = line.substr(5);
-    }
-  }
+  const std::string trained = hyrec::testing::ReportField(report, "auc");
   const double trained_auc = std::atof(trained.c_str());
   EXPECT_GT(trained_auc, 0.6) << r.out;
 

@@ -50,6 +50,8 @@ tables:
 eval: {samples: 3000, every_batches: 20}
 model: {kind: dlrm, embedding_dim: 16, bottom: [32], top: [32, 16]}
 ps: {shards: 3, optimizer: adagrad, learning_rate: 0.05, init_stddev: 0.02}
+# Hand-started services exit 0 once the workers are done; the launcher does not restart them.
+cluster: {services_exit_when_done: true}
 train:
   workers: 1
   embedding_staleness: 0
@@ -123,6 +125,7 @@ Report Processes(const std::string& job, const std::string& name) {
 // hyrec ps x 3, hyrec loader and hyrec worker, started one by one as a person (or Kubernetes)
 // would, each given only the job file, its index and where the others are.
 // The job is secure by default: its certificates come from `hyrec certs`, given to each role.
+// The services exit 0 by themselves once the worker is done (cluster.services_exit_when_done).
 Report HandStarted(const std::string& job, const std::string& name, int shards) {
   const std::string certs = TempPath(name + "-certs");
   std::filesystem::remove_all(certs);
@@ -148,11 +151,11 @@ Report HandStarted(const std::string& job, const std::string& name, int shards) 
                       absl::StrCat("--loader=127.0.0.1:", loader_port.ok() ? *loader_port : 0), "--report=" + report,
                       "--progress=lines", "--certs=" + certs}),
             0);
-  (*loader)->Signal(SIGTERM);
-  EXPECT_EQ(*(*loader)->Wait(absl::Seconds(10)), 0);
+  absl::StatusOr<int> code = (*loader)->Wait(absl::Seconds(15));
+  EXPECT_TRUE(code.ok() && *code == 0) << "the loader did not exit 0 by itself: " << code.status();
   for (auto& s : servers) {
-    s->Signal(SIGTERM);
-    EXPECT_EQ(*s->Wait(absl::Seconds(10)), 0);
+    code = s->Wait(absl::Seconds(15));
+    EXPECT_TRUE(code.ok() && *code == 0) << "a PS shard did not exit 0 by itself: " << code.status();
   }
   return ReadReport(report);
 }

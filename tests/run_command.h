@@ -41,6 +41,22 @@ inline CommandResult RunCommand(const std::vector<std::string>& argv) {
   return r;
 }
 
+// The value of `key: value` in a report file (--report), as written; empty when absent.
+inline std::string ReportField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  const std::string prefix = key + ": ";
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, prefix.size(), prefix) == 0) return line.substr(prefix.size());
+  }
+  return "";
+}
+
+// A report's string value without its double quotes.
+inline std::string Unquote(std::string s) {
+  if (s.size() >= 2 && s.front() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
 }  // namespace hyrec::testing
 
 #endif  // HYREC_TESTS_RUN_COMMAND_H_

@@ -34,18 +34,8 @@ CommandResult Python(const std::vector<std::string>& args) {
   return RunCommand(argv);
 }
 
-std::string ReportField(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StartsWith(line, key + ": ")) return std::string(absl::StripPrefix(line, key + ": "));
-  }
-  return "";
-}
-
-std::string Unquote(std::string s) {
-  if (s.size() >= 2 && s.front() == '"') s = s.substr(1, s.size() - 2);
-  return s;
-}
+using hyrec::testing::ReportField;
+using hyrec::testing::Unquote;
 
 class TorchScriptModel : public ::testing::Test {
  protected:

@@ -5,6 +5,7 @@
 //   hyrec loader --config=job.yaml                     # listens on the job's cluster.loader port
 //   hyrec loader --config=job.yaml --resume=positions.txt
 #include <poll.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -134,6 +135,16 @@ absl::Status Serve(const LoaderFlags& f) {
   server_options.replay_batches = f.replay_batches;
   server_options.replay_bytes = static_cast<size_t>(f.replay_mb) << 20;
   server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
+  // JobDone from worker 0: the loader stops as on SIGTERM (exit 0) when the job's services exit
+  // with its workers; otherwise it says so and serves on.
+  server_options.on_job_done = [exit = plan.spec.cluster.services_exit_when_done] {
+    if (!exit) {
+      spdlog::info("the job's workers are done; serving on until stopped (cluster.services_exit_when_done: false)");
+      return;
+    }
+    spdlog::info("the job's workers are done: stopping (cluster.services_exit_when_done)");
+    kill(getpid(), SIGTERM);
+  };
   const std::string port_setting =
       f.port >= 0 ? std::string("--port") : absl::StrCat("cluster.loader in ", f.config, " (or --port)");
   HYREC_ASSIGN_OR_RETURN(auto server, NamePortSetting(data_loader::DataServer::StartDeferred(

@@ -253,7 +253,8 @@ class Cluster {
   bool RestartDeadServers() {
     for (size_t i = 0; i < ps_.size(); ++i) {
       absl::StatusOr<int> code = ps_[i]->Wait(absl::ZeroDuration());
-      if (!code.ok()) continue;  // Running.
+      if (!code.ok()) continue;                                                 // Running.
+      if (*code == 0 && plan().spec.cluster.services_exit_when_done) continue;  // Worker 0 said the job is done.
       const std::string what = absl::StrCat("PS shard ", i, " exited (", ExitDescription(*code), ")");
       if (plan().ps[i].update_log_dir.empty()) {
         monitor_->Note(what + "; the job keeps no update log (ps.update_log, checkpoint.dir) to recover it from");
@@ -270,7 +271,11 @@ class Cluster {
       }
       monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", ps_ports_[i]));
     }
-    if (absl::StatusOr<int> code = loader_->Wait(absl::ZeroDuration()); code.ok()) {
+    absl::StatusOr<int> loader_code = loader_->Wait(absl::ZeroDuration());
+    if (loader_code.ok() && *loader_code == 0 && plan().spec.cluster.services_exit_when_done) {
+      loader_code = absl::UnavailableError("done");  // Every worker read to the end of the data.
+    }
+    if (absl::StatusOr<int>& code = loader_code; code.ok()) {
       // The workers report where their streams stand; a worker that cannot (a replacement) is
       // started from the newest checkpoint's positions, not the run's first --resume, which the
       // checkpoints' retention may have deleted since.

@@ -5,8 +5,12 @@
 //
 // Prints "hyrec ps shard I of N listening on HOST:PORT" on stdout once serving; stops cleanly on
 // SIGTERM or SIGINT (in-flight requests get --shutdown_grace_ms to finish) and exits 0.
+#include <signal.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
@@ -91,6 +95,19 @@ absl::Status StandaloneShard(FlagSet& flags, const PsFlags& f, embedding_ps::Sto
   return absl::OkStatus();
 }
 
+// JobDone from worker 0: the process stops as on SIGTERM (exit 0) when the job's services exit
+// with its workers (cluster.services_exit_when_done); otherwise it says so and serves on.
+std::function<void()> OnJobDone(bool exit) {
+  return [exit] {
+    if (!exit) {
+      spdlog::info("the job's workers are done; serving on until stopped (cluster.services_exit_when_done: false)");
+      return;
+    }
+    spdlog::info("the job's workers are done: stopping (cluster.services_exit_when_done)");
+    kill(getpid(), SIGTERM);
+  };
+}
+
 // Shard --shard_index of the job's plan. Settings the plan holds are not flags here.
 absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreOptions* store,
                           embedding_ps::ServerOptions* server, job::PsShardPlan* planned) {
@@ -103,6 +120,7 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
     }
   }
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
+  server->on_job_done = OnJobDone(plan.spec.cluster.services_exit_when_done);
   if (f.shard_index >= static_cast<int>(plan.ps.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("--shard_index ", f.shard_index, ": the job has ", plan.ps.size(), " PS shards (ps.shards)"));
@@ -198,6 +216,7 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   job::PsShardPlan planned;  // Its update log's settings; none without a job.
   HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
                                          : PlannedShard(flags, f, &store_options, &server_options, &planned));
+  if (!server_options.on_job_done) server_options.on_job_done = OnJobDone(false);
   // The health endpoint answers NOT_SERVING from the start, so that a probe sees a shard that is
   // still restoring, and SERVING only once the shard serves its restored rows.
   HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec ps"));

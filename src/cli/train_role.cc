@@ -32,6 +32,7 @@
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/embedding_ps/job_done.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/job_flags.h"
@@ -445,6 +446,14 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   if (rank == 0) {
     PlotIfAsked(report, f.training.plot, std::cout);
     HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
+    if (!report.interrupted && plan.spec.cluster.services_exit_when_done) {
+      // The job is finished (its final checkpoint and export included): the shards may go.
+      for (const absl::Status& told :
+           {embedding_ps::TellShardsJobDone(plan.endpoints.ps, security, absl::Seconds(10)),
+            data_loader::TellLoaderJobDone(plan.endpoints.loader, security, absl::Seconds(10))}) {
+        if (!told.ok()) std::cerr << "hyrec worker 0: " << told.message() << std::endl;
+      }
+    }
   }
   return report.interrupted ? kExitInterrupted : kExitOk;
 }

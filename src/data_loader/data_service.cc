@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -33,6 +34,7 @@ class DataServiceImpl final : public proto::DataService::Service {
         replay_batches_(server_options.replay_batches),
         replay_bytes_(server_options.replay_bytes),
         arrival_grace_(server_options.arrival_grace),
+        on_job_done_(server_options.on_job_done),
         workers_(loader_options.num_workers),
         starts_(std::move(starts)),
         loader_(std::move(loader)) {
@@ -91,6 +93,15 @@ class DataServiceImpl final : public proto::DataService::Service {
     out->set_batches(stats.batches);
     const absl::Status failure = status();
     if (!failure.ok()) out->set_failure(failure.ToString());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status JobDone(grpc::ServerContext* context, const proto::LoaderJobDoneRequest*,
+                       proto::LoaderJobDoneResponse*) override {
+    absl::Status allowed = authorizer_.AllowWorker(*context, 0, /*or_admin=*/true, "JobDone");
+    if (!allowed.ok()) return Refused("JobDone", allowed);
+    // A callback that stops the process lets this answer finish first (Shutdown's grace).
+    if (on_job_done_) on_job_done_();
     return grpc::Status::OK;
   }
 
@@ -319,6 +330,7 @@ class DataServiceImpl final : public proto::DataService::Service {
   const int replay_batches_;
   const size_t replay_bytes_;
   const absl::Duration arrival_grace_;
+  const std::function<void()> on_job_done_;
   std::vector<Worker> workers_;
   mutable absl::Mutex mu_;
   // Each worker's first stream: unset until it came; then the position it reported, if any,
@@ -608,6 +620,24 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
                                              options.position.has_value(), std::max(1, options.prefetch_batches),
                                              std::move(shape));
 }
+
+}  // namespace
+
+absl::Status TellLoaderJobDone(const std::string& address, const SecurityOptions& security, absl::Duration timeout) {
+  grpc::ChannelArguments args;
+  rpc::SetServerName(security, Identity{Role::kLoader, 0}, &args);
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, rpc::ChannelCredentials(security));
+  auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  proto::LoaderJobDoneResponse response;
+  const grpc::Status status = stub->JobDone(&context, proto::LoaderJobDoneRequest(), &response);
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(FromGrpcStatus(status).code(),
+                      absl::StrCat("telling the loader at ", address, " the job is done: ", status.error_message()));
+}
+
+namespace {
 
 // What a lost or replaced loader does to a stream, as opposed to what the loader chose to say.
 bool Broken(const absl::Status& s) {

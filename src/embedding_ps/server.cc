@@ -87,6 +87,13 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return ToGrpcStatus(status);
   }
 
+  grpc::Status JobDone(grpc::ServerContext* context, const proto::JobDoneRequest*, proto::JobDoneResponse*) override {
+    if (absl::Status allowed = AllowCut(*context, "JobDone"); !allowed.ok()) return Refused("JobDone", allowed);
+    // A callback that stops the process lets this answer finish first (Shutdown's grace).
+    if (options_.on_job_done) options_.on_job_done();
+    return grpc::Status::OK;
+  }
+
   grpc::Status AwaitCut(grpc::ServerContext* context, const proto::AwaitCutRequest* request,
                         proto::AwaitCutResponse* response) override {
     if (absl::Status allowed = AllowCut(*context, "AwaitCut"); !allowed.ok()) return Refused("AwaitCut", allowed);

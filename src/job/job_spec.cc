@@ -278,7 +278,9 @@ absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
 }
 
 absl::Status ReadCluster(const YAML::Node& node, ClusterSpec* cluster) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "cluster", {"ps", "loader", "master", "startup_timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "cluster", {"ps", "loader", "master", "startup_timeout_seconds", "services_exit_when_done"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "services_exit_when_done", "cluster", &cluster->services_exit_when_done));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "ps", "cluster", &cluster->ps));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "loader", "cluster", &cluster->loader));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "master", "cluster", &cluster->master));

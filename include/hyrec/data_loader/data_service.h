@@ -66,6 +66,10 @@ struct DataServerOptions {
   absl::Duration arrival_grace = absl::Seconds(5);
   int max_message_bytes = 512 << 20;
   SecurityOptions security;  // Off: plaintext, every caller trusted (in-process tests only).
+  // Called on the RPC's thread when worker 0 says the job's workers are done (JobDone; worker 0
+  // and admin only), before it is answered; a callback that stops the process must let
+  // Shutdown's grace finish the answer. Empty: JobDone is answered and nothing else.
+  std::function<void()> on_job_done;
 };
 
 // Makes the loader once the workers' starting positions are known (Loader::Start's `resume`).
@@ -153,6 +157,10 @@ struct StreamClientOptions {
   // mTLS to the loader (its certificate must name "loader-0") as this worker's identity.
   SecurityOptions security;
 };
+
+// JobDone to the loader at `address` as `security`'s identity (worker 0 or an admin), within
+// `timeout`: the job's workers need it no more.
+absl::Status TellLoaderJobDone(const std::string& address, const SecurityOptions& security, absl::Duration timeout);
 
 // Connects worker `worker`'s stream. Fails within connect_timeout when the loader does not answer.
 absl::StatusOr<std::unique_ptr<BatchStream>> ConnectBatchStream(const std::string& address, int worker,

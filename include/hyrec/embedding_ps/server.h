@@ -26,6 +26,7 @@
 #define HYREC_EMBEDDING_PS_SERVER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -56,6 +57,10 @@ struct ServerOptions {
   // truncates the segments before the newest committed checkpoint. Null: no log; the shard's
   // lineage is then its incarnation (a restart loses its state).
   std::shared_ptr<UpdateLog> update_log;
+  // Called on the RPC's thread when worker 0 says the job's workers are done (JobDone; worker 0
+  // and admin only), before it is answered; a callback that stops the process must let Shutdown's
+  // grace finish the answer. Empty: JobDone is answered and nothing else.
+  std::function<void()> on_job_done;
 };
 
 class EmbeddingServer {

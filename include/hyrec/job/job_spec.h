@@ -160,6 +160,10 @@ struct ClusterSpec {
   // How long a worker waits at its start for the PS shards and the loader to answer (they may
   // still be starting or restoring), logging what it waits for every 10 s.
   double startup_timeout_seconds = 600;
+  // Hand-started (and Kubernetes) PS shards and the loader exit 0 once the job's workers have
+  // finished: when worker 0 says so at the end of a run that was not interrupted (JobDone).
+  // false: they serve until stopped.
+  bool services_exit_when_done = false;
 };
 
 // Checkpoints (docs/checkpoint-format.md): one consistent cut of the whole job, written under
