@@ -32,6 +32,9 @@ void InstallStopSignalHandlers() {
     action.sa_flags = SA_RESTART;
     sigaction(SIGINT, &action, nullptr);
     sigaction(SIGTERM, &action, nullptr);
+    // A write to a lost peer's socket (a collective's, a rendezvous's) is an error, not the end
+    // of this process.
+    signal(SIGPIPE, SIG_IGN);
   });
 }
 

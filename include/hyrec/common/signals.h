@@ -15,7 +15,8 @@
 
 namespace hyrec {
 
-// Installs the handlers of SIGINT and SIGTERM (SA_RESTART).
+// Installs the handlers of SIGINT and SIGTERM (SA_RESTART), and ignores SIGPIPE (a write to a
+// lost peer is then an error, EPIPE).
 void InstallStopSignalHandlers();
 
 // Also notes SIGUSR1 (a checkpoint request) on the same pipe; only roles that take checkpoints
