@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -216,6 +217,39 @@ TEST(NnSyncHeal, RegroupWithoutAReplacementFailsWithinItsTimeout) {
   EXPECT_EQ(healed.code(), absl::StatusCode::kDeadlineExceeded) << healed;
   EXPECT_NE(healed.message().find("generation 1"), std::string::npos) << healed;
   EXPECT_LT(took, absl::Seconds(4));
+}
+
+// A survivor in no collective (waiting for its next batch) learns from the rendezvous that a
+// lost rank's replacement waits for the next generation, and regroups with it.
+TEST(NnSyncHeal, ASurvivorOutsideACollectiveSeesAWaitingReplacement) {
+  const int world = 2;
+  const int port = hyrec::PickFreeLoopbackPort();
+  auto first = std::async(std::launch::async, [&] { return DenseSync::Create(Options(1, world, port)); });
+  auto survivor = DenseSync::Create(Options(0, world, port));
+  ASSERT_TRUE(survivor.ok()) << survivor.status();
+  {
+    auto lost = first.get();  // Rank 1 of generation 0, gone at the end of this block.
+    ASSERT_TRUE(lost.ok()) << lost.status();
+  }
+  absl::StatusOr<bool> waiting = (*survivor)->ReplacementWaiting();
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  EXPECT_FALSE(*waiting);
+  auto replacement = std::async(std::launch::async, [&] { return DenseSync::Create(Options(1, world, port)); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < deadline && !(waiting = (*survivor)->ReplacementWaiting()).value_or(true)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(waiting.ok()) << waiting.status();
+  ASSERT_TRUE(*waiting);
+  ASSERT_TRUE((*survivor)->Regroup(absl::Seconds(10)).ok());
+  auto joined = replacement.get();
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_TRUE((*joined)->replacement());
+  EXPECT_EQ((*survivor)->generation(), 1);
+  EXPECT_EQ((*joined)->generation(), 1);
+  // Both ask about the generation after theirs now: nobody waits for it.
+  EXPECT_FALSE((*survivor)->ReplacementWaiting().value_or(true));
+  EXPECT_FALSE((*joined)->ReplacementWaiting().value_or(true));
 }
 
 std::vector<std::unique_ptr<Subprocess>> SpawnRanks(int world, int steps, int timeout_ms) {

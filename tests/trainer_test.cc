@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/synchronization/mutex.h"
 #include "hyrec/dense_worker/process_tuning.h"
 
 #include "gtest/gtest.h"
@@ -373,6 +374,82 @@ TEST(TrainingContext, ARestartedWorkersUpdatesAreNotTakenForRepeats) {
       EXPECT_NEAR(now[d], old[d] - 6 * coefficient.at(key), 1e-4) << "table " << key.first << " id " << key.second;
     }
   }
+}
+
+// A stream that has no batch until release(): as a loader that holds a worker's batches until
+// every worker's stream has arrived.
+class WithheldBatch : public data_loader::BatchStream {
+ public:
+  explicit WithheldBatch(Batch batch) : batch_(std::move(batch)) {}
+  absl::Status Next(Batch* batch, absl::Duration timeout) override {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&released_), timeout)) {
+      ++deadlines_;
+      return absl::DeadlineExceededError("no batch");
+    }
+    if (sent_) return absl::OutOfRangeError("end");
+    sent_ = true;
+    *batch = batch_;
+    return absl::OkStatus();
+  }
+  data_loader::ReaderPosition Position() const override { return {}; }
+  void Release() {
+    absl::MutexLock lock(&mu_);
+    released_ = true;
+  }
+  int deadlines() {
+    absl::MutexLock lock(&mu_);
+    return deadlines_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  Batch batch_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+  bool sent_ ABSL_GUARDED_BY(mu_) = false;
+  int deadlines_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// A worker waiting for a batch that cannot come yet (its peer's replacement must regroup first)
+// is asked between slices of the wait whether to give up: it does so without an error and
+// without consuming anything, and the batch is there for the next Next. Without abandon_wait the
+// wait runs to batch_timeout.
+TEST(TrainingContext, AnAbandonedWaitForABatchIsNoErrorAndLosesNothing) {
+  Fixture f = MakeFixture(torch::kCPU, /*staleness=*/0);
+  f.options.abandon_check_every = absl::Milliseconds(20);
+  int asked = 0;
+  f.options.abandon_wait = [&asked] { return ++asked == 3; };
+  WithheldBatch stream(f.batch);
+  auto model = std::make_shared<WeightedSum>();
+  torch::optim::SGD dense_optimizer(model->parameters(), torch::optim::SGDOptions(0.0));
+  TrainingContext ctx(f.options, &stream, f.ps.get(), nullptr, model, &dense_optimizer);
+  TrainBatch* tb = nullptr;
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(ctx.Next(&tb));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  EXPECT_TRUE(ctx.wait_abandoned());
+  EXPECT_TRUE(ctx.status().ok()) << ctx.status();
+  EXPECT_EQ(asked, 3);
+  EXPECT_EQ(stream.deadlines(), 3);
+  stream.Release();
+  ASSERT_TRUE(ctx.Next(&tb)) << ctx.status();
+  EXPECT_FALSE(ctx.wait_abandoned());
+  EXPECT_EQ(tb->batch.batch_size, f.batch.batch_size);
+  ASSERT_TRUE(ctx.Backward(ctx.Forward(*tb).sum()).ok());
+  EXPECT_FALSE(ctx.Next(&tb));  // The end of the data.
+  EXPECT_FALSE(ctx.wait_abandoned());
+  ASSERT_TRUE(ctx.Finish().ok()) << ctx.status();
+  EXPECT_EQ(ctx.stats().batches, 1u);
+
+  // No abandon_wait: one wait of batch_timeout, then its error.
+  Fixture g = MakeFixture(torch::kCPU, /*staleness=*/0);
+  g.options.batch_timeout = absl::Milliseconds(200);
+  WithheldBatch never(g.batch);
+  TrainingContext plain(g.options, &never, g.ps.get(), nullptr, model, &dense_optimizer);
+  EXPECT_FALSE(plain.Next(&tb));
+  EXPECT_FALSE(plain.wait_abandoned());
+  EXPECT_EQ(plain.status().code(), absl::StatusCode::kDeadlineExceeded) << plain.status();
+  EXPECT_EQ(never.deadlines(), 1);
 }
 
 // A product large enough for OpenBLAS to split across its threads, against a double-precision

@@ -179,7 +179,8 @@ class Cluster {
     loader_args_ = common;
     HYREC_ASSIGN_OR_RETURN(loader_, Spawn(Command(options_.roles.loader, common), "loader"));
     for (size_t i = 0; i < ps_.size(); ++i) {
-      HYREC_ASSIGN_OR_RETURN(int port, Listening(*ps_[i], absl::StrCat("PS shard ", i)));
+      HYREC_ASSIGN_OR_RETURN(int port, ListeningOrStartedAgain(options_.roles.ps, ps_args_[i], absl::StrCat("ps ", i),
+                                                               {"ps", std::to_string(i)}, &ps_[i]));
       ps_ports_.push_back(port);
       std::string address = absl::StrCat("127.0.0.1:", port);
       if (options_.ps_latency_ms >= 0) {
@@ -190,7 +191,8 @@ class Cluster {
       }
       ps_addresses_.push_back(address);
     }
-    HYREC_ASSIGN_OR_RETURN(loader_port_, Listening(*loader_, "the loader"));
+    HYREC_ASSIGN_OR_RETURN(loader_port_, ListeningOrStartedAgain(options_.roles.loader, loader_args_, "loader",
+                                                                 {"loader", "0"}, &loader_));
     loader_address_ = absl::StrCat("127.0.0.1:", loader_port_);
     dense_worker::MonitorOptions monitor = options_.monitor;
     if (monitor.metrics != nullptr) {  // The PS figures, read from the shards at each report.
@@ -303,30 +305,43 @@ class Cluster {
         std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
         args.end());
     args.push_back(absl::StrCat("--port=", port));
-    absl::StatusOr<std::unique_ptr<Subprocess>> started;
-    for (std::string cause = why;;) {
-      if (!TakeRestart(cause, label)) return false;
-      started = Spawn(Command(role, args), name);
-      const absl::StatusOr<int> listening = started.ok() ? Listening(**started, name) : started.status();
-      if (listening.ok()) break;
-      // Killed by a signal while it started (a shard lost again while it recovered): a loss like
-      // any other, restarted within the same budget. Any other failed start ends the run.
-      const absl::StatusOr<int> code =
-          started.ok() ? (*started)->Wait(absl::ZeroDuration()) : absl::StatusOr<int>(started.status());
-      const bool lost =
-          code.ok() && *code > 128 && *code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
-      if (!lost) {
-        monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
-        return false;
-      }
-      if (started.ok()) retired_.push_back(std::move(*started));
-      cause = absl::StrCat(name, " was lost while it started (", ExitDescription(*code), "); restarting it again");
+    if (!TakeRestart(why, label)) return false;
+    absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
+    const absl::StatusOr<int> listening =
+        started.ok() ? ListeningOrStartedAgain(role, args, name, label, &*started) : started.status();
+    if (!listening.ok()) {
+      monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
+      return false;
     }
     retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
     *process = std::move(*started);
     Drain(process->get(), /*events=*/false);
     restarted_[absl::StrCat(label.first, " ", label.second)].started = absl::Now();  // Its run begins serving.
     return true;
+  }
+
+  // Waits for the server *process (`role` with `args`) to listen and returns its port. One
+  // killed by a signal while it started (lost again while it recovered, or while the whole job
+  // restarted) is a loss like any other: started again within the restart budget, replacing
+  // *process. Any other failed start is the error.
+  absl::StatusOr<int> ListeningOrStartedAgain(const std::vector<std::string>& role,
+                                              const std::vector<std::string>& args, const std::string& name,
+                                              const std::pair<std::string, std::string>& label,
+                                              std::unique_ptr<Subprocess>* process) {
+    for (;;) {
+      absl::StatusOr<int> listening = Listening(**process, name);
+      if (listening.ok()) return listening;
+      const absl::StatusOr<int> code = (*process)->Wait(absl::ZeroDuration());
+      const bool lost =
+          code.ok() && *code > 128 && *code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
+      if (!lost) return listening.status();
+      const std::string cause =
+          absl::StrCat(name, " was lost while it started (", ExitDescription(*code), "); starting it again");
+      if (!TakeRestart(cause, label))
+        return absl::UnavailableError(absl::StrCat(cause, ": the restart budget is spent"));
+      retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
+      HYREC_ASSIGN_OR_RETURN(*process, Spawn(Command(role, args), name));
+    }
   }
 
   // Whether worker `r`'s exit with `code` is healed by a replacement: a worker other than
@@ -360,7 +375,7 @@ class Cluster {
   bool TakeRestart(const std::string& why, const std::pair<std::string, std::string>& label) {
     const int budget = options_.max_restarts;
     if (restarts_ >= budget) {
-      monitor_->Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
+      Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
       return false;
     }
     // Each role's backoff doubles with each of its restarts that follows a short run (less than
@@ -376,8 +391,8 @@ class Cluster {
     }
     const absl::Duration backoff = absl::Seconds(1) * (1 << history->second.streak);
     ++restarts_;
-    monitor_->Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ",
-                                budget, ")"));
+    Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ", budget,
+                      ")"));
     absl::SleepFor(backoff);
     history->second.started = absl::Now();
     if (options_.monitor.metrics != nullptr) {
@@ -386,6 +401,17 @@ class Cluster {
       options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", label.first}, {"index", label.second}}, 1);
     }
     return true;
+  }
+
+  // A line of the run's log: through the monitor once the servers are up, before that (a role
+  // restarted while the job starts) on the monitor's stream.
+  void Note(const std::string& line) {
+    if (monitor_ != nullptr) {
+      monitor_->Note(line);
+      return;
+    }
+    std::ostream& out = options_.monitor.out != nullptr ? *options_.monitor.out : std::cerr;
+    out << line << std::endl;
   }
 
   static std::string ExitDescription(int code) {

@@ -696,9 +696,9 @@ class ReconnectingBatchStream final : public BatchStream {
       absl::MutexLock lock(&mu_);
       auto reopened = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.size() > 1 || !fatal_.ok(); };
       if (!mu_.AwaitWithDeadline(absl::Condition(&reopened), deadline)) {
-        return absl::Status(s.code(),
-                            absl::StrCat("the loader at ", address_, " was lost and did not come back within ",
-                                         absl::FormatDuration(timeout), ": ", s.message()));
+        return absl::DeadlineExceededError(absl::StrCat("the loader at ", address_,
+                                                        " was lost and did not come back within ",
+                                                        absl::FormatDuration(timeout), ": ", s.message()));
       }
       if (streams_.size() > 1) {
         streams_.pop_front();

@@ -353,6 +353,20 @@ absl::Status TrainingContext::WaitForUpdatesBefore(uint64_t index) {
   return absl::OkStatus();
 }
 
+absl::Status TrainingContext::NextFromStream(data_loader::Batch* batch) {
+  if (!options_.abandon_wait) return stream_->Next(batch, options_.batch_timeout);
+  const absl::Time deadline = absl::Now() + options_.batch_timeout;
+  for (;;) {
+    const absl::Duration left = deadline - absl::Now();
+    absl::Status s = stream_->Next(batch, std::min(left, options_.abandon_check_every));
+    if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) return s;
+    if (options_.abandon_wait()) {
+      wait_abandoned_ = true;
+      return absl::AbortedError("the wait for the next batch was abandoned");
+    }
+  }
+}
+
 void TrainingContext::Fill() {
   // Lookups run `depth` batches ahead and updates may lag the rest of the window: a lookup for
   // batch n needs every update of batches < n - s acknowledged (so at most s batches of updates
@@ -370,7 +384,8 @@ void TrainingContext::Fill() {
       }
     }
     auto tb = std::make_unique<TrainBatch>();
-    absl::Status s = stream_->Next(&tb->batch, options_.batch_timeout);
+    absl::Status s = NextFromStream(&tb->batch);
+    if (wait_abandoned_) return;
     if (absl::IsOutOfRange(s)) {
       stream_done_ = true;
       return;
@@ -398,6 +413,7 @@ void TrainingContext::Fill() {
 
 bool TrainingContext::Next(TrainBatch** batch) {
   if (!status_.ok()) return false;
+  wait_abandoned_ = false;
   Fill();
   if (window_.empty()) return false;
   Pending pending = std::move(window_.front());

@@ -38,7 +38,7 @@ class WorkerLoop {
   absl::StatusOr<TrainReport> Run() {
     HYREC_RETURN_IF_ERROR(SetUp());
     if (options_.training != nullptr) *options_.training = true;
-    TrainingContext ctx(trainer_options_, stream_, options_.ps, sync_.get(), model_, optimizer_.get());
+    TrainingContext ctx(MainContextOptions(), stream_, options_.ps, sync_.get(), model_, optimizer_.get());
     if (!ctx.status().ok()) return ctx.status();
     ctx.SetNextUpdateSequence(sequence_origin_ + GlobalStep(ctx) + 1);
     start_ = absl::Now();
@@ -525,9 +525,36 @@ class WorkerLoop {
 
   // The next batch, once every worker has one and none was asked to stop; sets evaluate_now_
   // when worker 0 asked for an evaluation first.
+  // The training loop's context: a worker that waits for its next batch also watches for a
+  // replacement of a lost peer waiting to regroup. Its own batch may not come until they have
+  // (the loader holds a new generation's batches until every worker's stream has arrived), and
+  // it would learn of the loss only in the vote.
+  TrainerOptions MainContextOptions() const {
+    TrainerOptions o = trainer_options_;
+    if (sync_ != nullptr && plan_.heal_timeout_seconds > 0) {
+      nn_sync::DenseSync* sync = sync_.get();
+      const int rank = plan_.rank;
+      auto said = std::make_shared<bool>(false);
+      o.abandon_wait = [sync, rank, said] {
+        absl::StatusOr<bool> waiting = sync->ReplacementWaiting();
+        if (!waiting.ok()) {  // Said once: the wait goes on, and the vote finds out.
+          if (!*said) std::cerr << "hyrec worker " << rank << ": " << waiting.status().message() << std::endl;
+          *said = true;
+          return false;
+        }
+        return *waiting;
+      };
+    }
+    return o;
+  }
+
   absl::StatusOr<bool> NextStep(TrainingContext& ctx, TrainBatch** batch) {
     // A batch in hand (the vote or the step failed and the group healed) is voted on again.
     const bool has_batch = *batch != nullptr || ctx.Next(batch);
+    if (!has_batch && ctx.wait_abandoned()) {
+      return absl::AbortedError(
+          absl::StrCat("worker ", plan_.rank, ": a replacement of a lost worker waits to regroup"));
+    }
     const bool stop = options_.stop != nullptr && options_.stop->load();
     int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
     if (vote == kVoteGo && leader_ && plan_.eval.every_epoch && plan_.has_eval_data && RunSteps(ctx) > 0 &&

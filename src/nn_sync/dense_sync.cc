@@ -41,6 +41,8 @@ std::string JoinKey(int generation, int rank) {
 }
 std::string OpenKey(int generation) { return absl::StrCat("hyrec/gen/", generation, "/open"); }
 std::string GroupPrefix(int generation) { return absl::StrCat("hyrec/gen/", generation, "/pg"); }
+// Set by a replacement before it waits for `generation` to open: the survivors learn a peer was lost.
+std::string WaitingKey(int generation) { return absl::StrCat("hyrec/gen/", generation, "/waiting"); }
 
 // A failed collective or rendezvous, from the exception c10d throws.
 absl::Status CollectiveError(absl::string_view what, const std::exception& e) {
@@ -182,6 +184,10 @@ class C10dSync final : public DenseSync {
     generation_ = next;
     regrouped_ = true;
     return absl::OkStatus();
+  }
+
+  absl::StatusOr<bool> ReplacementWaiting() override {  // The training thread's, as Regroup.
+    return rendezvous_->Check({WaitingKey(generation_ + 1)});
   }
 
   absl::Status BroadcastBytes(std::string* bytes, int root) override {
@@ -476,6 +482,7 @@ absl::StatusOr<std::unique_ptr<DenseSync>> DenseSync::Create(const SyncOptions& 
       ++generation;
     }
     if (generation > 0) {
+      HYREC_RETURN_IF_ERROR(Annotate(rendezvous->Add(WaitingKey(generation), 1).status(), where));
       HYREC_RETURN_IF_ERROR(
           Annotate(rendezvous->Wait({OpenKey(generation)}, 2 * options.timeout),
                    absl::StrCat(where, ": replacing a lost rank, waiting for the others to regroup")));

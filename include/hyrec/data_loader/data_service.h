@@ -148,8 +148,9 @@ struct StreamClientOptions {
   // position prefetch_batches + 8 batches before the one after the last received, at most back to
   // where the first batch this stream received starts (so that a replaced loader can serve a lost
   // worker's replacement the batch it last trained); Next drops
-  // the batches sent again. Errors the loader chose (end of data, DATA_LOSS, a refused position)
-  // are returned as they are.
+  // the batches sent again; a loader not back within Next's timeout is DEADLINE_EXCEEDED, as any
+  // batch that did not come. Errors the loader chose (end of data, DATA_LOSS, a refused
+  // position) are returned as they are.
   bool reconnect = false;
   // What the worker's model takes; a loader whose Info disagrees is FAILED_PRECONDITION at
   // connect, a batch that disagrees DATA_LOSS.

@@ -40,6 +40,7 @@
 #include <torch/torch.h>
 
 #include <deque>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -67,6 +68,12 @@ struct TrainerOptions {
   bool read_only = false;  // Evaluation: lookups only, no Backward, no window rule.
   uint32_t worker_id = 0;
   absl::Duration batch_timeout = absl::Seconds(120);
+  // While the stream has no batch, asked once every `abandon_check_every`: true ends the wait
+  // without an error (Next returns false and wait_abandoned() says so; nothing of the stream is
+  // consumed). A worker whose batch cannot come until its group regroups (a peer was lost) says
+  // so here. Null: wait up to batch_timeout.
+  std::function<bool()> abandon_wait;
+  absl::Duration abandon_check_every = absl::Seconds(1);
   torch::Device device = torch::kCPU;  // Where the model lives; pooling and labels go there.
   // Nice increment of the threads that call the PS (lookups ahead, updates behind), so that they
   // fill the cores the dense step leaves idle rather than preempt it; 0: as the caller, kIdleNice:
@@ -126,8 +133,11 @@ class TrainingContext {
                   torch::optim::Optimizer* dense_optimizer);
   ~TrainingContext();
 
-  // The next batch, rows looked up; false at the end of the data or on error (see status()).
+  // The next batch, rows looked up; false at the end of the data, on error (see status()) or
+  // when options.abandon_wait ended the wait for one (see wait_abandoned()).
   bool Next(TrainBatch** batch);
+  // Whether abandon_wait ended a wait for the stream since the last Next began.
+  bool wait_abandoned() const { return wait_abandoned_; }
   torch::Tensor Forward(TrainBatch& batch);
   absl::Status Backward(torch::Tensor loss);
   // Waits for every pending update.
@@ -185,6 +195,8 @@ class TrainingContext {
   // Waits for the updates of batches < index, then takes the acknowledgements already there.
   absl::Status WaitForUpdatesBefore(uint64_t index);
   void Fill();
+  // The stream's next batch within batch_timeout, asking abandon_wait between slices of it.
+  absl::Status NextFromStream(data_loader::Batch* batch);
   absl::Status LookupRows(TrainBatch* tb);
   absl::Status CheckBatch(const data_loader::Batch& b) const;
   void PrepareBags(TrainBatch* tb) const;
@@ -204,6 +216,7 @@ class TrainingContext {
   std::deque<PendingUpdate> updates_;
   std::unique_ptr<TrainBatch> current_;
   bool stream_done_ = false;
+  bool wait_abandoned_ = false;
   uint64_t next_index_ = 0;
   // Update sequences start from the wall clock (milliseconds << 20), so a worker restarted with
   // the same worker id against a PS that outlived it sends sequences above all of its previous

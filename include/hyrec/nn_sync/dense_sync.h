@@ -121,6 +121,11 @@ class DenseSync {
   // buckets start empty. DEADLINE_EXCEEDED when a rank does not come; UNAVAILABLE when the
   // rendezvous (worker 0) is gone.
   virtual absl::Status Regroup(absl::Duration timeout) = 0;
+  // Whether a replacement for a lost rank waits for the survivors to open the next generation
+  // (it says so through the rendezvous before it waits). A survivor learns of a lost peer in a
+  // collective; one that waits for something else (its next batch) asks this now and then, and
+  // regroups when it is true. One rendezvous call, bounded by the timeout.
+  virtual absl::StatusOr<bool> ReplacementWaiting() = 0;
   // Copies rank `root`'s bytes (any length) into every rank's.
   virtual absl::Status BroadcastBytes(std::string* bytes, int root) = 0;
   // Every rank's `value`, in rank order.
