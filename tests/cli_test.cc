@@ -363,6 +363,19 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
     ASSERT_TRUE(absl::SimpleAtod(line, &p)) << line;
     EXPECT_TRUE(p > 0 && p < 1) << line;
   }
+  // The same data without its labels scores the same; libsvm has no columns to keep.
+  {
+    std::ifstream in(heldout);
+    std::ofstream out(heldout + ".unlabelled");
+    for (std::string line; std::getline(in, line);) out << line.substr(line.find(' ') + 1) << "\n";
+  }
+  Outcome unlabelled = Hyrec({"predict", "--model=" + dir + "/model", "--input=" + heldout + ".unlabelled"});
+  ASSERT_EQ(unlabelled.code, 0) << unlabelled.all();
+  EXPECT_EQ(unlabelled.out, r.out);
+  unlabelled = Hyrec({"predict", "--model=" + dir + "/model", "--input=" + heldout, "--keep=label"});
+  EXPECT_EQ(unlabelled.code, 2) << unlabelled.all();
+  EXPECT_TRUE(absl::StrContains(unlabelled.err, "kept columns are for csv and criteo sources, not libsvm"))
+      << unlabelled.err;
   r = Hyrec({"eval", "--model=" + exported, "--input=" + heldout});
   ASSERT_EQ(r.code, 0) << r.all();
   double auc = 0, trained_auc = 0;

@@ -711,6 +711,64 @@ TEST(Loader, AHeaderReadAsDataIsSaidToBeOne) {
       << stats.first_bad[0];
 }
 
+// Kept columns travel in each batch beside its samples, in order (scoring's --keep): csv by the
+// header's names, criteo by its column names, also for lines without their label; other formats
+// refuse them.
+TEST(Loader, KeptColumnsTravelWithTheirSamples) {
+  const std::string csv = TempPath("kept.csv");
+  {
+    std::ofstream out(csv);
+    out << "site,price\n";  // No label column: data to score.
+    for (int i = 0; i < 15; ++i) out << "s" << i << "," << i << "\n";
+  }
+  LoaderOptions o = CsvLoaderOptions({csv});
+  o.source.csv.label_optional = true;
+  o.source.keep = {"price", "site"};
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::vector<Batch> batches = Drain((*loader)->stream(0));
+  ASSERT_EQ(batches.size(), 2u);
+  ASSERT_EQ(batches[0].kept.size(), 20u);
+  ASSERT_EQ(batches[1].kept.size(), 10u);
+  EXPECT_EQ(batches[0].kept[0], "0");
+  EXPECT_EQ(batches[0].kept[1], "s0");
+  EXPECT_EQ(batches[1].kept[8], "14");
+  EXPECT_EQ(batches[1].kept[9], "s14");
+  EXPECT_TRUE(std::isnan(batches[0].labels[0]));
+
+  const std::string criteo = TempPath("kept.criteo");
+  {
+    std::ofstream out(criteo);
+    for (int i = 0; i < 4; ++i) {
+      std::string line = i % 2 == 0 ? "1" : "";  // Odd lines have no label field at all.
+      for (int k = 1; k <= 13; ++k) absl::StrAppend(&line, line.empty() && i % 2 == 1 && k == 1 ? "" : "\t", k + i);
+      for (int k = 1; k <= 26; ++k) absl::StrAppend(&line, "\t", absl::Hex(k * 16 + i));
+      out << line << "\n";
+    }
+  }
+  LoaderOptions c;
+  c.source.format = Format::kCriteo;
+  c.source.files = {criteo};
+  c.source.criteo.label_optional = true;
+  c.source.keep = {"label", "I2", "C26"};
+  c.batch_size = 4;
+  c.shuffle = false;
+  c.epochs = 1;
+  loader = Loader::Start(c, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  batches = Drain((*loader)->stream(0));
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].kept,
+            (std::vector<std::string>{"1", "2", "1a0", "", "3", "1a1", "1", "4", "1a2", "", "5", "1a3"}));
+  c.source.keep = {"I14"};
+  EXPECT_NE(Loader::Start(c, {}).status().message().find("kept column 'I14' is not a Criteo column"),
+            std::string::npos);
+  c.source.format = Format::kLibsvm;
+  c.source.keep = {"label"};
+  EXPECT_NE(Loader::Start(c, {}).status().message().find("kept columns are for csv and criteo sources, not libsvm"),
+            std::string::npos);
+}
+
 // A file without a header among files with one: its first line parses as data, so it is data,
 // read with the header's columns (for held-out files the plan names the training data's first
 // file as csv.header_file). A held-out file with a header of its own is placed by it; a first line

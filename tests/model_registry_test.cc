@@ -9,6 +9,9 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/dense_worker/train_job.h"
@@ -114,6 +117,46 @@ TEST(ModelRegistry, AProgramsOwnModelIsScoredByThatProgram) {
   r = RunTrainer({"predict", "--model=" + dir + "/model", "--input=" + data + "clicks_test.csv"});
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "1000 samples scored")) << r.out;
+  std::vector<std::string> labelled;  // The probabilities, one a line (the rest is stderr's).
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    double p = 0;
+    if (absl::SimpleAtod(line, &p)) labelled.emplace_back(line);
+  }
+  ASSERT_EQ(labelled.size(), 1000u) << r.out;
+
+  // Data to score has no label column; --keep passes columns through, as csv with a header.
+  const std::string unlabelled = dir + "/unlabelled.csv";
+  {
+    std::ifstream in(data + "clicks_test.csv");
+    std::ofstream out(unlabelled);
+    for (std::string line; std::getline(in, line);) {
+      std::vector<std::string> fields = absl::StrSplit(line, ',');
+      fields.erase(fields.begin() + 1);  // click
+      out << absl::StrJoin(fields, ",") << "\n";
+    }
+  }
+  r = RunTrainer({"predict", "--model=" + dir + "/model", "--input=" + unlabelled, "--keep=id,site"});
+  ASSERT_EQ(r.code, 0) << r.out;
+  std::vector<std::string> rows;
+  for (absl::string_view line : absl::StrSplit(r.out, '\n', absl::SkipEmpty())) {
+    if (absl::StartsWith(line, "id,") || absl::StartsWith(line, "r")) rows.emplace_back(line);
+  }
+  ASSERT_EQ(rows.size(), 1001u) << r.out;
+  EXPECT_EQ(rows[0], "id,site,probability");
+  EXPECT_EQ(rows[1], "r4000,site01.example," + labelled[0]) << r.out;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const std::vector<std::string> cells = absl::StrSplit(rows[i], ',');
+    ASSERT_EQ(cells.size(), 3u) << rows[i];
+    EXPECT_EQ(cells[0], absl::StrCat("r", 4000 + i - 1)) << rows[i];
+    EXPECT_EQ(cells[2], labelled[i - 1]) << rows[i];  // The same scores as with the labels.
+  }
+  r = RunTrainer({"predict", "--model=" + dir + "/model", "--input=" + unlabelled, "--keep=id,nope"});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "kept column 'nope' is not in the header")) << r.out;
+  // eval needs the labels.
+  r = RunTrainer({"eval", "--model=" + dir + "/model", "--input=" + unlabelled});
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_TRUE(absl::StrContains(r.out, "csv column 'click' is not in the header")) << r.out;
   r = RunTrainer({"export", "--config=" + job, "--out=" + dir + "/again"});
   EXPECT_EQ(r.code, 0) << r.out;
   r = RunTrainer({"predict", "--help"});

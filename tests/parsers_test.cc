@@ -376,6 +376,71 @@ TEST(CsvParser, DeclarationsAreCheckedAgainstTheHeader) {
   EXPECT_NE(p.Resolve(nullptr).message().find("csv field 2 is not declared"), std::string::npos);
 }
 
+// Data to score may lack its label (label_optional): the same features as with one, a NaN
+// label. Without the option such a line is a bad line, as before.
+TEST(LabelOptional, EveryFormatReadsALineWithoutItsLabel) {
+  Sample with, without;
+  CriteoOptions criteo;
+  ASSERT_TRUE(ParseCriteoLine(CriteoLine("1", Ints(), Cats()), criteo, &with).ok());
+  const std::string criteo_line = CriteoLine("1", Ints(), Cats());
+  const std::string no_label = criteo_line.substr(criteo_line.find('\t') + 1);
+  EXPECT_NE(ParseCriteoLine(no_label, criteo, &without).message().find("field 1 (label)"), std::string::npos);
+  criteo.label_optional = true;
+  ASSERT_TRUE(ParseCriteoLine(no_label, criteo, &without).ok());
+  EXPECT_TRUE(std::isnan(without.label));
+  EXPECT_EQ(without.dense, with.dense);
+  EXPECT_EQ(without.ids, with.ids);
+  ASSERT_TRUE(ParseCriteoLine(criteo_line, criteo, &without).ok());  // A label is still read.
+  EXPECT_EQ(without.label, 1.0f);
+
+  LibsvmOptions libsvm;
+  libsvm.positional_fields = 2;
+  ASSERT_TRUE(ParseLibsvmLine("1 7:1 9:0.5", libsvm, &with).ok());
+  EXPECT_NE(ParseLibsvmLine("7:1 9:0.5", libsvm, &without).message().find("token 1 (label)"), std::string::npos);
+  libsvm.label_optional = true;
+  ASSERT_TRUE(ParseLibsvmLine("7:1 9:0.5", libsvm, &without).ok());
+  EXPECT_TRUE(std::isnan(without.label));
+  EXPECT_EQ(without.ids, with.ids);
+  EXPECT_EQ(without.weights, with.weights);
+  EXPECT_NE(ParseLibsvmLine("7:1 x", libsvm, &without).message().find("token 2: 'x'"), std::string::npos)
+      << "the line's own token numbers";
+  ASSERT_TRUE(ParseLibffmLine("0:7:1 1:9:1", libsvm, &without).ok());
+  EXPECT_TRUE(std::isnan(without.label));
+
+  CsvOptions csv = ClickLog();
+  csv.label_optional = true;
+  std::vector<std::string> header = {"site", "price", "tags", "age", "wtags", "note"};
+  ASSERT_TRUE(csv.Resolve(&header).ok());
+  ASSERT_TRUE(ParseCsvLine("a,1,x|y,30,,n", csv, &without).ok());
+  EXPECT_TRUE(std::isnan(without.label));
+  EXPECT_EQ(without.ids.size(), 3u);
+  csv = ClickLog();
+  csv.label_optional = true;
+  ASSERT_TRUE(csv.Resolve(&kHeader).ok());  // With the label's column, it is read.
+  ASSERT_TRUE(ParseCsvLine("a,yes,1,x|y,30,,n", csv, &without).ok());
+  EXPECT_EQ(without.label, 1.0f);
+  csv = ClickLog();
+  EXPECT_NE(csv.Resolve(&header).message().find("csv column 'click' is not in the header"), std::string::npos);
+}
+
+// Kept columns are placed by the header's names, or without one by c<index>.
+TEST(CsvParser, KeptColumnsArePlacedByNameOrPosition) {
+  CsvOptions o = ClickLog();
+  o.keep = {"note", "site"};
+  ASSERT_TRUE(o.Resolve(&kHeader).ok());
+  EXPECT_EQ(o.keep_index, (std::vector<int>{6, 0}));
+  o = ClickLog();
+  o.keep = {"nope"};
+  EXPECT_NE(o.Resolve(&kHeader).message().find("kept column 'nope' is not in the header"), std::string::npos);
+  CsvOptions p = Positional({{0, CsvColumn::Kind::kLabel}, {1, CsvColumn::Kind::kCategorical}});
+  p.keep = {"c1"};
+  ASSERT_TRUE(p.Resolve(nullptr).ok());
+  EXPECT_EQ(p.keep_index, (std::vector<int>{1}));
+  p = Positional({{0, CsvColumn::Kind::kLabel}, {1, CsvColumn::Kind::kCategorical}});
+  p.keep = {"c2"};
+  EXPECT_NE(p.Resolve(nullptr).message().find("kept column 'c2' is not a field"), std::string::npos);
+}
+
 TEST(Formats, EveryFormatHasTheNameItsConfigKeyTakes) {
   EXPECT_EQ(FormatName(Format::kCriteo), "criteo");
   EXPECT_EQ(FormatName(Format::kLibsvm), "libsvm");

@@ -3,12 +3,14 @@
 //
 //   hyrec export --config=job.yaml [--checkpoint=latest|DIR] [--out=DIR]   (default: export.dir)
 //   hyrec predict --model=model/ --input=new.csv [--output=scores.txt]     (one probability a line)
+//   hyrec predict --model=model/ --input=new.csv --keep=user_id,item_id    (csv: user_id,item_id,probability)
 //   hyrec eval --model=model/ --input=heldout.csv                           (AUC and log loss)
 #include <cmath>
 #include <fstream>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/exit_codes.h"
@@ -35,6 +37,7 @@ struct ScoreFlags {
   std::string model;
   std::string input;
   std::string output;
+  std::string keep;
   bool deltas = true;
   CommonFlags common;
 };
@@ -65,14 +68,35 @@ absl::StatusOr<std::unique_ptr<dense_worker::Predictor>> LoadPredictor(const Sco
   return dense_worker::Predictor::FromRows(rows, rows.job_yaml);
 }
 
+// A csv field as RFC 4180 writes it: quoted when it holds a comma, a quote or a line break.
+std::string CsvField(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  return absl::StrCat("\"", absl::StrReplaceAll(v, {{"\"", "\"\""}}), "\"");
+}
+
 absl::Status Predict(const ScoreFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
   std::vector<float> logits, labels;
-  HYREC_RETURN_IF_ERROR(predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), &logits, &labels).status());
+  std::vector<std::string> kept;
+  dense_worker::Predictor::ScoreOptions score;
+  score.label_optional = true;
+  score.keep = absl::StrSplit(f.keep, ',', absl::SkipEmpty());
+  HYREC_RETURN_IF_ERROR(
+      predictor->Score(absl::StrSplit(f.input, ',', absl::SkipEmpty()), score, &logits, &labels, &kept).status());
+  if (kept.size() != logits.size() * score.keep.size()) {
+    return absl::InternalError(absl::StrCat(kept.size(), " kept values for ", logits.size(), " samples"));
+  }
   std::ofstream file;
   if (!f.output.empty()) file.open(f.output);
   std::ostream& out = f.output.empty() ? std::cout : file;
-  for (float logit : logits) out << absl::StrFormat("%.9g\n", 1.0 / (1.0 + std::exp(-static_cast<double>(logit))));
+  if (!score.keep.empty()) {
+    for (const std::string& name : score.keep) out << CsvField(name) << ",";
+    out << "probability\n";
+  }
+  for (size_t i = 0; i < logits.size(); ++i) {
+    for (size_t k = 0; k < score.keep.size(); ++k) out << CsvField(kept[i * score.keep.size() + k]) << ",";
+    out << absl::StrFormat("%.9g\n", 1.0 / (1.0 + std::exp(-static_cast<double>(logits[i]))));
+  }
   out.flush();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --output '", f.output, "'"));
   std::cerr << logits.size() << " samples scored" << std::endl;
@@ -106,9 +130,13 @@ absl::Status Export(const std::string& config, const std::vector<std::string>& o
 int PredictMain(int argc, char** argv) {
   ScoreFlags f;
   FlagSet flags(ProgramName() + " predict",
-                "Score data files with an exported model: one probability per line, in input order.");
+                "Score data files with an exported model: one probability per line, in input order. The "
+                "input may lack the label column.");
   AddScoreFlags(flags, &f);
   flags.String("output", &f.output, "FILE", "Where the scores go (default: standard output).");
+  flags.String("keep", &f.keep, "COLS",
+               "Columns of the input to write beside each score (csv: header names; criteo: label, I1..I13, "
+               "C1..C26): the output is then csv with a header, the kept columns and `probability`.");
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("predict", f.common.log_level);
   return Finish(ProgramName() + " predict", Predict(f));

@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <unordered_map>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -323,6 +325,10 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
         continue;
       }
       auto it = where.find(c.name);
+      if (it == where.end() && c.kind == Kind::kLabel && label_optional) {
+        c.index = -1;  // Data to score, without its label.
+        continue;
+      }
       if (it == where.end()) {
         std::vector<std::string> shown(h.begin(), h.begin() + std::min<size_t>(h.size(), 20));
         return bad("csv column '", c.name, "' is not in the header (", absl::StrJoin(shown, ", "),
@@ -337,6 +343,7 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
   for (const CsvColumn& c : columns) last = std::max(last, c.index);
   std::vector<int> owner(static_cast<size_t>(last) + 1, -1);
   for (size_t k = 0; k < columns.size(); ++k) {
+    if (columns[k].index < 0) continue;  // An absent label (label_optional).
     int& o = owner[columns[k].index];
     if (o >= 0) return bad("csv columns ", ColumnLabel(columns[o]), " and ", ColumnLabel(columns[k]), " are one field");
     o = static_cast<int>(k);
@@ -350,6 +357,24 @@ absl::Status CsvOptions::Resolve(const std::vector<std::string>* header_fields) 
                  header_fields != nullptr ? absl::StrCat(" ('", Printable((*header_fields)[f]), "')") : std::string(),
                  " is not declared: declare it (type: ignore to skip it) or set csv.ignore_undeclared");
     }
+  }
+  keep_index.clear();
+  for (const std::string& name : keep) {
+    int at = -1;
+    if (header_fields != nullptr) {
+      auto it = std::find(header_fields->begin(), header_fields->end(), name);
+      if (it != header_fields->end()) at = static_cast<int>(it - header_fields->begin());
+    } else if (absl::StartsWith(name, "c") && absl::SimpleAtoi(name.substr(1), &at) && at >= 0) {
+      if (at > last && !ignore_undeclared) at = -1;  // Past the declared fields: no line has it.
+    } else {
+      at = -1;
+    }
+    if (at < 0) {
+      return bad(
+          "kept column '", name, "' is not ",
+          header_fields != nullptr ? "in the header" : "a field of the lines (without a header: c<index>, from c0)");
+    }
+    keep_index.push_back(at);
   }
   expected_fields = header_fields != nullptr ? static_cast<int>(header_fields->size()) : -1;
   min_fields = last + 1;
@@ -385,6 +410,10 @@ absl::Status ParseCsvLine(absl::string_view line, const CsvOptions& o, Sample* o
   const bool weighted = o.resolved_weighted;
   int slot = 0;
   for (const CsvColumn& c : o.columns) {
+    if (c.index < 0) {  // An absent label (label_optional).
+      out->label = std::numeric_limits<float>::quiet_NaN();
+      continue;
+    }
     const absl::string_view v = fields[c.index];
     switch (c.kind) {
       case Kind::kLabel:

@@ -10,8 +10,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
@@ -102,6 +105,27 @@ absl::Status LoaderOptions::Validate() const {
 }
 
 namespace {
+
+// The fields of Criteo columns named label, I1..I13 and C1..C26; InvalidArgument naming another.
+absl::StatusOr<std::vector<int>> CriteoFields(const std::vector<std::string>& names) {
+  std::vector<int> out;
+  for (const std::string& name : names) {
+    int k = 0;
+    if (name == "label") {
+      out.push_back(0);
+    } else if (name.size() > 1 && name[0] == 'I' && absl::SimpleAtoi(name.substr(1), &k) && k >= 1 &&
+               k <= kCriteoDense) {
+      out.push_back(k);
+    } else if (name.size() > 1 && name[0] == 'C' && absl::SimpleAtoi(name.substr(1), &k) && k >= 1 &&
+               k <= kCriteoSlots) {
+      out.push_back(kCriteoDense + k);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kept column '", name, "' is not a Criteo column (label, I1..I13, C1..C26)"));
+    }
+  }
+  return out;
+}
 
 // A file's first lines: `lines` of them, or DataLoss when it has fewer (or cannot be read).
 absl::StatusOr<std::vector<std::string>> FirstLines(const std::string& path, int lines, uint64_t* bytes) {
@@ -405,6 +429,10 @@ class LoaderImpl final : public Loader {
         file_bytes_(std::move(file_bytes)),
         head_seen_(file_bytes_.size(), 0),
         head_bad_(file_bytes_.size(), 0) {
+    if (options_.source.format == Format::kCsv) keep_fields_ = options_.source.csv.keep_index;
+    if (options_.source.format == Format::kCriteo && !options_.source.keep.empty()) {
+      keep_fields_ = *CriteoFields(options_.source.keep);  // Checked by Start.
+    }
     bytes_before_.assign(file_bytes_.size() + 1, 0);
     for (size_t i = 0; i < file_bytes_.size(); ++i) bytes_before_[i + 1] = bytes_before_[i] + file_bytes_[i];
     if (options_.source.format == Format::kSynthetic) {
@@ -691,6 +719,7 @@ class LoaderImpl final : public Loader {
         raw_queue_.pop_front();
       }
       ParsedBatch parsed;
+      std::vector<std::string> kept;
       const size_t n = std::max(raw.lines.size(), raw.sample_indices.size());
       if (samples.size() < n) samples.resize(n);
       size_t good = 0;
@@ -700,6 +729,7 @@ class LoaderImpl final : public Loader {
       for (size_t i = 0; i < raw.lines.size(); ++i) {
         absl::Status s = ParseLine(raw.lines[i], &samples[good]);
         if (s.ok()) {
+          if (!keep_fields_.empty()) Keep(raw.lines[i], &kept);
           ++good;
         } else {
           ++parsed.bad;
@@ -724,6 +754,7 @@ class LoaderImpl final : public Loader {
         parsed.batch.next_position.next_batch = raw.global_id + options_.num_workers;
         parsed.batch.bytes_read = raw.bytes_read;
         parsed.batch.bytes_total = bytes_before_.back();
+        parsed.batch.kept = std::move(kept);
       }
       parsed.raw.sequence = raw.sequence;
       parsed.raw.end = raw.end;
@@ -736,6 +767,19 @@ class LoaderImpl final : public Loader {
       absl::MutexLock lock(&mu_);
       parsed_.emplace(parsed.raw.sequence, std::move(parsed));
     }
+  }
+
+  // Appends the kept fields of `line`, a good one.
+  void Keep(const std::string& line, std::vector<std::string>* kept) const {
+    thread_local std::vector<std::string> fields;
+    if (options_.source.format == Format::kCsv) {
+      (void)SplitCsvLine(line, options_.source.csv, &fields);  // It parsed.
+    } else {
+      fields = absl::StrSplit(absl::StripSuffix(line, "\r"), '\t');
+      // A line without its label (label_optional) starts at I1.
+      if (fields.size() == kCriteoDense + kCriteoSlots) fields.insert(fields.begin(), std::string());
+    }
+    for (int f : keep_fields_) kept->push_back(f < static_cast<int>(fields.size()) ? fields[f] : std::string());
   }
 
   absl::Status ParseLine(const std::string& line, Sample* sample) const {
@@ -840,7 +884,8 @@ class LoaderImpl final : public Loader {
     return index >= has.size() || has[index];
   }
 
-  const bool csv_header_;  // Files start with a header (FileHasHeader says which do).
+  const bool csv_header_;         // Files start with a header (FileHasHeader says which do).
+  std::vector<int> keep_fields_;  // The fields of SourceConfig::keep.
   const uint64_t head_lines_;
   const std::vector<uint64_t> file_bytes_;  // Per file, on disk at Start.
   std::vector<uint64_t> bytes_before_;      // bytes_before_[i]: of the files before file i.
@@ -891,6 +936,16 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
     }
   }
   LoaderOptions resolved = options;
+  if (!resolved.source.keep.empty()) {
+    if (resolved.source.format == Format::kCsv) {
+      resolved.source.csv.keep = resolved.source.keep;  // Placed by the header.
+    } else if (resolved.source.format != Format::kCriteo) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("kept columns are for csv and criteo sources, not ", FormatName(resolved.source.format)));
+    } else if (absl::StatusOr<std::vector<int>> at = CriteoFields(resolved.source.keep); !at.ok()) {
+      return at.status();
+    }
+  }
   absl::StatusOr<std::vector<uint64_t>> file_bytes = CheckFiles(&resolved.source);
   if (!file_bytes.ok()) return file_bytes.status();
   auto loader = std::make_unique<LoaderImpl>(std::move(resolved), resume, std::move(*file_bytes));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -113,6 +114,10 @@ absl::Status ParseCriteoLine(absl::string_view line, const CriteoOptions& option
   const char* p = line.data();
   const char* end = p + line.size();
   int field = 0;
+  if (options.label_optional && std::count(line.begin(), line.end(), '\t') == kCriteoDense + kCriteoSlots - 1) {
+    out->label = std::numeric_limits<float>::quiet_NaN();
+    field = 1;  // The line starts at I1.
+  }
   for (;; ++field) {
     // Fields are short: a plain scan beats a memchr call per field; it checks hex digits on the way.
     const char* field_end = p;
@@ -205,7 +210,14 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
   features.clear();
   absl::Status status;
   bool saw_label = false;
-  ForEachToken(line, [&](absl::string_view token, int index) {
+  int shift = 0;  // 1 for a line without its label: its first token is feature 1.
+  ForEachToken(line, [&](absl::string_view token, int token_index) {
+    if (token_index == 0 && options.label_optional && token.find(':') != absl::string_view::npos) {
+      saw_label = true;
+      out->label = std::numeric_limits<float>::quiet_NaN();
+      shift = 1;
+    }
+    const int index = token_index + shift;  // Messages name the line's own tokens (token_index).
     if (index == 0) {
       saw_label = true;
       if (!ParseLabel(token, &out->label)) {
@@ -220,8 +232,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     const bool shape_ok = ffm ? (c2 != absl::string_view::npos && token.find(':', c2 + 1) == absl::string_view::npos)
                               : (c1 != absl::string_view::npos && c2 == absl::string_view::npos);
     if (!shape_ok) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("token ", index + 1, ": '", Printable(token), "' is not ", ffm ? "field:idx:val" : "idx:val"));
+      status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": '", Printable(token), "' is not ",
+                                                       ffm ? "field:idx:val" : "idx:val"));
       return false;
     }
     uint64_t field = 0;
@@ -229,8 +241,8 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     absl::string_view val = token.substr(c1 + 1);
     if (ffm) {
       if (!absl::SimpleAtoi(token.substr(0, c1), &field)) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("token ", index + 1, ": field '", Printable(token.substr(0, c1)), "' is not an integer"));
+        status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": field '",
+                                                         Printable(token.substr(0, c1)), "' is not an integer"));
         return false;
       }
       idx = token.substr(c1 + 1, c2 - c1 - 1);
@@ -240,14 +252,14 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     float value = 0;
     if (!absl::SimpleAtoi(idx, &feature) || !absl::SimpleAtof(val, &value) || !std::isfinite(value)) {
       status = absl::InvalidArgumentError(
-          absl::StrCat("token ", index + 1, ": '", Printable(token), "' has a bad index or value"));
+          absl::StrCat("token ", token_index + 1, ": '", Printable(token), "' has a bad index or value"));
       return false;
     }
     int slot = 0;
     if (ffm) {
       const uint64_t base = static_cast<uint64_t>(options.field_base);
       if (field < base || field - base >= static_cast<uint64_t>(num_slots)) {
-        status = absl::InvalidArgumentError(absl::StrCat("token ", index + 1, ": field ", field,
+        status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": field ", field,
                                                          " is outside the fields ", base, "..", base + num_slots - 1,
                                                          " (num_slots ", num_slots, ", field_base ", base, ")"));
         return false;
@@ -256,15 +268,15 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
     } else if (options.positional_fields > 0) {
       slot = index - 1;  // Token 0 is the label.
       if (slot >= options.positional_fields) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("token ", index + 1, ": more than fields: ", options.positional_fields, " idx:val tokens"));
+        status = absl::InvalidArgumentError(absl::StrCat(
+            "token ", token_index + 1, ": more than fields: ", options.positional_fields, " idx:val tokens"));
         return false;
       }
     } else {
       slot = RangeSlot(options.index_ranges, feature);
       if (slot < 0) {
         status = absl::InvalidArgumentError(
-            absl::StrCat("token ", index + 1, ": index ", feature, " is in none of the index_ranges"));
+            absl::StrCat("token ", token_index + 1, ": index ", feature, " is in none of the index_ranges"));
         return false;
       }
     }

@@ -165,9 +165,44 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::FromRows(const ServingRows
   return p;
 }
 
+namespace {
+
+// Passes a stream's batches on, keeping their kept values in order.
+class KeepingStream final : public data_loader::BatchStream {
+ public:
+  KeepingStream(data_loader::BatchStream* stream, std::vector<std::string>* kept) : stream_(stream), kept_(kept) {}
+  absl::Status Next(data_loader::Batch* batch, absl::Duration timeout) override {
+    absl::Status s = stream_->Next(batch, timeout);
+    if (s.ok() && kept_ != nullptr) {
+      kept_->insert(kept_->end(), std::make_move_iterator(batch->kept.begin()),
+                    std::make_move_iterator(batch->kept.end()));
+      batch->kept.clear();
+    }
+    return s;
+  }
+  data_loader::ReaderPosition Position() const override { return stream_->Position(); }
+
+ private:
+  data_loader::BatchStream* stream_;
+  std::vector<std::string>* kept_;
+};
+
+}  // namespace
+
 absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& files, std::vector<float>* logits,
                                             std::vector<float>* labels) {
+  return Score(files, ScoreOptions(), logits, labels, nullptr);
+}
+
+absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& files, const ScoreOptions& score,
+                                            std::vector<float>* logits, std::vector<float>* labels,
+                                            std::vector<std::string>* kept) {
   data_loader::LoaderOptions o = plan_.loader.options;
+  o.source.criteo.label_optional = score.label_optional;
+  o.source.libsvm.label_optional = score.label_optional;
+  o.source.csv.label_optional = score.label_optional;
+  o.source.keep = score.keep;
+  if (kept != nullptr) kept->clear();
   if (o.source.format == data_loader::Format::kSynthetic) {
     return absl::InvalidArgumentError("the export's job reads a synthetic source; give it a file format to score");
   }
@@ -184,7 +219,8 @@ absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& file
   const TrainerOptions options = TrainerOptionsFor(plan_.workers[0], torch::kCPU);
   absl::StatusOr<Evaluation> e;
   HYREC_RETURN_IF_ERROR(GuardTorch("scoring", [&] {
-    e = Evaluate(loader->stream(0), rows_.get(), options, *model_, logits, labels);
+    KeepingStream stream(loader->stream(0), kept);
+    e = Evaluate(&stream, rows_.get(), options, *model_, logits, labels);
     return absl::OkStatus();
   }));
   return e;

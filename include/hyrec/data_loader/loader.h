@@ -53,6 +53,9 @@ struct SourceConfig {
   LibsvmOptions libsvm;  // Also libffm.
   CsvOptions csv;        // Resolved against the files' header by Loader::Start.
   SyntheticConfig synthetic;
+  // Columns whose raw values every batch carries (Batch::kept), for scoring: csv, the names of
+  // its header's fields (csv.keep); criteo, label, I1..I13, C1..C26. Other formats take none.
+  std::vector<std::string> keep;
 
   int num_slots() const;
   int num_dense() const;

@@ -46,6 +46,8 @@ using HashSlots = std::vector<int>;
 
 struct CriteoOptions {
   bool missing_id_for_empty = false;  // false: an empty token adds no id to its slot.
+  // Scoring: a line of 39 fields has no label (I1..I13, C1..C26); its label is NaN.
+  bool label_optional = false;
   HashSlots hash_slots;
 };
 
@@ -65,6 +67,8 @@ struct LibsvmOptions {
   // a line feature k, and a line must have exactly N of them. 0: index_ranges, or one feature.
   int positional_fields = 0;
   bool use_values = true;  // Ids weighted by their values; false: every id weighs 1.
+  // Scoring: a line whose first token is a feature (holds ':') has no label; its label is NaN.
+  bool label_optional = false;
   HashSlots hash_slots;
 
   // Slots of a line: libsvm's features (positional_fields, index_ranges, or 1), libffm's
@@ -117,6 +121,14 @@ struct CsvOptions {
   // Set by the loader's check of the files (with header): per file, whether its first line is
   // the header (false: it has none, its first line is data).
   std::vector<bool> file_has_header;
+  // Scoring: with a header, a label column the header does not name is absent (index -1) and
+  // every label is NaN.
+  bool label_optional = false;
+  // Columns whose raw values the loader passes through (LoaderOptions' SourceConfig::keep):
+  // names of the header's fields, or without a header "c<index>" (0-based). Resolve places them
+  // in keep_index, InvalidArgument naming one that is not there.
+  std::vector<std::string> keep;
+  std::vector<int> keep_index;
 
   int num_dense() const;
   int num_slots() const;  // Categorical, multi and weighted columns, in declared order.

@@ -87,6 +87,9 @@ struct Batch {
   // batch was cut, and their total; 0 and 0 for a synthetic source. For progress and ETA.
   uint64_t bytes_read = 0;
   uint64_t bytes_total = 0;
+  // With SourceConfig::keep (k columns): sample i's raw value of kept column j at i * k + j (a
+  // field the line does not have: empty). Not sent over the wire.
+  std::vector<std::string> kept;
 };
 
 }  // namespace hyrec::data_loader

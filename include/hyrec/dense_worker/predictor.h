@@ -59,11 +59,26 @@ class Predictor {
   const job::JobPlan& plan() const { return plan_; }
   const std::string& dir() const { return dir_; }
 
+  struct ScoreOptions {
+    // Data to score may lack its label: a Criteo line of 39 fields, a libsvm/libffm line that
+    // starts with a feature, a csv file whose header does not name the label column (a csv file
+    // without a header keeps its label column: the columns are placed by position). Such a
+    // sample's label is NaN, and so are the AUC and log loss of data that has one.
+    bool label_optional = false;
+    // Columns passed through (data_loader::SourceConfig::keep): csv header names; criteo label,
+    // I1..I13, C1..C26.
+    std::vector<std::string> keep;
+  };
+
   // Scores every sample of `files` (the job's source format and columns), in file order: one logit
   // and label each, and their AUC and log loss (as the trained job evaluates). A bad line is an
-  // error naming it (nothing is skipped).
+  // error naming it (nothing is skipped). With options.keep, `kept` receives each sample's kept
+  // values, keep.size() a sample, in the same order.
   absl::StatusOr<Evaluation> Score(const std::vector<std::string>& files, std::vector<float>* logits,
                                    std::vector<float>* labels);
+  absl::StatusOr<Evaluation> Score(const std::vector<std::string>& files, const ScoreOptions& options,
+                                   std::vector<float>* logits, std::vector<float>* labels,
+                                   std::vector<std::string>* kept);
 
  private:
   Predictor() = default;
