@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "hyrec/dense_worker/process_tuning.h"
 
@@ -440,6 +441,18 @@ TEST(TrainingContext, AnAbandonedWaitForABatchIsNoErrorAndLosesNothing) {
   EXPECT_FALSE(ctx.wait_abandoned());
   ASSERT_TRUE(ctx.Finish().ok()) << ctx.status();
   EXPECT_EQ(ctx.stats().batches, 1u);
+  // Never abandoned: the wait ends at batch_timeout, and its error says so.
+  Fixture h = MakeFixture(torch::kCPU, /*staleness=*/0);
+  h.options.abandon_check_every = absl::Milliseconds(20);
+  h.options.batch_timeout = absl::Milliseconds(100);
+  h.options.abandon_wait = [] { return false; };
+  WithheldBatch late(h.batch);
+  TrainingContext waited(h.options, &late, h.ps.get(), nullptr, model, &dense_optimizer);
+  EXPECT_FALSE(waited.Next(&tb));
+  EXPECT_FALSE(waited.wait_abandoned());
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kDeadlineExceeded) << waited.status();
+  EXPECT_TRUE(absl::StrContains(waited.status().message(), "no batch within 100ms")) << waited.status();
+  EXPECT_GE(late.deadlines(), 4);
 
   // No abandon_wait: one wait of batch_timeout, then its error.
   Fixture g = MakeFixture(torch::kCPU, /*staleness=*/0);

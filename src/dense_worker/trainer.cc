@@ -359,7 +359,11 @@ absl::Status TrainingContext::NextFromStream(data_loader::Batch* batch) {
   for (;;) {
     const absl::Duration left = deadline - absl::Now();
     absl::Status s = stream_->Next(batch, std::min(left, options_.abandon_check_every));
-    if (!absl::IsDeadlineExceeded(s) || absl::Now() >= deadline) return s;
+    if (!absl::IsDeadlineExceeded(s)) return s;
+    if (absl::Now() >= deadline) {  // The slice's message names the slice: say the whole wait.
+      return absl::DeadlineExceededError(
+          absl::StrCat("no batch within ", absl::FormatDuration(options_.batch_timeout), " (", s.message(), ")"));
+    }
     if (options_.abandon_wait()) {
       wait_abandoned_ = true;
       return absl::AbortedError("the wait for the next batch was abandoned");
