@@ -638,6 +638,63 @@ TEST(Cli, AKilledLoaderIsRestartedAndEverySampleIsTrainedOnce) {
   }
 }
 
+// A role waiting out its restart backoff holds up no other role's restart: the loader, lost
+// again right after each of its restarts, waits 8 s before its fifth start; a PS shard killed
+// meanwhile is back before it, and the job still trains every sample once.
+TEST(Cli, ARoleInItsBackoffDelaysNoOtherRestart) {
+  const std::string dir = ::testing::TempDir() + "/cli_backoff";
+  std::filesystem::remove_all(dir);
+  const std::string job = WriteFile("backoff.yaml", absl::StrCat(R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 460800, num_slots: 4, num_dense: 4, vocabulary: 400, ids_per_sample: 2}
+  batch_size: 256
+  threads: 1
+eval: {samples: 2000}
+model: {embedding_dim: 8, bottom: [16], top: [16]}
+ps: {shards: 2}
+train: {workers: 1, log_every_batches: 50}
+checkpoint: {dir: )",
+                                                                 dir, R"(, every_steps: 400}
+)"));
+  auto p = StartTraining({"--processes"}, job);
+  std::vector<std::string> lines;
+  const auto await = [&](absl::string_view text) {
+    for (absl::StatusOr<std::string> line; (line = p->ReadLine(absl::Seconds(60))).ok();) {
+      lines.push_back(*line);
+      if (absl::StrContains(*line, text)) return true;
+    }
+    return false;
+  };
+  ASSERT_TRUE(await("samples "));
+  for (int kills = 0; kills < 3; ++kills) {
+    const pid_t loader = ChildWith(p->pid(), "hyrec-loader");
+    ASSERT_GT(loader, 0);
+    ASSERT_EQ(kill(loader, SIGKILL), 0);
+    ASSERT_TRUE(await("the loader serves again")) << absl::StrJoin(lines, "\n");
+  }
+  const pid_t loader = ChildWith(p->pid(), "hyrec-loader");
+  ASSERT_GT(loader, 0);
+  ASSERT_EQ(kill(loader, SIGKILL), 0);
+  ASSERT_TRUE(await("restarting it to resume every worker where its stream stands (in 8s"))
+      << absl::StrJoin(lines, "\n");
+  const size_t backoff_line = lines.size();
+  const absl::Time waiting = absl::Now();
+  const pid_t shard = ChildWith(p->pid(), "--shard_index=1");
+  ASSERT_GT(shard, 0);
+  ASSERT_EQ(kill(shard, SIGKILL), 0);
+  ASSERT_TRUE(await("PS shard 1 recovered and serves again")) << absl::StrJoin(lines, "\n");
+  EXPECT_LT(absl::Now() - waiting, absl::Seconds(7));
+  for (size_t i = backoff_line; i < lines.size(); ++i) {
+    EXPECT_FALSE(absl::StrContains(lines[i], "the loader serves again")) << lines[i];
+  }
+  const Ending end = ReadToExit(*p);
+  EXPECT_EQ(end.code, 0) << end.tail();
+  EXPECT_TRUE(end.Contains("the loader serves again")) << end.tail();
+  EXPECT_TRUE(end.StartsWith("summary: 460800 samples")) << end.tail();
+  std::filesystem::remove_all(dir);
+}
+
 // Worker 0 lost under --processes when the job keeps checkpoints: every role restarts from the
 // latest one, and the job finishes, having trained every sample into its final model once (the
 // summary's count continues from the checkpoint's).

@@ -36,6 +36,9 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr absl::Duration kStopTimeout = absl::Seconds(10);
 constexpr int kMaxFallbacks = 3;  // Restarts of the whole job from its latest checkpoint.
 
+// Where a lost role's restart stands.
+enum class Restarted { kYes, kLater, kNo };
+
 std::vector<std::string> Command(const std::vector<std::string>& role, std::vector<std::string> args) {
   std::vector<std::string> argv = role;
   argv.insert(argv.end(), args.begin(), args.end());
@@ -267,10 +270,11 @@ class Cluster {
         if (!absl::StartsWith(a, "--resume=")) args.push_back(a);
       }
       args.push_back("--recover");
-      if (!Restart(what + "; restarting it to recover from its update log", options_.roles.ps, std::move(args),
-                   ps_ports_[i], absl::StrCat("ps ", i), {"ps", std::to_string(i)}, &ps_[i])) {
-        return false;
-      }
+      const Restarted restarted =
+          Restart(what + "; restarting it to recover from its update log", options_.roles.ps, std::move(args),
+                  ps_ports_[i], absl::StrCat("ps ", i), {"ps", std::to_string(i)}, &ps_[i]);
+      if (restarted == Restarted::kNo) return false;
+      if (restarted == Restarted::kLater) continue;
       monitor_->Note(absl::StrCat("PS shard ", i, " recovered and serves again on port ", ps_ports_[i]));
     }
     absl::StatusOr<int> loader_code = loader_->Wait(absl::ZeroDuration());
@@ -286,38 +290,40 @@ class Cluster {
         if (!absl::StartsWith(a, "--resume=") || plan().spec.checkpoint.dir.empty()) args.push_back(a);
       }
       if (!plan().spec.checkpoint.dir.empty()) args.push_back("--resume=auto");
-      if (!Restart(absl::StrCat("the loader exited (", ExitDescription(*code),
-                                "); restarting it to resume every worker where its stream stands"),
-                   options_.roles.loader, std::move(args), loader_port_, "loader", {"loader", "0"}, &loader_)) {
-        return false;
-      }
+      const Restarted restarted =
+          Restart(absl::StrCat("the loader exited (", ExitDescription(*code),
+                               "); restarting it to resume every worker where its stream stands"),
+                  options_.roles.loader, std::move(args), loader_port_, "loader", {"loader", "0"}, &loader_);
+      if (restarted == Restarted::kNo) return false;
+      if (restarted == Restarted::kLater) return true;
       monitor_->Note(absl::StrCat("the loader serves again on port ", loader_port_));
     }
     return true;
   }
 
-  // Starts `role` with `args` again on `port` after a backoff, replacing *process; false (noted)
+  // Starts `role` with `args` again on `port` once its backoff has passed, replacing *process:
+  // kLater until then (the caller asks again; other roles are supervised meanwhile), kNo (noted)
   // when the budget is spent or the start fails.
-  bool Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args, int port,
-               const std::string& name, const std::pair<std::string, std::string>& label,
-               std::unique_ptr<Subprocess>* process) {
+  Restarted Restart(const std::string& why, const std::vector<std::string>& role, std::vector<std::string> args,
+                    int port, const std::string& name, const std::pair<std::string, std::string>& label,
+                    std::unique_ptr<Subprocess>* process) {
     args.erase(
         std::remove_if(args.begin(), args.end(), [](const std::string& a) { return absl::StartsWith(a, "--port="); }),
         args.end());
     args.push_back(absl::StrCat("--port=", port));
-    if (!TakeRestart(why, label)) return false;
+    if (const Restarted due = TakeRestart(why, label); due != Restarted::kYes) return due;
     absl::StatusOr<std::unique_ptr<Subprocess>> started = Spawn(Command(role, args), name);
     const absl::StatusOr<int> listening =
         started.ok() ? ListeningOrStartedAgain(role, args, name, label, &*started) : started.status();
     if (!listening.ok()) {
       monitor_->Note(absl::StrCat(name, " did not come back: ", listening.status().message()));
-      return false;
+      return Restarted::kNo;
     }
     retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
     *process = std::move(*started);
     Drain(process->get(), /*events=*/false);
     restarted_[absl::StrCat(label.first, " ", label.second)].started = absl::Now();  // Its run begins serving.
-    return true;
+    return Restarted::kYes;
   }
 
   // Waits for the server *process (`role` with `args`) to listen and returns its port. One
@@ -337,8 +343,9 @@ class Cluster {
       if (!lost) return listening.status();
       const std::string cause =
           absl::StrCat(name, " was lost while it started (", ExitDescription(*code), "); starting it again");
-      if (!TakeRestart(cause, label))
+      if (!TakeRestartNow(cause, label)) {
         return absl::UnavailableError(absl::StrCat(cause, ": the restart budget is spent"));
+      }
       retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
       HYREC_ASSIGN_OR_RETURN(*process, Spawn(Command(role, args), name));
     }
@@ -352,37 +359,45 @@ class Cluster {
            code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
   }
 
-  // Starts worker `r` again with its flags after the backoff: it joins its live peers' group as
-  // a replacement. False (noted) when the budget is spent or it cannot start.
-  bool RestartWorker(size_t r, int code) {
+  // Starts worker `r` again with its flags once its backoff has passed: it joins its live peers'
+  // group as a replacement. kLater until then, kNo (noted) when the budget is spent or it cannot
+  // start.
+  Restarted RestartWorker(size_t r, int code) {
     const std::string why =
         absl::StrCat("worker ", r, " exited (", ExitDescription(code), "); restarting it to heal from its live peers");
-    if (!TakeRestart(why, {"worker", std::to_string(r)})) return false;
+    if (const Restarted due = TakeRestart(why, {"worker", std::to_string(r)}); due != Restarted::kYes) return due;
     absl::StatusOr<std::unique_ptr<Subprocess>> started =
         Spawn(Command(options_.roles.worker, worker_args_[r]), absl::StrCat("worker ", r));
     if (!started.ok()) {
       monitor_->Note(absl::StrCat("worker ", r, " did not come back: ", started.status().message()));
-      return false;
+      return Restarted::kNo;
     }
     retired_.push_back(std::move(workers_[r]));
     workers_[r] = std::move(*started);
     Drain(workers_[r].get(), /*events=*/false);
-    return true;
+    return Restarted::kYes;
   }
 
-  // Counts a restart against the budget and waits out its backoff; false (noted) when the
-  // budget is spent.
-  bool TakeRestart(const std::string& why, const std::pair<std::string, std::string>& label) {
+  // A lost role's restart: the first call counts it against the budget (kNo, noted, when spent)
+  // and sets its backoff; this call and the next ones are kLater until the backoff has passed,
+  // then kYes once. The launcher supervises the other roles while one waits out its backoff.
+  Restarted TakeRestart(const std::string& why, const std::pair<std::string, std::string>& label) {
+    const std::string role = absl::StrCat(label.first, " ", label.second);
+    if (auto pending = due_.find(role); pending != due_.end()) {
+      if (absl::Now() < pending->second) return Restarted::kLater;
+      due_.erase(pending);
+      restarted_[role].started = absl::Now();
+      return Restarted::kYes;
+    }
     const int budget = options_.max_restarts;
     if (restarts_ >= budget) {
       Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
-      return false;
+      return Restarted::kNo;
     }
     // Each role's backoff doubles with each of its restarts that follows a short run (less than
     // kSteadyRun since it last came back: a crash loop), up to 32 s; a role that had run steadily
     // before it was lost comes back after 1 s, as often as it is lost.
     const absl::Time now = absl::Now();
-    const std::string role = absl::StrCat(label.first, " ", label.second);
     auto [history, first] = restarted_.try_emplace(role);
     if (!first && now - history->second.started < kSteadyRun) {
       history->second.streak = std::min(history->second.streak + 1, 5);
@@ -393,14 +408,23 @@ class Cluster {
     ++restarts_;
     Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ", budget,
                       ")"));
-    absl::SleepFor(backoff);
-    history->second.started = absl::Now();
+    due_[role] = now + backoff;
     if (options_.monitor.metrics != nullptr) {
       options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
                                          "Roles the launcher restarted after they exited.");
       options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", label.first}, {"index", label.second}}, 1);
     }
-    return true;
+    return Restarted::kLater;
+  }
+
+  // TakeRestart, waiting out the backoff here (a role lost while it started); false when the
+  // budget is spent.
+  bool TakeRestartNow(const std::string& why, const std::pair<std::string, std::string>& label) {
+    for (;;) {
+      const Restarted due = TakeRestart(why, label);
+      if (due != Restarted::kLater) return due == Restarted::kYes;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
   }
 
   // A line of the run's log: through the monitor once the servers are up, before that (a role
@@ -475,8 +499,8 @@ class Cluster {
           if (*code == kExitInterrupted) result = kExitInterrupted;
           continue;
         }
-        if (result == kExitOk && Healable(r, *code) && RestartWorker(r, *code)) {
-          running = true;
+        if (result == kExitOk && Healable(r, *code) && RestartWorker(r, *code) != Restarted::kNo) {
+          running = true;  // Restarted, or once its backoff has passed.
           continue;
         }
         if (result == kExitOk || result == kExitInterrupted) {
@@ -522,6 +546,7 @@ class Cluster {
   };
   static constexpr absl::Duration kSteadyRun = absl::Seconds(5);
   std::map<std::string, RestartHistory> restarted_;  // By role ("ps 1", "loader 0", "worker 1").
+  std::map<std::string, absl::Time> due_;            // Roles waiting out their backoff, by role.
   bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::string> loader_args_;  // For a restart.
