@@ -395,12 +395,14 @@ class Cluster {
       return Restarted::kNo;
     }
     // Each role's backoff doubles with each of its restarts that follows a short run (less than
-    // kSteadyRun since it last came back: a crash loop), up to 32 s; a role that had run steadily
-    // before it was lost comes back after 1 s, as often as it is lost.
+    // kSteadyRun since it last came back: a crash loop), up to 8 s, so that a few losses in a row
+    // stay well inside the workers' waits for it (train.batch_timeout_seconds, the PS recovery
+    // wait); a role that had run steadily before it was lost comes back after 1 s, as often as it
+    // is lost. The restart budget bounds a crash loop.
     const absl::Time now = absl::Now();
     auto [history, first] = restarted_.try_emplace(role);
     if (!first && now - history->second.started < kSteadyRun) {
-      history->second.streak = std::min(history->second.streak + 1, 5);
+      history->second.streak = std::min(history->second.streak + 1, 3);
     } else {
       history->second.streak = 0;
     }
