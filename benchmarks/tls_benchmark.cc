@@ -33,6 +33,7 @@
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
+#include "train_run.h"
 
 namespace {
 
@@ -127,20 +128,7 @@ absl::Status Warm(EmbeddingClient& client) {
 
 // samples_per_second of one `hyrec train --processes` run of `job`.
 absl::StatusOr<double> TrainSamplesPerSecond(const std::string& job, const std::string& report) {
-  auto p = hyrec::Subprocess::Spawn(
-      {HYREC_TRAIN_BINARY, "--processes", "--config=" + job, "--report=" + report, "--plot=", "--progress=lines"});
-  if (!p.ok()) return p.status();
-  while ((*p)->ReadLine(absl::Hours(1)).ok()) {
-  }
-  auto code = (*p)->Wait(absl::Minutes(10));
-  if (!code.ok()) return code.status();
-  if (*code != 0) return absl::InternalError(absl::StrCat("hyrec train exited with ", *code, " on ", job));
-  std::ifstream in(report);
-  for (std::string line; std::getline(in, line);) {
-    double value = 0;
-    if (line.rfind("samples_per_second: ", 0) == 0 && absl::SimpleAtod(line.substr(20), &value)) return value;
-  }
-  return absl::InternalError(absl::StrCat(report, " has no samples_per_second"));
+  return hyrec::bench::TrainSamplesPerSecond(HYREC_TRAIN_BINARY, job, report);
 }
 
 int TrainPart(int rounds) {

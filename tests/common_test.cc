@@ -2,11 +2,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
@@ -16,6 +18,41 @@
 
 namespace hyrec {
 namespace {
+
+TEST(EnvLogFile, WritesOnlyAtSyncInWholePaddedBlocksAndCloseCutsThePadding) {
+  const std::string dir = ::testing::TempDir() + "/env_log_file";
+  std::filesystem::remove_all(dir);
+  Env* env = Env::Default();
+  ASSERT_TRUE(env->CreateDirs(dir).ok());
+  const std::string path = dir + "/log";
+  auto file = env->NewLogFile(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  std::string expected;
+  for (int round = 0; round < 4; ++round) {
+    // Records of awkward sizes, so that groups end inside blocks and cross them.
+    const std::string record(1000 + 3001 * round, static_cast<char>('a' + round));
+    ASSERT_TRUE((*file)->Append(record).ok());
+    ASSERT_TRUE((*file)->Append("|").ok());
+    expected += record + "|";
+    EXPECT_LT(*env->GetFileSize(path), expected.size()) << "Append only buffers";
+    ASSERT_TRUE((*file)->Sync().ok());
+    const std::string on_disk = *ReadFileToString(env, path, 1 << 20);
+    ASSERT_GE(on_disk.size(), expected.size());
+    EXPECT_EQ(on_disk.substr(0, expected.size()), expected) << "round " << round;
+    // Direct writes end at a block boundary, padded with zeros (buffered ones where the file
+    // system refuses direct I/O, with no padding).
+    EXPECT_TRUE(on_disk.size() == expected.size() ||
+                (on_disk.size() % kLogFileBlock == 0 && on_disk.size() - expected.size() < kLogFileBlock))
+        << on_disk.size();
+    EXPECT_EQ(on_disk.find_first_not_of('\0', expected.size()), std::string::npos);
+  }
+  ASSERT_TRUE((*file)->Append("tail").ok());
+  ASSERT_TRUE((*file)->Close().ok());
+  EXPECT_EQ(*ReadFileToString(env, path, 1 << 20), expected + "tail") << "Close writes the rest, unpadded";
+  ASSERT_TRUE(env->TruncateFile(path, 10).ok());
+  EXPECT_EQ(*env->GetFileSize(path), 10u);
+  std::filesystem::remove_all(dir);
+}
 
 TEST(Fp16, RoundTripsRepresentableValuesExactly) {
   for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 0.000061035156f /*2^-14*/, 5.9604645e-08f /*2^-24*/, 1000.5f}) {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -62,6 +63,93 @@ class PosixWritableFile final : public WritableFile {
   int fd_;
 };
 
+// NewLogFile's file: appends gather in an aligned buffer that starts at a block boundary of the
+// file (block_start_); Sync writes the buffer's unwritten bytes (direct: every block from the
+// buffer's start, the last one padded) and fdatasyncs, then keeps only the partial last block.
+class PosixLogFile final : public WritableFile {
+ public:
+  PosixLogFile(std::string path, int fd, bool direct) : path_(std::move(path)), fd_(fd), direct_(direct) {}
+  ~PosixLogFile() override {
+    if (fd_ >= 0) ::close(fd_);
+    std::free(buffer_);
+  }
+
+  absl::Status Append(absl::string_view data) override {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "' is closed"));
+    if (used_ + data.size() > capacity_) {
+      const size_t capacity = RoundUp(std::max(2 * capacity_, used_ + data.size()));
+      void* grown = nullptr;
+      if (::posix_memalign(&grown, kLogFileBlock, capacity) != 0) {
+        return absl::ResourceExhaustedError(absl::StrCat("no memory to buffer ", capacity, " bytes for '", path_, "'"));
+      }
+      if (used_ > 0) std::memcpy(grown, buffer_, used_);
+      std::free(buffer_);
+      buffer_ = static_cast<char*>(grown);
+      capacity_ = capacity;
+    }
+    std::memcpy(buffer_ + used_, data.data(), data.size());
+    used_ += data.size();
+    return absl::OkStatus();
+  }
+
+  absl::Status Sync() override {
+    HYREC_RETURN_IF_ERROR(Write());
+    if (::fdatasync(fd_) != 0) return PosixError("syncing", path_, errno);
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override {
+    if (fd_ < 0) return absl::OkStatus();
+    absl::Status status = Write();
+    const uint64_t length = block_start_ + used_;
+    if (status.ok() && direct_ && ::ftruncate(fd_, static_cast<off_t>(length)) != 0) {
+      status = PosixError("cutting the padding of", path_, errno);
+    }
+    if (status.ok() && ::fdatasync(fd_) != 0) status = PosixError("syncing", path_, errno);
+    if (::close(fd_) != 0 && status.ok()) status = PosixError("closing", path_, errno);
+    fd_ = -1;
+    return status;
+  }
+
+ private:
+  static size_t RoundUp(size_t n) { return (n + kLogFileBlock - 1) / kLogFileBlock * kLogFileBlock; }
+
+  // Writes what Sync has not written yet; the buffer then holds only a partial last block.
+  absl::Status Write() {
+    if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "' is closed"));
+    if (used_ == written_) return absl::OkStatus();
+    // Direct: from the buffer's start (a block boundary), padded to whole blocks. Buffered: only
+    // what is new.
+    const size_t from = direct_ ? 0 : written_;
+    const size_t to = direct_ ? RoundUp(used_) : used_;
+    if (direct_) std::memset(buffer_ + used_, 0, to - used_);
+    for (size_t at = from; at < to;) {
+      const ssize_t n = ::pwrite(fd_, buffer_ + at, to - at, static_cast<off_t>(block_start_ + at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return PosixError("writing", path_, errno);
+      if (n == 0 || (direct_ && n % kLogFileBlock != 0)) {
+        return absl::UnavailableError(absl::StrCat("writing '", path_, "': short write of ", n, " bytes"));
+      }
+      at += static_cast<size_t>(n);
+    }
+    const size_t whole = used_ / kLogFileBlock * kLogFileBlock;  // Bytes that never change again.
+    std::memmove(buffer_, buffer_ + whole, used_ - whole);
+    block_start_ += whole;
+    used_ -= whole;
+    written_ = used_;
+    return absl::OkStatus();
+  }
+
+  const std::string path_;
+  int fd_;
+  const bool direct_;
+  char* buffer_ = nullptr;  // Aligned to kLogFileBlock.
+  size_t capacity_ = 0;
+  size_t used_ = 0;           // Bytes appended, from block_start_.
+  size_t written_ = 0;        // Of them, those already written.
+  uint64_t block_start_ = 0;  // The file offset of buffer_[0].
+};
+
 class PosixSequentialFile final : public SequentialFile {
  public:
   PosixSequentialFile(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
@@ -92,6 +180,14 @@ class PosixEnv final : public Env {
     const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return PosixError("creating", path, errno);
     return std::unique_ptr<WritableFile>(new PosixWritableFile(path, fd));
+  }
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewLogFile(const std::string& path) override {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    const bool direct = fd >= 0;
+    if (!direct && errno == EINVAL) fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return PosixError("creating", path, errno);
+    return std::unique_ptr<WritableFile>(new PosixLogFile(path, fd, direct));
   }
 
   absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
@@ -166,6 +262,11 @@ class PosixEnv final : public Env {
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) return PosixError("reading the size of", path, errno);
     return static_cast<uint64_t>(st.st_size);
+  }
+
+  absl::Status TruncateFile(const std::string& path, uint64_t size) override {
+    if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) return PosixError("truncating", path, errno);
+    return absl::OkStatus();
   }
 };
 
@@ -288,22 +389,40 @@ void FaultInjectionEnv::NoteSynced(const std::string& path, uint64_t length) {
   synced_.emplace_back(path, length);
 }
 
+void FaultInjectionEnv::NoteCreated(const std::string& path) {
+  absl::MutexLock lock(&mu_);
+  bool known = false;
+  for (auto& [p, synced] : synced_) {
+    if (p == path) {
+      synced = 0;
+      known = true;
+    }
+  }
+  if (!known) synced_.emplace_back(path, 0);
+  unsynced_entries_.push_back(path);
+}
+
 absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewWritableFile(const std::string& path) {
   HYREC_RETURN_IF_ERROR(Check(kCreate, path));
   HYREC_ASSIGN_OR_RETURN(auto base, base_->NewWritableFile(path));
-  {
-    absl::MutexLock lock(&mu_);
-    bool known = false;
-    for (auto& [p, synced] : synced_) {
-      if (p == path) {
-        synced = 0;
-        known = true;
-      }
-    }
-    if (!known) synced_.emplace_back(path, 0);
-    unsynced_entries_.push_back(path);
-  }
+  NoteCreated(path);
   return std::unique_ptr<WritableFile>(new FaultInjectionFile(this, path, std::move(base)));
+}
+
+absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewLogFile(const std::string& path) {
+  HYREC_RETURN_IF_ERROR(Check(kCreate, path));
+  HYREC_ASSIGN_OR_RETURN(auto base, base_->NewLogFile(path));
+  NoteCreated(path);
+  return std::unique_ptr<WritableFile>(new FaultInjectionFile(this, path, std::move(base)));
+}
+
+absl::Status FaultInjectionEnv::TruncateFile(const std::string& path, uint64_t size) {
+  HYREC_RETURN_IF_ERROR(base_->TruncateFile(path, size));
+  absl::MutexLock lock(&mu_);
+  for (auto& [p, synced] : synced_) {
+    if (p == path) synced = std::min(synced, size);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status FaultInjectionEnv::RenameFile(const std::string& from, const std::string& to) {

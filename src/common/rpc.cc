@@ -401,8 +401,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
                              static_cast<int>(absl::ToInt64Milliseconds(config.handshake_timeout)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(config.max_connection_idle)));
-  const int threads =
-      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = config.threads > 0 ? config.threads : kDefaultServerThreads;
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, threads);

@@ -103,11 +103,17 @@ void RouteGrpcLogs();
 // gRPC log lines held back since the process started.
 uint64_t SuppressedGrpcLogLines();
 
+inline constexpr int kDefaultServerThreads = 64;
+
 struct ServerConfig {
   std::string host = "127.0.0.1";
   int port = 0;  // 0: an ephemeral port, reported by port().
   SecurityOptions security;
-  int threads = 0;  // Most sync-server polling threads; 0: one per core.
+  // Threads kept waiting for calls (the sync server's most pollers). A call that finds none
+  // waiting starts a thread, which ends after its call when this many already wait: a burst of
+  // calls that block (a PS's Updates waiting for their log's sync) beyond it creates and ends
+  // a thread each. 0: kDefaultServerThreads. Idle threads cost their stacks only.
+  int threads = 0;
   int max_message_bytes = 256 << 20;
   int max_concurrent_streams = 64;                         // Per connection.
   absl::Duration handshake_timeout = absl::Seconds(10);    // TLS and HTTP/2 set-up of a new connection.

@@ -80,16 +80,23 @@ absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limit
   std::vector<float> grads(ids.size() * dim);
   status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
   if (!status.ok()) return status;
+  UpdateResult result;
+  const auto apply = [&] {
+    status = store.Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
+  };
   if (log != nullptr) {
+    // Applied while its record's group is written; acknowledged only once the record is durable.
+    // An update applied but not logged (the log failed) is refused, and the log stays failed, so
+    // nothing is acknowledged from then on; a retry of it is recognized by its sequence.
     const LoggedUpdate logged{request.table(),    request.worker_id(),
                               request.sequence(), static_cast<uint32_t>(request.precision()),
                               request.ids(),      request.grads()};
-    if (absl::Status appended = log->Append(logged); !appended.ok()) {
-      return absl::UnavailableError(absl::StrCat("not applied: ", appended.message()));
+    if (absl::Status appended = log->Append(logged, apply); !appended.ok()) {
+      return absl::UnavailableError(absl::StrCat("not acknowledged: ", appended.message()));
     }
+  } else {
+    apply();
   }
-  UpdateResult result;
-  status = store.Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
   if (!status.ok()) return status;
   response->set_duplicate(result.duplicate);
   response->set_applied(result.applied);
@@ -100,12 +107,12 @@ absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limit
 
 proto::UpdateRequest ToRequest(const LoggedUpdate& update) {
   proto::UpdateRequest request;
-  request.set_table(update.table);
+  request.set_table(update.table.data(), update.table.size());
   request.set_worker_id(update.worker_id);
   request.set_sequence(update.sequence);
   request.set_precision(static_cast<proto::Precision>(update.precision));
-  request.set_ids(update.ids);
-  request.set_grads(update.grads);
+  request.set_ids(update.ids.data(), update.ids.size());
+  request.set_grads(update.grads.data(), update.grads.size());
   return request;
 }
 

@@ -43,10 +43,10 @@ class Reader {
   explicit Reader(absl::string_view data) : data_(data) {}
   bool U32(uint32_t* v) { return Fixed(v, 4); }
   bool U64(uint64_t* v) { return Fixed(v, 8); }
-  bool Bytes(std::string* s, uint64_t max) {
+  bool Bytes(absl::string_view* s, uint64_t max) {
     uint32_t n = 0;
     if (!U32(&n) || n > max || n > data_.size()) return false;
-    s->assign(data_.data(), n);
+    *s = data_.substr(0, n);
     data_.remove_prefix(n);
     return true;
   }
@@ -74,18 +74,21 @@ std::string EncodeHeader(uint64_t number, uint32_t kind, const std::string& chec
   return h;
 }
 
+// One allocation and one copy of the ids and gradients: the record is built in place.
 std::string EncodeRecord(const LoggedUpdate& u) {
-  std::string payload;
-  PutBytes(&payload, u.table);
-  PutU32(&payload, u.worker_id);
-  PutU64(&payload, u.sequence);
-  PutU32(&payload, u.precision);
-  PutBytes(&payload, u.ids);
-  PutBytes(&payload, u.grads);
+  const size_t payload = 4 + u.table.size() + 4 + 8 + 4 + 4 + u.ids.size() + 4 + u.grads.size();
   std::string record;
-  PutU32(&record, static_cast<uint32_t>(payload.size()));
-  PutU32(&record, Crc32(payload));
-  record += payload;
+  record.reserve(8 + payload);
+  PutU32(&record, static_cast<uint32_t>(payload));
+  PutU32(&record, 0);  // The crc, once the payload is in place.
+  PutBytes(&record, u.table);
+  PutU32(&record, u.worker_id);
+  PutU64(&record, u.sequence);
+  PutU32(&record, u.precision);
+  PutBytes(&record, u.ids);
+  PutBytes(&record, u.grads);
+  const uint32_t crc = Crc32(absl::string_view(record).substr(8));
+  std::memcpy(record.data() + 4, &crc, 4);
   return record;
 }
 
@@ -93,6 +96,37 @@ bool DecodePayload(absl::string_view payload, LoggedUpdate* u) {
   Reader r(payload);
   return r.Bytes(&u->table, 1 << 16) && r.U32(&u->worker_id) && r.U64(&u->sequence) && r.U32(&u->precision) &&
          r.Bytes(&u->ids, kMaxRecordBytes) && r.Bytes(&u->grads, kMaxRecordBytes) && r.done();
+}
+
+// Walks the records of a segment's `data` from `at` (past its header), calling `apply` on each
+// whole one. Returns where the whole records end; *tail says what follows them: nothing, zeros
+// of a direct write's padding (fewer than a block), or something else (a torn or damaged
+// record).
+enum class Tail { kNone, kPadding, kDamaged };
+absl::StatusOr<size_t> WalkRecords(absl::string_view data, size_t at,
+                                   const std::function<absl::Status(const LoggedUpdate&)>& apply, Tail* tail) {
+  while (at < data.size()) {
+    uint32_t length = 0, crc = 0;
+    const bool whole = data.size() - at >= 8;
+    if (whole) {
+      std::memcpy(&length, data.data() + at, 4);
+      std::memcpy(&crc, data.data() + at + 4, 4);
+    }
+    const bool fits = whole && length <= data.size() - at - 8;
+    LoggedUpdate u;
+    const bool good =
+        fits && Crc32(data.substr(at + 8, length)) == crc && DecodePayload(data.substr(at + 8, length), &u);
+    if (!good) {
+      const absl::string_view rest = data.substr(at);
+      const bool zeros = rest.size() < kLogFileBlock && rest.find_first_not_of('\0') == absl::string_view::npos;
+      *tail = zeros ? Tail::kPadding : Tail::kDamaged;
+      return at;
+    }
+    if (apply) HYREC_RETURN_IF_ERROR(apply(u));
+    at += 8 + length;
+  }
+  *tail = Tail::kNone;
+  return at;
 }
 
 struct Header {
@@ -108,10 +142,12 @@ bool DecodeHeader(absl::string_view data, Header* h) {
   if (data.size() < 8 || data.substr(0, 8) != absl::string_view(kMagic, 8)) return false;
   Reader r(data.substr(8));
   uint32_t version = 0, crc = 0;
+  absl::string_view checkpoint;
   if (!r.U32(&version) || version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
-      !r.Bytes(&h->checkpoint, kMaxCheckpointName)) {
+      !r.Bytes(&checkpoint, kMaxCheckpointName)) {
     return false;
   }
+  h->checkpoint = std::string(checkpoint);
   const size_t body = 8 + 4 + 8 + 4 + 8 + 4 + h->checkpoint.size();
   if (data.size() < body + 4) return false;
   std::memcpy(&crc, data.data() + body, 4);
@@ -174,11 +210,11 @@ struct UpdateLog::Writer {
   bool done = false;
 };
 
-// An Append's wait: until a leader wrote its record, or it is the first in the queue.
+// An Append's wait: until a leader wrote its record, or no one leads.
 struct UpdateLog::Turn {
   Writer* writer;
-  std::vector<Writer*>* queue;
-  static bool Ready(Turn* t) { return t->writer->done || t->queue->front() == t->writer; }
+  const bool* leading;
+  static bool Ready(Turn* t) { return t->writer->done || !*t->leading; }
 };
 
 UpdateLog::UpdateLog(const UpdateLogOptions& options)
@@ -254,29 +290,17 @@ absl::Status UpdateLog::Replay(uint64_t first, const std::function<absl::Status(
     HYREC_ASSIGN_OR_RETURN(const std::string data, ReadAll(env_, path));
     Header h;
     DecodeHeader(data, &h);
-    size_t at = h.size;
     ++s.segments;
-    while (at < data.size()) {
-      uint32_t length = 0, crc = 0;
-      const bool whole = data.size() - at >= 8;
-      if (whole) {
-        std::memcpy(&length, data.data() + at, 4);
-        std::memcpy(&crc, data.data() + at + 4, 4);
-      }
-      const bool fits = whole && length <= data.size() - at - 8;
-      LoggedUpdate u;
-      const bool good = fits && Crc32(absl::string_view(data).substr(at + 8, length)) == crc &&
-                        DecodePayload(absl::string_view(data).substr(at + 8, length), &u);
-      if (!good) {
-        if (last) {  // A torn tail: the record whose Append never returned.
-          s.torn_bytes = data.size() - at;
-          break;
-        }
-        return absl::DataLossError(absl::StrCat(path, ": record at offset ", at, " is damaged"));
-      }
+    Tail tail = Tail::kNone;
+    const std::function<absl::Status(const LoggedUpdate&)> count = [&](const LoggedUpdate& u) {
       HYREC_RETURN_IF_ERROR(apply(u));
       ++s.records;
-      at += 8 + length;
+      return absl::OkStatus();
+    };
+    HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, count, &tail));
+    if (tail == Tail::kDamaged) {
+      if (!last) return absl::DataLossError(absl::StrCat(path, ": record at offset ", end, " is damaged"));
+      s.torn_bytes = data.size() - end;  // A torn tail: the record whose Append never returned.
     }
   }
   return absl::OkStatus();
@@ -289,7 +313,9 @@ absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::s
     file_.reset();
   }
   const std::string path = SegmentPath(number);
-  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file, env_->NewWritableFile(path));
+  // Every group waits for its sync: direct writes, which skip the page cache's write-back.
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
+                         options_.sync == LogSync::kEveryGroup ? env_->NewLogFile(path) : env_->NewWritableFile(path));
   HYREC_RETURN_IF_ERROR(file->Append(EncodeHeader(number, kind, checkpoint, lineage_)));
   HYREC_RETURN_IF_ERROR(file->Sync());
   HYREC_RETURN_IF_ERROR(env_->SyncDir(options_.dir));  // The segment exists after a crash.
@@ -319,14 +345,26 @@ absl::Status UpdateLog::Reset(const std::string& checkpoint) {
 absl::Status UpdateLog::StartWriting() {
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
   if (segments.empty()) return absl::FailedPreconditionError("an empty update log starts with Reset");
+  const std::string last = SegmentPath(segments.back().number);
+  HYREC_ASSIGN_OR_RETURN(const std::string data, ReadAll(env_, last));
+  Header h;
+  DecodeHeader(data, &h);
+  Tail tail = Tail::kNone;
+  HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, nullptr, &tail));
+  if (end < data.size()) {
+    HYREC_RETURN_IF_ERROR(env_->TruncateFile(last, end));
+    HYREC_RETURN_IF_ERROR(env_->SyncFile(last));
+  }
   absl::MutexLock lock(&file_mu_);
   return OpenSegment(segments.back().number + 1, kContinue, "");
 }
 
-absl::Status UpdateLog::WriteGroup(const std::string& bytes) {
+absl::Status UpdateLog::WriteGroup(const std::vector<absl::string_view>& records) {
   if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
-  HYREC_RETURN_IF_ERROR(file_->Append(bytes));
-  segment_size_ += bytes.size();
+  for (absl::string_view record : records) {
+    HYREC_RETURN_IF_ERROR(file_->Append(record));
+    segment_size_ += record.size();
+  }
   const bool sync = options_.sync == LogSync::kEveryGroup ||
                     (options_.sync == LogSync::kInterval && absl::Now() - last_sync_ >= options_.sync_interval);
   if (sync) {
@@ -337,28 +375,43 @@ absl::Status UpdateLog::WriteGroup(const std::string& bytes) {
   return absl::OkStatus();
 }
 
-absl::Status UpdateLog::Append(const LoggedUpdate& update) {
+absl::Status UpdateLog::Append(const LoggedUpdate& update, const std::function<void()>& meanwhile) {
   Writer w(EncodeRecord(update));
   absl::MutexLock lock(&mu_);
   queue_.push_back(&w);
-  // Followers wait until a leader has written their record, or until they lead.
-  Turn turn{&w, &queue_};
-  mu_.Await(absl::Condition(&Turn::Ready, &turn));
-  if (w.done) return w.status;
-  // The leader. Requests of one batch arrive together (a table each): waiting a moment for the
-  // others lets one sync serve them all.
+  if (meanwhile) {
+    mu_.Unlock();
+    meanwhile();
+    mu_.Lock();
+  }
+  Turn turn{&w, &leading_};
+  while (!w.done) {
+    // Followers wait until a leader has written their record, or until no one leads.
+    mu_.Await(absl::Condition(&Turn::Ready, &turn));
+    if (w.done) break;
+    LeadGroup();
+  }
+  return w.status;
+}
+
+void UpdateLog::LeadGroup() {
+  leading_ = true;
+  // Requests of one batch arrive together (a table each): waiting a moment for the others lets
+  // one sync serve them all.
   if (options_.sync == LogSync::kEveryGroup && queue_.size() == 1 && options_.group_linger > absl::ZeroDuration()) {
     std::vector<Writer*>* queue = &queue_;
     mu_.AwaitWithTimeout(absl::Condition(
                              +[](std::vector<Writer*>* q) { return q->size() > 1; }, queue),
                          options_.group_linger);
   }
-  // Everything queued, up to max_group_bytes.
-  std::string group;
-  size_t count = 0;
-  while (count < queue_.size() &&
-         (count == 0 || group.size() + queue_[count]->bytes.size() <= options_.max_group_bytes)) {
-    group += queue_[count]->bytes;
+  // Everything queued, up to max_group_bytes, whether or not its writer is still applying its
+  // update: its bytes are final, and it waits for `done` before it returns. The records stay
+  // where their writers keep them.
+  std::vector<absl::string_view> group;
+  size_t count = 0, bytes = 0;
+  while (count < queue_.size() && (count == 0 || bytes + queue_[count]->bytes.size() <= options_.max_group_bytes)) {
+    group.push_back(queue_[count]->bytes);
+    bytes += queue_[count]->bytes.size();
     ++count;
   }
   absl::Status status = failed_;
@@ -377,7 +430,7 @@ absl::Status UpdateLog::Append(const LoggedUpdate& update) {
     queue_[i]->done = true;
   }
   queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(count));
-  return status;
+  leading_ = false;
 }
 
 absl::StatusOr<uint64_t> UpdateLog::Rotate(const std::string& name) {

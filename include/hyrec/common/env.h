@@ -54,6 +54,15 @@ class Env {
 
   // Creates (or truncates) `path` for writing.
   virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) = 0;
+  // Creates (or truncates) `path` for a write-ahead log that waits for every Sync. Append only
+  // buffers in memory; Sync writes what was appended since the last Sync in one write, bypassing
+  // the page cache (direct I/O) where the file system allows, and makes it durable. A direct
+  // write covers whole blocks of kLogFileBlock bytes: the block the data ends in is written
+  // padded with zeros, and written again, whole, by the next Sync. So after a crash the file may
+  // end in fewer than kLogFileBlock zeros past its last synced byte; Close writes what is
+  // pending, cuts those zeros off and syncs. Where the file system refuses direct I/O (tmpfs),
+  // Sync writes through the page cache instead, with no padding.
+  virtual absl::StatusOr<std::unique_ptr<WritableFile>> NewLogFile(const std::string& path) = 0;
   virtual absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) = 0;
   // Atomically replaces `to` with `from` (rename(2)).
   virtual absl::Status RenameFile(const std::string& from, const std::string& to) = 0;
@@ -70,7 +79,12 @@ class Env {
   virtual absl::StatusOr<std::vector<std::string>> GetChildren(const std::string& dir) = 0;
   virtual bool FileExists(const std::string& path) = 0;
   virtual absl::StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
+  // Cuts `path` to `size` bytes (not synced: SyncFile makes it durable).
+  virtual absl::Status TruncateFile(const std::string& path, uint64_t size) = 0;
 };
+
+// The block of NewLogFile's direct writes: their offsets and lengths are multiples of it.
+inline constexpr size_t kLogFileBlock = 4096;
 
 // Reads a whole file; FailedPrecondition when it holds more than `max_bytes`.
 absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, uint64_t max_bytes);
@@ -109,6 +123,7 @@ class FaultInjectionEnv final : public Env {
   int64_t calls(Op op) const;
 
   absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override;
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewLogFile(const std::string& path) override;
   absl::StatusOr<std::unique_ptr<SequentialFile>> NewSequentialFile(const std::string& path) override {
     return base_->NewSequentialFile(path);
   }
@@ -123,12 +138,16 @@ class FaultInjectionEnv final : public Env {
   }
   bool FileExists(const std::string& path) override { return base_->FileExists(path); }
   absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
+  absl::Status TruncateFile(const std::string& path, uint64_t size) override;
 
   // Called by this Env's files.
   absl::Status Check(Op op, const std::string& path);
   void NoteSynced(const std::string& path, uint64_t length);
 
  private:
+  // Registers a file created through this Env (synced length 0, its entry not yet synced).
+  void NoteCreated(const std::string& path) ABSL_LOCKS_EXCLUDED(mu_);
+
   Env* const base_;
   mutable absl::Mutex mu_;
   int64_t calls_[kNumOps] ABSL_GUARDED_BY(mu_) = {};

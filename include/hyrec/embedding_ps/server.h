@@ -41,7 +41,7 @@ namespace hyrec::embedding_ps {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 0;         // 0: an ephemeral port, reported by port().
-  int threads = 0;      // gRPC polling threads; 0: one per core.
+  int threads = 0;      // gRPC threads kept waiting for calls; 0: 64 (rpc::ServerConfig::threads).
   int shard_index = 0;  // This server's position among num_shards PS shards.
   int num_shards = 1;
   uint64_t max_ids_per_request = 1 << 22;

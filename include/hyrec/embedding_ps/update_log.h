@@ -9,7 +9,7 @@
 //   ... restore start.checkpoint (when not empty), then:
 //   HYREC_RETURN_IF_ERROR(log->Replay(start.segment, [&](const LoggedUpdate& u) { return Apply(u); }, &stats));
 //   HYREC_RETURN_IF_ERROR(log->StartWriting());
-//   HYREC_RETURN_IF_ERROR(log->Append(update));   // durable (as options.sync says) on return
+//   HYREC_RETURN_IF_ERROR(log->Append(update, [&] { Apply(update); }));  // durable on return
 //
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
 // header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, a
@@ -18,16 +18,20 @@
 // whose snapshot was taken when it was opened: its updates are the ones after that snapshot), or
 // the segment before it (a segment opened after a restart or a rotation by size).
 //
-// Group commit (as LevelDB's writers): concurrent Appends queue; the first writes every queued
-// record in one write and, with sync kEveryGroup, one fdatasync, and wakes the others. An Append
+// Group commit (as LevelDB's writers): concurrent Appends queue; while no one writes, a waiting
+// one leads: it writes every queued record in one write and, with sync kEveryGroup, one
+// fdatasync, and wakes the others. An Append
 // returns only once its record is written (and synced, with kEveryGroup), so a caller that
 // acknowledges after Append never acknowledges an update a crash can lose. A failed write or
-// sync fails every Append of its group and every later one; the log must be reopened.
+// sync fails every Append of its group and every later one; the log must be reopened. With
+// kEveryGroup the segments are Env::NewLogFile's files (direct I/O), so a segment of a crashed
+// shard may end in fewer than kLogFileBlock zeros: padding, not a record.
 //
 // A record cut short or with a bad crc at the end of the last segment is a torn tail (a crash
-// while writing it, whose Append never returned): replay stops there and counts the bytes. Any
-// other damage is DATA_LOSS naming the segment and offset. All file access goes through `env`.
-// Thread-safe.
+// while writing it, whose Append never returned): replay stops there and counts the bytes, and
+// StartWriting cuts it off before a new segment follows, so a shard that crashes again later
+// still replays that segment whole. Any other damage is DATA_LOSS naming the segment and offset.
+// All file access goes through `env`. Thread-safe.
 #ifndef HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 #define HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 
@@ -39,6 +43,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "hyrec/common/env.h"
@@ -71,14 +76,16 @@ struct UpdateLogOptions {
   Env* env = nullptr;  // nullptr: Env::Default().
 };
 
-// One logged Update, as the request carried it (the gradients in their wire precision).
+// One logged Update, as the request carried it (the gradients in their wire precision). Its
+// bytes are views: of the caller's request while Append runs, of the segment being read while
+// Replay's `apply` runs.
 struct LoggedUpdate {
-  std::string table;
+  absl::string_view table;
   uint32_t worker_id = 0;
   uint64_t sequence = 0;
-  uint32_t precision = 0;  // proto::Precision
-  std::string ids;         // little-endian uint64s
-  std::string grads;       // little-endian values of `precision`
+  uint32_t precision = 0;   // proto::Precision
+  absl::string_view ids;    // little-endian uint64s
+  absl::string_view grads;  // little-endian values of `precision`
 };
 
 // Where a recovery starts: restore `checkpoint` (empty: start from an empty store), then replay
@@ -120,10 +127,16 @@ class UpdateLog {
   // new lineage: for a shard that starts fresh, or from a checkpoint the job resumes from.
   absl::Status Reset(const std::string& checkpoint);
   // Opens a new segment after the existing ones (that continues them), to write after a replay.
+  // First cuts the last segment after its last whole record (a torn tail, padding) and syncs it.
   absl::Status StartWriting();
 
-  // Appends one record; returns once it is written and synced as options.sync says.
-  absl::Status Append(const LoggedUpdate& update);
+  // Appends one record; returns once it is written and synced as options.sync says. `meanwhile`
+  // (may be empty) runs after the record is queued and before the wait, so that the caller's
+  // work (the shard applies the update) overlaps the write of the group the record joins: a
+  // reader may then see an update before it is durable, but its caller acknowledges it only
+  // once Append returned OK.
+  absl::Status Append(const LoggedUpdate& update, const std::function<void()>& meanwhile);
+  absl::Status Append(const LoggedUpdate& update) { return Append(update, nullptr); }
 
   // Opens a new segment that starts from checkpoint `name` (whose snapshot is being taken now,
   // with no Append running); returns its number.
@@ -149,16 +162,19 @@ class UpdateLog {
   absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   std::string SegmentPath(uint64_t number) const;
-  absl::Status WriteGroup(const std::string& bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  absl::Status WriteGroup(const std::vector<absl::string_view>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // Writes the queued records (up to max_group_bytes) as one group and marks their writers done.
+  void LeadGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const UpdateLogOptions options_;
   Env* const env_;
 
   struct Writer;
   struct Turn;
-  mutable absl::Mutex mu_;  // The queue of writers.
-  std::vector<Writer*> queue_ ABSL_GUARDED_BY(mu_);
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);  // A write or sync failed: every later Append fails.
+  mutable absl::Mutex mu_;                           // The queue of writers.
+  std::vector<Writer*> queue_ ABSL_GUARDED_BY(mu_);  // Records not yet written, oldest first.
+  bool leading_ ABSL_GUARDED_BY(mu_) = false;        // A writer is writing a group.
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);         // A write or sync failed: every later Append fails.
 
   mutable absl::Mutex file_mu_ ABSL_ACQUIRED_AFTER(mu_);  // The open segment, held while writing.
   std::unique_ptr<WritableFile> file_ ABSL_GUARDED_BY(file_mu_);
