@@ -325,7 +325,7 @@ int PsMain(int argc, char** argv) {
   flags.Uint64("capacity_rows", &f.capacity_rows, "Without --config: most rows held (all tables); 0: unbounded.");
   flags.Uint64("capacity_bytes", &f.capacity_bytes, "Without --config: most bytes held (all tables); 0: unbounded.");
   flags.Int("stripes", &f.stripes, "Without --config: lock stripes of the store.", 1, 65536);
-  flags.Int("threads", &f.threads, "Without --config: gRPC polling threads; 0: one per core.", 0, 1024);
+  flags.Int("threads", &f.threads, "Without --config: gRPC threads kept waiting for calls; 0: 64.", 0, 1024);
   flags.Uint64("max_ids_per_request", &f.max_ids_per_request,
                "Without --config: larger requests get "
                "RESOURCE_EXHAUSTED.");
