@@ -366,8 +366,15 @@ class Cluster {
     const std::string why =
         absl::StrCat("worker ", r, " exited (", ExitDescription(code), "); restarting it to heal from its live peers");
     if (const Restarted due = TakeRestart(why, {"worker", std::to_string(r)}); due != Restarted::kYes) return due;
+    // It heals from its peers' state; a --resume of this attempt (the run's, or a fallback's
+    // checkpoint) names a checkpoint that the checkpoints' retention may have deleted since, so
+    // it resumes from the newest one instead, as a replaced loader does.
+    std::vector<std::string> args = worker_args_[r];
+    for (std::string& a : args) {
+      if (absl::StartsWith(a, "--resume=") && !plan().spec.checkpoint.dir.empty()) a = "--resume=auto";
+    }
     absl::StatusOr<std::unique_ptr<Subprocess>> started =
-        Spawn(Command(options_.roles.worker, worker_args_[r]), absl::StrCat("worker ", r));
+        Spawn(Command(options_.roles.worker, args), absl::StrCat("worker ", r));
     if (!started.ok()) {
       monitor_->Note(absl::StrCat("worker ", r, " did not come back: ", started.status().message()));
       return Restarted::kNo;
