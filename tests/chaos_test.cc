@@ -248,8 +248,8 @@ class ChaosTest : public ::testing::Test {
 };
 
 TEST_F(ChaosTest, TheJobFinishesUnderFaultsAsWithoutThem) {
-  const uint64_t seed = EnvOr("HYREC_CHAOS_SEED", 2);  // Its 4 faults are one of each kind.
-  const uint64_t samples = EnvOr("HYREC_CHAOS_SAMPLES", 256000);
+  const uint64_t seed = EnvOr("HYREC_CHAOS_SEED", 2);             // Its 4 faults are one of each kind.
+  const uint64_t samples = EnvOr("HYREC_CHAOS_SAMPLES", 512000);  // Its 4 slots end well before the run.
   const int max_faults = static_cast<int>(EnvOr("HYREC_CHAOS_FAULTS", 4));
   const Outcome calm = Train(Job("calm", samples), nullptr);
   ASSERT_EQ(calm.code, 0) << calm.tail;
