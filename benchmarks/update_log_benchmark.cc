@@ -72,16 +72,19 @@ absl::StatusOr<Shard> StartShard(const std::string& log_dir, LogSync sync) {
   return shard;
 }
 
-double ProcessCpuSeconds() {
+// This process's CPU seconds and context switches so far.
+std::pair<double, double> ProcessUsage() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
-         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  return {static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+              static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6,
+          static_cast<double>(usage.ru_nvcsw + usage.ru_nivcsw)};
 }
 
 struct Rate {
   double calls_per_second = 0;
-  double cpu_us_per_call = 0;  // This process's CPU time (clients and shard alike) per call.
+  double cpu_us_per_call = 0;     // This process's CPU time (clients and shard alike) per call.
+  double switches_per_call = 0;   // Its context switches per call.
 };
 
 // Updates per second of `clients` threads calling `address` for `seconds`.
@@ -93,7 +96,7 @@ absl::StatusOr<Rate> Measure(const std::string& address, int clients, double sec
   }
   std::atomic<uint64_t> calls{0};
   std::atomic<bool> failed{false};
-  const double cpu_start = ProcessCpuSeconds();
+  const auto usage_start = ProcessUsage();
   const absl::Time end = absl::Now() + absl::Seconds(seconds);
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
@@ -112,11 +115,12 @@ absl::StatusOr<Rate> Measure(const std::string& address, int clients, double sec
     });
   }
   for (std::thread& t : threads) t.join();
-  const double cpu = ProcessCpuSeconds() - cpu_start;
+  const auto usage_end = ProcessUsage();
   *sequence_base += 1'000'000;
   if (failed) return absl::InternalError("an update failed");
   const double n = static_cast<double>(std::max<uint64_t>(1, calls.load()));
-  return Rate{n / seconds, cpu / n * 1e6};
+  return Rate{n / seconds, (usage_end.first - usage_start.first) / n * 1e6,
+              (usage_end.second - usage_start.second) / n};
 }
 
 // (2): the default job with its logs (sync `sync`) against the same job without; returns the exit
@@ -216,8 +220,8 @@ int main(int argc, char** argv) {
   }
   std::printf("Update calls of %zu ids (dim %d, Adagrad) per second, log (sync %s, under %s) vs none\n", kIds, kDim,
               LogSyncName(sync), dir.c_str());
-  std::printf("%-8s %14s %14s %8s %12s %12s   %s\n", "clients", "no log", "log", "ratio", "cpu us/call", "(no log)",
-              "ratios of the rounds");
+  std::printf("%-8s %10s %10s %7s %12s %9s %10s %9s   %s\n", "clients", "no log", "log", "ratio", "cpu us/call",
+              "(no log)", "csw/call", "(no log)", "ratios of the rounds");
   uint64_t sequence = 1;
   for (int clients : {1, 4, 16}) {
     Rate best_plain, best_logged;
@@ -235,9 +239,10 @@ int main(int argc, char** argv) {
     }
     std::string each;
     for (double r : ratios) absl::StrAppend(&each, absl::StrFormat("%.2f ", r));
-    std::printf("%-8d %14.0f %14.0f %8.2f %12.0f %12.0f   %s\n", clients, best_plain.calls_per_second,
+    std::printf("%-8d %10.0f %10.0f %7.2f %12.0f %9.0f %10.1f %9.1f   %s\n", clients, best_plain.calls_per_second,
                 best_logged.calls_per_second, best_logged.calls_per_second / best_plain.calls_per_second,
-                best_logged.cpu_us_per_call, best_plain.cpu_us_per_call, each.c_str());
+                best_logged.cpu_us_per_call, best_plain.cpu_us_per_call, best_logged.switches_per_call,
+                best_plain.switches_per_call, each.c_str());
   }
   std::filesystem::remove_all(log_dir);
   return only == "shard" || train_rounds == 0 ? 0 : TrainPart(train_rounds, dir, sync);

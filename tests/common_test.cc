@@ -1,13 +1,16 @@
 #include <signal.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/crc32c.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
@@ -52,6 +55,43 @@ TEST(EnvLogFile, WritesOnlyAtSyncInWholePaddedBlocksAndCloseCutsThePadding) {
   ASSERT_TRUE(env->TruncateFile(path, 10).ok());
   EXPECT_EQ(*env->GetFileSize(path), 10u);
   std::filesystem::remove_all(dir);
+}
+
+TEST(Crc32c, MatchesTheStandardsCheckValues) {
+  // "123456789" and RFC 3720's (iSCSI) test patterns.
+  std::string zeros(32, '\0'), ones(32, '\xff'), ascending(32, '\0');
+  for (int i = 0; i < 32; ++i) ascending[i] = static_cast<char>(i);
+  for (bool portable : {false, true}) {
+    const auto crc = [&](absl::string_view s) {
+      return portable ? hyrec::crc32c_internal::Portable(s, 0) : hyrec::Crc32c(s);
+    };
+    EXPECT_EQ(crc("123456789"), 0xE3069283u) << portable;
+    EXPECT_EQ(crc(zeros), 0x8A9136AAu) << portable;
+    EXPECT_EQ(crc(ones), 0x62A8AB43u) << portable;
+    EXPECT_EQ(crc(ascending), 0x46DD794Eu) << portable;
+    EXPECT_EQ(crc(""), 0u) << portable;
+  }
+}
+
+TEST(Crc32c, CopyAndContinuationAgreeWithTheTableAtEveryLengthAndAlignment) {
+  std::mt19937 random(5);
+  std::string data(300, '\0');
+  for (char& c : data) c = static_cast<char>(random());
+  std::string dst(310, '\0');
+  for (size_t offset = 0; offset < 9; ++offset) {
+    for (size_t n = 0; n + offset <= data.size(); n += 7) {
+      const absl::string_view piece(data.data() + offset, n);
+      const uint32_t expected = hyrec::crc32c_internal::Portable(piece, 0);
+      EXPECT_EQ(hyrec::Crc32c(piece), expected) << offset << " " << n;
+      std::fill(dst.begin(), dst.end(), '\0');
+      EXPECT_EQ(hyrec::Crc32cCopy(dst.data() + 1, piece), expected) << offset << " " << n;
+      EXPECT_EQ(absl::string_view(dst.data() + 1, n), piece);
+      EXPECT_EQ(dst[0], '\0');
+      EXPECT_EQ(dst[n + 1], '\0') << "wrote past the copy";
+      const size_t half = n / 2;
+      EXPECT_EQ(hyrec::Crc32c(piece.substr(half), hyrec::Crc32c(piece.substr(0, half))), expected);
+    }
+  }
 }
 
 TEST(Fp16, RoundTripsRepresentableValuesExactly) {

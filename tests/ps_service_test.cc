@@ -331,6 +331,56 @@ TEST_F(PsServiceBadInput, EachBadRequestIsRefusedAndChangesNothing) {
   }
 }
 
+TEST_F(PsServiceBadInput, UpdateTablesValidatesEveryUpdateBeforeApplyingAny) {
+  const std::vector<float> before = Row(11);
+  proto::UpdateTablesRequest request;
+  for (int k = 0; k < 2; ++k) {
+    proto::UpdateRequest* u = request.add_updates();
+    u->set_table("wide");
+    u->set_ids(Ids({11}));
+    u->set_grads(Floats({1, 1, 1}));
+    u->set_worker_id(1);
+    u->set_sequence(7 + k);
+  }
+  request.mutable_updates(1)->set_table("nope");
+  proto::UpdateTablesResponse response;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    const grpc::Status status = stub_->UpdateTables(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+    EXPECT_NE(status.error_message().find("update 1 (table 'nope')"), std::string::npos) << status.error_message();
+    EXPECT_NE(status.error_message().find("nothing was applied"), std::string::npos) << status.error_message();
+  }
+  EXPECT_EQ(Row(11), before);  // The valid first update was not applied either.
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->UpdateTables(&context, proto::UpdateTablesRequest(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  }
+  // Both valid: each applied once and answered in order; the first again is a duplicate.
+  request.mutable_updates(1)->set_table("wide");
+  request.mutable_updates(1)->set_ids(Ids({12}));
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->UpdateTables(&context, request, &response).ok());
+  }
+  ASSERT_EQ(response.updates_size(), 2);
+  EXPECT_EQ(response.updates(0).applied(), 1u);
+  EXPECT_EQ(response.updates(1).applied(), 1u);
+  EXPECT_NE(response.incarnation(), 0u);
+  EXPECT_NE(Row(11), before);
+  const std::vector<float> after = Row(11);
+  request.mutable_updates()->DeleteSubrange(1, 1);
+  {
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub_->UpdateTables(&context, request, &response).ok());
+  }
+  ASSERT_EQ(response.updates_size(), 1);
+  EXPECT_TRUE(response.updates(0).duplicate());
+  EXPECT_EQ(Row(11), after);
+}
+
 TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {
   auto cluster = Launch(2);
   ASSERT_NE(cluster, nullptr);

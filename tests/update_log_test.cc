@@ -46,6 +46,8 @@ std::string CrashCopy(const std::string& dir, const std::string& name) {
 }
 
 std::set<std::pair<uint32_t, uint64_t>> Replayed(const UpdateLog& log, uint64_t first, ReplayStats* stats) {
+  ReplayStats local;
+  if (stats == nullptr) stats = &local;
   std::set<std::pair<uint32_t, uint64_t>> seen;
   const absl::Status s = log.Replay(
       first,
@@ -78,6 +80,7 @@ TEST(UpdateLog, GroupCommitKeepsEveryRecordOfManyWriters) {
   ReplayStats stats;
   EXPECT_EQ(Replayed(**log, 1, &stats).size(), 1600u);
   EXPECT_EQ(stats.records, 1600u);
+  EXPECT_EQ(stats.updates, 1600u);
   EXPECT_GT(stats.segments, 2u);
   EXPECT_EQ(stats.torn_bytes, 0u);
 }
@@ -131,6 +134,51 @@ TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {
       1, [](const LoggedUpdate&) { return absl::OkStatus(); }, nullptr);
   EXPECT_TRUE(absl::IsDataLoss(damaged)) << damaged;
   EXPECT_NE(damaged.message().find("log-00000000000000000001.wal"), std::string::npos) << damaged;
+}
+
+TEST(UpdateLog, ARecordOfSeveralUpdatesIsReplayedWholeOrNotAtAll) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("several");
+  options.sync = LogSync::kOff;
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Reset("").ok());
+  const std::string path = options.dir + "/log-00000000000000000001.wal";
+  ASSERT_TRUE((*log)->Append(Record(1, 1).view()).ok());
+  const uint64_t first_end = *Env::Default()->GetFileSize(path);
+  const OwnedRecord a = Record(2, 1), b = Record(3, 1), c = Record(4, 1);  // One UpdateTables call's.
+  const std::vector<LoggedUpdate> batch = {a.view(), b.view(), c.view()};
+  ASSERT_TRUE((*log)->Append(batch, nullptr).ok());
+  ASSERT_TRUE((*log)->Close().ok());
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**log, 1, &stats),
+            (std::set<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}, {3, 1}, {4, 1}}));
+  EXPECT_EQ(stats.records, 2u);
+  EXPECT_EQ(stats.updates, 4u);
+  const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 20);
+  for (uint64_t size = first_end; size < whole.size(); ++size) {  // Torn anywhere in the second record.
+    ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, whole.substr(0, size)).ok());
+    auto reopened = UpdateLog::Open(options);
+    ASSERT_TRUE(reopened.ok());
+    EXPECT_EQ(Replayed(**reopened, 1, nullptr), (std::set<std::pair<uint32_t, uint64_t>>{{1, 1}})) << size;
+  }
+  EXPECT_FALSE((*log)->Append(std::vector<LoggedUpdate>{}, nullptr).ok());
+}
+
+TEST(UpdateLog, ASegmentOfAnotherFormatVersionIsNamedNotReplayed) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("version");
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Reset("").ok());
+  ASSERT_TRUE((*log)->Close().ok());
+  const std::string path = options.dir + "/log-00000000000000000001.wal";
+  std::string bytes = *ReadFileToString(Env::Default(), path, 1 << 20);
+  bytes[8] = 1;  // The version after the magic: format 1 (crc32, one update a record).
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, bytes).ok());
+  const absl::Status s = UpdateLog::Open(options).status();  // What a restarted shard opens first.
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_NE(s.message().find("format 1"), std::string::npos) << s;
 }
 
 TEST(UpdateLog, ACrashedSegmentsPaddingIsNoRecordAndASecondCrashLosesNothing) {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "embedding.grpc.pb.h"
@@ -557,7 +558,8 @@ class GrpcClient final : public ShardedClient {
   // "Lookup", or "Lookup of table 'user'" when the request's table is known.
   static std::string Label(absl::string_view method, const std::vector<absl::string_view>* tables, int k) {
     if (tables == nullptr) return std::string(method);
-    return absl::StrCat(method, " of table '", (*tables)[k], "'");
+    const bool several = absl::StrContains((*tables)[k], "', '");  // UpdateTables: names joined.
+    return absl::StrCat(method, " of table", several ? "s" : "", " '", (*tables)[k], "'");
   }
 
   absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method, int attempts) const {
@@ -620,28 +622,52 @@ class GrpcClient final : public ShardedClient {
     return absl::OkStatus();
   }
 
+  // One UpdateTables call per shard with every table's part for it (more when they would pass
+  // half the message limit): one record in the shard's log, one acknowledgement.
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
     const Flat flat = Flatten(calls);
-    std::vector<proto::UpdateRequest> requests(flat.shards.size());
-    std::vector<proto::UpdateResponse> responses(flat.shards.size());
-    for (size_t k = 0; k < requests.size(); ++k) {
-      const auto [c, p] = flat.where[k];
-      requests[k].set_table(std::string(calls[c].table));
-      requests[k].set_precision(precision_);
-      requests[k].set_worker_id(update_id.worker_id);
-      requests[k].set_sequence(update_id.sequence);
-      wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
-      wire::EncodeValues(calls[c].parts[p].grads, precision_, requests[k].mutable_grads());
+    const size_t max_bytes = static_cast<size_t>(options_.max_message_bytes) / 2;
+    std::vector<proto::UpdateTablesRequest> requests;
+    std::vector<int> shards;                      // requests[k]'s shard
+    std::vector<size_t> bytes;                    // and its size so far
+    std::vector<std::string> names;               // and its tables, for errors
+    std::vector<int> open(num_shards_, -1);       // The request a shard's next part joins.
+    for (size_t f = 0; f < flat.shards.size(); ++f) {
+      const auto [c, p] = flat.where[f];
+      const ShardPart& part = calls[c].parts[p];
+      const int shard = flat.shards[f];
+      const size_t part_bytes = part.ids.size() * sizeof(uint64_t) +
+                                part.grads.size() * (precision_ == proto::PRECISION_FP16 ? 2 : 4) +
+                                calls[c].table.size() + 32;
+      int& k = open[shard];
+      if (k < 0 || bytes[k] + part_bytes > max_bytes) {
+        k = static_cast<int>(requests.size());
+        requests.emplace_back();
+        shards.push_back(shard);
+        bytes.push_back(0);
+        names.emplace_back();
+      }
+      bytes[k] += part_bytes;
+      absl::StrAppend(&names[k], names[k].empty() ? "" : "', '", calls[c].table);
+      proto::UpdateRequest* u = requests[k].add_updates();
+      u->set_table(std::string(calls[c].table));
+      u->set_precision(precision_);
+      u->set_worker_id(update_id.worker_id);
+      u->set_sequence(update_id.sequence);
+      wire::EncodeIds(part.ids, u->mutable_ids());
+      wire::EncodeValues(part.grads, precision_, u->mutable_grads());
     }
+    std::vector<proto::UpdateTablesResponse> responses(requests.size());
+    const std::vector<absl::string_view> labels(names.begin(), names.end());
     HYREC_RETURN_IF_ERROR(RunOnShards(
-        flat.shards, "Update",
+        shards, "Update",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
-          stubs_[flat.shards[k]]->async()->Update(context, &requests[k], &responses[k], std::move(done));
+          stubs_[shards[k]]->async()->UpdateTables(context, &requests[k], &responses[k], std::move(done));
         },
-        &flat.tables));
+        &labels));
     for (size_t k = 0; k < responses.size(); ++k) {
-      HYREC_RETURN_IF_ERROR(CheckIncarnation(flat.shards[k], responses[k].incarnation()));
+      HYREC_RETURN_IF_ERROR(CheckIncarnation(shards[k], responses[k].incarnation()));
     }
     return absl::OkStatus();
   }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
 #include "src/embedding_ps/wire.h"
 
 namespace hyrec::embedding_ps {
@@ -65,43 +66,105 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
   return absl::OkStatus();
 }
 
-absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
-                          proto::UpdateResponse* response, UpdateLog* log) {
+namespace {
+
+// An Update request, validated and decoded.
+struct ParsedUpdate {
+  int table = 0;
   std::vector<uint64_t> ids;
-  absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
+  std::vector<float> grads;
+  UpdateResult result;
+};
+
+absl::Status ParseUpdate(const EmbeddingShardStore& store, const RequestLimits& limits,
+                         const proto::UpdateRequest& request, ParsedUpdate* parsed) {
+  absl::StatusOr<int> table =
+      ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &parsed->ids);
   if (!table.ok()) return table.status();
-  absl::Status status;
+  parsed->table = *table;
   const int dim = store.table(*table).dim;
-  const size_t expected = ids.size() * dim * wire::BytesPerValue(request.precision());
+  const size_t expected = parsed->ids.size() * dim * wire::BytesPerValue(request.precision());
   if (request.grads().size() != expected) {  // Before the gradients get memory of their own.
     return absl::InvalidArgumentError(absl::StrCat("grads field holds ", request.grads().size(), " bytes, expected ",
-                                                   expected, " (", ids.size(), " ids x dim ", dim, ")"));
+                                                   expected, " (", parsed->ids.size(), " ids x dim ", dim, ")"));
   }
-  std::vector<float> grads(ids.size() * dim);
-  status = wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(grads));
-  if (!status.ok()) return status;
-  UpdateResult result;
-  const auto apply = [&] {
-    status = store.Update(*table, ids, grads, UpdateId{request.worker_id(), request.sequence()}, &result);
-  };
-  if (log != nullptr) {
-    // Applied while its record's group is written; acknowledged only once the record is durable.
-    // An update applied but not logged (the log failed) is refused, and the log stays failed, so
-    // nothing is acknowledged from then on; a retry of it is recognized by its sequence.
-    const LoggedUpdate logged{request.table(),    request.worker_id(),
-                              request.sequence(), static_cast<uint32_t>(request.precision()),
-                              request.ids(),      request.grads()};
-    if (absl::Status appended = log->Append(logged, apply); !appended.ok()) {
-      return absl::UnavailableError(absl::StrCat("not acknowledged: ", appended.message()));
+  parsed->grads.resize(parsed->ids.size() * dim);
+  return wire::DecodeValues(request.grads(), request.precision(), "grads", absl::MakeSpan(parsed->grads));
+}
+
+// Validates every request before it applies any, then applies them all (logged as one record
+// with `log`); results[k] is request k's.
+absl::Status ApplyUpdates(EmbeddingShardStore& store, const RequestLimits& limits,
+                          absl::Span<const proto::UpdateRequest* const> requests, std::vector<ParsedUpdate>* parsed,
+                          UpdateLog* log) {
+  parsed->resize(requests.size());
+  for (size_t k = 0; k < requests.size(); ++k) {
+    absl::Status status = ParseUpdate(store, limits, *requests[k], &(*parsed)[k]);
+    if (!status.ok()) {
+      if (requests.size() == 1) return status;
+      return absl::Status(status.code(), absl::StrCat("update ", k, " (table '", requests[k]->table().substr(0, 64),
+                                                      "'): ", status.message(), "; nothing was applied"));
     }
-  } else {
-    apply();
   }
-  if (!status.ok()) return status;
+  absl::Status status;
+  const auto apply = [&] {
+    for (size_t k = 0; k < requests.size() && status.ok(); ++k) {
+      ParsedUpdate& p = (*parsed)[k];
+      status = store.Update(p.table, p.ids, p.grads, UpdateId{requests[k]->worker_id(), requests[k]->sequence()},
+                            &p.result);
+    }
+  };
+  if (log == nullptr) {
+    apply();
+    return status;
+  }
+  // Applied while its record's group is written; acknowledged only once the record is durable.
+  // An update applied but not logged (the log failed) is refused, and the log stays failed, so
+  // nothing is acknowledged from then on; a retry of it is recognized by its sequence.
+  std::vector<LoggedUpdate> logged(requests.size());
+  for (size_t k = 0; k < requests.size(); ++k) {
+    const proto::UpdateRequest& r = *requests[k];
+    logged[k] = LoggedUpdate{r.table(),     r.worker_id(), r.sequence(), static_cast<uint32_t>(r.precision()),
+                             r.ids(),       r.grads()};
+  }
+  if (absl::Status appended = log->Append(logged, apply); !appended.ok()) {
+    return absl::UnavailableError(absl::StrCat("not acknowledged: ", appended.message()));
+  }
+  return status;
+}
+
+void FillResponse(const UpdateResult& result, proto::UpdateResponse* response) {
   response->set_duplicate(result.duplicate);
   response->set_applied(result.applied);
   response->set_dropped(result.dropped);
   response->set_nonfinite(result.nonfinite);
+}
+
+}  // namespace
+
+absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
+                          proto::UpdateResponse* response, UpdateLog* log) {
+  const proto::UpdateRequest* requests[] = {&request};
+  std::vector<ParsedUpdate> parsed;
+  HYREC_RETURN_IF_ERROR(ApplyUpdates(store, limits, requests, &parsed, log));
+  FillResponse(parsed[0].result, response);
+  return absl::OkStatus();
+}
+
+absl::Status HandleUpdateTables(EmbeddingShardStore& store, const RequestLimits& limits,
+                                const proto::UpdateTablesRequest& request, proto::UpdateTablesResponse* response,
+                                UpdateLog* log) {
+  if (request.updates_size() == 0) return absl::InvalidArgumentError("UpdateTables without updates");
+  if (static_cast<uint64_t>(request.updates_size()) > limits.max_ids_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(request.updates_size(), " updates in one request; this PS accepts at most ",
+                                                     limits.max_ids_per_request));
+  }
+  std::vector<const proto::UpdateRequest*> requests;
+  requests.reserve(request.updates_size());
+  for (const proto::UpdateRequest& u : request.updates()) requests.push_back(&u);
+  std::vector<ParsedUpdate> parsed;
+  HYREC_RETURN_IF_ERROR(ApplyUpdates(store, limits, requests, &parsed, log));
+  for (const ParsedUpdate& p : parsed) FillResponse(p.result, response->add_updates());
   return absl::OkStatus();
 }
 

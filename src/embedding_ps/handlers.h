@@ -25,10 +25,18 @@ struct RequestLimits {
 absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
                           proto::LookupResponse* response);
 
-// With `log`, a valid request is appended to it (and durable as its policy says) before the store
-// applies it; a failed append applies nothing and is UNAVAILABLE, so the client retries.
+// With `log`, a valid request is applied while its record is appended to the log, and OK only
+// once the record is durable as the log's policy says; a failed append is UNAVAILABLE (the
+// client retries, and the retry is recognized by its sequence).
 absl::Status HandleUpdate(EmbeddingShardStore& store, const RequestLimits& limits, const proto::UpdateRequest& request,
                           proto::UpdateResponse* response, UpdateLog* log = nullptr);
+
+// Several Updates in one call, as HandleUpdate each, but all validated before any is applied
+// (an invalid one refuses the call, naming it, and nothing is applied) and logged as one record.
+// At most max_ids_per_request updates; response->updates(k) answers request.updates(k).
+absl::Status HandleUpdateTables(EmbeddingShardStore& store, const RequestLimits& limits,
+                                const proto::UpdateTablesRequest& request, proto::UpdateTablesResponse* response,
+                                UpdateLog* log = nullptr);
 
 // The request a logged update was (for a replay through HandleUpdate).
 proto::UpdateRequest ToRequest(const LoggedUpdate& update);

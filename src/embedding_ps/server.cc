@@ -131,6 +131,22 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status UpdateTables(grpc::ServerContext* context, const proto::UpdateTablesRequest* request,
+                            proto::UpdateTablesResponse* response) override {
+    absl::Status status;
+    uint32_t checked = 0;
+    for (int k = 0; k < request->updates_size() && status.ok(); ++k) {
+      const uint32_t worker = request->updates(k).worker_id();
+      if (k > 0 && worker == checked) continue;
+      status = authorizer_.AllowWorker(*context, worker, /*or_admin=*/false, "UpdateTables");
+      checked = worker;
+    }
+    if (status.ok()) status = HandleUpdateTables(*store_, Limits(), *request, response, options_.update_log.get());
+    if (!status.ok()) return Refused("UpdateTables", status);
+    response->set_incarnation(incarnation_);
+    return grpc::Status::OK;
+  }
+
   grpc::Status Stats(grpc::ServerContext* context, const proto::StatsRequest*,
                      proto::StatsResponse* response) override {
     if (absl::Status allowed = AllowAnyone(*context, "Stats"); !allowed.ok()) return Refused("Stats", allowed);

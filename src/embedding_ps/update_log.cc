@@ -9,13 +9,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hyrec/common/block_file.h"
+#include "hyrec/common/crc32c.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec::embedding_ps {
 namespace {
 
 constexpr char kMagic[] = "HYRECWAL";  // 8 bytes, without the terminator.
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: crc32 (zlib), one update a record.
 constexpr uint32_t kFresh = 1;       // Starts from an empty store.
 constexpr uint32_t kCheckpoint = 2;  // Starts from a checkpoint's snapshot.
 constexpr uint32_t kContinue = 3;    // Continues the segment before it.
@@ -70,41 +71,69 @@ std::string EncodeHeader(uint64_t number, uint32_t kind, const std::string& chec
   PutU32(&h, kind);
   PutU64(&h, lineage);
   PutBytes(&h, checkpoint);
-  PutU32(&h, Crc32(h));
+  PutU32(&h, Crc32c(h));
   return h;
 }
 
-// One allocation and one copy of the ids and gradients: the record is built in place.
-std::string EncodeRecord(const LoggedUpdate& u) {
-  const size_t payload = 4 + u.table.size() + 4 + 8 + 4 + 4 + u.ids.size() + 4 + u.grads.size();
-  std::string record;
-  record.reserve(8 + payload);
-  PutU32(&record, static_cast<uint32_t>(payload));
-  PutU32(&record, 0);  // The crc, once the payload is in place.
-  PutBytes(&record, u.table);
-  PutU32(&record, u.worker_id);
-  PutU64(&record, u.sequence);
-  PutU32(&record, u.precision);
-  PutBytes(&record, u.ids);
-  PutBytes(&record, u.grads);
-  const uint32_t crc = Crc32(absl::string_view(record).substr(8));
-  std::memcpy(record.data() + 4, &crc, 4);
-  return record;
+// Encodes the record of `updates` into *buffer (grown when too small, never shrunk here) and
+// returns it: one pass over the ids and gradients copies them and computes the crc.
+absl::string_view EncodeRecord(absl::Span<const LoggedUpdate> updates, std::string* buffer) {
+  size_t payload = 4;
+  for (const LoggedUpdate& u : updates) {
+    payload += 4 + u.table.size() + 4 + 8 + 4 + 4 + u.ids.size() + 4 + u.grads.size();
+  }
+  if (buffer->size() < 8 + payload) buffer->resize(8 + payload);
+  char* out = buffer->data() + 8;
+  uint32_t crc = 0;
+  const auto put = [&](const void* data, size_t n) {
+    crc = Crc32cCopy(out, absl::string_view(static_cast<const char*>(data), n), crc);
+    out += n;
+  };
+  const auto put_bytes = [&](absl::string_view bytes) {
+    const uint32_t n = static_cast<uint32_t>(bytes.size());
+    put(&n, 4);
+    put(bytes.data(), bytes.size());
+  };
+  const uint32_t count = static_cast<uint32_t>(updates.size());
+  put(&count, 4);
+  for (const LoggedUpdate& u : updates) {
+    put_bytes(u.table);
+    put(&u.worker_id, 4);
+    put(&u.sequence, 8);
+    put(&u.precision, 4);
+    put_bytes(u.ids);
+    put_bytes(u.grads);
+  }
+  const uint32_t length = static_cast<uint32_t>(payload);
+  std::memcpy(buffer->data(), &length, 4);
+  std::memcpy(buffer->data() + 4, &crc, 4);
+  return absl::string_view(buffer->data(), 8 + payload);
 }
 
-bool DecodePayload(absl::string_view payload, LoggedUpdate* u) {
+// The updates of a record's payload, all or none.
+bool DecodePayload(absl::string_view payload, std::vector<LoggedUpdate>* updates) {
   Reader r(payload);
-  return r.Bytes(&u->table, 1 << 16) && r.U32(&u->worker_id) && r.U64(&u->sequence) && r.U32(&u->precision) &&
-         r.Bytes(&u->ids, kMaxRecordBytes) && r.Bytes(&u->grads, kMaxRecordBytes) && r.done();
+  uint32_t count = 0;
+  if (!r.U32(&count) || count == 0 || count > payload.size()) return false;
+  updates->resize(count);
+  for (LoggedUpdate& u : *updates) {
+    if (!r.Bytes(&u.table, 1 << 16) || !r.U32(&u.worker_id) || !r.U64(&u.sequence) || !r.U32(&u.precision) ||
+        !r.Bytes(&u.ids, kMaxRecordBytes) || !r.Bytes(&u.grads, kMaxRecordBytes)) {
+      return false;
+    }
+  }
+  return r.done();
 }
 
 // Walks the records of a segment's `data` from `at` (past its header), calling `apply` on each
-// whole one. Returns where the whole records end; *tail says what follows them: nothing, zeros
-// of a direct write's padding (fewer than a block), or something else (a torn or damaged
-// record).
+// update of each whole one and counting the records in *records. Returns where the whole records
+// end; *tail says what follows them: nothing, zeros of a direct write's padding (fewer than a
+// block), or something else (a torn or damaged record).
 enum class Tail { kNone, kPadding, kDamaged };
 absl::StatusOr<size_t> WalkRecords(absl::string_view data, size_t at,
-                                   const std::function<absl::Status(const LoggedUpdate&)>& apply, Tail* tail) {
+                                   const std::function<absl::Status(const LoggedUpdate&)>& apply, Tail* tail,
+                                   uint64_t* records = nullptr) {
+  std::vector<LoggedUpdate> updates;
   while (at < data.size()) {
     uint32_t length = 0, crc = 0;
     const bool whole = data.size() - at >= 8;
@@ -113,16 +142,18 @@ absl::StatusOr<size_t> WalkRecords(absl::string_view data, size_t at,
       std::memcpy(&crc, data.data() + at + 4, 4);
     }
     const bool fits = whole && length <= data.size() - at - 8;
-    LoggedUpdate u;
     const bool good =
-        fits && Crc32(data.substr(at + 8, length)) == crc && DecodePayload(data.substr(at + 8, length), &u);
+        fits && Crc32c(data.substr(at + 8, length)) == crc && DecodePayload(data.substr(at + 8, length), &updates);
     if (!good) {
       const absl::string_view rest = data.substr(at);
       const bool zeros = rest.size() < kLogFileBlock && rest.find_first_not_of('\0') == absl::string_view::npos;
       *tail = zeros ? Tail::kPadding : Tail::kDamaged;
       return at;
     }
-    if (apply) HYREC_RETURN_IF_ERROR(apply(u));
+    if (apply) {
+      for (const LoggedUpdate& u : updates) HYREC_RETURN_IF_ERROR(apply(u));
+    }
+    if (records != nullptr) ++*records;
     at += 8 + length;
   }
   *tail = Tail::kNone;
@@ -152,7 +183,7 @@ bool DecodeHeader(absl::string_view data, Header* h) {
   if (data.size() < body + 4) return false;
   std::memcpy(&crc, data.data() + body, 4);
   h->size = body + 4;
-  return crc == Crc32(data.substr(0, body)) && h->kind >= kFresh && h->kind <= kContinue;
+  return crc == Crc32c(data.substr(0, body)) && h->kind >= kFresh && h->kind <= kContinue;
 }
 
 absl::StatusOr<std::string> ReadAll(Env* env, const std::string& path) {
@@ -204,17 +235,26 @@ const char* LogSyncName(LogSync sync) {
 }
 
 struct UpdateLog::Writer {
-  explicit Writer(std::string b) : bytes(std::move(b)) {}
-  std::string bytes;
+  explicit Writer(absl::string_view b) : bytes(b) {}
+  absl::string_view bytes;
   absl::Status status;
   bool done = false;
+  bool waiting = false;  // Past its `meanwhile`: it can lead.
 };
 
-// An Append's wait: until a leader wrote its record, or no one leads.
+// An Append's wait: until a leader wrote its record, or no one leads and it is the oldest
+// waiting writer (only that one wakes to lead, not every writer in the queue).
 struct UpdateLog::Turn {
   Writer* writer;
-  const bool* leading;
-  static bool Ready(Turn* t) { return t->writer->done || !*t->leading; }
+  const UpdateLog* log;
+  static bool Ready(Turn* t) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // Evaluated under mu_.
+    if (t->writer->done) return true;
+    if (t->log->leading_) return false;
+    for (const Writer* w : t->log->queue_) {
+      if (w->waiting) return w == t->writer;
+    }
+    return false;
+  }
 };
 
 UpdateLog::UpdateLog(const UpdateLogOptions& options)
@@ -252,6 +292,13 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
     HYREC_ASSIGN_OR_RETURN(const std::string head, ReadHead(env_, path));
     Header h;
     if (!DecodeHeader(head, &h) || h.number != numbers[i]) {
+      uint32_t version = 0;
+      if (head.size() >= 12 && absl::StartsWith(head, absl::string_view(kMagic, 8)) &&
+          (std::memcpy(&version, head.data() + 8, 4), version != kVersion)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(path, ": an update log segment of format ", version, "; this hyrec reads format ", kVersion,
+                         " (restore the shard from its checkpoint with the hyrec that wrote the log)"));
+      }
       if (i + 1 == numbers.size()) break;  // Created, but its header never written whole.
       return absl::DataLossError(absl::StrCat(path, ": not an update log segment, or its header is damaged"));
     }
@@ -294,10 +341,10 @@ absl::Status UpdateLog::Replay(uint64_t first, const std::function<absl::Status(
     Tail tail = Tail::kNone;
     const std::function<absl::Status(const LoggedUpdate&)> count = [&](const LoggedUpdate& u) {
       HYREC_RETURN_IF_ERROR(apply(u));
-      ++s.records;
+      ++s.updates;
       return absl::OkStatus();
     };
-    HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, count, &tail));
+    HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, count, &tail, &s.records));
     if (tail == Tail::kDamaged) {
       if (!last) return absl::DataLossError(absl::StrCat(path, ": record at offset ", end, " is damaged"));
       s.torn_bytes = data.size() - end;  // A torn tail: the record whose Append never returned.
@@ -375,8 +422,18 @@ absl::Status UpdateLog::WriteGroup(const std::vector<absl::string_view>& records
   return absl::OkStatus();
 }
 
-absl::Status UpdateLog::Append(const LoggedUpdate& update, const std::function<void()>& meanwhile) {
-  Writer w(EncodeRecord(update));
+absl::Status UpdateLog::Append(absl::Span<const LoggedUpdate> updates, const std::function<void()>& meanwhile) {
+  if (updates.empty()) return absl::InvalidArgumentError("an update log record holds at least one update");
+  // The calling thread's buffer: no allocation (and no fresh pages) per record. One that grew
+  // past kKeptBufferBytes for a large record is given back afterwards.
+  constexpr size_t kKeptBufferBytes = 1 << 20;
+  thread_local std::string buffer;
+  struct Trim {
+    ~Trim() {
+      if (buffer.capacity() > kKeptBufferBytes) std::string().swap(buffer);
+    }
+  } trim;
+  Writer w(EncodeRecord(updates, &buffer));
   absl::MutexLock lock(&mu_);
   queue_.push_back(&w);
   if (meanwhile) {
@@ -384,7 +441,8 @@ absl::Status UpdateLog::Append(const LoggedUpdate& update, const std::function<v
     meanwhile();
     mu_.Lock();
   }
-  Turn turn{&w, &leading_};
+  w.waiting = true;
+  Turn turn{&w, this};
   while (!w.done) {
     // Followers wait until a leader has written their record, or until no one leads.
     mu_.Await(absl::Condition(&Turn::Ready, &turn));

@@ -1,6 +1,6 @@
 // libFuzzer target for what reaches a service from the network: the first byte picks the
 // handler, the rest is the serialized message. 0: a PS Lookup; 1: a PS Update (against a small
-// bounded store with SGD, Adagrad and Adam tables); 2: a batch as a worker receives it from the
+// bounded store with SGD, Adagrad and Adam tables); 3: a PS UpdateTables (the same store); 2: a batch as a worker receives it from the
 // loader, decoded and validated against a two-slot model. Every input must be answered or
 // refused with an error Status (never a crash, an over-read, a non-finite row or an allocation
 // the message does not bound). Built with clang's -fsanitize=fuzzer,address when clang is
@@ -70,7 +70,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   hyrec::embedding_ps::RequestLimits limits;
   limits.max_ids_per_request = 1024;
   limits.max_message_bytes = 64 << 10;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
     case 0: {
       hyrec::proto::LookupRequest request;
       if (!request.ParseFromString(message)) return 0;
@@ -91,6 +91,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       lookup.set_ids(request.ids());
       hyrec::proto::LookupResponse rows;
       if (hyrec::embedding_ps::HandleLookup(Store(), limits, lookup, &rows).ok()) CheckFinite(rows);
+      return 0;
+    }
+    case 3: {
+      hyrec::proto::UpdateTablesRequest request;
+      if (!request.ParseFromString(message)) return 0;
+      hyrec::proto::UpdateTablesResponse response;
+      Check(hyrec::embedding_ps::HandleUpdateTables(Store(), limits, request, &response));
+      for (const hyrec::proto::UpdateRequest& u : request.updates()) {
+        hyrec::proto::LookupRequest lookup;
+        lookup.set_table(u.table());
+        lookup.set_ids(u.ids());
+        hyrec::proto::LookupResponse rows;
+        if (hyrec::embedding_ps::HandleLookup(Store(), limits, lookup, &rows).ok()) CheckFinite(rows);
+      }
       return 0;
     }
     default: {

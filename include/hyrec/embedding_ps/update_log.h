@@ -13,7 +13,8 @@
 //
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
 // header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, a
-// crc32) and holds records: u32 payload length | u32 crc32 of the payload | payload. A segment
+// CRC-32C) and holds records: u32 payload length | u32 CRC-32C of the payload | payload, the
+// payload holding one or more updates (docs/checkpoint-format.md, "Update log segments"). A segment
 // starts from one of: nothing (the shard's first, over an empty store), a checkpoint (the cut
 // whose snapshot was taken when it was opened: its updates are the ones after that snapshot), or
 // the segment before it (a segment opened after a restart or a rotation by size).
@@ -44,6 +45,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "hyrec/common/env.h"
@@ -97,6 +99,7 @@ struct LogRecovery {
 
 struct ReplayStats {
   uint64_t records = 0;
+  uint64_t updates = 0;  // In those records.
   uint64_t segments = 0;
   uint64_t torn_bytes = 0;  // Dropped from the end of the last segment.
   uint64_t refused = 0;     // Records the store refused again (ReplayInto).
@@ -118,8 +121,8 @@ class UpdateLog {
   // nothing. DATA_LOSS when there is none (the checkpoints it starts from are gone).
   absl::StatusOr<LogRecovery> FindRecovery(const std::function<bool(const std::string&)>& committed) const;
 
-  // Reads the records of the segments from `first` on, in order, calling `apply` on each; stops at
-  // the first error `apply` returns.
+  // Reads the records of the segments from `first` on, in order, calling `apply` on each update of
+  // each; stops at the first error `apply` returns.
   absl::Status Replay(uint64_t first, const std::function<absl::Status(const LoggedUpdate&)>& apply,
                       ReplayStats* stats) const;
 
@@ -130,12 +133,16 @@ class UpdateLog {
   // First cuts the last segment after its last whole record (a torn tail, padding) and syncs it.
   absl::Status StartWriting();
 
-  // Appends one record; returns once it is written and synced as options.sync says. `meanwhile`
-  // (may be empty) runs after the record is queued and before the wait, so that the caller's
-  // work (the shard applies the update) overlaps the write of the group the record joins: a
-  // reader may then see an update before it is durable, but its caller acknowledges it only
-  // once Append returned OK.
-  absl::Status Append(const LoggedUpdate& update, const std::function<void()>& meanwhile);
+  // Appends one record of `updates` (at least one: the tables of one UpdateTables call); returns
+  // once it is written and synced as options.sync says. A record is replayed whole or not at all.
+  // `meanwhile` (may be empty) runs after the record is queued and before the wait, so that the
+  // caller's work (the shard applies the updates) overlaps the write of the group the record
+  // joins: a reader may then see an update before it is durable, but its caller acknowledges it
+  // only once Append returned OK.
+  absl::Status Append(absl::Span<const LoggedUpdate> updates, const std::function<void()>& meanwhile);
+  absl::Status Append(const LoggedUpdate& update, const std::function<void()>& meanwhile) {
+    return Append(absl::MakeConstSpan(&update, 1), meanwhile);
+  }
   absl::Status Append(const LoggedUpdate& update) { return Append(update, nullptr); }
 
   // Opens a new segment that starts from checkpoint `name` (whose snapshot is being taken now,
