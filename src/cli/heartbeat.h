@@ -8,6 +8,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
 #include <string>
 #include <thread>
 
@@ -40,14 +44,28 @@ class Heartbeat {
   Heartbeat& operator=(const Heartbeat&) = delete;
 
  private:
+  // Sets the file's times without a descriptor (a process out of them still beats); creates it
+  // when missing. A failure is said once (to stderr, which the launcher shows), not every second.
   void Touch() {
-    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return;
-    ::futimens(fd, nullptr);
-    ::close(fd);
+    if (::utimensat(AT_FDCWD, path_.c_str(), nullptr, 0) == 0) return;
+    int error = errno;
+    if (error == ENOENT) {
+      const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+      if (fd >= 0) {
+        ::close(fd);
+        return;
+      }
+      error = errno;
+    }
+    if (!warned_) {
+      warned_ = true;
+      std::fprintf(stderr, "cannot touch the heartbeat file %s: %s (the launcher's watchdog will see it stale)\n",
+                   path_.c_str(), std::strerror(error));
+    }
   }
 
   const std::string path_;
+  bool warned_ = false;  // Only the heartbeat thread touches.
   absl::Notification stop_;
   std::thread thread_;
 };
