@@ -83,8 +83,8 @@ std::pair<double, double> ProcessUsage() {
 
 struct Rate {
   double calls_per_second = 0;
-  double cpu_us_per_call = 0;     // This process's CPU time (clients and shard alike) per call.
-  double switches_per_call = 0;   // Its context switches per call.
+  double cpu_us_per_call = 0;    // This process's CPU time (clients and shard alike) per call.
+  double switches_per_call = 0;  // Its context switches per call.
 };
 
 // Updates per second of `clients` threads calling `address` for `seconds`.

@@ -151,8 +151,7 @@ TEST(UpdateLog, ARecordOfSeveralUpdatesIsReplayedWholeOrNotAtAll) {
   ASSERT_TRUE((*log)->Append(batch, nullptr).ok());
   ASSERT_TRUE((*log)->Close().ok());
   ReplayStats stats;
-  EXPECT_EQ(Replayed(**log, 1, &stats),
-            (std::set<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}, {3, 1}, {4, 1}}));
+  EXPECT_EQ(Replayed(**log, 1, &stats), (std::set<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}, {3, 1}, {4, 1}}));
   EXPECT_EQ(stats.records, 2u);
   EXPECT_EQ(stats.updates, 4u);
   const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 20);

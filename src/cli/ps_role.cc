@@ -199,11 +199,11 @@ absl::Status Recover(const ShardLog& shard, const embedding_ps::ServerOptions& s
   const absl::Duration replayed = absl::Now() - replay;
   HYREC_RETURN_IF_ERROR(shard.log->StartWriting());
   spdlog::info(
-      "recovered from {} and {} logged update(s) in {} record(s) of {} segment(s) ({} refused again, {} torn byte(s) at "
+      "recovered from {} and {} logged update(s) in {} record(s) of {} segment(s) ({} refused again, {} torn byte(s) "
+      "at "
       "the end) in {} (the replay {})",
       restored.empty() ? "an empty store" : restored, stats.updates, stats.records, stats.segments, stats.refused,
-      stats.torn_bytes,
-      absl::FormatDuration(absl::Now() - start), absl::FormatDuration(replayed));
+      stats.torn_bytes, absl::FormatDuration(absl::Now() - start), absl::FormatDuration(replayed));
   return absl::OkStatus();
 }
 

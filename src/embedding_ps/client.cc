@@ -628,10 +628,10 @@ class GrpcClient final : public ShardedClient {
     const Flat flat = Flatten(calls);
     const size_t max_bytes = static_cast<size_t>(options_.max_message_bytes) / 2;
     std::vector<proto::UpdateTablesRequest> requests;
-    std::vector<int> shards;                      // requests[k]'s shard
-    std::vector<size_t> bytes;                    // and its size so far
-    std::vector<std::string> names;               // and its tables, for errors
-    std::vector<int> open(num_shards_, -1);       // The request a shard's next part joins.
+    std::vector<int> shards;                 // requests[k]'s shard
+    std::vector<size_t> bytes;               // and its size so far
+    std::vector<std::string> names;          // and its tables, for errors
+    std::vector<int> open(num_shards_, -1);  // The request a shard's next part joins.
     for (size_t f = 0; f < flat.shards.size(); ++f) {
       const auto [c, p] = flat.where[f];
       const ShardPart& part = calls[c].parts[p];

@@ -110,8 +110,8 @@ absl::Status ApplyUpdates(EmbeddingShardStore& store, const RequestLimits& limit
   const auto apply = [&] {
     for (size_t k = 0; k < requests.size() && status.ok(); ++k) {
       ParsedUpdate& p = (*parsed)[k];
-      status = store.Update(p.table, p.ids, p.grads, UpdateId{requests[k]->worker_id(), requests[k]->sequence()},
-                            &p.result);
+      status =
+          store.Update(p.table, p.ids, p.grads, UpdateId{requests[k]->worker_id(), requests[k]->sequence()}, &p.result);
     }
   };
   if (log == nullptr) {
@@ -124,8 +124,8 @@ absl::Status ApplyUpdates(EmbeddingShardStore& store, const RequestLimits& limit
   std::vector<LoggedUpdate> logged(requests.size());
   for (size_t k = 0; k < requests.size(); ++k) {
     const proto::UpdateRequest& r = *requests[k];
-    logged[k] = LoggedUpdate{r.table(),     r.worker_id(), r.sequence(), static_cast<uint32_t>(r.precision()),
-                             r.ids(),       r.grads()};
+    logged[k] =
+        LoggedUpdate{r.table(), r.worker_id(), r.sequence(), static_cast<uint32_t>(r.precision()), r.ids(), r.grads()};
   }
   if (absl::Status appended = log->Append(logged, apply); !appended.ok()) {
     return absl::UnavailableError(absl::StrCat("not acknowledged: ", appended.message()));
@@ -156,8 +156,8 @@ absl::Status HandleUpdateTables(EmbeddingShardStore& store, const RequestLimits&
                                 UpdateLog* log) {
   if (request.updates_size() == 0) return absl::InvalidArgumentError("UpdateTables without updates");
   if (static_cast<uint64_t>(request.updates_size()) > limits.max_ids_per_request) {
-    return absl::ResourceExhaustedError(absl::StrCat(request.updates_size(), " updates in one request; this PS accepts at most ",
-                                                     limits.max_ids_per_request));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        request.updates_size(), " updates in one request; this PS accepts at most ", limits.max_ids_per_request));
   }
   std::vector<const proto::UpdateRequest*> requests;
   requests.reserve(request.updates_size());

@@ -16,10 +16,10 @@ namespace hyrec::embedding_ps {
 namespace {
 
 constexpr char kMagic[] = "HYRECWAL";  // 8 bytes, without the terminator.
-constexpr uint32_t kVersion = 2;  // 1: crc32 (zlib), one update a record.
-constexpr uint32_t kFresh = 1;       // Starts from an empty store.
-constexpr uint32_t kCheckpoint = 2;  // Starts from a checkpoint's snapshot.
-constexpr uint32_t kContinue = 3;    // Continues the segment before it.
+constexpr uint32_t kVersion = 2;       // 1: crc32 (zlib), one update a record.
+constexpr uint32_t kFresh = 1;         // Starts from an empty store.
+constexpr uint32_t kCheckpoint = 2;    // Starts from a checkpoint's snapshot.
+constexpr uint32_t kContinue = 3;      // Continues the segment before it.
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
 constexpr uint64_t kMaxCheckpointName = 4096;
 

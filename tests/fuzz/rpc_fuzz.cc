@@ -1,10 +1,10 @@
 // libFuzzer target for what reaches a service from the network: the first byte picks the
 // handler, the rest is the serialized message. 0: a PS Lookup; 1: a PS Update (against a small
-// bounded store with SGD, Adagrad and Adam tables); 3: a PS UpdateTables (the same store); 2: a batch as a worker receives it from the
-// loader, decoded and validated against a two-slot model. Every input must be answered or
-// refused with an error Status (never a crash, an over-read, a non-finite row or an allocation
-// the message does not bound). Built with clang's -fsanitize=fuzzer,address when clang is
-// installed; replay_main.cc runs the checked-in corpus (tests/fuzz/corpus/rpc) under ctest.
+// bounded store with SGD, Adagrad and Adam tables); 3: a PS UpdateTables (the same store); 2: a batch as a worker
+// receives it from the loader, decoded and validated against a two-slot model. Every input must be answered or refused
+// with an error Status (never a crash, an over-read, a non-finite row or an allocation the message does not bound).
+// Built with clang's -fsanitize=fuzzer,address when clang is installed; replay_main.cc runs the checked-in corpus
+// (tests/fuzz/corpus/rpc) under ctest.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>

@@ -19,9 +19,9 @@
 // whose snapshot was taken when it was opened: its updates are the ones after that snapshot), or
 // the segment before it (a segment opened after a restart or a rotation by size).
 //
-// Group commit (as LevelDB's writers): concurrent Appends queue; while no one writes, a waiting
-// one leads: it writes every queued record in one write and, with sync kEveryGroup, one
-// fdatasync, and wakes the others. An Append
+// Group commit (as LevelDB's writers): concurrent Appends queue; while no one writes, the oldest
+// waiting one leads (only it wakes): it writes every queued record in one write and, with sync
+// kEveryGroup, one fdatasync, and wakes the writers of that group. An Append
 // returns only once its record is written (and synced, with kEveryGroup), so a caller that
 // acknowledges after Append never acknowledges an update a crash can lose. A failed write or
 // sync fails every Append of its group and every later one; the log must be reopened. With
@@ -45,9 +45,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "hyrec/common/env.h"
 
 namespace hyrec::embedding_ps {
