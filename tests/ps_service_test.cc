@@ -168,6 +168,20 @@ TEST(PsService, GrpcClientMatchesInProcessClient) {
   EXPECT_TRUE(cluster->Stop().ok());
 }
 
+TEST(PsService, UpdatesSplitAtHalfTheMessageLimitStillMatch) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options;
+  // Half of it (4 KiB) holds one table's part for a shard (~100 ids: 4 KB of "emb" ids and rows)
+  // but not both tables': each shard's updates go in two UpdateTables calls.
+  options.max_message_bytes = 8 << 10;
+  auto remote = Connect(*cluster, options);
+  ASSERT_NE(remote, nullptr);
+  auto local = InProcess(2);
+  ExpectSameMultiTableBehaviour(*remote, *local, 0.0f);
+  EXPECT_TRUE(cluster->Stop().ok());
+}
+
 TEST(PsService, Fp16TransportStaysWithinHalfPrecision) {
   auto cluster = Launch(2);
   ASSERT_NE(cluster, nullptr);

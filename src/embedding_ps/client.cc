@@ -628,10 +628,10 @@ class GrpcClient final : public ShardedClient {
     const Flat flat = Flatten(calls);
     const size_t max_bytes = static_cast<size_t>(options_.max_message_bytes) / 2;
     std::vector<proto::UpdateTablesRequest> requests;
-    std::vector<int> shards;                 // requests[k]'s shard
-    std::vector<size_t> bytes;               // and its size so far
-    std::vector<std::string> names;          // and its tables, for errors
-    std::vector<int> open(num_shards_, -1);  // The request a shard's next part joins.
+    std::vector<int> shards;                    // requests[k]'s shard
+    std::vector<size_t> bytes;                  // and its size so far
+    std::vector<std::string> names;             // and its tables, for errors
+    std::vector<int> joining(num_shards_, -1);  // The request a shard's next part joins.
     for (size_t f = 0; f < flat.shards.size(); ++f) {
       const auto [c, p] = flat.where[f];
       const ShardPart& part = calls[c].parts[p];
@@ -639,7 +639,7 @@ class GrpcClient final : public ShardedClient {
       const size_t part_bytes = part.ids.size() * sizeof(uint64_t) +
                                 part.grads.size() * (precision_ == proto::PRECISION_FP16 ? 2 : 4) +
                                 calls[c].table.size() + 32;
-      int& k = open[shard];
+      int& k = joining[shard];
       if (k < 0 || bytes[k] + part_bytes > max_bytes) {
         k = static_cast<int>(requests.size());
         requests.emplace_back();
