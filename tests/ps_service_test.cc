@@ -395,6 +395,41 @@ TEST_F(PsServiceBadInput, UpdateTablesValidatesEveryUpdateBeforeApplyingAny) {
   EXPECT_EQ(Row(11), after);
 }
 
+TEST_F(PsServiceBadInput, LookupTablesAnswersEachOrRefusesTheCall) {
+  proto::LookupTablesRequest request;
+  for (const char* table : {"wide", "emb"}) {
+    proto::LookupRequest* l = request.add_lookups();
+    l->set_table(table);
+    l->set_ids(Ids({11, 12}));
+  }
+  const auto call = [&](const proto::LookupTablesRequest& r, proto::LookupTablesResponse* response) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return stub_->LookupTables(&context, r, response);
+  };
+  proto::LookupTablesResponse response;
+  ASSERT_TRUE(call(request, &response).ok());
+  ASSERT_EQ(response.lookups_size(), 2);
+  EXPECT_EQ(response.lookups(0).dim(), 3u);
+  EXPECT_EQ(response.lookups(1).dim(), 8u);
+  EXPECT_EQ(response.lookups(0).values().size(), 2u * 3 * 4);
+  std::vector<float> first(3);
+  std::memcpy(first.data(), response.lookups(0).values().data(), 12);
+  EXPECT_EQ(first, Row(11));
+  EXPECT_NE(response.incarnation(), 0u);
+
+  request.mutable_lookups(1)->set_table("nope");
+  grpc::Status status = call(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  EXPECT_NE(status.error_message().find("lookup 1"), std::string::npos) << status.error_message();
+  request.mutable_lookups(1)->set_table("emb");
+  request.mutable_lookups(1)->set_ids("1234567");
+  status = call(request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  status = call(proto::LookupTablesRequest(), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
 TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {
   auto cluster = Launch(2);
   ASSERT_NE(cluster, nullptr);

@@ -568,11 +568,10 @@ class GrpcClient final : public ShardedClient {
                                      attempts, " attempt(s): ", status.error_message()));
   }
 
-  // Every (call, part) of `calls`, flattened: request k is
-  // calls[where[k].first].parts[where[k].second], on shards[k], for tables[k].
+  // Every (call, part) of `calls`, flattened: part f is calls[where[f].first].parts[where[f].second],
+  // on shards[f].
   struct Flat {
     std::vector<int> shards;
-    std::vector<absl::string_view> tables;
     std::vector<std::pair<size_t, size_t>> where;
   };
   static Flat Flatten(absl::Span<TableCall> calls) {
@@ -580,43 +579,90 @@ class GrpcClient final : public ShardedClient {
     for (size_t c = 0; c < calls.size(); ++c) {
       for (size_t p = 0; p < calls[c].parts.size(); ++p) {
         flat.shards.push_back(calls[c].parts[p].shard);
-        flat.tables.push_back(calls[c].table);
         flat.where.emplace_back(c, p);
       }
     }
     return flat;
   }
 
+  // The flat parts in requests of one shard each: a request per shard, and another whenever one
+  // would pass half the message limit (`bytes` says what a part adds to its request and answer).
+  struct Grouped {
+    std::vector<std::vector<size_t>> parts;  // Request k's flat indices, in order.
+    std::vector<int> shards;                 // Request k's shard.
+    std::vector<std::string> names;          // Request k's tables, for errors.
+  };
+  Grouped GroupByShard(absl::Span<TableCall> calls, const Flat& flat,
+                       const std::function<size_t(const TableCall&, const ShardPart&)>& bytes) const {
+    const size_t max_bytes = static_cast<size_t>(options_.max_message_bytes) / 2;
+    Grouped g;
+    std::vector<size_t> size;
+    std::vector<int> joining(num_shards_, -1);  // The request a shard's next part joins.
+    for (size_t f = 0; f < flat.shards.size(); ++f) {
+      const auto [c, p] = flat.where[f];
+      const size_t part_bytes = bytes(calls[c], calls[c].parts[p]) + calls[c].table.size() + 32;
+      int& k = joining[flat.shards[f]];
+      if (k < 0 || size[k] + part_bytes > max_bytes) {
+        k = static_cast<int>(g.parts.size());
+        g.parts.emplace_back();
+        g.shards.push_back(flat.shards[f]);
+        g.names.emplace_back();
+        size.push_back(0);
+      }
+      size[k] += part_bytes;
+      g.parts[k].push_back(f);
+      absl::StrAppend(&g.names[k], g.names[k].empty() ? "" : "', '", calls[c].table);
+    }
+    return g;
+  }
+
+  size_t ValueBytes() const { return precision_ == proto::PRECISION_FP16 ? 2 : 4; }
+
+  // One LookupTables call per shard with every table's part for it (more when the answer would
+  // pass half the message limit).
   absl::Status LookupParts(absl::Span<TableCall> calls) override {
     const Flat flat = Flatten(calls);
-    std::vector<proto::LookupRequest> requests(flat.shards.size());
-    std::vector<proto::LookupResponse> responses(flat.shards.size());
+    const Grouped g = GroupByShard(calls, flat, [&](const TableCall& call, const ShardPart& part) {
+      return part.ids.size() * (sizeof(uint64_t) + static_cast<size_t>(call.dim) * ValueBytes());
+    });
+    std::vector<proto::LookupTablesRequest> requests(g.parts.size());
     for (size_t k = 0; k < requests.size(); ++k) {
-      const auto [c, p] = flat.where[k];
-      requests[k].set_table(std::string(calls[c].table));
-      requests[k].set_precision(precision_);
-      wire::EncodeIds(calls[c].parts[p].ids, requests[k].mutable_ids());
+      for (size_t f : g.parts[k]) {
+        const auto [c, p] = flat.where[f];
+        proto::LookupRequest* l = requests[k].add_lookups();
+        l->set_table(std::string(calls[c].table));
+        l->set_precision(precision_);
+        wire::EncodeIds(calls[c].parts[p].ids, l->mutable_ids());
+      }
     }
-    absl::Status status = RunOnShards(
-        flat.shards, "Lookup",
+    std::vector<proto::LookupTablesResponse> responses(requests.size());
+    const std::vector<absl::string_view> labels(g.names.begin(), g.names.end());
+    HYREC_RETURN_IF_ERROR(RunOnShards(
+        g.shards, "Lookup",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
-          stubs_[flat.shards[k]]->async()->Lookup(context, &requests[k], &responses[k], std::move(done));
+          stubs_[g.shards[k]]->async()->LookupTables(context, &requests[k], &responses[k], std::move(done));
         },
-        &flat.tables);
-    if (!status.ok()) return status;
+        &labels));
     for (size_t k = 0; k < responses.size(); ++k) {
-      const auto [c, p] = flat.where[k];
-      const proto::LookupResponse& r = responses[k];
-      HYREC_RETURN_IF_ERROR(CheckIncarnation(flat.shards[k], r.incarnation()));
-      if (static_cast<int>(r.dim()) != calls[c].dim || !wire::ValidPrecision(r.precision())) {
-        return absl::InternalError(absl::StrCat("PS shard ", flat.shards[k], " answered dim ", r.dim(), " for table '",
-                                                calls[c].table, "', expected ", calls[c].dim));
+      const int shard = g.shards[k];
+      HYREC_RETURN_IF_ERROR(CheckIncarnation(shard, responses[k].incarnation()));
+      if (static_cast<size_t>(responses[k].lookups_size()) != g.parts[k].size()) {
+        return absl::InternalError(absl::StrCat("PS shard ", shard, " answered ", responses[k].lookups_size(),
+                                                " lookups of ", g.parts[k].size()));
       }
-      absl::Status decoded = wire::DecodeValues(r.values(), r.precision(), "values", calls[c].parts[p].out);
-      if (!decoded.ok()) {
-        return absl::InternalError(
-            absl::StrCat("PS shard ", flat.shards[k], ", table '", calls[c].table, "': ", decoded.message()));
+      for (size_t i = 0; i < g.parts[k].size(); ++i) {
+        const auto [c, p] = flat.where[g.parts[k][i]];
+        const proto::LookupResponse& r = responses[k].lookups(static_cast<int>(i));
+        if (static_cast<int>(r.dim()) != calls[c].dim || !wire::ValidPrecision(r.precision())) {
+          return absl::InternalError(absl::StrCat("PS shard ", shard, " answered dim ", r.dim(), " for table '",
+                                                  calls[c].table, "', expected ", calls[c].dim));
+        }
+        absl::Status decoded = wire::DecodeValues(r.values(), r.precision(), "values", calls[c].parts[p].out);
+        if (!decoded.ok()) {
+          return absl::InternalError(
+              absl::StrCat("PS shard ", shard, ", table '", calls[c].table, "': ", decoded.message()));
+        }
       }
     }
     return absl::OkStatus();
@@ -626,48 +672,33 @@ class GrpcClient final : public ShardedClient {
   // half the message limit): one record in the shard's log, one acknowledgement.
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
     const Flat flat = Flatten(calls);
-    const size_t max_bytes = static_cast<size_t>(options_.max_message_bytes) / 2;
-    std::vector<proto::UpdateTablesRequest> requests;
-    std::vector<int> shards;                    // requests[k]'s shard
-    std::vector<size_t> bytes;                  // and its size so far
-    std::vector<std::string> names;             // and its tables, for errors
-    std::vector<int> joining(num_shards_, -1);  // The request a shard's next part joins.
-    for (size_t f = 0; f < flat.shards.size(); ++f) {
-      const auto [c, p] = flat.where[f];
-      const ShardPart& part = calls[c].parts[p];
-      const int shard = flat.shards[f];
-      const size_t part_bytes = part.ids.size() * sizeof(uint64_t) +
-                                part.grads.size() * (precision_ == proto::PRECISION_FP16 ? 2 : 4) +
-                                calls[c].table.size() + 32;
-      int& k = joining[shard];
-      if (k < 0 || bytes[k] + part_bytes > max_bytes) {
-        k = static_cast<int>(requests.size());
-        requests.emplace_back();
-        shards.push_back(shard);
-        bytes.push_back(0);
-        names.emplace_back();
+    const Grouped g = GroupByShard(calls, flat, [&](const TableCall&, const ShardPart& part) {
+      return part.ids.size() * sizeof(uint64_t) + part.grads.size() * ValueBytes();
+    });
+    std::vector<proto::UpdateTablesRequest> requests(g.parts.size());
+    for (size_t k = 0; k < requests.size(); ++k) {
+      for (size_t f : g.parts[k]) {
+        const auto [c, p] = flat.where[f];
+        proto::UpdateRequest* u = requests[k].add_updates();
+        u->set_table(std::string(calls[c].table));
+        u->set_precision(precision_);
+        u->set_worker_id(update_id.worker_id);
+        u->set_sequence(update_id.sequence);
+        wire::EncodeIds(calls[c].parts[p].ids, u->mutable_ids());
+        wire::EncodeValues(calls[c].parts[p].grads, precision_, u->mutable_grads());
       }
-      bytes[k] += part_bytes;
-      absl::StrAppend(&names[k], names[k].empty() ? "" : "', '", calls[c].table);
-      proto::UpdateRequest* u = requests[k].add_updates();
-      u->set_table(std::string(calls[c].table));
-      u->set_precision(precision_);
-      u->set_worker_id(update_id.worker_id);
-      u->set_sequence(update_id.sequence);
-      wire::EncodeIds(part.ids, u->mutable_ids());
-      wire::EncodeValues(part.grads, precision_, u->mutable_grads());
     }
     std::vector<proto::UpdateTablesResponse> responses(requests.size());
-    const std::vector<absl::string_view> labels(names.begin(), names.end());
+    const std::vector<absl::string_view> labels(g.names.begin(), g.names.end());
     HYREC_RETURN_IF_ERROR(RunOnShards(
-        shards, "Update",
+        g.shards, "Update",
         [&](int k, grpc::ClientContext* context, std::function<void(grpc::Status)> done) {
           responses[k].Clear();
-          stubs_[shards[k]]->async()->UpdateTables(context, &requests[k], &responses[k], std::move(done));
+          stubs_[g.shards[k]]->async()->UpdateTables(context, &requests[k], &responses[k], std::move(done));
         },
         &labels));
     for (size_t k = 0; k < responses.size(); ++k) {
-      HYREC_RETURN_IF_ERROR(CheckIncarnation(shards[k], responses[k].incarnation()));
+      HYREC_RETURN_IF_ERROR(CheckIncarnation(g.shards[k], responses[k].incarnation()));
     }
     return absl::OkStatus();
   }

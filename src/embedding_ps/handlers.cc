@@ -66,6 +66,41 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
   return absl::OkStatus();
 }
 
+absl::Status HandleLookupTables(EmbeddingShardStore& store, const RequestLimits& limits,
+                                const proto::LookupTablesRequest& request, proto::LookupTablesResponse* response) {
+  if (request.lookups_size() == 0) return absl::InvalidArgumentError("LookupTables without lookups");
+  if (static_cast<uint64_t>(request.lookups_size()) > limits.max_ids_per_request) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        request.lookups_size(), " lookups in one request; this PS accepts at most ", limits.max_ids_per_request));
+  }
+  // The whole answer is bounded before anything is read or allocated.
+  size_t answer_bytes = kResponseSlack;
+  for (int k = 0; k < request.lookups_size(); ++k) {
+    const proto::LookupRequest& l = request.lookups(k);
+    absl::StatusOr<int> table = store.TableIndex(l.table());
+    if (!table.ok()) {
+      return absl::Status(table.status().code(), absl::StrCat("lookup ", k, ": ", table.status().message()));
+    }
+    const size_t width = wire::ValidPrecision(l.precision()) ? wire::BytesPerValue(l.precision()) : 0;
+    answer_bytes += l.ids().size() / sizeof(uint64_t) * store.table(*table).dim * width + kResponseSlack;
+  }
+  if (answer_bytes > static_cast<size_t>(limits.max_message_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat("the answer to ", request.lookups_size(), " lookups would be ",
+                                                     answer_bytes, " bytes; this PS sends at most ",
+                                                     limits.max_message_bytes, " (split the request)"));
+  }
+  for (int k = 0; k < request.lookups_size(); ++k) {
+    absl::Status status = HandleLookup(store, limits, request.lookups(k), response->add_lookups());
+    if (!status.ok()) {
+      response->Clear();
+      return absl::Status(
+          status.code(),
+          absl::StrCat("lookup ", k, " (table '", request.lookups(k).table().substr(0, 64), "'): ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // An Update request, validated and decoded.

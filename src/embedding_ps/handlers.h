@@ -25,6 +25,11 @@ struct RequestLimits {
 absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
                           proto::LookupResponse* response);
 
+// Several Lookups in one call, each answered as HandleLookup would; the whole answer is checked
+// against max_message_bytes before any row is read. At most max_ids_per_request lookups.
+absl::Status HandleLookupTables(EmbeddingShardStore& store, const RequestLimits& limits,
+                                const proto::LookupTablesRequest& request, proto::LookupTablesResponse* response);
+
 // With `log`, a valid request is applied while its record is appended to the log, and OK only
 // once the record is durable as the log's policy says; a failed append is UNAVAILABLE (the
 // client retries, and the retry is recognized by its sequence).

@@ -121,6 +121,15 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status LookupTables(grpc::ServerContext* context, const proto::LookupTablesRequest* request,
+                            proto::LookupTablesResponse* response) override {
+    absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "LookupTables");
+    if (status.ok()) status = HandleLookupTables(*store_, Limits(), *request, response);
+    if (!status.ok()) return Refused("LookupTables", status);
+    response->set_incarnation(incarnation_);
+    return grpc::Status::OK;
+  }
+
   grpc::Status Update(grpc::ServerContext* context, const proto::UpdateRequest* request,
                       proto::UpdateResponse* response) override {
     // A worker updates rows under its own id only: no one else can fill its dedup window.

@@ -1,10 +1,10 @@
 // libFuzzer target for what reaches a service from the network: the first byte picks the
 // handler, the rest is the serialized message. 0: a PS Lookup; 1: a PS Update (against a small
-// bounded store with SGD, Adagrad and Adam tables); 3: a PS UpdateTables (the same store); 2: a batch as a worker
-// receives it from the loader, decoded and validated against a two-slot model. Every input must be answered or refused
-// with an error Status (never a crash, an over-read, a non-finite row or an allocation the message does not bound).
-// Built with clang's -fsanitize=fuzzer,address when clang is installed; replay_main.cc runs the checked-in corpus
-// (tests/fuzz/corpus/rpc) under ctest.
+// bounded store with SGD, Adagrad and Adam tables); 3: a PS UpdateTables and the same bytes as a LookupTables (the same
+// store); 2: a batch as a worker receives it from the loader, decoded and validated against a two-slot model. Every
+// input must be answered or refused with an error Status (never a crash, an over-read, a non-finite row or an
+// allocation the message does not bound). Built with clang's -fsanitize=fuzzer,address when clang is installed;
+// replay_main.cc runs the checked-in corpus (tests/fuzz/corpus/rpc) under ctest.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +98,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!request.ParseFromString(message)) return 0;
       hyrec::proto::UpdateTablesResponse response;
       Check(hyrec::embedding_ps::HandleUpdateTables(Store(), limits, request, &response));
+      // The same bytes as LookupTables (a LookupRequest's fields are an UpdateRequest's first three).
+      hyrec::proto::LookupTablesRequest lookups;
+      hyrec::proto::LookupTablesResponse answers;
+      if (lookups.ParseFromString(message)) {
+        const absl::Status s = hyrec::embedding_ps::HandleLookupTables(Store(), limits, lookups, &answers);
+        Check(s);
+        if (s.ok()) {
+          for (const hyrec::proto::LookupResponse& r : answers.lookups()) CheckFinite(r);
+        }
+      }
       for (const hyrec::proto::UpdateRequest& u : request.updates()) {
         hyrec::proto::LookupRequest lookup;
         lookup.set_table(u.table());
