@@ -9,7 +9,6 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "embedding.grpc.pb.h"
@@ -481,8 +480,8 @@ class GrpcClient final : public ShardedClient {
   }
 
   // Runs start(k, ...) for every request k, all in flight at once, retrying the failed ones.
-  // `shards[k]` is request k's shard and `(*tables)[k]`, when given, its table: for the error
-  // message and nothing else.
+  // `shards[k]` is request k's shard and `(*tables)[k]`, when given, what it reads or writes
+  // ("table 'user'"): for the error message and nothing else.
   absl::Status RunOnShards(const std::vector<int>& shards, absl::string_view method, const StartFn& start,
                            const std::vector<absl::string_view>* tables = nullptr) {
     const absl::Time deadline = absl::Now() + options_.call_timeout;
@@ -555,11 +554,10 @@ class GrpcClient final : public ShardedClient {
     return absl::OkStatus();
   }
 
-  // "Lookup", or "Lookup of table 'user'" when the request's table is known.
+  // "Lookup", or "Lookup of table 'user'" when the request's tables are known.
   static std::string Label(absl::string_view method, const std::vector<absl::string_view>* tables, int k) {
     if (tables == nullptr) return std::string(method);
-    const bool several = absl::StrContains((*tables)[k], "', '");  // UpdateTables: names joined.
-    return absl::StrCat(method, " of table", several ? "s" : "", " '", (*tables)[k], "'");
+    return absl::StrCat(method, " of ", (*tables)[k]);
   }
 
   absl::Status Annotated(const grpc::Status& status, int shard, absl::string_view method, int attempts) const {
@@ -590,7 +588,7 @@ class GrpcClient final : public ShardedClient {
   struct Grouped {
     std::vector<std::vector<size_t>> parts;  // Request k's flat indices, in order.
     std::vector<int> shards;                 // Request k's shard.
-    std::vector<std::string> names;          // Request k's tables, for errors.
+    std::vector<std::string> names;          // Request k's tables, for errors: "tables 'a', 'b'".
   };
   Grouped GroupByShard(absl::Span<TableCall> calls, const Flat& flat,
                        const std::function<size_t(const TableCall&, const ShardPart&)>& bytes) const {
@@ -611,7 +609,10 @@ class GrpcClient final : public ShardedClient {
       }
       size[k] += part_bytes;
       g.parts[k].push_back(f);
-      absl::StrAppend(&g.names[k], g.names[k].empty() ? "" : "', '", calls[c].table);
+      absl::StrAppend(&g.names[k], g.names[k].empty() ? "" : ", ", "'", calls[c].table, "'");
+    }
+    for (size_t k = 0; k < g.parts.size(); ++k) {
+      g.names[k] = absl::StrCat(g.parts[k].size() == 1 ? "table " : "tables ", g.names[k]);
     }
     return g;
   }

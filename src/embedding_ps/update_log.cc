@@ -161,6 +161,7 @@ absl::StatusOr<size_t> WalkRecords(absl::string_view data, size_t at,
 }
 
 struct Header {
+  uint32_t version = 0;  // Set once the magic reads, whatever the rest.
   uint64_t number = 0;
   uint32_t kind = 0;
   uint64_t lineage = 0;
@@ -172,9 +173,9 @@ struct Header {
 bool DecodeHeader(absl::string_view data, Header* h) {
   if (data.size() < 8 || data.substr(0, 8) != absl::string_view(kMagic, 8)) return false;
   Reader r(data.substr(8));
-  uint32_t version = 0, crc = 0;
+  uint32_t crc = 0;
   absl::string_view checkpoint;
-  if (!r.U32(&version) || version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
+  if (!r.U32(&h->version) || h->version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
       !r.Bytes(&checkpoint, kMaxCheckpointName)) {
     return false;
   }
@@ -292,11 +293,9 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
     HYREC_ASSIGN_OR_RETURN(const std::string head, ReadHead(env_, path));
     Header h;
     if (!DecodeHeader(head, &h) || h.number != numbers[i]) {
-      uint32_t version = 0;
-      if (head.size() >= 12 && absl::StartsWith(head, absl::string_view(kMagic, 8)) &&
-          (std::memcpy(&version, head.data() + 8, 4), version != kVersion)) {
+      if (h.version != 0 && h.version != kVersion) {
         return absl::FailedPreconditionError(
-            absl::StrCat(path, ": an update log segment of format ", version, "; this hyrec reads format ", kVersion,
+            absl::StrCat(path, ": an update log segment of format ", h.version, "; this hyrec reads format ", kVersion,
                          " (restore the shard from its checkpoint with the hyrec that wrote the log)"));
       }
       if (i + 1 == numbers.size()) break;  // Created, but its header never written whole.
