@@ -227,6 +227,47 @@ TEST(ShardCheckpointTest, RestoresExactlyWithOptimizerState) {
   (void)m;
 }
 
+// Eviction scores travel through shard files: restored stores with lfu and ttl tables evict
+// the same rows as the originals under the same later uses, and keep the tables' data time.
+TEST(ShardCheckpointTest, RestoresEvictionScoresAndDataTime) {
+  const std::string dir = FreshDir("policies");
+  StoreOptions options = Options();
+  options.tables[0].eviction.policy = embedding_ps::EvictionPolicy::kLfu;
+  options.tables[0].eviction.lfu_aging_touches = 3;
+  options.tables[0].capacity_rows = 60;
+  options.tables[1].eviction.policy = embedding_ps::EvictionPolicy::kTtl;
+  options.tables[1].eviction.ttl_seconds = 500;
+  options.tables[1].capacity_rows = 60;
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  stores.push_back(*EmbeddingShardStore::Create(options));
+  uint64_t now = 1'000'000;
+  uint64_t sequence = 0;
+  auto use = [&](EmbeddingShardStore* store, uint64_t id) {
+    store->AdvanceDataTime(1, now);
+    Train(store, {id}, ++sequence);
+  };
+  for (uint64_t i = 0; i < 2000; ++i) {
+    now += 3;
+    use(stores[0].get(), 1 + (Mix64(i) % 1000) * (Mix64(i) % 1000) / 5000);
+  }
+  WriteCheckpoint(Env::Default(), dir, stores);
+  auto restored = *EmbeddingShardStore::Create(options);
+  ASSERT_TRUE(
+      embedding_ps::RestoreShard(Env::Default(), dir, *ReadManifest(Env::Default(), dir), 0, 1, restored.get()).ok());
+  EXPECT_EQ(restored->data_time(1), now);
+  EXPECT_EQ(Rows(*restored), Rows(*stores[0]));
+  const uint64_t base = sequence;
+  for (uint64_t i = 0; i < 1000; ++i) {
+    now += 3;
+    const uint64_t id = 1 + (Mix64(i + 7777) % 1000) * (Mix64(i + 7777) % 1000) / 5000;
+    sequence = base + i;
+    use(stores[0].get(), id);
+    sequence = base + i;
+    use(restored.get(), id);
+  }
+  EXPECT_EQ(Rows(*restored), Rows(*stores[0]));
+}
+
 void ExpectReshard(int from, int to) {
   const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to));
   auto stores = Cluster(from, 500);

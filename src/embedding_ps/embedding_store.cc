@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -47,11 +48,29 @@ inline void CopyFloats(const float* __restrict src, float* __restrict dst, int n
   for (; i < n; ++i) dst[i] = src[i];
 }
 
-// Every slot starts with this header; the row's floats follow.
+// A link of a table's list: a slot of the same table's slab, or none.
+constexpr uint32_t kNoLink = kSlotMask;
+
+// Every slot starts with this header; the row's floats follow. The list links name slots of
+// the row's own table (24 bits each), which leaves 16 bits for the eviction policy's score.
 struct SlotHeader {
   uint64_t id;
-  uint32_t prev;  // Toward the most recently used end; kNoHandle at the head.
-  uint32_t next;  // Toward the least recently used end; kNoHandle at the tail. Free-list link.
+  // Bits 0-23: the previous slot, toward the end kept longest (kNoLink at the head); bits 24-47:
+  // the next slot, toward the end evicted first (kNoLink at the tail; also the free-list link);
+  // bits 48-63: the score (kLfu: the use count; kTtl: the data time of the last use, in
+  // granules modulo 2^16; kLru: unused).
+  uint64_t meta;
+
+  uint32_t prev_slot() const { return static_cast<uint32_t>(meta & kSlotMask); }
+  uint32_t next_slot() const { return static_cast<uint32_t>((meta >> kSlotBits) & kSlotMask); }
+  uint16_t score() const { return static_cast<uint16_t>(meta >> (2 * kSlotBits)); }
+  void set_prev_slot(uint32_t slot) { meta = (meta & ~static_cast<uint64_t>(kSlotMask)) | slot; }
+  void set_next_slot(uint32_t slot) {
+    meta = (meta & ~(static_cast<uint64_t>(kSlotMask) << kSlotBits)) | (static_cast<uint64_t>(slot) << kSlotBits);
+  }
+  void set_score(uint16_t score) {
+    meta = (meta & ((1ull << (2 * kSlotBits)) - 1)) | (static_cast<uint64_t>(score) << (2 * kSlotBits));
+  }
 };
 static_assert(sizeof(SlotHeader) == 16, "slot header is 16 bytes");
 
@@ -70,7 +89,8 @@ class Slab {
   uint32_t Allocate() {
     if (free_head_ != kNoHandle) {
       const uint32_t slot = free_head_;
-      free_head_ = reinterpret_cast<SlotHeader*>(Slot(slot))->next;
+      const uint32_t next = reinterpret_cast<SlotHeader*>(Slot(slot))->next_slot();
+      free_head_ = next == kNoLink ? kNoHandle : next;
       return slot;
     }
     if (used_ >= kMaxSlots) return kNoHandle;
@@ -81,7 +101,7 @@ class Slab {
   }
 
   void Free(uint32_t slot) {
-    reinterpret_cast<SlotHeader*>(Slot(slot))->next = free_head_;
+    reinterpret_cast<SlotHeader*>(Slot(slot))->set_next_slot(free_head_ == kNoHandle ? kNoLink : free_head_);
     free_head_ = slot;
   }
 
@@ -204,6 +224,7 @@ struct TableCounters {
   uint64_t lookups = 0;
   uint64_t updates = 0;
   uint64_t evictions = 0;
+  uint64_t expirations = 0;
   uint64_t admission_rejections = 0;
   uint64_t dropped_updates = 0;
 };
@@ -214,7 +235,18 @@ struct TableLayout {
   uint32_t slot_bytes = 0;
   uint64_t charge = 0;  // Bytes charged against capacity_bytes per row.
   uint64_t salt = 0;
+  EvictionPolicy policy = EvictionPolicy::kLru;
+  uint64_t ttl_granule = 1;   // kTtl: seconds of data time per score step.
+  uint32_t ttl_granules = 0;  // kTtl: the TTL in granules (at most 1024).
+  uint32_t lfu_aging = 0;     // kLfu: uses per row between halvings.
 };
+
+// A TTL of `ttl` seconds kept in steps of ttl / 1024 (rounded up, at least a second): the 16-bit
+// score spans 64 TTLs or more, and expiry sweeps keep every row younger than that.
+void SetTtlLayout(uint64_t ttl, TableLayout* layout) {
+  layout->ttl_granule = std::max<uint64_t>(1, (ttl + 1023) / 1024);
+  layout->ttl_granules = static_cast<uint32_t>((ttl + layout->ttl_granule - 1) / layout->ttl_granule);
+}
 
 int ChunkShiftFor(uint64_t expected_rows_per_stripe) {
   // About 1/1024 of a stripe's expected rows per chunk: under 0.1% waste, few allocations.
@@ -269,6 +301,13 @@ struct alignas(64) Stripe {
   // Per table: its rows in this stripe from the most (head) to the least (tail) recently used.
   std::vector<uint32_t> lru_head ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> lru_tail ABSL_GUARDED_BY(mu);
+  // Per table: whether restored rows may stand out of their policy's order (sorted before the
+  // list is next used); for kLfu, the head-most row of each count present and the uses since
+  // the counts were last halved.
+  std::vector<uint8_t> unsorted ABSL_GUARDED_BY(mu) = std::vector<uint8_t>(lru_head.size(), 0);
+  std::vector<absl::flat_hash_map<uint16_t, uint32_t>> lfu_first ABSL_GUARDED_BY(mu) =
+      std::vector<absl::flat_hash_map<uint16_t, uint32_t>>(lru_head.size());
+  std::vector<uint64_t> lfu_uses ABSL_GUARDED_BY(mu) = std::vector<uint64_t>(lru_head.size(), 0);
   uint64_t rows ABSL_GUARDED_BY(mu) = 0;
   uint64_t rng_state ABSL_GUARDED_BY(mu);
   // With track_changes, per table: a flag per slot, set when the row is created or written since
@@ -310,7 +349,10 @@ class StripedStore final : public EmbeddingShardStore {
         rejected_nonfinite_(layouts_.size()),
         duplicates_(layouts_.size()),
         nonfinite_results_(layouts_.size()),
-        table_rows_(layouts_.size()) {
+        table_rows_(layouts_.size()),
+        data_time_(layouts_.size()),
+        swept_time_(layouts_.size(), 0) {
+    for (const TableLayout& l : layouts_) keeps_order_.push_back(evicts_ || l.policy != EvictionPolicy::kLru);
     uint64_t expected = 0;
     if (capacity_rows_ > 0) {
       expected = capacity_rows_;
@@ -350,6 +392,7 @@ class StripedStore final : public EmbeddingShardStore {
                        [&](Stripe& stripe, absl::Span<const uint32_t> positions,
                            const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
                          stripe.counters[t].lookups += positions.size();
+                         if (layout.policy == EvictionPolicy::kTtl) ExpireLocked(stripe, t, /*all=*/false);
                          VisitRows(stripe, t, ids, positions, hashes, /*create=*/true,
                                    static_cast<uint32_t>(sizeof(SlotHeader) + row_bytes),
                                    [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
@@ -421,6 +464,7 @@ class StripedStore final : public EmbeddingShardStore {
     const bool create_absent = config.admission.AdmitsEverything();
     VisitGroups([&](Stripe& stripe, absl::Span<const uint32_t> positions, const uint64_t* hashes)
                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                      if (layout.policy == EvictionPolicy::kTtl) ExpireLocked(stripe, t, /*all=*/false);
                       VisitRows(stripe, t, ids, positions, hashes, create_absent, layout.slot_bytes,
                                 [&](uint32_t position, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
                                   if (handle == kNoHandle) {
@@ -443,6 +487,32 @@ class StripedStore final : public EmbeddingShardStore {
     return absl::OkStatus();
   }
 
+  void AdvanceDataTime(int t, uint64_t seconds) override {
+    if (t < 0 || t >= num_tables()) return;
+    uint64_t old = data_time_[t].load(std::memory_order_relaxed);
+    while (seconds > old && !data_time_[t].compare_exchange_weak(old, seconds, std::memory_order_relaxed)) {
+    }
+    if (seconds <= old || layouts_[t].policy != EvictionPolicy::kTtl) return;
+    // Sweep every stripe once per TTL of data time, so that no row outlives what its 16-bit
+    // score can tell (64 TTLs); a jump past half of that expires every row outright.
+    const uint64_t ttl = table(t).eviction.ttl_seconds;
+    {
+      absl::MutexLock lock(&sweep_mu_);
+      if (seconds < swept_time_[t] + ttl) return;
+      swept_time_[t] = seconds;
+    }
+    const bool all = seconds - old >= 32 * ttl;
+    for (const auto& stripe_ptr : stripes_) {
+      Stripe& stripe = *stripe_ptr;
+      StripeLock lock(&stripe.mu);
+      ExpireLocked(stripe, t, all);
+    }
+  }
+
+  uint64_t data_time(int t) const override {
+    return t < 0 || t >= num_tables() ? 0 : data_time_[t].load(std::memory_order_relaxed);
+  }
+
   void CountRejectedRequest() override { rejected_requests_.fetch_add(1, std::memory_order_relaxed); }
   uint64_t rejected_requests() const override { return rejected_requests_.load(std::memory_order_relaxed); }
 
@@ -457,6 +527,8 @@ class StripedStore final : public EmbeddingShardStore {
       ts.name = table(t).name;
       ts.dim = layouts_[t].dim;
       ts.optimizer = std::string(OptimizerName(table(t).optimizer.kind));
+      ts.eviction_policy = std::string(EvictionPolicyName(layouts_[t].policy));
+      ts.data_time = data_time_[t].load(std::memory_order_relaxed);
       ts.row_bytes = layouts_[t].slot_bytes;
       ts.capacity_rows = table(t).capacity_rows;
       ts.rejected_nonfinite = rejected_nonfinite_[t].load(std::memory_order_relaxed);
@@ -474,6 +546,7 @@ class StripedStore final : public EmbeddingShardStore {
         ts.lookups += c.lookups;
         ts.updates += c.updates;
         ts.evictions += c.evictions;
+        ts.expirations += c.expirations;
         ts.admission_rejections += c.admission_rejections;
         ts.dropped_updates += c.dropped_updates;
         ts.bytes += stripe.slabs[t].bytes();
@@ -494,6 +567,7 @@ class StripedStore final : public EmbeddingShardStore {
     for (int t = 0; t < num_tables(); ++t) {  // Once: rows created meanwhile only grow the vectors.
       const uint64_t rows = table_rows_[t].load(std::memory_order_relaxed);
       snap.tables[t].ids.reserve(rows);
+      snap.tables[t].data_time = data_time_[t].load(std::memory_order_relaxed);
       snap.tables[t].values.reserve(rows * (layouts_[t].dim + layouts_[t].state_floats));
     }
     {
@@ -513,12 +587,21 @@ class StripedStore final : public EmbeddingShardStore {
       snap.stripe_rng.push_back(stripe.rng_state);
       for (int t = 0; t < num_tables(); ++t) {
         const int floats = layouts_[t].dim + layouts_[t].state_floats;
+        const EvictionPolicy policy = layouts_[t].policy;
+        const uint64_t now = data_time_[t].load(std::memory_order_relaxed);
         StoreSnapshot::Table& out = snap.tables[t];
-        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = Header(stripe, h)->prev) {
+        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = PrevLocked(stripe, h)) {
           out.ids.push_back(Header(stripe, h)->id);
           const float* w = Weights(stripe, h);
           out.values.insert(out.values.end(), w, w + floats);
+          if (policy == EvictionPolicy::kLfu) {
+            out.scores.push_back(Header(stripe, h)->score());
+          } else if (policy == EvictionPolicy::kTtl) {
+            const uint64_t age = static_cast<uint64_t>(TtlAge(t, Header(stripe, h)->score())) * layouts_[t].ttl_granule;
+            out.scores.push_back(now > age ? now - age : 0);
+          }
         }
+        if (policy == EvictionPolicy::kLfu) out.lfu_uses.push_back(stripe.lfu_uses[t]);
         const CountMinSketch& sketch = stripe.sketches[t];
         if (sketch.used()) {
           snap.sketches.push_back(
@@ -529,7 +612,8 @@ class StripedStore final : public EmbeddingShardStore {
     return snap;
   }
 
-  absl::Status RestoreRows(int t, absl::Span<const uint64_t> ids, absl::Span<const float> values) override {
+  absl::Status RestoreRows(int t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                           absl::Span<const uint64_t> scores) override {
     HYREC_CHECK_TABLE(t);
     const TableLayout& layout = layouts_[t];
     const size_t floats = static_cast<size_t>(layout.dim + layout.state_floats);
@@ -537,30 +621,39 @@ class StripedStore final : public EmbeddingShardStore {
       return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': ", values.size(),
                                                      " floats restored for ", ids.size(), " rows of ", floats));
     }
+    if (!scores.empty() && scores.size() != ids.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", table(t).name, "': ", scores.size(), " scores restored for ", ids.size(), " rows"));
+    }
     if (const size_t k = FirstNonFinite(values.data(), values.size()); k < values.size()) {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", table(t).name, "': restored row of id ", ids[k / floats], " holds ", values[k]));
     }
     absl::Status status;
-    ForEachStripeGroup(t, ids,
-                       [&](Stripe& stripe, absl::Span<const uint32_t> positions,
-                           const uint64_t* hashes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-                         for (const uint32_t p : positions) {
-                           uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);
-                           if (handle == kNoHandle) {
-                             handle = InsertLocked(stripe, t, ids[p], hashes[p], /*initialize=*/false);
-                           } else {
-                             MoveToFrontLocked(stripe, handle);
-                           }
-                           if (handle == kNoHandle) {
-                             status = absl::ResourceExhaustedError(
-                                 absl::StrCat("table '", table(t).name, "': a stripe is full while restoring"));
-                             continue;
-                           }
-                           CopyFloats(values.data() + p * floats, Weights(stripe, handle), static_cast<int>(floats));
-                           if (track_changes_) MarkChangedLocked(stripe, handle);
-                         }
-                       });
+    ForEachStripeGroup(
+        t, ids,
+        [&](Stripe& stripe, absl::Span<const uint32_t> positions, const uint64_t* hashes)
+            ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+              for (const uint32_t p : positions) {
+                uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);
+                if (handle == kNoHandle) {
+                  handle = InsertLocked(stripe, t, ids[p], hashes[p], /*restore=*/true);
+                } else if (keeps_order_[t] && stripe.lru_head[t] != handle) {
+                  UnlinkLocked(stripe, handle);
+                  PushFrontLocked(stripe, handle);
+                }
+                if (handle == kNoHandle) {
+                  status = absl::ResourceExhaustedError(
+                      absl::StrCat("table '", table(t).name, "': a stripe is full while restoring"));
+                  continue;
+                }
+                CopyFloats(values.data() + p * floats, Weights(stripe, handle), static_cast<int>(floats));
+                SetRestoredScoreLocked(stripe, handle,
+                                       scores.empty() ? std::optional<uint64_t>() : std::optional<uint64_t>(scores[p]));
+                if (track_changes_) MarkChangedLocked(stripe, handle);
+              }
+              if (layout.policy != EvictionPolicy::kLru) stripe.unsorted[t] = 1;
+            });
     return status;
   }
 
@@ -586,6 +679,13 @@ class StripedStore final : public EmbeddingShardStore {
       for (size_t s = 0; s < snap.stripe_rng.size() && s < stripes_.size(); ++s) {
         StripeLock lock(&stripes_[s]->mu);
         stripes_[s]->rng_state = snap.stripe_rng[s];
+      }
+      for (size_t t = 0; t < snap.tables.size() && t < layouts_.size(); ++t) {
+        const std::vector<uint64_t>& uses = snap.tables[t].lfu_uses;
+        for (size_t s = 0; s < uses.size() && s < stripes_.size(); ++s) {
+          StripeLock lock(&stripes_[s]->mu);
+          stripes_[s]->lfu_uses[t] = uses[s];
+        }
       }
     }
     absl::MutexLock lock(&dedup_mu_);
@@ -619,7 +719,7 @@ class StripedStore final : public EmbeddingShardStore {
         StoreDelta::Table& out = delta.tables[t];
         std::vector<uint8_t>& dirty = stripe.dirty[t];
         const int dim = layouts_[t].dim;
-        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = Header(stripe, h)->prev) {
+        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = PrevLocked(stripe, h)) {
           const uint32_t slot = HandleSlot(h);
           if (slot >= dirty.size() || dirty[slot] == 0) continue;
           dirty[slot] = 0;
@@ -635,6 +735,24 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
  private:
+  // A restored row's score from its snapshot's (StoreSnapshot::Table::scores), or as for a new
+  // row when there is none.
+  void SetRestoredScoreLocked(Stripe& stripe, uint32_t handle, std::optional<uint64_t> score)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
+    SlotHeader* h = Header(stripe, handle);
+    switch (layouts_[t].policy) {
+      case EvictionPolicy::kLru:
+        return;
+      case EvictionPolicy::kLfu:
+        h->set_score(static_cast<uint16_t>(std::min<uint64_t>(score.value_or(1), UINT16_MAX)));
+        return;
+      case EvictionPolicy::kTtl:
+        h->set_score(score.has_value() ? static_cast<uint16_t>(*score / layouts_[t].ttl_granule) : TtlNow(t));
+        return;
+    }
+  }
+
   void MarkChangedLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     std::vector<uint8_t>& dirty = stripe.dirty[HandleTable(handle)];
     const uint32_t slot = HandleSlot(handle);
@@ -793,16 +911,17 @@ class StripedStore final : public EmbeddingShardStore {
       for (size_t k = 0; k < count; ++k) {
         const uint32_t p = chunk[k];
         handles[k] = FindLocked(stripe, t, ids[p], hashes[p]);
-        if (handles[k] != kNoHandle && evicts_) {
-          // The LRU neighbours are written by the move to the front: fetch them for writing now.
-          const SlotHeader* h = Header(stripe, handles[k]);
-          if (h->prev != kNoHandle) PrefetchLine(Header(stripe, h->prev));
-          if (h->next != kNoHandle) PrefetchLine(Header(stripe, h->next));
+        if (handles[k] != kNoHandle && keeps_order_[t]) {
+          // The list neighbours are written by the move to the front: fetch them for writing now.
+          const uint32_t prev = PrevLocked(stripe, handles[k]);
+          const uint32_t next = NextLocked(stripe, handles[k]);
+          if (prev != kNoHandle) PrefetchLine(Header(stripe, prev));
+          if (next != kNoHandle) PrefetchLine(Header(stripe, next));
         }
       }
       for (size_t k = 0; k < count; ++k) {
         if (handles[k] == kNoHandle) continue;
-        MoveToFrontLocked(stripe, handles[k]);
+        TouchLocked(stripe, handles[k]);
         row(chunk[k], handles[k]);
       }
       for (size_t k = 0; k < count; ++k) {
@@ -810,7 +929,7 @@ class StripedStore final : public EmbeddingShardStore {
         const uint32_t p = chunk[k];
         uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);  // A duplicate may have made it.
         if (handle != kNoHandle) {
-          MoveToFrontLocked(stripe, handle);
+          TouchLocked(stripe, handle);
         } else if (create && AdmitLocked(stripe, t, hashes[p])) {
           handle = InsertLocked(stripe, t, ids[p], hashes[p]);
         }
@@ -859,38 +978,187 @@ class StripedStore final : public EmbeddingShardStore {
     return true;
   }
 
+  // The list neighbours of a row, as handles (kNoHandle at either end).
+  static uint32_t PrevLocked(const Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint32_t slot = Header(stripe, handle)->prev_slot();
+    return slot == kNoLink ? kNoHandle : MakeHandle(HandleTable(handle), slot);
+  }
+  static uint32_t NextLocked(const Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint32_t slot = Header(stripe, handle)->next_slot();
+    return slot == kNoLink ? kNoHandle : MakeHandle(HandleTable(handle), slot);
+  }
+  static uint32_t LinkOf(uint32_t handle) { return handle == kNoHandle ? kNoLink : HandleSlot(handle); }
+
   // The links of a row stay within its table's list.
   void UnlinkLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const int t = HandleTable(handle);
-    SlotHeader* h = Header(stripe, handle);
-    if (h->prev != kNoHandle) {
-      Header(stripe, h->prev)->next = h->next;
+    const uint32_t prev = PrevLocked(stripe, handle);
+    const uint32_t next = NextLocked(stripe, handle);
+    if (prev != kNoHandle) {
+      Header(stripe, prev)->set_next_slot(LinkOf(next));
     } else {
-      stripe.lru_head[t] = h->next;
+      stripe.lru_head[t] = next;
     }
-    if (h->next != kNoHandle) {
-      Header(stripe, h->next)->prev = h->prev;
+    if (next != kNoHandle) {
+      Header(stripe, next)->set_prev_slot(LinkOf(prev));
     } else {
-      stripe.lru_tail[t] = h->prev;
+      stripe.lru_tail[t] = prev;
+    }
+  }
+
+  // Links an unlinked row just before `before` (toward the head), or at the tail when
+  // `before` is kNoHandle.
+  void LinkBeforeLocked(Stripe& stripe, uint32_t handle, uint32_t before) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
+    SlotHeader* h = Header(stripe, handle);
+    const uint32_t prev = before == kNoHandle ? stripe.lru_tail[t] : PrevLocked(stripe, before);
+    h->set_prev_slot(LinkOf(prev));
+    h->set_next_slot(LinkOf(before));
+    if (prev != kNoHandle) {
+      Header(stripe, prev)->set_next_slot(HandleSlot(handle));
+    } else {
+      stripe.lru_head[t] = handle;
+    }
+    if (before != kNoHandle) {
+      Header(stripe, before)->set_prev_slot(HandleSlot(handle));
+    } else {
+      stripe.lru_tail[t] = handle;
     }
   }
 
   void PushFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const int t = HandleTable(handle);
     SlotHeader* h = Header(stripe, handle);
-    h->prev = kNoHandle;
-    h->next = stripe.lru_head[t];
-    if (stripe.lru_head[t] != kNoHandle) Header(stripe, stripe.lru_head[t])->prev = handle;
+    const uint32_t head = stripe.lru_head[t];
+    h->set_prev_slot(kNoLink);
+    h->set_next_slot(LinkOf(head));
+    if (head != kNoHandle) Header(stripe, head)->set_prev_slot(HandleSlot(handle));
     stripe.lru_head[t] = handle;
     if (stripe.lru_tail[t] == kNoHandle) stripe.lru_tail[t] = handle;
   }
 
-  // A no-op in an unbounded store, which never evicts (its lists stay in insertion order): the
-  // move writes two more random lines per row.
+  // A no-op for a table whose order nothing reads (kLru in an unbounded store, which never
+  // evicts; its lists stay in insertion order): the move writes two more random lines per row.
   void MoveToFrontLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    if (!evicts_ || stripe.lru_head[HandleTable(handle)] == handle) return;
+    const int t = HandleTable(handle);
+    if (!keeps_order_[t] || stripe.lru_head[t] == handle) return;
     UnlinkLocked(stripe, handle);
     PushFrontLocked(stripe, handle);
+  }
+
+  // The score of a kTtl row used now: the table's data time in granules, modulo 2^16.
+  uint16_t TtlNow(int t) const {
+    return static_cast<uint16_t>(data_time_[t].load(std::memory_order_relaxed) / layouts_[t].ttl_granule);
+  }
+  // Granules of data time since a kTtl row's last use.
+  uint32_t TtlAge(int t, uint16_t score) const { return static_cast<uint16_t>(TtlNow(t) - score); }
+
+  // A use of an existing row (a lookup, an update, a restore that overwrites it).
+  void TouchLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
+    switch (layouts_[t].policy) {
+      case EvictionPolicy::kLru:
+        MoveToFrontLocked(stripe, handle);
+        return;
+      case EvictionPolicy::kTtl:
+        EnsureOrderLocked(stripe, t);
+        Header(stripe, handle)->set_score(TtlNow(t));
+        MoveToFrontLocked(stripe, handle);
+        return;
+      case EvictionPolicy::kLfu:
+        EnsureOrderLocked(stripe, t);
+        LfuUseLocked(stripe, handle);
+        return;
+    }
+  }
+
+  // kLfu: the row leaves its count's group; the group's head passes to the next row when that
+  // one has the same count.
+  void LfuLeaveGroupLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    auto& first = stripe.lfu_first[HandleTable(handle)];
+    const uint16_t count = Header(stripe, handle)->score();
+    auto it = first.find(count);
+    if (it == first.end() || it->second != handle) return;
+    const uint32_t next = NextLocked(stripe, handle);
+    if (next != kNoHandle && Header(stripe, next)->score() == count) {
+      it->second = next;
+    } else {
+      first.erase(it);
+    }
+  }
+
+  // kLfu: one more use of a row: its count grows and it moves to the front of its new group.
+  void LfuUseLocked(Stripe& stripe, uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int t = HandleTable(handle);
+    SlotHeader* h = Header(stripe, handle);
+    const uint16_t count = h->score();
+    const uint16_t grown = count == UINT16_MAX ? count : static_cast<uint16_t>(count + 1);
+    auto& first = stripe.lfu_first[t];
+    LfuLeaveGroupLocked(stripe, handle);
+    auto up = first.find(grown);
+    uint32_t before = kNoHandle;
+    if (up != first.end()) {
+      before = up->second;
+    } else {
+      // Above the rest of its old group, or where it stands when it was the group.
+      auto same = first.find(count);
+      before = same != first.end() ? same->second : handle;
+    }
+    h->set_score(grown);
+    if (before != handle) {
+      UnlinkLocked(stripe, handle);
+      LinkBeforeLocked(stripe, handle, before);
+    }
+    first[grown] = handle;
+    if (++stripe.lfu_uses[t] >=
+        static_cast<uint64_t>(layouts_[t].lfu_aging) * std::max<uint64_t>(1, stripe.counters[t].rows)) {
+      HalveCountsLocked(stripe, t);
+    }
+  }
+
+  // kLfu aging: halves every count of the table in this stripe. Halving keeps the order, so
+  // the list stays; only the groups' heads are found again.
+  void HalveCountsLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    auto& first = stripe.lfu_first[t];
+    first.clear();
+    for (uint32_t h = stripe.lru_head[t]; h != kNoHandle; h = NextLocked(stripe, h)) {
+      SlotHeader* header = Header(stripe, h);
+      header->set_score(static_cast<uint16_t>(header->score() >> 1));
+      first.try_emplace(header->score(), h);
+    }
+    stripe.lfu_uses[t] = 0;
+  }
+
+  // Puts restored rows in their policy's order: by count (kLfu) or last use (kTtl), the list's
+  // order kept among equals, and finds the kLfu groups' heads.
+  void EnsureOrderLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (!stripe.unsorted[t]) return;
+    stripe.unsorted[t] = 0;
+    std::vector<std::pair<uint32_t, uint32_t>> rows;  // (rank, handle); lower ranks first.
+    const bool lfu = layouts_[t].policy == EvictionPolicy::kLfu;
+    for (uint32_t h = stripe.lru_head[t]; h != kNoHandle; h = NextLocked(stripe, h)) {
+      const uint16_t score = Header(stripe, h)->score();
+      rows.emplace_back(lfu ? UINT16_MAX - score : TtlAge(t, score), h);
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    stripe.lru_head[t] = kNoHandle;
+    stripe.lru_tail[t] = kNoHandle;
+    stripe.lfu_first[t].clear();
+    for (const auto& [rank, h] : rows) {
+      LinkBeforeLocked(stripe, h, kNoHandle);
+      if (lfu) stripe.lfu_first[t].try_emplace(Header(stripe, h)->score(), h);
+    }
+  }
+
+  // kTtl: evicts the rows of table t in this stripe unused for more than the TTL (`all`: every
+  // row, when data time has jumped past what the scores can tell).
+  void ExpireLocked(Stripe& stripe, int t, bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    EnsureOrderLocked(stripe, t);
+    const uint32_t ttl = layouts_[t].ttl_granules;
+    for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = stripe.lru_tail[t]) {
+      if (!all && TtlAge(t, Header(stripe, h)->score()) <= ttl) break;
+      EvictOneLocked(stripe, t, /*expired=*/true);
+    }
   }
 
   bool OverCapacity() const {
@@ -916,11 +1184,16 @@ class StripedStore final : public EmbeddingShardStore {
     return victim;
   }
 
-  // Evicts the least recently used row of table t in this stripe (which must have one).
-  void EvictOneLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  // Evicts the row at the tail of table t's list in this stripe (which must have one): the
+  // least recently used (kLru, kTtl) or least frequently used (kLfu). `expired`: a kTtl expiry
+  // rather than an eviction for capacity.
+  void EvictOneLocked(Stripe& stripe, int t, bool expired = false, bool ordered = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (ordered) EnsureOrderLocked(stripe, t);
     const uint32_t victim = stripe.lru_tail[t];
     const int vt = HandleTable(victim);
     SlotHeader* h = Header(stripe, victim);
+    if (layouts_[vt].policy == EvictionPolicy::kLfu) LfuLeaveGroupLocked(stripe, victim);
     stripe.index.Erase(Hash(vt, h->id), victim);
     if (track_changes_) {
       stripe.tombstones[vt].push_back(h->id);
@@ -931,7 +1204,7 @@ class StripedStore final : public EmbeddingShardStore {
     stripe.slabs[vt].Free(HandleSlot(victim));
     --stripe.rows;
     --stripe.counters[vt].rows;
-    ++stripe.counters[vt].evictions;
+    ++(expired ? stripe.counters[vt].expirations : stripe.counters[vt].evictions);
     total_rows_.fetch_sub(1, std::memory_order_relaxed);
     table_rows_[vt].fetch_sub(1, std::memory_order_relaxed);
     total_charged_.fetch_sub(layouts_[vt].charge, std::memory_order_relaxed);
@@ -939,17 +1212,20 @@ class StripedStore final : public EmbeddingShardStore {
 
   // Creates the row of (t, id), evicting least recently used rows of this stripe to stay within
   // the table's capacity (its own rows) and the store's (the table's own rows first; see
-  // StoreOptions). Returns kNoHandle when the stripe's slab for t is full. `initialize`: write the
-  // row's initial weights and optimizer state (RestoreRows, which overwrites them, does not).
-  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash, bool initialize = true)
+  // StoreOptions). Returns kNoHandle when the stripe's slab for t is full. `restore`: for
+  // RestoreRows, which writes the row's values and score itself: no initial values, the row goes
+  // to the front, and lists are not sorted first (evictions while restoring take the tails as
+  // they stand).
+  uint32_t InsertLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash, bool restore = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     const TableLayout& layout = layouts_[t];
+    if (!restore) EnsureOrderLocked(stripe, t);
     total_rows_.fetch_add(1, std::memory_order_relaxed);
     table_rows_[t].fetch_add(1, std::memory_order_relaxed);
     total_charged_.fetch_add(layout.charge, std::memory_order_relaxed);
-    while (TableOverCapacity(t) && stripe.lru_tail[t] != kNoHandle) EvictOneLocked(stripe, t);
+    while (TableOverCapacity(t) && stripe.lru_tail[t] != kNoHandle) EvictOneLocked(stripe, t, false, !restore);
     for (int victim = 0; OverCapacity() && (victim = VictimTableLocked(stripe, t)) >= 0;) {
-      EvictOneLocked(stripe, victim);
+      EvictOneLocked(stripe, victim, false, !restore);
     }
     const uint32_t slot = stripe.slabs[t].Allocate();
     if (slot == kNoHandle) {
@@ -962,7 +1238,7 @@ class StripedStore final : public EmbeddingShardStore {
     const uint32_t handle = MakeHandle(t, slot);
     SlotHeader* h = Header(stripe, handle);
     h->id = id;
-    if (initialize) {
+    if (!restore) {
       float* weights = reinterpret_cast<float*>(h + 1);
       InitialRow(table(t), id, weights);
       InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
@@ -972,7 +1248,28 @@ class StripedStore final : public EmbeddingShardStore {
         [&](uint32_t other)
             ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { return Hash(HandleTable(other), Header(stripe, other)->id); },
         [&](uint32_t other) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) { PrefetchLine(Header(stripe, other)); });
-    PushFrontLocked(stripe, handle);
+    switch (restore ? EvictionPolicy::kLru : layout.policy) {
+      case EvictionPolicy::kLru:
+        PushFrontLocked(stripe, handle);
+        break;
+      case EvictionPolicy::kTtl:
+        h->set_score(TtlNow(t));
+        PushFrontLocked(stripe, handle);
+        break;
+      case EvictionPolicy::kLfu: {
+        // Count 1: below every row used more, above those whose counts aging halved to 0.
+        auto& first = stripe.lfu_first[t];
+        auto ones = first.find(1);
+        auto zeros = first.find(0);
+        h->set_score(1);
+        LinkBeforeLocked(stripe, handle,
+                         ones != first.end()    ? ones->second
+                         : zeros != first.end() ? zeros->second
+                                                : kNoHandle);
+        first[1] = handle;
+        break;
+      }
+    }
     if (track_changes_) MarkChangedLocked(stripe, handle);
     ++stripe.rows;
     ++stripe.counters[t].rows;
@@ -985,6 +1282,9 @@ class StripedStore final : public EmbeddingShardStore {
   const bool evicts_ = capacity_rows_ > 0 || capacity_bytes_ > 0 ||
                        std::any_of(tables().begin(), tables().end(),
                                    [](const TableConfig& c) { return c.capacity_rows > 0; });
+  // Per table: whether its lists' order is read (the store may evict, or a policy other than
+  // kLru orders them).
+  std::vector<uint8_t> keeps_order_;
   const int num_stripes_;
   const bool track_changes_;
   const std::vector<TableLayout> layouts_;
@@ -998,6 +1298,9 @@ class StripedStore final : public EmbeddingShardStore {
   std::vector<std::atomic<uint64_t>> duplicates_;
   std::vector<std::atomic<uint64_t>> nonfinite_results_;
   std::vector<std::atomic<uint64_t>> table_rows_;  // Per table, over all stripes.
+  std::vector<std::atomic<uint64_t>> data_time_;   // Per table: the newest data time seen.
+  absl::Mutex sweep_mu_;
+  std::vector<uint64_t> swept_time_ ABSL_GUARDED_BY(sweep_mu_);  // Per kTtl table: its last sweep's.
   mutable absl::Mutex dedup_mu_;
   uint64_t delta_sequence_ ABSL_GUARDED_BY(dedup_mu_) = 0;
   // Per worker id, one window per table: a worker's update of one batch carries the same
@@ -1015,7 +1318,11 @@ double StoreStats::OverheadBytesPerRow() const {
 void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* m) {
   if (m == nullptr) return;
   m->Describe("hyrec_ps_rows", MetricType::kGauge, "Rows held by a PS shard, per table.");
-  m->Describe("hyrec_ps_evictions_total", MetricType::kCounter, "Rows evicted by the LRU capacity.");
+  m->Describe("hyrec_ps_evictions_total", MetricType::kCounter,
+              "Rows evicted to stay within a capacity, by the table's eviction policy (lru, lfu, ttl).");
+  m->Describe("hyrec_ps_expirations_total", MetricType::kCounter,
+              "Rows of a ttl table evicted for going unused longer than the TTL of data time.");
+  m->Describe("hyrec_ps_data_time_seconds", MetricType::kGauge, "The newest data time a table has seen.");
   m->Describe("hyrec_ps_lookups_total", MetricType::kCounter, "Ids looked up.");
   m->Describe("hyrec_ps_updates_total", MetricType::kCounter, "Rows updated.");
   m->Describe("hyrec_ps_admission_rejections_total", MetricType::kCounter, "New ids not admitted (yet).");
@@ -1033,7 +1340,11 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
     MetricLabels table_labels = labels;
     table_labels.emplace_back("table", t.name);
     m->Set("hyrec_ps_rows", table_labels, static_cast<double>(t.rows));
-    m->Set("hyrec_ps_evictions_total", table_labels, static_cast<double>(t.evictions));
+    MetricLabels policy_labels = table_labels;
+    policy_labels.emplace_back("policy", t.eviction_policy);
+    m->Set("hyrec_ps_evictions_total", policy_labels, static_cast<double>(t.evictions));
+    m->Set("hyrec_ps_expirations_total", table_labels, static_cast<double>(t.expirations));
+    m->Set("hyrec_ps_data_time_seconds", table_labels, static_cast<double>(t.data_time));
     m->Set("hyrec_ps_lookups_total", table_labels, static_cast<double>(t.lookups));
     m->Set("hyrec_ps_updates_total", table_labels, static_cast<double>(t.updates));
     m->Set("hyrec_ps_admission_rejections_total", table_labels, static_cast<double>(t.admission_rejections));
@@ -1123,6 +1434,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
     layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) + sizeof(float) * (layout.dim + layout.state_floats));
     layout.charge = layout.slot_bytes + kIndexChargePerRow;
     layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
+    layout.policy = config.eviction.policy;
+    if (layout.policy == EvictionPolicy::kTtl) SetTtlLayout(config.eviction.ttl_seconds, &layout);
+    layout.lfu_aging = config.eviction.lfu_aging_touches;
     layouts.push_back(layout);
   }
   // A shard holds its rows in memory: a capacity past the machine's is a mistake that would

@@ -19,6 +19,8 @@ constexpr uint32_t kSketchBlock = 13;  // u32 stripe, u32 table, u64 increments,
 constexpr uint32_t kRngBlock = 14;     // u32 n, n x u64
 constexpr uint32_t kDedupBlock = 15;   // u32 worker, u32 table, u64 highest, 16 x u64
 constexpr uint32_t kTombBlock = 16;    // u32 table, u32 n, n x u64 id
+constexpr uint32_t kPolicyBlock = 17;  // u32 table, bytes eviction policy, u64 data time, u32 n, n x u64 lfu uses
+constexpr uint32_t kScoredBlock = 18;  // u32 table, u32 n, n x u64 id, n x u64 score, n x floats
 
 constexpr size_t kRowsPerBlock = 1 << 16;
 constexpr uint32_t kMaxTables = 256;
@@ -43,9 +45,10 @@ std::string EncodeTable(const TableHeader& t) {
 }
 
 // Appends ids of one table in blocks of at most kRowsPerBlock rows, each id followed in its block
-// by `floats_per_row` values (rows blocks) or by none (tombstone blocks: values null, 0 floats).
+// by `floats_per_row` values (rows blocks) or by none (tombstone blocks: values null, 0 floats);
+// in scored blocks, the ids' `scores` come between the ids and the values.
 absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table, const std::vector<uint64_t>& ids,
-                         const float* values, size_t floats_per_row) {
+                         const float* values, size_t floats_per_row, const uint64_t* scores = nullptr) {
   for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
     const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
     Encoder head;
@@ -54,6 +57,8 @@ absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table, const st
     // The ids and values go to the file straight from the caller's arrays.
     HYREC_RETURN_IF_ERROR(w->AddParts(
         type, {head.str(), absl::string_view(reinterpret_cast<const char*>(ids.data() + begin), n * sizeof(uint64_t)),
+               scores != nullptr ? absl::string_view(reinterpret_cast<const char*>(scores + begin), n * 8)
+                                 : absl::string_view(),
                absl::string_view(reinterpret_cast<const char*>(values + begin * floats_per_row),
                                  floats_per_row > 0 ? n * floats_per_row * sizeof(float) : 0)}));
   }
@@ -86,6 +91,14 @@ class ShardFileReader {
     // Once, when every table is declared: before the first block of another kind.
     std::function<absl::Status(const ShardFileHeader&)> tables;
     std::function<absl::Status(uint32_t table, absl::Span<const uint64_t> ids, absl::Span<const float> values)> rows;
+    // Rows with their eviction scores; without this handler, `rows` gets them without.
+    std::function<absl::Status(uint32_t table, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                               absl::Span<const uint64_t> scores)>
+        scored_rows;
+    // A table's eviction policy and data time, before its rows.
+    std::function<absl::Status(uint32_t table, const std::string& policy, uint64_t data_time,
+                               std::vector<uint64_t>&& lfu_uses)>
+        policy;
     std::function<absl::Status(uint32_t table, absl::Span<const uint64_t> ids)> tombstones;
     std::function<void(StoreSnapshot::Sketch&&)> sketch;
     std::function<void(std::vector<uint64_t>&&)> rng;
@@ -100,6 +113,7 @@ class ShardFileReader {
     bool tables_done = false;
     uint32_t declared_tables = 0;
     std::vector<uint64_t> ids;
+    std::vector<uint64_t> scores;
     std::vector<float> values;
     auto end_of_tables = [&]() -> absl::Status {
       if (tables_done) return absl::OkStatus();
@@ -145,19 +159,40 @@ class ShardFileReader {
           tables->push_back(std::move(t));
           break;
         }
+        case kPolicyBlock: {
+          const uint32_t table = d.U32();
+          const std::string policy = d.Bytes();
+          const uint64_t data_time = d.U64();
+          const uint32_t n = d.U32();
+          if (!d.ok() || table >= tables->size() || policy.size() > 16 || d.remaining() != n * 8ull) {
+            return bad("malformed policy block");
+          }
+          std::vector<uint64_t> uses(n);
+          d.Raw(uses.data(), n * 8ull);
+          if (h.policy) HYREC_RETURN_IF_ERROR(Annotate(h.policy(table, policy, data_time, std::move(uses)), path));
+          break;
+        }
         case kRowsBlock:
+        case kScoredBlock:
         case kTombBlock: {
           const uint32_t table = d.U32();
           const uint32_t n = d.U32();
           if (!d.ok() || table >= tables->size()) return bad("rows of an undeclared table");
           const TableHeader& t = (*tables)[table];
-          const uint64_t floats = b.type == kRowsBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
-          if (d.remaining() != n * (8 + 4 * floats)) return bad("rows block length does not match its row count");
+          const uint64_t floats = b.type != kTombBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
+          const uint64_t score_bytes = b.type == kScoredBlock ? 8 : 0;
+          if (d.remaining() != n * (8 + score_bytes + 4 * floats)) {
+            return bad("rows block length does not match its row count");
+          }
           ids.resize(n);  // Reused from block to block: no allocation per block.
           d.Raw(ids.data(), n * 8ull);
+          scores.resize(b.type == kScoredBlock ? n : 0);
+          d.Raw(scores.data(), scores.size() * 8);
           values.resize(n * floats);
           d.Raw(values.data(), values.size() * 4);
-          if (b.type == kRowsBlock) {
+          if (b.type == kScoredBlock && h.scored_rows) {
+            HYREC_RETURN_IF_ERROR(Annotate(h.scored_rows(table, ids, values, scores), path));
+          } else if (b.type != kTombBlock) {
             if (h.rows) HYREC_RETURN_IF_ERROR(Annotate(h.rows(table, ids, values), path));
           } else if (h.tombstones) {
             HYREC_RETURN_IF_ERROR(Annotate(h.tombstones(table, ids), path));
@@ -230,9 +265,22 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
     info.table_rows.push_back(h.rows);
   }
   for (size_t t = 0; t < tables.size(); ++t) {
+    if (tables[t].eviction.policy == EvictionPolicy::kLru && snap.tables[t].data_time == 0) continue;
+    Encoder e;
+    e.U32(static_cast<uint32_t>(t));
+    e.Bytes(EvictionPolicyName(tables[t].eviction.policy));
+    e.U64(snap.tables[t].data_time);
+    e.U32(static_cast<uint32_t>(snap.tables[t].lfu_uses.size()));
+    e.Raw(snap.tables[t].lfu_uses.data(), snap.tables[t].lfu_uses.size() * 8);
+    HYREC_RETURN_IF_ERROR(w->Add(kPolicyBlock, e.str()));
+  }
+  for (size_t t = 0; t < tables.size(); ++t) {
+    const StoreSnapshot::Table& table = snap.tables[t];
     const size_t floats = tables[t].dim + OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim);
-    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), kRowsBlock, static_cast<uint32_t>(t), snap.tables[t].ids,
-                                      snap.tables[t].values.data(), floats));
+    const bool scored = table.scores.size() == table.ids.size() && !table.ids.empty() &&
+                        tables[t].eviction.policy != EvictionPolicy::kLru;
+    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), scored ? kScoredBlock : kRowsBlock, static_cast<uint32_t>(t), table.ids,
+                                      table.values.data(), floats, scored ? table.scores.data() : nullptr));
   }
   for (const StoreSnapshot::Sketch& k : snap.sketches) {
     Encoder e;
@@ -301,6 +349,8 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
     StoreSnapshot counters;
     std::vector<uint64_t> keep_ids;
     std::vector<float> keep_values;
+    std::vector<uint64_t> keep_scores;
+    std::vector<uint8_t> same_policy;  // Per checkpoint table: saved with the job's eviction policy.
     ShardFileReader::Handlers h;
     h.tables = [&](const ShardFileHeader& header) -> absl::Status {
       for (const TableHeader& saved : header.tables) {
@@ -320,22 +370,45 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
         }
         target.push_back(*index);
       }
+      same_policy.assign(header.tables.size(), 0);
+      for (size_t t = 0; t < target.size(); ++t) {
+        same_policy[t] = target[t] >= 0 && store->table(target[t]).eviction.policy == EvictionPolicy::kLru;
+      }
       counters.num_stripes = header.num_stripes;
       counters.delta_sequence = header.delta_sequence;
       return absl::OkStatus();
     };
-    h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
+    h.policy = [&](uint32_t t, const std::string& policy, uint64_t data_time,
+                   std::vector<uint64_t>&& lfu_uses) -> absl::Status {
       if (target[t] < 0) return absl::OkStatus();
-      if (same_layout) return store->RestoreRows(target[t], ids, values);
+      store->AdvanceDataTime(target[t], data_time);
+      same_policy[t] = policy == EvictionPolicyName(store->table(target[t]).eviction.policy);
+      if (same_policy[t]) {
+        counters.tables.resize(store->num_tables());
+        counters.tables[target[t]].lfu_uses = std::move(lfu_uses);
+      }
+      return absl::OkStatus();
+    };
+    // Scores are kept only where the table's eviction policy is the one they were saved under.
+    h.scored_rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                        absl::Span<const uint64_t> scores) -> absl::Status {
+      if (target[t] < 0) return absl::OkStatus();
+      if (!same_policy[t]) scores = {};
+      if (same_layout) return store->RestoreRows(target[t], ids, values, scores);
       const size_t floats = floats_of[t];
       keep_ids.clear();
       keep_values.clear();
+      keep_scores.clear();
       for (size_t i = 0; i < ids.size(); ++i) {
         if (ShardForId(ids[i], num_shards) != shard) continue;
         keep_ids.push_back(ids[i]);
         keep_values.insert(keep_values.end(), values.begin() + i * floats, values.begin() + (i + 1) * floats);
+        if (!scores.empty()) keep_scores.push_back(scores[i]);
       }
-      return store->RestoreRows(target[t], keep_ids, keep_values);
+      return store->RestoreRows(target[t], keep_ids, keep_values, keep_scores);
+    };
+    h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
+      return h.scored_rows(t, ids, values, {});
     };
     // Counters name tables by the checkpoint's index: kept under the store's, dropped when the job
     // no longer has the table.

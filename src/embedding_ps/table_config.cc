@@ -57,6 +57,25 @@ absl::string_view InitializerName(InitializerKind kind) {
   return "unknown";
 }
 
+absl::string_view EvictionPolicyName(EvictionPolicy policy) {
+  switch (policy) {
+    case EvictionPolicy::kLru:
+      return "lru";
+    case EvictionPolicy::kLfu:
+      return "lfu";
+    case EvictionPolicy::kTtl:
+      return "ttl";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name) {
+  if (name == "lru") return EvictionPolicy::kLru;
+  if (name == "lfu") return EvictionPolicy::kLfu;
+  if (name == "ttl") return EvictionPolicy::kTtl;
+  return absl::InvalidArgumentError(absl::StrCat("unknown eviction policy '", name, "' (expected lru, lfu or ttl)"));
+}
+
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name) {
   if (name == "uniform") return InitializerKind::kUniform;
   if (name == "normal") return InitializerKind::kNormal;
@@ -117,6 +136,15 @@ absl::Status TableConfig::Validate() const {
   }
   if (admission.min_count > 255) {
     return FieldError(*this, "admission.min_count", "must be at most 255");
+  }
+  if (eviction.policy == EvictionPolicy::kTtl && (eviction.ttl_seconds == 0 || eviction.ttl_seconds > (1ull << 40))) {
+    return FieldError(*this, "eviction.ttl_seconds", "must be in [1, 2^40] for the ttl policy");
+  }
+  if (eviction.policy != EvictionPolicy::kTtl && eviction.ttl_seconds != 0) {
+    return FieldError(*this, "eviction.ttl_seconds", "is set, but the policy is not ttl");
+  }
+  if (eviction.lfu_aging_touches == 0) {
+    return FieldError(*this, "eviction.lfu_aging_touches", "must be at least 1");
   }
   return absl::OkStatus();
 }
@@ -185,6 +213,27 @@ absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path,
   return ReadScalar(node, "min_count", path, &out->min_count);
 }
 
+absl::Status ReadEvictionConfig(const YAML::Node& node, absl::string_view path, EvictionConfig* out) {
+  std::string name;
+  if (node.IsScalar()) {
+    name = node.Scalar();
+  } else {
+    HYREC_RETURN_IF_ERROR(CheckKeys(node, path, {"policy", "ttl_seconds", "lfu_aging_touches"}));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "policy", path, &name));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "ttl_seconds", path, &out->ttl_seconds));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "lfu_aging_touches", path, &out->lfu_aging_touches));
+  }
+  if (name.empty()) return absl::OkStatus();
+  auto policy = ParseEvictionPolicy(name);
+  if (!policy.ok()) {
+    const bool word = node.IsScalar();
+    return Annotate(policy.status(), absl::StrCat(word ? std::string(path) : JoinKey(path, "policy"), " (",
+                                                  YamlWhere(word ? node : node["policy"]), ")"));
+  }
+  out->policy = *policy;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path) {
   if (!node.IsSequence()) {
     return absl::InvalidArgumentError(absl::StrCat(path, " (", YamlWhere(node), "): expected a list of tables"));
@@ -193,8 +242,8 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& nod
   for (size_t k = 0; k < node.size(); ++k) {
     const YAML::Node t = node[k];
     const std::string where = absl::StrCat(path, "[", k, "]");
-    HYREC_RETURN_IF_ERROR(
-        CheckKeys(t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission"}));
+    HYREC_RETURN_IF_ERROR(CheckKeys(
+        t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission", "eviction"}));
     TableConfig table;
     table.seed = k;
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "name", where, &table.name));
@@ -209,6 +258,9 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& nod
     }
     if (const YAML::Node adm = t["admission"]) {
       HYREC_RETURN_IF_ERROR(ReadAdmissionConfig(adm, JoinKey(where, "admission"), &table.admission));
+    }
+    if (const YAML::Node ev = t["eviction"]) {
+      HYREC_RETURN_IF_ERROR(ReadEvictionConfig(ev, JoinKey(where, "eviction"), &table.eviction));
     }
     absl::Status valid = table.Validate();
     if (!valid.ok()) return Annotate(valid, absl::StrCat(where, " (", YamlWhere(t), ")"));

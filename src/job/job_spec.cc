@@ -310,9 +310,9 @@ absl::Status ReadTableFeature(const YAML::Node& node, const std::string& where, 
 
 absl::Status ReadTable(const YAML::Node& node, const std::string& where, int index, const TableDefaults& defaults,
                        TableSpec* table) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, where,
-      {"name", "features", "dim", "pooling", "optimizer", "initializer", "admission", "capacity_rows", "seed"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, where,
+                                  {"name", "features", "dim", "pooling", "optimizer", "initializer", "admission",
+                                   "eviction", "capacity_rows", "seed"}));
   embedding_ps::TableConfig& c = table->config;
   c.dim = defaults.dim;
   c.seed = static_cast<uint64_t>(index);
@@ -333,6 +333,9 @@ absl::Status ReadTable(const YAML::Node& node, const std::string& where, int ind
   }
   if (const YAML::Node adm = node["admission"]) {
     HYREC_RETURN_IF_ERROR(embedding_ps::ReadAdmissionConfig(adm, JoinKey(where, "admission"), &c.admission));
+  }
+  if (const YAML::Node ev = node["eviction"]) {
+    HYREC_RETURN_IF_ERROR(embedding_ps::ReadEvictionConfig(ev, JoinKey(where, "eviction"), &c.eviction));
   }
   const YAML::Node features = node["features"];
   const std::string fpath = JoinKey(where, "features");

@@ -3,10 +3,12 @@
 // The store maps (table, uint64 id) to a row of `dim` weights followed by the table's optimizer
 // state, contiguous in memory. The id space is unbounded; memory is bounded by a capacity in rows
 // and/or bytes for the whole store, and by a capacity in rows per table (TableConfig). Each
-// stripe keeps one LRU list per table (a lookup or an update makes a row the most recently used).
-// When an insert would exceed its table's capacity, the table's least recently used row in the
-// id's stripe is evicted; when it would exceed the store's, the least recently used row of the
-// same table in that stripe (or, when the table has none there, of the stripe's largest table).
+// stripe keeps one list per table in the order of the table's eviction policy (TableConfig::
+// eviction: least recently used, least frequently used, or TTL by data time; a lookup or an
+// update uses a row). When an insert would exceed its table's capacity, the table's row at the
+// end of the list in the id's stripe is evicted; when it would exceed the store's, that row of
+// the same table in that stripe (or, when the table has none there, of the stripe's largest
+// table). Rows of a ttl table also expire once unused for the TTL of data time.
 //
 // New rows are initialized from (table seed, id) alone, so an id gets the same initial vector on
 // any PS, in any run, for any number of PS shards.
@@ -26,12 +28,13 @@
 //   HYREC_RETURN_IF_ERROR(store->Update(user, ids, grads, UpdateId{/*worker_id=*/0, /*sequence=*/1}, nullptr));
 //
 // Thread safety: all methods are safe for concurrent use. The store is split into
-// `num_stripes` stripes by a hash of (table, id), each with its own lock, LRU list and hash
+// `num_stripes` stripes by a hash of (table, id), each with its own lock, lists and hash
 // index, so lookups and updates from many RPC threads proceed in parallel.
 //
 // Memory layout (docs/architecture.md has the details): each row is a slot of
-// 16 + 4 * (dim + state) bytes (id, two 32-bit LRU links, floats) in per-(stripe, table) chunk
-// arrays, found through an open-addressing index of 32-bit slot handles. Slots are never moved.
+// 16 + 4 * (dim + state) bytes (id, two 24-bit list links and a 16-bit policy score, floats) in
+// per-(stripe, table) chunk arrays, found through an open-addressing index of 32-bit slot
+// handles. Slots are never moved.
 #ifndef HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
 #define HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
 
@@ -70,6 +73,12 @@ struct StoreSnapshot {
   struct Table {
     std::vector<uint64_t> ids;
     std::vector<float> values;  // ids.size() * (dim + state floats)
+    // Per row, by the table's eviction policy: lfu, its use count; ttl, the data time of its
+    // last use (seconds, to the policy's granularity); lru: empty.
+    std::vector<uint64_t> scores;
+    uint64_t data_time = 0;  // The newest data time the table had seen.
+    // lfu: per stripe, the uses since its counts were last halved.
+    std::vector<uint64_t> lfu_uses;
   };
   std::vector<Table> tables;
   // Admission: per (stripe, table) with a sketch, its counters and aging count.
@@ -145,7 +154,10 @@ struct TableStats {
   uint64_t capacity_rows = 0;  // The table's own bound (TableConfig::capacity_rows).
   uint64_t lookups = 0;        // Ids looked up.
   uint64_t updates = 0;        // Rows updated.
-  uint64_t evictions = 0;
+  uint64_t evictions = 0;      // For capacity.
+  uint64_t expirations = 0;    // ttl: unused longer than the TTL.
+  std::string eviction_policy;
+  uint64_t data_time = 0;
   uint64_t admission_rejections = 0;
   uint64_t dropped_updates = 0;
   uint64_t rejected_nonfinite = 0;  // Update requests refused for a NaN/Inf gradient.
@@ -167,7 +179,8 @@ struct StoreStats {
 
 // Publishes a store's statistics as Prometheus families, every sample labelled with `labels`
 // (e.g. {{"shard", "0"}}) plus table="<name>" where per table: hyrec_ps_rows,
-// hyrec_ps_evictions_total, hyrec_ps_lookups_total, hyrec_ps_updates_total,
+// hyrec_ps_evictions_total (also labelled policy="lru|lfu|ttl"), hyrec_ps_expirations_total,
+// hyrec_ps_data_time_seconds, hyrec_ps_lookups_total, hyrec_ps_updates_total,
 // hyrec_ps_admission_rejections_total, hyrec_ps_rejected_nonfinite_total,
 // hyrec_ps_duplicate_updates_total, hyrec_ps_dropped_updates_total,
 // hyrec_ps_table_capacity_rows; and per store
@@ -203,6 +216,12 @@ class EmbeddingShardStore {
   virtual absl::Status Update(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
                               UpdateId update_id, UpdateResult* result) = 0;
 
+  // Raises table t's data time to `seconds` when that is newer (a time never goes back; a bad
+  // index is ignored). Rows of a ttl table used before any data time count as used at time 0.
+  // Callers pass the newest sample time of the batch whose ids they look up.
+  virtual void AdvanceDataTime(int table, uint64_t seconds) = 0;
+  virtual uint64_t data_time(int table) const = 0;
+
   // Counts one request refused before it reached the store (e.g. malformed RPC).
   virtual void CountRejectedRequest() = 0;
   virtual uint64_t rejected_requests() const = 0;
@@ -213,12 +232,19 @@ class EmbeddingShardStore {
   // the cut consistent by taking the snapshot while no update is in flight (checkpoint.h).
   virtual StoreSnapshot Snapshot() const = 0;
   // Inserts rows, or overwrites them, in order (the last ends most recently used), evicting as
-  // capacity requires. `values` holds ids.size() * (dim + state floats). InvalidArgument (nothing
-  // written) for a bad table, a wrong size or a non-finite value.
-  virtual absl::Status RestoreRows(int table, absl::Span<const uint64_t> ids, absl::Span<const float> values) = 0;
-  // Restores admission and deduplication state. `exact`: the snapshot is of this shard with the
-  // same stripes and sketch sizes, and replaces the state. Otherwise (a reshard) it is merged:
-  // with the same stripes, sketches add up (saturating; counts may be overestimated, never
+  // capacity requires. `values` holds ids.size() * (dim + state floats); `scores`, when not
+  // empty, one per row as StoreSnapshot::Table::scores (without: lfu rows count one use, ttl
+  // rows are used at the table's data time). Restore a ttl table's data time (AdvanceDataTime)
+  // before its rows. InvalidArgument (nothing written) for a bad table, a wrong size or a
+  // non-finite value.
+  virtual absl::Status RestoreRows(int table, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                                   absl::Span<const uint64_t> scores) = 0;
+  absl::Status RestoreRows(int table, absl::Span<const uint64_t> ids, absl::Span<const float> values) {
+    return RestoreRows(table, ids, values, {});
+  }
+  // Restores admission, deduplication and lfu aging state. `exact`: the snapshot is of this shard
+  // with the same stripes and sketch sizes, and replaces the state (lfu aging restarts otherwise). Otherwise (a
+  // reshard) it is merged: with the same stripes, sketches add up (saturating; counts may be overestimated, never
   // under), else they are dropped; dedup windows unite.
   virtual absl::Status RestoreCounters(const StoreSnapshot& snapshot, bool exact) = 0;
   // The rows changed since the previous delta (FailedPrecondition unless track_changes).

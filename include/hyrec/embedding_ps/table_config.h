@@ -73,6 +73,25 @@ struct AdmissionConfig {
   bool AdmitsEverything() const { return probability >= 1.0 && min_count <= 1; }
 };
 
+// Which rows a bounded table gives up. Every policy keeps one list per (stripe, table), ordered
+// from the row to keep longest to the next to evict, and evicts from its end:
+//   kLru: the least recently used row (a lookup or an update uses it).
+//   kLfu: the least frequently used row, ties going to the least recently used. A row's count
+//         starts at 1 and grows by one per use (saturating at 65535); a stripe's counts of the
+//         table are halved after `lfu_aging_touches` uses per row it holds, so that what was
+//         popular long ago does not stay forever (aging).
+//   kTtl: as kLru for capacity; besides, a row not used for `ttl_seconds` of data time (the
+//         newest sample time the table has seen, EmbeddingShardStore::AdvanceDataTime) expires,
+//         with or without a capacity. Data time, not wall time, so replaying old data does not
+//         expire every row. Times are kept at 1/1024 of the TTL (at least a second).
+enum class EvictionPolicy { kLru, kLfu, kTtl };
+
+struct EvictionConfig {
+  EvictionPolicy policy = EvictionPolicy::kLru;
+  uint64_t ttl_seconds = 0;         // kTtl: > 0, at most 2^40.
+  uint32_t lfu_aging_touches = 16;  // kLfu: >= 1.
+};
+
 struct TableConfig {
   std::string name;
   int dim = 0;
@@ -83,6 +102,7 @@ struct TableConfig {
   InitializerConfig initializer;
   OptimizerConfig optimizer;
   AdmissionConfig admission;
+  EvictionConfig eviction;
 
   // OK when every field is in range; otherwise InvalidArgument naming the table and field.
   absl::Status Validate() const;
@@ -92,6 +112,8 @@ absl::string_view OptimizerName(OptimizerKind kind);
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
 absl::string_view InitializerName(InitializerKind kind);
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name);
+absl::string_view EvictionPolicyName(EvictionPolicy policy);
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 
 // Number of optimizer-state floats stored after the `dim` weights of a row.
 int OptimizerStateFloats(OptimizerKind kind, int dim);
@@ -103,6 +125,8 @@ int OptimizerStateFloats(OptimizerKind kind, int dim);
 absl::Status ReadInitializerConfig(const YAML::Node& node, absl::string_view path, InitializerConfig* out);
 absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path, OptimizerConfig* out);
 absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out);
+// `eviction: lfu`, or a mapping {policy, ttl_seconds, lfu_aging_touches}.
+absl::Status ReadEvictionConfig(const YAML::Node& node, absl::string_view path, EvictionConfig* out);
 
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path);
