@@ -16,6 +16,7 @@
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/job/job_plan.h"
 #include "run_command.h"
+#include "src/data_loader/batch_codec.h"
 #include "stream_test_util.h"
 
 namespace hyrec::data_loader {
@@ -447,6 +448,15 @@ TEST(DataService, AWorkerRefusesAMalformedBatchNamingTheField) {
   shape.num_shards = 2;
   shape.slot_tables = {0};
   ASSERT_TRUE(ValidateBatch(good, shape).ok()) << ValidateBatch(good, shape);
+  {  // What crosses the wire comes back, the batch's data time with the rest.
+    good.data_time = 1'700'000'123;
+    proto::BatchProto wire;
+    EncodeBatch(good, &wire);
+    Batch back;
+    ASSERT_TRUE(DecodeBatchMessage(wire.SerializeAsString(), shape, &back).ok());
+    EXPECT_EQ(back.data_time, good.data_time);
+    EXPECT_EQ(back.tables[0].unique_ids, good.tables[0].unique_ids);
+  }
   auto refused = [&](const std::function<void(Batch*)>& spoil, const std::string& field) {
     Batch b = good;
     spoil(&b);

@@ -15,7 +15,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "hyrec/job/job_plan.h"
 
 namespace hyrec::dense_worker {
@@ -218,6 +220,63 @@ TEST(Quality, DropoutAndWeightDecayChangeTraining) {
 
 // The shipped csv example (examples/configs/clicks-csv.yaml and its generated click log) trains
 // and learns its signal.
+// A csv time column ages a ttl table by data time, end to end: sample times reach the batches,
+// their lookups and the PS stores. Users 0..999 appear in the first half of a day of clicks,
+// users 1000..1029 throughout; with a TTL of an hour the job ends holding only the rows used in
+// its last hour (the checkpoint at the end shows it), where without the TTL it holds all.
+TEST(Formats, ATimeColumnExpiresTtlRowsByDataTime) {
+  const std::string path = Path("timed.csv");
+  {
+    std::ofstream out(path);
+    out << "t,click,user\n";
+    std::mt19937_64 rng(4);
+    for (int i = 0; i < 4000; ++i) {
+      const int user = i < 2000 && i % 2 == 0 ? static_cast<int>(rng() % 1000) : 1000 + static_cast<int>(rng() % 30);
+      out << 1'700'000'000 + 20 * i << "," << (user % 3 == 0 ? 1 : 0) << ",u" << user << "\n";
+    }
+  }
+  for (const std::string eviction : {"lru", "{policy: ttl, ttl_seconds: 3600}"}) {
+    SCOPED_TRACE(eviction);
+    const std::string dir = Path("timed_checkpoints");
+    std::filesystem::remove_all(dir);
+    const std::string text = absl::StrCat(
+        "loader:\n  source: {format: csv, files: [", path,
+        "], csv: {columns: [{name: t, type: time}, {name: click, type: label}, {name: user, type: categorical}]}}\n",
+        "  batch_size: 100\n  threads: 1\n  epochs: 1\n  shuffle_window: 200\n",
+        "tables: [{name: user, features: [user], dim: 4, eviction: ", eviction, "}]\n",
+        "model: {kind: lr}\nps: {shards: 2, optimizer: adagrad, learning_rate: 0.1}\n", "checkpoint: {dir: ", dir,
+        ", every_steps: 1000}\n");
+    absl::StatusOr<TrainReport> r = Train(text);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_FALSE(r->last_checkpoint.empty());
+    absl::StatusOr<CheckpointManifest> manifest = ReadManifest(Env::Default(), r->last_checkpoint);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    embedding_ps::TableConfig table;
+    table.name = "user";
+    table.dim = 4;
+    if (eviction != "lru") {
+      table.eviction.policy = embedding_ps::EvictionPolicy::kTtl;
+      table.eviction.ttl_seconds = 3600;
+    }
+    uint64_t rows = 0;
+    for (int shard = 0; shard < 2; ++shard) {
+      embedding_ps::StoreOptions options;
+      options.tables = {table};
+      auto store = *embedding_ps::EmbeddingShardStore::Create(options);
+      ASSERT_TRUE(
+          embedding_ps::RestoreShard(Env::Default(), r->last_checkpoint, *manifest, shard, 2, store.get()).ok());
+      rows += store->Stats().rows;
+      if (eviction != "lru") EXPECT_EQ(store->data_time(0), 1'700'000'000u + 20 * 3999);
+    }
+    if (eviction == "lru") {
+      EXPECT_GT(rows, 600u);
+    } else {
+      EXPECT_LE(rows, 30u);
+      EXPECT_GE(rows, 25u);
+    }
+  }
+}
+
 TEST(Formats, TheCsvExampleTrains) {
   ASSERT_EQ(chdir(HYREC_SOURCE_DIR), 0);
   absl::StatusOr<job::JobSpec> spec = job::LoadJobSpec("examples/configs/clicks-csv.yaml");

@@ -325,6 +325,22 @@ TEST(JobSpec, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(Error(base + "tables: [{name: a, features: [f0]}, {name: a, features: [f1]}]\n")
                 .find("a table of that name is defined before"),
             std::string::npos);
+  // Eviction: the policy and its keys, and ttl only where the samples carry times.
+  EXPECT_NE(
+      Error(base + "tables: [{name: a, features: [f0, f1], eviction: fifo}]\n").find("tables[0].eviction (line 2)"),
+      std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1], eviction: {policy: lfu, ttl: 5}}]\n")
+                .find("tables[0].eviction.ttl (line 2): unknown key"),
+            std::string::npos);
+  EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1], eviction: {policy: ttl, ttl_seconds: 60}}]\n")
+                .find("eviction ttl goes by the samples' times, and this source has none"),
+            std::string::npos);
+  {
+    auto lfu = Parse(base + "tables: [{name: a, features: [f0, f1], eviction: {policy: lfu, lfu_aging_touches: 4}}]\n");
+    ASSERT_TRUE(lfu.ok()) << lfu.status();
+    EXPECT_EQ(lfu->tables[0].config.eviction.policy, embedding_ps::EvictionPolicy::kLfu);
+    EXPECT_EQ(lfu->tables[0].config.eviction.lfu_aging_touches, 4u);
+  }
   EXPECT_NE(Error(base + "tables: [{name: a, features: [f0, f1], pooling: max}]\n")
                 .find("tables[0].pooling (line 2): 'max' is not sum, mean or sqrtn"),
             std::string::npos);

@@ -326,6 +326,24 @@ TEST(CsvParser, BadRowsNameTheFieldAndColumn) {
   EXPECT_FALSE(ParseCsvLine("a,1,1,,1,,", unresolved, &s).ok());
 }
 
+// A time column gives the sample's time in whole seconds; empty is 0; anything else is a bad line
+// naming the column; two time columns are refused.
+TEST(CsvParser, ATimeColumnGivesTheSampleTime) {
+  CsvOptions o = Positional({{0, CsvColumn::Kind::kTime}, {1, CsvColumn::Kind::kLabel}, {2, CsvColumn::Kind::kDense}});
+  ASSERT_TRUE(o.Resolve(nullptr).ok());
+  Sample s;
+  ASSERT_TRUE(ParseCsvLine("1700000000,1,2", o, &s).ok());
+  EXPECT_EQ(s.time, 1700000000u);
+  ASSERT_TRUE(ParseCsvLine(",0,2", o, &s).ok());
+  EXPECT_EQ(s.time, 0u);
+  for (const std::string bad : {"-5", "1.5", "soon", "99999999999999999999"}) {
+    EXPECT_NE(ParseCsvLine(bad + ",1,2", o, &s).message().find("is not a time in whole seconds"), std::string::npos)
+        << bad;
+  }
+  CsvOptions two = Positional({{0, CsvColumn::Kind::kTime}, {1, CsvColumn::Kind::kLabel}, {2, CsvColumn::Kind::kTime}});
+  EXPECT_NE(two.Validate().message().find("at most one column may be the time"), std::string::npos);
+}
+
 // A tab-separated file read with the default comma: the header is one field, and the error says
 // which delimiter would split it, not only that a column is missing.
 TEST(CsvParser, AHeaderOfOneFieldNamesTheLikelyDelimiter) {

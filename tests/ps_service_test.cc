@@ -407,8 +407,20 @@ TEST_F(PsServiceBadInput, LookupTablesAnswersEachOrRefusesTheCall) {
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     return stub_->LookupTables(&context, r, response);
   };
+  request.mutable_lookups(1)->set_data_time(1'700'000'000);  // Raises emb's data time only.
   proto::LookupTablesResponse response;
   ASSERT_TRUE(call(request, &response).ok());
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    proto::StatsResponse stats;
+    ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+    for (const proto::TableStats& t : stats.tables()) {
+      EXPECT_EQ(t.data_time(), t.name() == "emb" ? 1'700'000'000u : 0u) << t.name();
+      EXPECT_EQ(t.eviction_policy(), "lru");
+    }
+  }
+  request.mutable_lookups(1)->set_data_time(0);
   ASSERT_EQ(response.lookups_size(), 2);
   EXPECT_EQ(response.lookups(0).dim(), 3u);
   EXPECT_EQ(response.lookups(1).dim(), 8u);

@@ -85,6 +85,7 @@ void EncodeBatch(const Batch& b, proto::BatchProto* out) {
   ToProto(b.next_position, out->mutable_next_position());
   out->set_bytes_read(b.bytes_read);
   out->set_bytes_total(b.bytes_total);
+  out->set_data_time(b.data_time);
 }
 
 absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
@@ -92,6 +93,7 @@ absl::Status DecodeBatch(const proto::BatchProto& p, Batch* b) {
   b->epoch = p.epoch();
   b->batch_size = static_cast<int>(std::min<uint32_t>(p.batch_size(), INT32_MAX));
   b->num_dense = static_cast<int>(std::min<uint32_t>(p.num_dense(), INT32_MAX));
+  b->data_time = p.data_time();
   auto malformed = [&](absl::string_view field) {
     return absl::DataLossError(absl::StrCat("malformed batch ", p.batch_id(), " from the loader: ", field,
                                             " is not a whole number of values"));

@@ -60,9 +60,9 @@ absl::Status ReadCsvColumn(const YAML::Node& node, const std::string& p, CsvColu
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "index", p, &c->index));
   std::string type;
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "type", p, &type));
-  static constexpr CsvColumn::Kind kKinds[] = {CsvColumn::Kind::kLabel,       CsvColumn::Kind::kDense,
-                                               CsvColumn::Kind::kCategorical, CsvColumn::Kind::kMulti,
-                                               CsvColumn::Kind::kWeighted,    CsvColumn::Kind::kIgnore};
+  static constexpr CsvColumn::Kind kKinds[] = {
+      CsvColumn::Kind::kLabel,    CsvColumn::Kind::kDense,  CsvColumn::Kind::kCategorical, CsvColumn::Kind::kMulti,
+      CsvColumn::Kind::kWeighted, CsvColumn::Kind::kIgnore, CsvColumn::Kind::kTime};
   bool known = false;
   for (CsvColumn::Kind kind : kKinds) {
     if (type == CsvKindName(kind)) {
@@ -71,9 +71,9 @@ absl::Status ReadCsvColumn(const YAML::Node& node, const std::string& p, CsvColu
     }
   }
   if (!known) {
-    return absl::InvalidArgumentError(absl::StrCat(JoinKey(p, "type"), " (",
-                                                   YamlWhere(node["type"] ? node["type"] : node), "): '", type,
-                                                   "' is not label, dense, categorical, multi, weighted or ignore"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(JoinKey(p, "type"), " (", YamlWhere(node["type"] ? node["type"] : node), "): '", type,
+                     "' is not label, dense, categorical, multi, weighted, time or ignore"));
   }
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "positives", p, &c->positives));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "negatives", p, &c->negatives));

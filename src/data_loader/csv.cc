@@ -127,6 +127,15 @@ bool ParsePlainDecimal(absl::string_view v, double* out, bool* integral) {
   return true;
 }
 
+absl::Status ParseTimeField(const CsvColumn& c, absl::string_view v, uint64_t* out) {
+  *out = 0;
+  if (v.empty()) return absl::OkStatus();
+  if (!absl::SimpleAtoi(v, out) || *out > (1ull << 62)) {
+    return FieldError(c, v, "is not a time in whole seconds (a non-negative integer)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseDenseField(const CsvColumn& c, absl::string_view v, float* out) {
   if (v.empty()) {
     *out = 0.0f;
@@ -211,6 +220,8 @@ absl::string_view CsvKindName(CsvColumn::Kind kind) {
       return "weighted";
     case Kind::kIgnore:
       return "ignore";
+    case Kind::kTime:
+      return "time";
   }
   return "unknown";
 }
@@ -243,7 +254,7 @@ absl::Status CsvOptions::Validate() const {
   if (delimiter == '\n' || delimiter == '\r' || delimiter == '\0') return bad("csv.delimiter cannot be a line break");
   if (quote != '\0' && quote == delimiter) return bad("csv.quote cannot be the delimiter");
   if (columns.empty()) return bad("csv.columns: no column is declared");
-  int labels = 0, inputs = 0;
+  int labels = 0, inputs = 0, times = 0;
   std::unordered_map<std::string, int> names;
   std::unordered_map<int, int> positions;
   for (size_t k = 0; k < columns.size(); ++k) {
@@ -262,6 +273,7 @@ absl::Status CsvOptions::Validate() const {
       return bad(key, ": position ", c.index, " is declared twice");
     }
     labels += c.kind == Kind::kLabel ? 1 : 0;
+    times += c.kind == Kind::kTime ? 1 : 0;
     inputs += c.kind == Kind::kDense || IsSparse(c.kind) ? 1 : 0;
     if (c.kind == Kind::kLabel) {
       if (c.positives.empty() || c.negatives.empty()) return bad(key, ": a label needs positives and negatives");
@@ -283,6 +295,7 @@ absl::Status CsvOptions::Validate() const {
     }
   }
   if (labels != 1) return bad("csv.columns: exactly one column must be the label (", labels, " are)");
+  if (times > 1) return bad("csv.columns: at most one column may be the time (", times, " are)");
   if (inputs == 0) return bad("csv.columns: no dense, categorical, multi or weighted column is declared");
   if (num_slots() > 65536) return bad("csv.columns: more than 65536 sparse columns");
   return absl::OkStatus();
@@ -428,6 +441,9 @@ absl::Status ParseCsvLine(absl::string_view line, const CsvOptions& o, Sample* o
       case Kind::kWeighted:
         HYREC_RETURN_IF_ERROR(ParseSparseField(c, v, slot, o, weighted, out));
         out->slot_offsets[++slot] = static_cast<uint32_t>(out->ids.size());
+        break;
+      case Kind::kTime:
+        HYREC_RETURN_IF_ERROR(ParseTimeField(c, v, &out->time));
         break;
       case Kind::kIgnore:
         break;

@@ -268,9 +268,11 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
   // Weights for every slot as soon as one sample has any; 1 for the ids of those without.
   bool weighted = false;
   for (size_t i = 0; i < count && !weighted; ++i) weighted = !samples[i].weights.empty();
+  batch->data_time = 0;
   for (size_t i = 0; i < count; ++i) {
     const Sample& sample = samples[i];
     batch->labels[i] = sample.label;
+    batch->data_time = std::max(batch->data_time, sample.time);
     std::copy(sample.dense.begin(), sample.dense.end(), batch->dense.begin() + i * num_dense);
     for (int s = 0; s < num_slots; ++s) {
       SlotIds& slot = batch->slots[s];

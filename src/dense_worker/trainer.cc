@@ -321,7 +321,7 @@ absl::Status TrainingContext::LookupRows(TrainBatch* tb) {
     if (ids.unique_ids.empty()) continue;
     float* out = tb->rows[table_group_[t]].data_ptr<float>() + tb->table_row_offset[t] * dims_[t];
     lookups.push_back({options_.table_names[t], ids.unique_ids, ids.shard_offsets,
-                       absl::MakeSpan(out, ids.unique_ids.size() * dims_[t])});
+                       absl::MakeSpan(out, ids.unique_ids.size() * dims_[t]), b.data_time});
   }
   return ps_->LookupShardedTables(lookups);
 }

@@ -41,6 +41,7 @@ struct TableCall {
   absl::string_view table;
   int dim = 0;
   std::vector<ShardPart> parts;
+  uint64_t data_time = 0;  // Lookups: the batch's newest sample time (0: none).
 };
 
 class ShardedClient : public EmbeddingClient {
@@ -125,7 +126,7 @@ class ShardedClient : public EmbeddingClient {
     for (const ShardedLookup& l : lookups) {
       absl::StatusOr<int> dim = TableDim(l.table);
       if (!dim.ok()) return dim.status();
-      TableCall call{l.table, *dim, {}};
+      TableCall call{l.table, *dim, {}, l.data_time};
       absl::Status status = SplitSharded(l.table, l.ids, l.shard_offsets, *dim, l.out.size(), &call.parts);
       if (!status.ok()) return status;
       for (ShardPart& part : call.parts) {
@@ -294,6 +295,13 @@ class InProcessClient final : public ShardedClient {
 
  private:
   absl::Status LookupParts(absl::Span<TableCall> calls) override {
+    for (const TableCall& call : calls) {
+      if (call.data_time == 0) continue;
+      for (const ShardPart& part : call.parts) {
+        EmbeddingShardStore& store = *stores_[part.shard];
+        if (absl::StatusOr<int> t = store.TableIndex(call.table); t.ok()) store.AdvanceDataTime(*t, call.data_time);
+      }
+    }
     return ForEachPart(calls, [](EmbeddingShardStore& store, int t, ShardPart& part) {
       return store.Lookup(t, part.ids, part.out, nullptr);
     });
@@ -398,6 +406,9 @@ class GrpcClient final : public ShardedClient {
         t.duplicate_updates = p.duplicate_updates();
         t.capacity_rows = p.capacity_rows();
         t.nonfinite_results = p.nonfinite_results();
+        t.eviction_policy = p.eviction_policy();
+        t.expirations = p.expirations();
+        t.data_time = p.data_time();
         stats.store.tables.push_back(std::move(t));
       }
     }
@@ -633,6 +644,7 @@ class GrpcClient final : public ShardedClient {
         proto::LookupRequest* l = requests[k].add_lookups();
         l->set_table(std::string(calls[c].table));
         l->set_precision(precision_);
+        l->set_data_time(calls[c].data_time);
         wire::EncodeIds(calls[c].parts[p].ids, l->mutable_ids());
       }
     }

@@ -40,6 +40,7 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
   std::vector<uint64_t> ids;
   absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
   if (!table.ok()) return table.status();
+  if (request.data_time() != 0) store.AdvanceDataTime(*table, request.data_time());
   absl::Status status;
   const int dim = store.table(*table).dim;
   const size_t n = ids.size() * dim;

@@ -52,6 +52,9 @@ void FillStats(const EmbeddingShardStore& store, const ServerOptions& options, c
     p->set_duplicate_updates(t.duplicate_updates);
     p->set_capacity_rows(t.capacity_rows);
     p->set_nonfinite_results(t.nonfinite_results);
+    p->set_eviction_policy(t.eviction_policy);
+    p->set_expirations(t.expirations);
+    p->set_data_time(t.data_time);
   }
 }
 

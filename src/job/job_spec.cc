@@ -531,6 +531,16 @@ std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& so
   return names;
 }
 
+namespace {
+
+bool SourceHasTimes(const data_loader::SourceConfig& source) {
+  return source.format == data_loader::Format::kCsv &&
+         std::any_of(source.csv.columns.begin(), source.csv.columns.end(),
+                     [](const data_loader::CsvColumn& c) { return c.kind == data_loader::CsvColumn::Kind::kTime; });
+}
+
+}  // namespace
+
 absl::Status ValidateJobSpec(const JobSpec& spec) {
   HYREC_RETURN_IF_ERROR(spec.loader.Validate());
   const int slots = spec.loader.source.num_slots();
@@ -554,6 +564,12 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     const TableSpec& t = spec.tables[k];
     const std::string where = absl::StrCat("tables[", k, "] '", t.config.name, "'");
     HYREC_RETURN_IF_ERROR(Annotate(t.config.Validate(), where));
+    if (t.config.eviction.policy == embedding_ps::EvictionPolicy::kTtl && !SourceHasTimes(spec.loader.source)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       ": eviction ttl goes by the samples' times, and this source has none; declare a csv column of "
+                       "type time (docs/data.md)"));
+    }
     if (!table_names.insert(t.config.name).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": a table of that name is defined before"));
     }

@@ -83,7 +83,8 @@ struct LibsvmOptions {
 
 // One column of a csv source, as the job declares it (loader.source.csv.columns).
 struct CsvColumn {
-  enum class Kind { kLabel, kDense, kCategorical, kMulti, kWeighted, kIgnore };
+  // kTime: when the sample happened, whole seconds (Sample::time); empty is 0 (unknown).
+  enum class Kind { kLabel, kDense, kCategorical, kMulti, kWeighted, kIgnore, kTime };
   enum class Transform { kNone, kLog1p, kStandardize };
   std::string name;  // The header's name for it; empty: `index` places it.
   int index = -1;    // 0-based field of the line; for a named column, set from the header.

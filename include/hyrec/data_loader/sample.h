@@ -24,9 +24,12 @@ struct Sample {
   std::vector<uint32_t> slot_offsets;  // num_slots + 1
   std::vector<uint64_t> ids;
   std::vector<float> weights;  // Empty (every id weighs 1), or one per id.
+  // When it happened, in seconds (a csv `time` column); 0: the source has no time.
+  uint64_t time = 0;
 
   void Clear(int num_slots) {
     label = 0.0f;
+    time = 0;
     dense.clear();
     ids.clear();
     weights.clear();
@@ -87,6 +90,9 @@ struct Batch {
   // batch was cut, and their total; 0 and 0 for a synthetic source. For progress and ETA.
   uint64_t bytes_read = 0;
   uint64_t bytes_total = 0;
+  // The newest sample time in the batch (Sample::time); 0 when its source has none. The PS keeps
+  // it per table as the data time of TTL eviction.
+  uint64_t data_time = 0;
   // With SourceConfig::keep (k columns): sample i's raw value of kept column j at i * k + j (a
   // field the line does not have: empty). Not sent over the wire.
   std::vector<std::string> kept;

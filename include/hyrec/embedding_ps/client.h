@@ -111,6 +111,9 @@ class EmbeddingClient {
     absl::Span<const uint64_t> ids;
     absl::Span<const uint32_t> shard_offsets;
     absl::Span<float> out;
+    // The newest sample time (seconds) of the batch read; each shard raises the table's data
+    // time to it first (EmbeddingShardStore::AdvanceDataTime). 0: none.
+    uint64_t data_time = 0;
   };
   struct ShardedUpdate {
     absl::string_view table;
