@@ -2,7 +2,7 @@
 // from a flat float array (on huge pages, as the store's rows are), on the same Zipf(1.05) ids
 // over 10M rows, in the same binary.
 //
-//   build/benchmarks/store_benchmark [--rows=10000000] [--dims=16,64,128] [--unbounded]
+//   build/benchmarks/store_benchmark [--rows=10000000] [--dims=16,64,128] [--unbounded] [--eviction=lru|lfu|ttl]
 //                                    [--benchmark_min_time=1]
 //
 // The store's capacity is `rows` (bounded: every access keeps LRU order), or none with
@@ -45,6 +45,8 @@ struct Data {
 
 Data* g_data = nullptr;
 bool g_unbounded = false;
+// The table's eviction policy; ttl with a data time that stays put (the upkeep, no expiry).
+hyrec::embedding_ps::EvictionPolicy g_eviction = hyrec::embedding_ps::EvictionPolicy::kLru;
 uint64_t g_store_rss_bytes = 0;
 
 // Resident set size of this process, from /proc/self/statm.
@@ -78,9 +80,12 @@ void BuildData(Data& d, int dim, uint64_t rows) {
   table.name = "t";
   table.dim = dim;
   table.optimizer.kind = hyrec::embedding_ps::OptimizerKind::kAdagrad;
+  table.eviction.policy = g_eviction;
+  if (g_eviction == hyrec::embedding_ps::EvictionPolicy::kTtl) table.eviction.ttl_seconds = 86400;
   options.tables = {table};
   options.capacity_rows = g_unbounded ? 0 : rows;
   d.store = std::move(*EmbeddingShardStore::Create(options));
+  d.store->AdvanceDataTime(0, 1'700'000'000);
   // Every row present, inserted in a scattered order.
   std::vector<uint64_t> batch;
   std::vector<float> out(static_cast<size_t>(kBatch) * dim);
@@ -149,6 +154,13 @@ int main(int argc, char** argv) {
       (void)absl::SimpleAtoi(arg.substr(7), &rows);
     } else if (arg == "--unbounded") {
       g_unbounded = true;
+    } else if (arg.rfind("--eviction=", 0) == 0) {
+      auto policy = hyrec::embedding_ps::ParseEvictionPolicy(arg.substr(11));
+      if (!policy.ok()) {
+        std::fprintf(stderr, "store_benchmark: %s\n", policy.status().ToString().c_str());
+        return 2;
+      }
+      g_eviction = *policy;
     } else if (arg.rfind("--dims=", 0) == 0) {
       dims.clear();
       for (absl::string_view s : absl::StrSplit(arg.substr(7), ',')) {

@@ -584,7 +584,8 @@ TEST(PsBinary, ServesPrometheusMetricsPerTable) {
   EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_rows{shard=\"0\",table=\"emb\"} 3\n")) << body;
   EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_lookups_total{shard=\"0\",table=\"emb\"} 3\n")) << body;
   EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_rows{shard=\"0\",table=\"other\"} 0\n")) << body;
-  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_evictions_total{shard=\"0\",table=\"emb\"} 0\n")) << body;
+  EXPECT_TRUE(absl::StrContains(body, "hyrec_ps_evictions_total{shard=\"0\",table=\"emb\",policy=\"lru\"} 0\n"))
+      << body;
   (*ps)->Signal(SIGTERM);
   auto code = (*ps)->Wait(absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();

@@ -92,7 +92,8 @@ TEST(HybridTraining, HybridAndSyncReachTheSameAucNearTheTeacher) {
   EXPECT_EQ(duplicates, 0);
   EXPECT_FALSE(hybrid->losses.empty());
   const std::string text = metrics.Render();
-  EXPECT_NE(text.find("hyrec_ps_evictions_total{shard=\"1\",table=\"f25\"} 0"), std::string::npos) << text;
+  EXPECT_NE(text.find("hyrec_ps_evictions_total{shard=\"1\",table=\"f25\",policy=\"lru\"} 0"), std::string::npos)
+      << text;
 }
 
 TEST(HybridTraining, TwoWorkersWithGlooReachTheBand) {

@@ -77,9 +77,12 @@ torch::Tensor DlrmImpl::forward(torch::Tensor dense, const std::vector<torch::Te
   for (size_t s = 0; s < pooled.size(); ++s) {
     features.push_back(Projected(projections_, s, pooled[s]));
   }
-  torch::Tensor t = torch::stack(features, 1);                                               // [B, F, d]
-  torch::Tensor z = torch::bmm(t, t.transpose(1, 2));                                        // [B, F, F]
-  torch::Tensor interactions = z.index({torch::indexing::Slice(), pair_rows_, pair_cols_});  // [B, P]
+  torch::Tensor t = torch::stack(features, 1);         // [B, F, d]
+  torch::Tensor z = torch::bmm(t, t.transpose(1, 2));  // [B, F, F]
+  if (!pair_flat_.defined() || pair_flat_.device() != pair_rows_.device()) {
+    pair_flat_ = pair_rows_ * static_cast<int64_t>(features.size()) + pair_cols_;
+  }
+  torch::Tensor interactions = z.flatten(1).index_select(1, pair_flat_);  // [B, P]
   // Without a bottom MLP the embeddings themselves join the interactions (one embedding alone
   // has none).
   torch::Tensor first = x.defined() ? x : t.flatten(1);

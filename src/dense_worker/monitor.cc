@@ -189,6 +189,10 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
   }
   out << absl::StrFormat("\nsummary: %d samples, %.0f samples/s, %s", r.samples, r.samples_per_second,
                          Duration(r.elapsed_seconds));
+  if (r.steady_samples_per_second > 0) {
+    out << absl::StrFormat(" (steady: %.0f samples/s after the first %d batches)", r.steady_samples_per_second,
+                           TrainReport::kWarmupBatches);
+  }
   if (r.interrupted) out << " (interrupted: stopped after the current batch)";
   if (r.stopped_early) out << " (stopped early: eval.patience evaluations without a better one)";
   out << "\n";

@@ -54,6 +54,10 @@ class DlrmImpl : public DenseModelImpl {
   std::vector<torch::nn::Linear> projections_;  // Per slot; empty modules for slots of embedding_dim.
   torch::nn::Sequential top_{nullptr};
   torch::Tensor pair_rows_, pair_cols_;  // Upper-triangle indices of the interaction matrix.
+  // The same as flat indices into a row of the [F, F] matrix (not a buffer: checkpoints hold the
+  // two above); index_select on them, and its index_add backward, costs less than the 2-d
+  // advanced index.
+  torch::Tensor pair_flat_;
 };
 TORCH_MODULE(Dlrm);
 
