@@ -10,6 +10,8 @@
 #include <new>
 #include <optional>
 
+#include "absl/base/attributes.h"
+#include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -53,23 +55,34 @@ constexpr uint32_t kNoLink = kSlotMask;
 
 // Every slot starts with this header; the row's floats follow. The list links name slots of
 // the row's own table (24 bits each), which leaves 16 bits for the eviction policy's score.
+// Each field is written with stores of its own bytes alone: relinking a neighbour then never
+// waits to read the neighbour's line first (a store does not stall on a cache miss; a
+// read-modify-write of a shared word would).
 struct SlotHeader {
   uint64_t id;
-  // Bits 0-23: the previous slot, toward the end kept longest (kNoLink at the head); bits 24-47:
-  // the next slot, toward the end evicted first (kNoLink at the tail; also the free-list link);
-  // bits 48-63: the score (kLfu: the use count; kTtl: the data time of the last use, in
-  // granules modulo 2^16; kLru: unused).
-  uint64_t meta;
+  // The previous slot, toward the end kept longest (kNoLink at the head), then the next slot,
+  // toward the end evicted first (kNoLink at the tail; also the free-list link): 3 bytes each,
+  // little-endian.
+  uint8_t links[6];
+  // kLfu: the use count; kTtl: the data time of the last use, in granules modulo 2^16; kLru:
+  // unused.
+  uint16_t score_bits;
 
-  uint32_t prev_slot() const { return static_cast<uint32_t>(meta & kSlotMask); }
-  uint32_t next_slot() const { return static_cast<uint32_t>((meta >> kSlotBits) & kSlotMask); }
-  uint16_t score() const { return static_cast<uint16_t>(meta >> (2 * kSlotBits)); }
-  void set_prev_slot(uint32_t slot) { meta = (meta & ~static_cast<uint64_t>(kSlotMask)) | slot; }
-  void set_next_slot(uint32_t slot) {
-    meta = (meta & ~(static_cast<uint64_t>(kSlotMask) << kSlotBits)) | (static_cast<uint64_t>(slot) << kSlotBits);
+  uint32_t prev_slot() const { return Read24(links); }
+  uint32_t next_slot() const { return Read24(links + 3); }
+  uint16_t score() const { return score_bits; }
+  void set_prev_slot(uint32_t slot) { Write24(links, slot); }
+  void set_next_slot(uint32_t slot) { Write24(links + 3, slot); }
+  void set_score(uint16_t score) { score_bits = score; }
+
+ private:
+  static uint32_t Read24(const uint8_t* p) {
+    return static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16;
   }
-  void set_score(uint16_t score) {
-    meta = (meta & ((1ull << (2 * kSlotBits)) - 1)) | (static_cast<uint64_t>(score) << (2 * kSlotBits));
+  static void Write24(uint8_t* p, uint32_t v) {
+    p[0] = static_cast<uint8_t>(v);
+    p[1] = static_cast<uint8_t>(v >> 8);
+    p[2] = static_cast<uint8_t>(v >> 16);
   }
 };
 static_assert(sizeof(SlotHeader) == 16, "slot header is 16 bytes");
@@ -900,6 +913,17 @@ class StripedStore final : public EmbeddingShardStore {
       }
     };
     uint32_t handles[kChunk];
+    const bool keeps_order = keeps_order_[t];
+    const bool lru = layouts_[t].policy == EvictionPolicy::kLru;
+    // A use of a found row: for kLru, inline, the move to the front (when the order is kept).
+    auto touch = [&](uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+      if (!lru) {
+        TouchLocked(stripe, handle);
+      } else if (keeps_order && stripe.lru_head[t] != handle) {
+        UnlinkLocked(stripe, handle);
+        PushFrontLocked(stripe, handle);
+      }
+    };
     prefetch_buckets(0);
     prefetch_buckets(kChunk);
     prefetch_slots(0);
@@ -911,7 +935,7 @@ class StripedStore final : public EmbeddingShardStore {
       for (size_t k = 0; k < count; ++k) {
         const uint32_t p = chunk[k];
         handles[k] = FindLocked(stripe, t, ids[p], hashes[p]);
-        if (handles[k] != kNoHandle && keeps_order_[t]) {
+        if (handles[k] != kNoHandle && keeps_order) {
           // The list neighbours are written by the move to the front: fetch them for writing now.
           const uint32_t prev = PrevLocked(stripe, handles[k]);
           const uint32_t next = NextLocked(stripe, handles[k]);
@@ -921,7 +945,7 @@ class StripedStore final : public EmbeddingShardStore {
       }
       for (size_t k = 0; k < count; ++k) {
         if (handles[k] == kNoHandle) continue;
-        TouchLocked(stripe, handles[k]);
+        touch(handles[k]);
         row(chunk[k], handles[k]);
       }
       for (size_t k = 0; k < count; ++k) {
@@ -929,7 +953,7 @@ class StripedStore final : public EmbeddingShardStore {
         const uint32_t p = chunk[k];
         uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);  // A duplicate may have made it.
         if (handle != kNoHandle) {
-          TouchLocked(stripe, handle);
+          touch(handle);
         } else if (create && AdmitLocked(stripe, t, hashes[p])) {
           handle = InsertLocked(stripe, t, ids[p], hashes[p]);
         }
@@ -1132,7 +1156,9 @@ class StripedStore final : public EmbeddingShardStore {
   // Puts restored rows in their policy's order: by count (kLfu) or last use (kTtl), the list's
   // order kept among equals, and finds the kLfu groups' heads.
   void EnsureOrderLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    if (!stripe.unsorted[t]) return;
+    if (ABSL_PREDICT_FALSE(stripe.unsorted[t])) SortListLocked(stripe, t);
+  }
+  ABSL_ATTRIBUTE_NOINLINE void SortListLocked(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     stripe.unsorted[t] = 0;
     std::vector<std::pair<uint32_t, uint32_t>> rows;  // (rank, handle); lower ranks first.
     const bool lfu = layouts_[t].policy == EvictionPolicy::kLfu;
