@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     std::printf("%-8d %14s %13s (%.2f) %13s (%.2f)\n", n, hyrec::bench::Millions(local).c_str(),
                 hyrec::bench::Millions(r32).c_str(), r32 / local, hyrec::bench::Millions(r16).c_str(), r16 / local);
   }
-  std::printf("target: gRPC >= 0.4 x in-process at 16k ids per request\n");
+  std::printf("targets: gRPC >= 0.5 x in-process at 1k ids per request, >= 0.85 at 16k (fp32)\n");
   g_grpc32.reset();
   g_grpc16.reset();
   return (*cluster)->Stop().ok() ? 0 : 1;
