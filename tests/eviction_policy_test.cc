@@ -258,6 +258,24 @@ TEST(EvictionPolicy, TtlGoesByDataTimeNotWallTime) {
   EXPECT_EQ(store->Stats().tables[0].expirations, 100u);
 }
 
+// Rows used before a ttl table's first data time (here restored from a checkpoint of an lru
+// table, which has no times) count as used at that first time: they are not all expired by it.
+TEST(EvictionPolicy, RowsFromBeforeTheFirstDataTimeCountAsUsedThen) {
+  auto lru = MakeStore(PolicyTable(EvictionPolicy::kLru, 0), 4);
+  for (uint64_t id = 1; id <= 50; ++id) Use(*lru, id);
+  const StoreSnapshot snap = lru->Snapshot();
+  auto ttl = MakeStore(PolicyTable(EvictionPolicy::kTtl, 0, 3600), 4);
+  ASSERT_TRUE(ttl->RestoreRows(0, snap.tables[0].ids, snap.tables[0].values).ok());
+  ttl->AdvanceDataTime(0, 1'700'000'000);
+  Use(*ttl, 1);
+  EXPECT_EQ(ttl->Stats().tables[0].rows, 50u);
+  ttl->AdvanceDataTime(0, 1'700'000'000 + 3000);
+  Use(*ttl, 2);
+  EXPECT_EQ(ttl->Stats().tables[0].rows, 50u);
+  ttl->AdvanceDataTime(0, 1'700'000'000 + 6000);  // Only 2 was used within the TTL.
+  EXPECT_EQ(Resident(*ttl), (std::set<uint64_t>{2}));
+}
+
 // A snapshot restored into a new store continues exactly as the original: the same rows evicted
 // by the same later uses.
 TEST(EvictionPolicy, RestoredScoresKeepEvictionOrder) {

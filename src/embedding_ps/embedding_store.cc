@@ -506,9 +506,24 @@ class StripedStore final : public EmbeddingShardStore {
     while (seconds > old && !data_time_[t].compare_exchange_weak(old, seconds, std::memory_order_relaxed)) {
     }
     if (seconds <= old || layouts_[t].policy != EvictionPolicy::kTtl) return;
+    const uint64_t ttl = table(t).eviction.ttl_seconds;
+    if (old == 0) {
+      // The table's first data time: rows used before it (restored from a checkpoint without
+      // their times, or looked up without a time) count as used now, not at time 0.
+      for (const auto& stripe_ptr : stripes_) {
+        Stripe& stripe = *stripe_ptr;
+        StripeLock lock(&stripe.mu);
+        const uint16_t now = TtlNow(t);
+        for (uint32_t h = stripe.lru_head[t]; h != kNoHandle; h = NextLocked(stripe, h)) {
+          Header(stripe, h)->set_score(now);
+        }
+      }
+      absl::MutexLock lock(&sweep_mu_);
+      swept_time_[t] = std::max(swept_time_[t], seconds);
+      return;
+    }
     // Sweep every stripe once per TTL of data time, so that no row outlives what its 16-bit
     // score can tell (64 TTLs); a jump past half of that expires every row outright.
-    const uint64_t ttl = table(t).eviction.ttl_seconds;
     {
       absl::MutexLock lock(&sweep_mu_);
       if (seconds < swept_time_[t] + ttl) return;

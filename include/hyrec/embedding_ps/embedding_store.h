@@ -217,7 +217,8 @@ class EmbeddingShardStore {
                               UpdateId update_id, UpdateResult* result) = 0;
 
   // Raises table t's data time to `seconds` when that is newer (a time never goes back; a bad
-  // index is ignored). Rows of a ttl table used before any data time count as used at time 0.
+  // index is ignored). Rows of a ttl table used before its first data time count as used at that
+  // first data time.
   // Callers pass the newest sample time of the batch whose ids they look up.
   virtual void AdvanceDataTime(int table, uint64_t seconds) = 0;
   virtual uint64_t data_time(int table) const = 0;
