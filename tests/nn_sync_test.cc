@@ -204,14 +204,23 @@ TEST(NnSyncHeal, RegroupWithoutAReplacementFailsWithinItsTimeout) {
   const int port = hyrec::PickFreeLoopbackPort();
   absl::Status healed;
   absl::Duration took;
+  // The lost rank leaves only once the survivor's group is built: leaving while the survivor's
+  // side of the connection is still being set up fails the survivor's creation instead.
+  std::promise<void> created;
+  std::future<void> survivor_created = created.get_future();
   std::thread survivor([&] {
     auto sync = DenseSync::Create(Options(0, world, port));
+    created.set_value();
     ASSERT_TRUE(sync.ok()) << sync.status();
     const absl::Time start = absl::Now();
     healed = (*sync)->Regroup(absl::Seconds(2));
     took = absl::Now() - start;
   });
-  std::thread lost([&] { ASSERT_TRUE(DenseSync::Create(Options(1, world, port)).ok()); });
+  std::thread lost([&] {
+    auto sync = DenseSync::Create(Options(1, world, port));
+    survivor_created.wait_for(std::chrono::seconds(30));
+    ASSERT_TRUE(sync.ok()) << sync.status();
+  });
   lost.join();
   survivor.join();
   EXPECT_EQ(healed.code(), absl::StatusCode::kDeadlineExceeded) << healed;
