@@ -666,9 +666,8 @@ class StripedStore final : public EmbeddingShardStore {
                 uint32_t handle = FindLocked(stripe, t, ids[p], hashes[p]);
                 if (handle == kNoHandle) {
                   handle = InsertLocked(stripe, t, ids[p], hashes[p], /*restore=*/true);
-                } else if (keeps_order_[t] && stripe.lru_head[t] != handle) {
-                  UnlinkLocked(stripe, handle);
-                  PushFrontLocked(stripe, handle);
+                } else {
+                  MoveToFrontLocked(stripe, handle);
                 }
                 if (handle == kNoHandle) {
                   status = absl::ResourceExhaustedError(
@@ -930,13 +929,12 @@ class StripedStore final : public EmbeddingShardStore {
     uint32_t handles[kChunk];
     const bool keeps_order = keeps_order_[t];
     const bool lru = layouts_[t].policy == EvictionPolicy::kLru;
-    // A use of a found row: for kLru, inline, the move to the front (when the order is kept).
+    // A use of a found row; kLru's, the move to the front, without the policy switch.
     auto touch = [&](uint32_t handle) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-      if (!lru) {
+      if (lru) {
+        MoveToFrontLocked(stripe, handle);
+      } else {
         TouchLocked(stripe, handle);
-      } else if (keeps_order && stripe.lru_head[t] != handle) {
-        UnlinkLocked(stripe, handle);
-        PushFrontLocked(stripe, handle);
       }
     };
     prefetch_buckets(0);
