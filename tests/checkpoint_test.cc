@@ -268,6 +268,109 @@ TEST(ShardCheckpointTest, RestoresEvictionScoresAndDataTime) {
   EXPECT_EQ(Rows(*restored), Rows(*stores[0]));
 }
 
+std::string FileBytes(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFileToString(Env::Default(), path, 1 << 30);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.value_or("");
+}
+
+// A forked cut writes, from the child's view of the store frozen at Begin, the very file a
+// Snapshot() taken then makes, while the parent goes on changing the store; lfu and ttl scores,
+// data times, sketches and dedup windows included.
+TEST(ShardCheckpointerTest, AForkedCutWritesTheStoreAsItWasAtBegin) {
+  const std::string expect_dir = FreshDir("fork_expect");
+  const std::string dir = FreshDir("fork_cut");
+  StoreOptions options = Options();
+  options.tables[0].eviction.policy = embedding_ps::EvictionPolicy::kLfu;
+  options.tables[0].capacity_rows = 150;
+  options.tables[0].admission.min_count = 2;
+  options.tables[1].eviction.policy = embedding_ps::EvictionPolicy::kTtl;
+  options.tables[1].eviction.ttl_seconds = 500;
+  options.admission_sketch_counters = 1024;
+  std::shared_ptr<EmbeddingShardStore> store = *EmbeddingShardStore::Create(options);
+  uint64_t sequence = 0;
+  for (uint64_t i = 0; i < 400; ++i) {
+    store->AdvanceDataTime(1, 1'000'000 + 7 * i);
+    Train(store.get(), {Mix64(i) % 300, Mix64(i + 1) % 300, 1000 + i}, ++sequence);
+  }
+  const auto rows_then = Rows(*store);
+  ASSERT_TRUE(embedding_ps::WriteShardFile(Env::Default(), expect_dir, 0, 1, store->tables(), store->Snapshot()).ok());
+
+  embedding_ps::ShardCheckpointerOptions always_fork;
+  always_fork.fork_min_bytes = 0;
+  embedding_ps::ShardCheckpointer cutter(store, 0, 1, Env::Default(), always_fork);
+  ASSERT_TRUE(cutter.Begin(dir, 1, embedding_ps::CutKind::kCheckpoint).ok());
+  EXPECT_TRUE(cutter.last_forked());
+  for (uint64_t i = 0; i < 200; ++i) {  // The parent goes on while the child writes.
+    store->AdvanceDataTime(1, 2'000'000 + i);
+    Train(store.get(), {Mix64(i + 9) % 300, 5000 + i}, ++sequence);
+  }
+  absl::StatusOr<embedding_ps::ShardFileInfo> info = cutter.Await(1, absl::Minutes(1));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_NE(Rows(*store), rows_then);
+  const std::string name = embedding_ps::ShardFileName(embedding_ps::CutKind::kCheckpoint, 0, 1);
+  EXPECT_EQ(info->file.name, name);
+  const std::string written = FileBytes(JoinPath(dir, name));
+  EXPECT_EQ(written.size(), info->file.length);
+  EXPECT_TRUE(written == FileBytes(JoinPath(expect_dir, name))) << "the forked cut differs from the snapshot";
+  EXPECT_EQ(info->table_rows.size(), 2u);
+
+  // It restores to the rows of the moment of the cut.
+  CheckpointManifest m;
+  m.num_shards = 1;
+  m.num_workers = 1;
+  m.files = {info->file};
+  ASSERT_TRUE(CommitManifest(Env::Default(), dir, m).ok());
+  auto restored = *EmbeddingShardStore::Create(options);
+  ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), dir, m, 0, 1, restored.get()).ok());
+  EXPECT_EQ(Rows(*restored), rows_then);
+}
+
+// A child that cannot write its file reports why; the next cut works.
+TEST(ShardCheckpointerTest, AForkedCutsFailureComesBackFromTheChild) {
+  const std::string dir = FreshDir("fork_fail");
+  std::shared_ptr<EmbeddingShardStore> store = *EmbeddingShardStore::Create(Options());
+  Train(store.get(), {1, 2, 3}, 1);
+  embedding_ps::ShardCheckpointerOptions always_fork;
+  always_fork.fork_min_bytes = 0;
+  embedding_ps::ShardCheckpointer cutter(store, 0, 1, Env::Default(), always_fork);
+  const std::string name = embedding_ps::ShardFileName(embedding_ps::CutKind::kCheckpoint, 0, 1);
+  std::filesystem::create_directories(JoinPath(dir, name + ".tmp"));  // The file cannot be created.
+  ASSERT_TRUE(cutter.Begin(dir, 7, embedding_ps::CutKind::kCheckpoint).ok());
+  absl::StatusOr<embedding_ps::ShardFileInfo> info = cutter.Await(7, absl::Minutes(1));
+  ASSERT_FALSE(info.ok());
+  EXPECT_NE(info.status().message().find(name), std::string::npos) << info.status();
+  std::filesystem::remove_all(JoinPath(dir, name + ".tmp"));
+  ASSERT_TRUE(cutter.Begin(dir, 8, embedding_ps::CutKind::kCheckpoint).ok());
+  info = cutter.Await(8, absl::Minutes(1));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->table_rows, (std::vector<uint64_t>{3, 3}));
+}
+
+// A small store is copied in memory during the cut (no fork), into the memory of the previous
+// cut's copy; every cut still holds the store as it was at its Begin.
+TEST(ShardCheckpointerTest, ASmallStoreIsCopiedInMemory) {
+  std::shared_ptr<EmbeddingShardStore> store = *EmbeddingShardStore::Create(Options());
+  embedding_ps::ShardCheckpointer cutter(store, 0, 1);
+  for (uint64_t cut = 1; cut <= 3; ++cut) {
+    Train(store.get(), {cut, 100 + cut, 200}, cut);
+    const auto rows_then = Rows(*store);
+    const std::string dir = FreshDir(absl::StrCat("small_cut_", cut));
+    ASSERT_TRUE(cutter.Begin(dir, cut, embedding_ps::CutKind::kCheckpoint).ok());
+    EXPECT_FALSE(cutter.last_forked());
+    Train(store.get(), {cut, 300 + cut}, 100 + cut);
+    absl::StatusOr<embedding_ps::ShardFileInfo> info = cutter.Await(cut, absl::Minutes(1));
+    ASSERT_TRUE(info.ok()) << info.status();
+    CheckpointManifest m;
+    m.num_shards = 1;
+    m.num_workers = 1;
+    m.files = {info->file};
+    auto restored = *EmbeddingShardStore::Create(Options());
+    ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), dir, m, 0, 1, restored.get()).ok());
+    EXPECT_EQ(Rows(*restored), rows_then);
+  }
+}
+
 void ExpectReshard(int from, int to) {
   const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to));
   auto stores = Cluster(from, 500);

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "hyrec/common/finite.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/optimizer.h"
 #include "src/embedding_ps/huge_page_arena.h"
 #include "src/embedding_ps/row_index.h"
@@ -590,54 +591,84 @@ class StripedStore final : public EmbeddingShardStore {
 
   StoreSnapshot Snapshot() const override {
     StoreSnapshot snap;
-    snap.tables.resize(num_tables());
-    snap.num_stripes = static_cast<uint32_t>(num_stripes_);
+    SnapshotInto(&snap);
+    return snap;
+  }
+
+  void SnapshotInto(StoreSnapshot* snap) const override {
+    SnapshotHead(snap);
     for (int t = 0; t < num_tables(); ++t) {  // Once: rows created meanwhile only grow the vectors.
       const uint64_t rows = table_rows_[t].load(std::memory_order_relaxed);
-      snap.tables[t].ids.reserve(rows);
-      snap.tables[t].data_time = data_time_[t].load(std::memory_order_relaxed);
-      snap.tables[t].values.reserve(rows * (layouts_[t].dim + layouts_[t].state_floats));
+      snap->tables[t].ids.reserve(rows);
+      snap->tables[t].values.reserve(rows * (layouts_[t].dim + layouts_[t].state_floats));
     }
     {
       absl::MutexLock lock(&dedup_mu_);
-      snap.delta_sequence = delta_sequence_;
-      for (const auto& [worker, windows] : dedup_) {
-        for (size_t t = 0; t < windows.size(); ++t) {
-          if (windows[t].highest() == 0) continue;
-          snap.dedup.push_back(
-              {worker, static_cast<uint32_t>(t), windows[t].highest(), windows[t].Words(), windows[t].applied()});
-        }
-      }
+      SnapshotDedupLocked(snap);
     }
     for (int s = 0; s < num_stripes_; ++s) {
       const Stripe& stripe = *stripes_[s];
       StripeLock lock(&stripe.mu);
-      snap.stripe_rng.push_back(stripe.rng_state);
+      SnapshotStripeStateLocked(stripe, s, snap);
       for (int t = 0; t < num_tables(); ++t) {
-        const int floats = layouts_[t].dim + layouts_[t].state_floats;
-        const EvictionPolicy policy = layouts_[t].policy;
-        const uint64_t now = data_time_[t].load(std::memory_order_relaxed);
-        StoreSnapshot::Table& out = snap.tables[t];
-        for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = PrevLocked(stripe, h)) {
-          out.ids.push_back(Header(stripe, h)->id);
-          const float* w = Weights(stripe, h);
+        StoreSnapshot::Table& out = snap->tables[t];
+        ForEachRowLocked(stripe, t, [&](uint64_t id, const float* w, int floats, std::optional<uint64_t> score) {
+          out.ids.push_back(id);
           out.values.insert(out.values.end(), w, w + floats);
-          if (policy == EvictionPolicy::kLfu) {
-            out.scores.push_back(Header(stripe, h)->score());
-          } else if (policy == EvictionPolicy::kTtl) {
-            const uint64_t age = static_cast<uint64_t>(TtlAge(t, Header(stripe, h)->score())) * layouts_[t].ttl_granule;
-            out.scores.push_back(now > age ? now - age : 0);
-          }
-        }
-        if (policy == EvictionPolicy::kLfu) out.lfu_uses.push_back(stripe.lfu_uses[t]);
-        const CountMinSketch& sketch = stripe.sketches[t];
-        if (sketch.used()) {
-          snap.sketches.push_back(
-              {static_cast<uint32_t>(s), static_cast<uint32_t>(t), sketch.increments(), sketch.counters()});
-        }
+          if (score.has_value()) out.scores.push_back(*score);
+        });
       }
     }
-    return snap;
+  }
+
+  void RunFrozen(const std::function<void()>& fn) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    absl::MutexLock dedup(&dedup_mu_);
+    for (const auto& stripe : stripes_) stripe->mu.Lock();
+    fn();
+    for (const auto& stripe : stripes_) stripe->mu.Unlock();
+  }
+
+  // The locks are held by RunFrozen's caller, whose forked child calls these.
+  void FrozenHead(StoreSnapshot* head,
+                  std::vector<uint64_t>* rows_per_table) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    SnapshotHead(head);
+    SnapshotDedupLocked(head);
+    rows_per_table->assign(num_tables(), 0);
+    for (int s = 0; s < num_stripes_; ++s) {
+      const Stripe& stripe = *stripes_[s];
+      SnapshotStripeStateLocked(stripe, s, head);
+      for (int t = 0; t < num_tables(); ++t) (*rows_per_table)[t] += stripe.counters[t].rows;
+    }
+  }
+
+  absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    piece_rows = std::max<size_t>(piece_rows, 1);
+    StoreSnapshot::Table piece;
+    for (int t = 0; t < num_tables(); ++t) {
+      const size_t floats = static_cast<size_t>(layouts_[t].dim + layouts_[t].state_floats);
+      piece.ids.clear();
+      piece.ids.reserve(piece_rows);
+      piece.values.clear();
+      piece.values.reserve(piece_rows * floats);
+      piece.scores.clear();
+      absl::Status status;
+      for (int s = 0; s < num_stripes_ && status.ok(); ++s) {
+        ForEachRowLocked(*stripes_[s], t, [&](uint64_t id, const float* w, int n, std::optional<uint64_t> score) {
+          if (!status.ok()) return;
+          piece.ids.push_back(id);
+          piece.values.insert(piece.values.end(), w, w + n);
+          if (score.has_value()) piece.scores.push_back(*score);
+          if (piece.ids.size() < piece_rows) return;
+          status = rows(t, piece);
+          piece.ids.clear();
+          piece.values.clear();
+          piece.scores.clear();
+        });
+      }
+      if (status.ok() && !piece.ids.empty()) status = rows(t, piece);
+      HYREC_RETURN_IF_ERROR(status);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status RestoreRows(int t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
@@ -762,6 +793,68 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
  private:
+  // A snapshot's tables with their data times, and nothing else: the start of every snapshot.
+  void SnapshotHead(StoreSnapshot* snap) const {
+    snap->tables.resize(num_tables());
+    for (int t = 0; t < num_tables(); ++t) {
+      StoreSnapshot::Table& table = snap->tables[t];
+      table.ids.clear();
+      table.values.clear();
+      table.scores.clear();
+      table.lfu_uses.clear();
+      table.data_time = data_time_[t].load(std::memory_order_relaxed);
+    }
+    snap->sketches.clear();
+    snap->stripe_rng.clear();
+    snap->dedup.clear();
+    snap->num_stripes = static_cast<uint32_t>(num_stripes_);
+  }
+
+  void SnapshotDedupLocked(StoreSnapshot* snap) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(dedup_mu_) {
+    snap->delta_sequence = delta_sequence_;
+    for (const auto& [worker, windows] : dedup_) {
+      for (size_t t = 0; t < windows.size(); ++t) {
+        if (windows[t].highest() == 0) continue;
+        snap->dedup.push_back(
+            {worker, static_cast<uint32_t>(t), windows[t].highest(), windows[t].Words(), windows[t].applied()});
+      }
+    }
+  }
+
+  // Stripe s's admission coin, lfu aging clocks and sketches.
+  void SnapshotStripeStateLocked(const Stripe& stripe, int s, StoreSnapshot* snap) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    snap->stripe_rng.push_back(stripe.rng_state);
+    for (int t = 0; t < num_tables(); ++t) {
+      if (layouts_[t].policy == EvictionPolicy::kLfu) snap->tables[t].lfu_uses.push_back(stripe.lfu_uses[t]);
+      const CountMinSketch& sketch = stripe.sketches[t];
+      if (sketch.used()) {
+        snap->sketches.push_back(
+            {static_cast<uint32_t>(s), static_cast<uint32_t>(t), sketch.increments(), sketch.counters()});
+      }
+    }
+  }
+
+  // Calls fn(id, values, floats, score) for each of the stripe's rows of table t, least recently
+  // used first; the score as StoreSnapshot::Table::scores holds it (none under lru).
+  template <typename Fn>
+  void ForEachRowLocked(const Stripe& stripe, int t, Fn&& fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const int floats = layouts_[t].dim + layouts_[t].state_floats;
+    const EvictionPolicy policy = layouts_[t].policy;
+    const uint64_t now = data_time_[t].load(std::memory_order_relaxed);
+    for (uint32_t h = stripe.lru_tail[t]; h != kNoHandle; h = PrevLocked(stripe, h)) {
+      const SlotHeader* header = Header(stripe, h);
+      std::optional<uint64_t> score;
+      if (policy == EvictionPolicy::kLfu) {
+        score = header->score();
+      } else if (policy == EvictionPolicy::kTtl) {
+        const uint64_t age = static_cast<uint64_t>(TtlAge(t, header->score())) * layouts_[t].ttl_granule;
+        score = now > age ? now - age : 0;
+      }
+      fn(header->id, Weights(stripe, h), floats, score);
+    }
+  }
+
   // A restored row's score from its snapshot's (StoreSnapshot::Table::scores), or as for a new
   // row when there is none.
   void SetRestoredScoreLocked(Stripe& stripe, uint32_t handle, std::optional<uint64_t> score)

@@ -1,6 +1,13 @@
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -249,40 +256,53 @@ std::string ExportFileName(int shard, int num_shards) {
   return absl::StrFormat("rows-%d-of-%d.blk", shard, num_shards);
 }
 
-absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, int shard, int num_shards,
-                                             const std::vector<TableConfig>& tables, const StoreSnapshot& snap) {
+namespace {
+
+// Writes a shard file: `head` as StoreSnapshot::head of SnapshotFrozen (everything but the rows)
+// with `rows_per_table`, and the rows that `rows` hands to the function it is given, each call
+// one block (at most kRowsPerBlock rows of one table, tables in order).
+absl::StatusOr<ShardFileInfo> WriteShardFileFrom(
+    Env* env, const std::string& dir, int shard, int num_shards, const std::vector<TableConfig>& tables,
+    const StoreSnapshot& head, const std::vector<uint64_t>& rows_per_table,
+    const std::function<absl::Status(const EmbeddingShardStore::RowPieceFn&)>& rows) {
   HYREC_ASSIGN_OR_RETURN(auto w,
                          BlockWriter::Create(env, JoinPath(dir, ShardFileName(CutKind::kCheckpoint, shard, num_shards)),
                                              FileKind::kPsShard));
   HYREC_RETURN_IF_ERROR(
-      AddStoreBlock(w.get(), shard, num_shards, snap.num_stripes, tables.size(), snap.delta_sequence));
+      AddStoreBlock(w.get(), shard, num_shards, head.num_stripes, tables.size(), head.delta_sequence));
   ShardFileInfo info;
   for (size_t t = 0; t < tables.size(); ++t) {
     TableHeader h{tables[t].name, static_cast<uint32_t>(tables[t].dim),
                   static_cast<uint32_t>(OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim)),
-                  std::string(OptimizerName(tables[t].optimizer.kind)), snap.tables[t].ids.size()};
+                  std::string(OptimizerName(tables[t].optimizer.kind)), rows_per_table[t]};
     HYREC_RETURN_IF_ERROR(w->Add(kTableBlock, EncodeTable(h)));
     info.table_rows.push_back(h.rows);
   }
   for (size_t t = 0; t < tables.size(); ++t) {
-    if (tables[t].eviction.policy == EvictionPolicy::kLru && snap.tables[t].data_time == 0) continue;
+    if (tables[t].eviction.policy == EvictionPolicy::kLru && head.tables[t].data_time == 0) continue;
     Encoder e;
     e.U32(static_cast<uint32_t>(t));
     e.Bytes(EvictionPolicyName(tables[t].eviction.policy));
-    e.U64(snap.tables[t].data_time);
-    e.U32(static_cast<uint32_t>(snap.tables[t].lfu_uses.size()));
-    e.Raw(snap.tables[t].lfu_uses.data(), snap.tables[t].lfu_uses.size() * 8);
+    e.U64(head.tables[t].data_time);
+    e.U32(static_cast<uint32_t>(head.tables[t].lfu_uses.size()));
+    e.Raw(head.tables[t].lfu_uses.data(), head.tables[t].lfu_uses.size() * 8);
     HYREC_RETURN_IF_ERROR(w->Add(kPolicyBlock, e.str()));
   }
-  for (size_t t = 0; t < tables.size(); ++t) {
-    const StoreSnapshot::Table& table = snap.tables[t];
+  std::vector<uint64_t> written(tables.size(), 0);
+  HYREC_RETURN_IF_ERROR(rows([&](int t, const StoreSnapshot::Table& piece) -> absl::Status {
     const size_t floats = tables[t].dim + OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim);
-    const bool scored = table.scores.size() == table.ids.size() && !table.ids.empty() &&
-                        tables[t].eviction.policy != EvictionPolicy::kLru;
-    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), scored ? kScoredBlock : kRowsBlock, static_cast<uint32_t>(t), table.ids,
-                                      table.values.data(), floats, scored ? table.scores.data() : nullptr));
+    const bool scored = piece.scores.size() == piece.ids.size() && tables[t].eviction.policy != EvictionPolicy::kLru;
+    written[t] += piece.ids.size();
+    return AddIdBlocks(w.get(), scored ? kScoredBlock : kRowsBlock, static_cast<uint32_t>(t), piece.ids,
+                       piece.values.data(), floats, scored ? piece.scores.data() : nullptr);
+  }));
+  for (size_t t = 0; t < tables.size(); ++t) {
+    if (written[t] != rows_per_table[t]) {
+      return absl::InternalError(absl::StrCat("table '", tables[t].name, "': ", written[t], " rows written of ",
+                                              rows_per_table[t], " declared"));
+    }
   }
-  for (const StoreSnapshot::Sketch& k : snap.sketches) {
+  for (const StoreSnapshot::Sketch& k : head.sketches) {
     Encoder e;
     e.U32(k.stripe);
     e.U32(k.table);
@@ -292,11 +312,11 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
   }
   {
     Encoder e;
-    e.U32(static_cast<uint32_t>(snap.stripe_rng.size()));
-    e.Raw(snap.stripe_rng.data(), snap.stripe_rng.size() * 8);
+    e.U32(static_cast<uint32_t>(head.stripe_rng.size()));
+    e.Raw(head.stripe_rng.data(), head.stripe_rng.size() * 8);
     HYREC_RETURN_IF_ERROR(w->Add(kRngBlock, e.str()));
   }
-  for (const StoreSnapshot::Dedup& x : snap.dedup) {
+  for (const StoreSnapshot::Dedup& x : head.dedup) {
     Encoder e;
     e.U32(x.worker);
     e.U32(x.table);
@@ -307,6 +327,31 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
   }
   HYREC_ASSIGN_OR_RETURN(info.file, w->Finish());
   return info;
+}
+
+}  // namespace
+
+absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, int shard, int num_shards,
+                                             const std::vector<TableConfig>& tables, const StoreSnapshot& snap) {
+  std::vector<uint64_t> rows_per_table;
+  for (size_t t = 0; t < tables.size(); ++t) rows_per_table.push_back(snap.tables[t].ids.size());
+  return WriteShardFileFrom(env, dir, shard, num_shards, tables, snap, rows_per_table,
+                            [&](const EmbeddingShardStore::RowPieceFn& piece) -> absl::Status {
+                              for (size_t t = 0; t < tables.size(); ++t) {
+                                if (!snap.tables[t].ids.empty()) HYREC_RETURN_IF_ERROR(piece(t, snap.tables[t]));
+                              }
+                              return absl::OkStatus();
+                            });
+}
+
+absl::StatusOr<ShardFileInfo> WriteFrozenShardFile(Env* env, const std::string& dir, int shard, int num_shards,
+                                                   const EmbeddingShardStore& store) {
+  StoreSnapshot head;
+  std::vector<uint64_t> rows_per_table;
+  store.FrozenHead(&head, &rows_per_table);
+  return WriteShardFileFrom(
+      env, dir, shard, num_shards, store.tables(), head, rows_per_table,
+      [&](const EmbeddingShardStore::RowPieceFn& piece) { return store.FrozenRows(kRowsPerBlock, piece); });
 }
 
 absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, int shard, int num_shards,
@@ -507,8 +552,101 @@ absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind, cons
 
 // ---- ShardCheckpointer ----
 
-ShardCheckpointer::ShardCheckpointer(std::shared_ptr<EmbeddingShardStore> store, int shard, int num_shards, Env* env)
-    : store_(std::move(store)), shard_(shard), num_shards_(num_shards), env_(env) {}
+namespace {
+
+// Exit codes of a cut's child besides 0 (it wrote its result to the pipe, ok or not).
+constexpr int kChildOrphaned = 3;
+constexpr int kChildPipeFailed = 4;
+
+// A child's result on its pipe: u32 status code; ok: bytes file name, u64 length, u32 crc32,
+// u32 n, n x u64 rows; otherwise bytes message.
+std::string EncodeChildResult(const absl::StatusOr<ShardFileInfo>& r) {
+  Encoder e;
+  e.U32(static_cast<uint32_t>(r.status().code()));
+  if (!r.ok()) {
+    e.Bytes(r.status().message());
+    return std::move(e.str());
+  }
+  e.Bytes(r->file.name);
+  e.U64(r->file.length);
+  e.U32(r->file.crc32);
+  e.U32(static_cast<uint32_t>(r->table_rows.size()));
+  for (uint64_t rows : r->table_rows) e.U64(rows);
+  return std::move(e.str());
+}
+
+absl::StatusOr<ShardFileInfo> DecodeChildResult(absl::string_view bytes) {
+  Decoder d(bytes);
+  const uint32_t code = d.U32();
+  if (d.ok() && code != 0) {
+    std::string message = d.Bytes();
+    if (d.ok()) return absl::Status(static_cast<absl::StatusCode>(code), message);
+  }
+  ShardFileInfo info;
+  info.file.name = d.Bytes();
+  info.file.length = d.U64();
+  info.file.crc32 = d.U32();
+  const uint32_t n = d.U32();
+  for (uint32_t i = 0; d.ok() && i < n; ++i) info.table_rows.push_back(d.U64());
+  if (!d.ok()) return absl::InternalError(absl::StrCat("malformed result (", bytes.size(), " bytes)"));
+  return info;
+}
+
+// The child forked in RunFrozen: writes the shard file from the frozen store, its result to
+// `fd`, and exits without returning (no destructor or atexit handler of the parent's runs).
+[[noreturn]] void RunCutChild(int fd, pid_t parent, Env* env, const std::string& dir, int shard, int num_shards,
+                              const EmbeddingShardStore& store) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // A child never outlives the shard it writes for.
+  if (::getppid() != parent) ::_exit(kChildOrphaned);
+  const std::string result = EncodeChildResult(WriteFrozenShardFile(env, dir, shard, num_shards, store));
+  for (size_t done = 0; done < result.size();) {
+    const ssize_t n = ::write(fd, result.data() + done, result.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) ::_exit(kChildPipeFailed);
+    done += static_cast<size_t>(n);
+  }
+  ::_exit(0);
+}
+
+// Reads a cut child's result from `fd` (to its end) and reaps the child.
+absl::StatusOr<ShardFileInfo> AwaitCutChild(pid_t pid, int fd, int shard) {
+  std::string bytes;
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n > 0) {
+      bytes.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0 || errno != EINTR) {
+      break;
+    }
+  }
+  ::close(fd);
+  int status = 0;
+  pid_t reaped;
+  do {
+    reaped = ::waitpid(pid, &status, 0);
+  } while (reaped < 0 && errno == EINTR);
+  const std::string who = absl::StrCat("the process writing shard ", shard, "'s checkpoint (pid ", pid, ")");
+  if (reaped < 0) return absl::InternalError(absl::StrCat("waitpid of ", who, ": ", std::strerror(errno)));
+  if (WIFSIGNALED(status)) {
+    return absl::UnavailableError(
+        absl::StrCat(who, " was killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")"));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat(who, " exited with status ", WEXITSTATUS(status)));
+  }
+  absl::StatusOr<ShardFileInfo> r = DecodeChildResult(bytes);
+  if (!r.ok() && r.status().code() == absl::StatusCode::kInternal && bytes.size() < 4) {
+    return absl::InternalError(absl::StrCat(who, " wrote no result"));
+  }
+  return r;
+}
+
+}  // namespace
+
+ShardCheckpointer::ShardCheckpointer(std::shared_ptr<EmbeddingShardStore> store, int shard, int num_shards, Env* env,
+                                     ShardCheckpointerOptions options)
+    : store_(std::move(store)), shard_(shard), num_shards_(num_shards), env_(env), options_(options) {}
 
 ShardCheckpointer::~ShardCheckpointer() { Join(); }
 
@@ -517,6 +655,7 @@ void ShardCheckpointer::Join() {
 }
 
 absl::Status ShardCheckpointer::Begin(const std::string& dir, uint64_t id, CutKind kind) {
+  std::shared_ptr<StoreSnapshot> spare;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (id == id_ && id != 0) return absl::OkStatus();  // A retried Begin of this cut.
@@ -524,32 +663,77 @@ absl::Status ShardCheckpointer::Begin(const std::string& dir, uint64_t id, CutKi
       return absl::FailedPreconditionError(
           absl::StrCat("shard ", shard_, " is still writing cut ", id_, "; await it before cut ", id));
     }
+    spare = std::move(spare_);
   }
   Join();
   HYREC_RETURN_IF_ERROR(env_->CreateDirs(dir));
-  // The cut itself, on the caller's thread: what the store holds now.
-  std::shared_ptr<StoreSnapshot> snapshot;
-  std::shared_ptr<StoreDelta> delta;
   if (kind == CutKind::kCheckpoint) {
-    snapshot = std::make_shared<StoreSnapshot>(store_->Snapshot());
-  } else {
-    HYREC_ASSIGN_OR_RETURN(StoreDelta d, store_->TakeDelta());
-    delta = std::make_shared<StoreDelta>(std::move(d));
+    const bool large = options_.fork_min_bytes == 0 || store_->Stats().bytes >= options_.fork_min_bytes;
+    if (large && env_ == Env::Default()) return BeginForked(dir, id);
+    // The cut itself, on the caller's thread: what the store holds now.
+    std::shared_ptr<StoreSnapshot> snapshot = spare != nullptr ? std::move(spare) : std::make_shared<StoreSnapshot>();
+    store_->SnapshotInto(snapshot.get());
+    Started(id, /*forked=*/false, [this, dir, snapshot, large]() {
+      absl::StatusOr<ShardFileInfo> r = WriteShardFile(env_, dir, shard_, num_shards_, store_->tables(), *snapshot);
+      if (!large) {
+        std::lock_guard<std::mutex> lock(mu_);
+        spare_ = snapshot;
+      }
+      return r;
+    });
+    return absl::OkStatus();
   }
+  HYREC_ASSIGN_OR_RETURN(StoreDelta d, store_->TakeDelta());
+  auto delta = std::make_shared<StoreDelta>(std::move(d));
+  Started(id, /*forked=*/false,
+          [this, dir, delta]() { return WriteDeltaFile(env_, dir, shard_, num_shards_, store_->tables(), *delta); });
+  return absl::OkStatus();
+}
+
+absl::Status ShardCheckpointer::BeginForked(const std::string& dir, uint64_t id) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    return absl::UnavailableError(absl::StrCat("shard ", shard_, " cut ", id, ": pipe: ", std::strerror(errno)));
+  }
+  const pid_t parent = ::getpid();
+  pid_t pid = -1;
+  int fork_errno = 0;
+  store_->RunFrozen([&] {
+    pid = ::fork();
+    if (pid == 0) {
+      ::close(fds[0]);
+      RunCutChild(fds[1], parent, env_, dir, shard_, num_shards_, *store_);
+    }
+    fork_errno = errno;
+  });
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return absl::UnavailableError(
+        absl::StrCat("shard ", shard_, " cut ", id, ": fork: ", std::strerror(fork_errno), "; no cut taken"));
+  }
+  Started(id, /*forked=*/true, [this, pid, fd = fds[0]]() { return AwaitCutChild(pid, fd, shard_); });
+  return absl::OkStatus();
+}
+
+void ShardCheckpointer::Started(uint64_t id, bool forked, std::function<absl::StatusOr<ShardFileInfo>()> write) {
   std::lock_guard<std::mutex> lock(mu_);
   id_ = id;
   running_ = true;
+  forked_ = forked;
   result_ = absl::UnavailableError("being written");
-  writer_ = std::thread([this, dir, id, snapshot, delta] {
-    absl::StatusOr<ShardFileInfo> r = snapshot != nullptr
-                                          ? WriteShardFile(env_, dir, shard_, num_shards_, store_->tables(), *snapshot)
-                                          : WriteDeltaFile(env_, dir, shard_, num_shards_, store_->tables(), *delta);
+  writer_ = std::thread([this, id, write = std::move(write)] {
+    absl::StatusOr<ShardFileInfo> r = write();
     std::lock_guard<std::mutex> lock(mu_);
     if (id_ == id) result_ = std::move(r);
     running_ = false;
     done_cv_.notify_all();
   });
-  return absl::OkStatus();
+}
+
+bool ShardCheckpointer::last_forked() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return forked_;
 }
 
 absl::StatusOr<ShardFileInfo> ShardCheckpointer::Await(uint64_t id, absl::Duration timeout) {

@@ -40,6 +40,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -232,6 +233,23 @@ class EmbeddingShardStore {
   // Checkpoints. The store's own consistency: each stripe is copied under its lock; the job makes
   // the cut consistent by taking the snapshot while no update is in flight (checkpoint.h).
   virtual StoreSnapshot Snapshot() const = 0;
+  // Snapshot() into `snap`, reusing the memory its vectors already hold (a checkpointer keeps
+  // one between cuts, so that a cut copies into pages already faulted in).
+  virtual void SnapshotInto(StoreSnapshot* snap) const = 0;
+
+  // For a cut written by a forked process (ShardCheckpointer): runs `fn` with the store frozen,
+  // every stripe and the deduplication state locked, so that nothing in the store changes while
+  // it runs. `fn` must not call the store; a child it forks holds the store as it was and reads
+  // it with SnapshotFrozen.
+  virtual void RunFrozen(const std::function<void()>& fn) = 0;
+  // Snapshot() in parts without taking a lock, for a child process forked in RunFrozen (where
+  // the locks stay held and no other thread exists). FrozenHead: everything but the rows (each
+  // table's ids, values and scores empty) and each table's row count. FrozenRows: each table's
+  // rows in Snapshot()'s order, at most `piece_rows` at a time, to `rows` (the piece's ids,
+  // values and scores); the first error `rows` returns ends it.
+  using RowPieceFn = std::function<absl::Status(int table, const StoreSnapshot::Table& piece)>;
+  virtual void FrozenHead(StoreSnapshot* head, std::vector<uint64_t>* rows_per_table) const = 0;
+  virtual absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const = 0;
   // Inserts rows, or overwrites them, in order (the last ends most recently used), evicting as
   // capacity requires. `values` holds ids.size() * (dim + state floats); `scores`, when not
   // empty, one per row as StoreSnapshot::Table::scores (without: lfu rows count one use, ttl

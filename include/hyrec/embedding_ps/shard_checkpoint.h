@@ -1,10 +1,10 @@
 // PS shards in checkpoints, exports and deltas: the shard files (docs/checkpoint-format.md), how
 // a shard restores from a checkpoint saved with any number of shards, and ShardCheckpointer, which
-// snapshots a store at once and writes it in the background.
+// cuts a store at once and writes the cut in the background.
 //
 //   ShardCheckpointer ckpt(store, /*shard=*/0, /*num_shards=*/2);
 //   HYREC_RETURN_IF_ERROR(ckpt.Begin("ckpt/ckpt-000000000100-...", /*id=*/100, CutKind::kCheckpoint));
-//   ... updates may go on: the snapshot is in memory ...
+//   ... updates may go on: the cut is taken ...
 //   HYREC_ASSIGN_OR_RETURN(ShardFileInfo info, ckpt.Await(100, absl::Minutes(10)));
 //
 //   // A new shard 1 of 3 from a checkpoint of 4 shards: every row whose ShardForId(id, 3) is 1,
@@ -87,34 +87,59 @@ absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoin
 absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind, const FileEntry* expect,
                           const std::function<absl::Status(ExportedTable&)>& table);
 
-// Snapshots a store at once and writes the snapshot in the background, one cut at a time.
-// Thread-safe.
+// Writes the shard file of a store frozen by RunFrozen, from a child forked there (the store's
+// FrozenHead and FrozenRows): the same file as WriteShardFile of a Snapshot() taken then.
+absl::StatusOr<ShardFileInfo> WriteFrozenShardFile(Env* env, const std::string& dir, int shard, int num_shards,
+                                                   const EmbeddingShardStore& store);
+
+struct ShardCheckpointerOptions {
+  // A checkpoint of a store holding at least this many bytes (StoreStats::bytes) is cut by
+  // forking: the store is frozen only while the process forks, and the child writes the shard
+  // file from its copy-on-write view of the store, so the pause does not grow with the store
+  // (the parent pays a page copy on the first write to each page while the child runs, and the
+  // pages it copies are the memory the cut costs). A smaller store, a delta, or an Env other
+  // than Env::Default() (whose files a child's writes would bypass) is copied in memory
+  // (Snapshot) during the pause and written by a thread. 0: always fork.
+  uint64_t fork_min_bytes = 64ull << 20;
+};
+
+// Cuts a store (at once: the store is frozen only for the cut itself) and writes the cut in the
+// background, one cut at a time. Thread-safe.
 class ShardCheckpointer {
  public:
-  ShardCheckpointer(std::shared_ptr<EmbeddingShardStore> store, int shard, int num_shards, Env* env = Env::Default());
+  ShardCheckpointer(std::shared_ptr<EmbeddingShardStore> store, int shard, int num_shards, Env* env = Env::Default(),
+                    ShardCheckpointerOptions options = {});
   ~ShardCheckpointer();
 
-  // Takes the snapshot (or the delta) now and starts writing it into `dir` (created when
-  // missing). FailedPrecondition while an earlier write is still running; the caller awaits it
-  // first.
+  // Takes the cut now and starts writing it into `dir` (created when missing). FailedPrecondition
+  // while an earlier write is still running; the caller awaits it first. Unavailable when the
+  // process cannot fork (the cut is not taken).
   absl::Status Begin(const std::string& dir, uint64_t id, CutKind kind);
   // The result of cut `id`'s write: DEADLINE_EXCEEDED while it runs past `timeout`, NotFound for an
   // id never begun (or superseded by a later one).
   absl::StatusOr<ShardFileInfo> Await(uint64_t id, absl::Duration timeout);
+  // Whether the last cut begun was written by a forked child.
+  bool last_forked() const;
 
  private:
   void Join();
+  absl::Status BeginForked(const std::string& dir, uint64_t id);
+  void Started(uint64_t id, bool forked, std::function<absl::StatusOr<ShardFileInfo>()> write);
 
   const std::shared_ptr<EmbeddingShardStore> store_;
   const int shard_;
   const int num_shards_;
   Env* const env_;
-  std::mutex mu_;
+  const ShardCheckpointerOptions options_;
+  mutable std::mutex mu_;
   std::condition_variable done_cv_;
   uint64_t id_ = 0;
   bool running_ = false;
+  bool forked_ = false;
   absl::StatusOr<ShardFileInfo> result_ = absl::NotFoundError("no checkpoint begun");
   std::thread writer_;
+  // Kept between cuts that copy in memory, so that the next copy lands in pages already faulted in.
+  std::shared_ptr<StoreSnapshot> spare_;
 };
 
 }  // namespace hyrec::embedding_ps
