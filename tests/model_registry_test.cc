@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -14,7 +15,9 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
+#include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/dense_worker/worker.h"
 #include "run_command.h"
 
 namespace hyrec::dense_worker {
@@ -234,6 +237,63 @@ TEST(ModelRegistry, RegistersOnceAndBuildsFromThePlan) {
   made = MakeModel(plan->workers[0]);
   ASSERT_TRUE(made.ok()) << made.status();
   EXPECT_GT((*made)->parameters().size(), 4u);
+}
+
+// One training step of `model` with `optimizer` on a fixed batch.
+void Step(DenseModelImpl& model, torch::optim::Optimizer& optimizer, const ModelContext& c) {
+  torch::manual_seed(11);
+  const torch::Tensor dense = torch::randn({32, c.num_dense});
+  std::vector<torch::Tensor> pooled;
+  for (int d : c.slot_dims) pooled.push_back(torch::randn({32, d}));
+  optimizer.zero_grad();
+  model.forward(dense, pooled).sum().backward();
+  optimizer.step();
+}
+
+std::string ModelBytes(DenseModelImpl& model) {
+  torch::serialize::OutputArchive archive;
+  model.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+// A cut copies the dense state in the pause and serializes the copy later: the model's bytes
+// are those Module::save writes at the copy, whatever training does after it, and the copy
+// resumes a model and optimizer to continue exactly as the original, for every built-in model
+// and dense optimizer.
+TEST(DenseCopy, SerializesLaterWhatTheModelAndOptimizerHeldAtTheCopy) {
+  for (const std::string kind : {"dlrm", "dcn", "deepfm", "wide_deep", "fm", "lr"}) {
+    for (const std::string opt : {"adam", "adamw", "adagrad", "sgd"}) {
+      SCOPED_TRACE(kind + " with " + opt);
+      auto plan = job::Plan(
+          *job::ParseJobSpecText(absl::StrCat(kData, "model: {kind: ", kind, "}\ntrain: {dense_optimizer: {kind: ", opt,
+                                              opt == "sgd" ? ", momentum: 0.9" : "", "}}\n"),
+                                 "job.yaml"));
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const job::WorkerPlan& w = plan->workers[0];
+      const ModelContext c = ContextFor(w);
+      auto make = [&]() {
+        std::shared_ptr<DenseModelImpl> model = *MakeModel(w);
+        std::unique_ptr<torch::optim::Optimizer> optimizer =
+            *MakeDenseOptimizer(w.dense_optimizer, model->parameters());
+        return std::make_pair(model, std::move(optimizer));
+      };
+      auto [model, optimizer] = make();
+      Step(*model, *optimizer, c);
+      const std::string at_copy = ModelBytes(*model);
+      absl::StatusOr<std::shared_ptr<const DenseCopy>> copy = CopyDenseState(*model, optimizer.get(), TrainState());
+      ASSERT_TRUE(copy.ok()) << copy.status();
+      Step(*model, *optimizer, c);  // Training goes on before the copy is serialized.
+      absl::StatusOr<DenseState> state = SerializeDenseCopy(**copy);
+      ASSERT_TRUE(state.ok()) << state.status();
+      EXPECT_TRUE(state->model == at_copy);
+      auto [resumed, resumed_optimizer] = make();
+      ASSERT_TRUE(ApplyDenseState(*state, *resumed, resumed_optimizer.get(), /*restore_rng=*/false).ok());
+      Step(*resumed, *resumed_optimizer, c);
+      EXPECT_TRUE(ModelBytes(*resumed) == ModelBytes(*model)) << "the resumed step differs";
+    }
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -106,25 +107,163 @@ uint64_t NowMs() { return static_cast<uint64_t>(absl::ToUnixMillis(absl::Now()))
 
 }  // namespace
 
-absl::StatusOr<DenseState> CaptureDenseState(DenseModelImpl& model, torch::optim::Optimizer* optimizer,
-                                             const TrainState& state) {
-  DenseState d;
-  d.state = state;
-  HYREC_RETURN_IF_ERROR(GuardTorch("saving the dense state", [&] {
-    d.model = ArchiveBytes([&](torch::serialize::OutputArchive& a) { model.save(a); });
+namespace {
+
+// A module's tensors as Module::save writes them.
+struct ModuleCopy {
+  std::vector<std::pair<std::string, torch::Tensor>> parameters;
+  std::vector<std::pair<std::string, torch::Tensor>> buffers;
+  std::vector<std::pair<std::string, ModuleCopy>> children;
+};
+
+// Copies tensors storage by storage: tensors that share a storage (views of one tensor) share
+// their copy's, at the same offsets and strides, as the archive of the originals would hold them.
+class StorageCopier {
+ public:
+  torch::Tensor Copy(const torch::Tensor& t) {
+    if (!t.defined() || !t.has_storage()) return t.defined() ? t.clone() : t;
+    const c10::Storage& storage = t.storage();
+    auto [it, fresh] = copies_.try_emplace(storage.unsafeGetStorageImpl());
+    if (fresh) {
+      const int64_t elements = static_cast<int64_t>(storage.nbytes() / t.element_size());
+      it->second = torch::empty({0}, t.options()).set_(storage, 0, {elements}, {1}).clone();
+    }
+    torch::Tensor view =
+        torch::empty({0}, t.options()).set_(it->second.storage(), t.storage_offset(), t.sizes(), t.strides());
+    return view.requires_grad_(t.requires_grad());
+  }
+
+ private:
+  std::map<const c10::StorageImpl*, torch::Tensor> copies_;
+};
+
+ModuleCopy CopyModule(const torch::nn::Module& module, StorageCopier* copier) {
+  ModuleCopy copy;
+  for (const auto& p : module.named_parameters(/*recurse=*/false)) {
+    copy.parameters.emplace_back(p.key(), copier->Copy(p.value()));
+  }
+  for (const auto& b : module.named_buffers(/*recurse=*/false))
+    copy.buffers.emplace_back(b.key(), copier->Copy(b.value()));
+  for (const auto& child : module.named_children()) {
+    if (child.value()->is_serializable()) copy.children.emplace_back(child.key(), CopyModule(*child.value(), copier));
+  }
+  return copy;
+}
+
+void SaveModule(const ModuleCopy& copy, torch::serialize::OutputArchive& archive) {
+  for (const auto& [key, tensor] : copy.parameters) archive.write(key, tensor);
+  for (const auto& [key, tensor] : copy.buffers) archive.write(key, tensor, /*is_buffer=*/true);
+  for (const auto& [key, child] : copy.children) {
+    torch::serialize::OutputArchive child_archive(archive.compilation_unit());
+    SaveModule(child, child_archive);
+    archive.write(key, child_archive);
+  }
+}
+
+using OptimizerStateMap = ska::flat_hash_map<std::string, std::unique_ptr<torch::optim::OptimizerParamState>>;
+
+// The optimizer's state with every tensor cloned, and its parameter groups (the live parameters,
+// whose TensorImpl addresses key the state, and copies of their options), saved as
+// Optimizer::save does for optimizer type `Optim`.
+template <typename Optim, typename State, typename Options>
+std::function<void(torch::serialize::OutputArchive&)> CopyOptimizerOf(const Optim& optimizer, void (*deep)(State&)) {
+  auto state = std::make_shared<OptimizerStateMap>();
+  for (const auto& [key, param_state] : optimizer.state()) {
+    std::unique_ptr<torch::optim::OptimizerParamState> c = param_state->clone();
+    deep(static_cast<State&>(*c));
+    (*state)[key] = std::move(c);
+  }
+  auto groups = std::make_shared<std::vector<torch::optim::OptimizerParamGroup>>();
+  for (const torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) groups->emplace_back(group);
+  return [state, groups](torch::serialize::OutputArchive& archive) {
+    archive.write("pytorch_version", c10::IValue("1.5.0"));
+    torch::serialize::OutputArchive state_archive(archive.compilation_unit());
+    torch::optim::detail::serialize<State>(state_archive, *state);
+    archive.write("state", state_archive);
+    torch::serialize::OutputArchive groups_archive(archive.compilation_unit());
+    torch::optim::detail::serialize<Options>(groups_archive, *groups);
+    archive.write("param_groups", groups_archive);
+  };
+}
+
+torch::Tensor CloneIfDefined(const torch::Tensor& t) { return t.defined() ? t.clone() : t; }
+
+template <typename State>
+void DeepAdamLike(State& s) {
+  s.exp_avg(CloneIfDefined(s.exp_avg()));
+  s.exp_avg_sq(CloneIfDefined(s.exp_avg_sq()));
+  s.max_exp_avg_sq(CloneIfDefined(s.max_exp_avg_sq()));
+}
+void DeepAdagrad(torch::optim::AdagradParamState& s) { s.sum(CloneIfDefined(s.sum())); }
+void DeepSgd(torch::optim::SGDParamState& s) { s.momentum_buffer(CloneIfDefined(s.momentum_buffer())); }
+
+// Null for an optimizer of another type.
+std::function<void(torch::serialize::OutputArchive&)> CopyOptimizer(const torch::optim::Optimizer& optimizer) {
+  namespace optim = torch::optim;
+  if (const auto* o = dynamic_cast<const optim::Adam*>(&optimizer)) {
+    return CopyOptimizerOf<optim::Adam, optim::AdamParamState, optim::AdamOptions>(*o, &DeepAdamLike);
+  }
+  if (const auto* o = dynamic_cast<const optim::AdamW*>(&optimizer)) {
+    return CopyOptimizerOf<optim::AdamW, optim::AdamWParamState, optim::AdamWOptions>(*o, &DeepAdamLike);
+  }
+  if (const auto* o = dynamic_cast<const optim::Adagrad*>(&optimizer)) {
+    return CopyOptimizerOf<optim::Adagrad, optim::AdagradParamState, optim::AdagradOptions>(*o, &DeepAdagrad);
+  }
+  if (const auto* o = dynamic_cast<const optim::SGD*>(&optimizer)) {
+    return CopyOptimizerOf<optim::SGD, optim::SGDParamState, optim::SGDOptions>(*o, &DeepSgd);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+struct DenseCopy {
+  TrainState state;
+  ModuleCopy model;
+  std::function<void(torch::serialize::OutputArchive&)> save_optimizer;  // Null: optimizer_bytes.
+  std::string optimizer_bytes;
+  torch::Tensor rng;
+};
+
+absl::StatusOr<std::shared_ptr<const DenseCopy>> CopyDenseState(DenseModelImpl& model,
+                                                                torch::optim::Optimizer* optimizer,
+                                                                const TrainState& state) {
+  auto copy = std::make_shared<DenseCopy>();
+  copy->state = state;
+  HYREC_RETURN_IF_ERROR(GuardTorch("copying the dense state", [&] {
+    torch::NoGradGuard no_grad;
+    StorageCopier copier;
+    copy->model = CopyModule(model, &copier);
     if (optimizer != nullptr) {
-      d.optimizer = ArchiveBytes([&](torch::serialize::OutputArchive& a) { optimizer->save(a); });
+      copy->save_optimizer = CopyOptimizer(*optimizer);
+      if (copy->save_optimizer == nullptr) {
+        copy->optimizer_bytes = ArchiveBytes([&](torch::serialize::OutputArchive& a) { optimizer->save(a); });
+      }
     }
     at::Generator gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor rng;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      rng = gen.get_state();
-    }
-    d.rng = ArchiveBytes([&](torch::serialize::OutputArchive& a) { a.write("state", rng); });
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    copy->rng = gen.get_state();
+    return absl::OkStatus();
+  }));
+  return std::shared_ptr<const DenseCopy>(std::move(copy));
+}
+
+absl::StatusOr<DenseState> SerializeDenseCopy(const DenseCopy& copy) {
+  DenseState d;
+  d.state = copy.state;
+  HYREC_RETURN_IF_ERROR(GuardTorch("saving the dense state", [&] {
+    d.model = ArchiveBytes([&](torch::serialize::OutputArchive& a) { SaveModule(copy.model, a); });
+    d.optimizer = copy.save_optimizer != nullptr ? ArchiveBytes(copy.save_optimizer) : copy.optimizer_bytes;
+    d.rng = ArchiveBytes([&](torch::serialize::OutputArchive& a) { a.write("state", copy.rng); });
     return absl::OkStatus();
   }));
   return d;
+}
+
+absl::StatusOr<DenseState> CaptureDenseState(DenseModelImpl& model, torch::optim::Optimizer* optimizer,
+                                             const TrainState& state) {
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<const DenseCopy> copy, CopyDenseState(model, optimizer, state));
+  return SerializeDenseCopy(*copy);
 }
 
 absl::Status ApplyDenseState(const DenseState& dense, DenseModelImpl& model, torch::optim::Optimizer* optimizer,
@@ -355,7 +494,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   }
   // Worker 0: the previous commit must be done before the shards start on another cut. Its
   // failure, with fail_on_error, fails this cut on every worker (through the agreement below).
-  std::optional<DenseState> dense;
+  std::shared_ptr<const DenseCopy> dense;
   bool begun = false;  // The shards are writing their part.
   const bool best =
       eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
@@ -375,7 +514,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
       begun = local.ok();
     }
     if (local.ok()) {
-      absl::StatusOr<DenseState> d = CaptureDenseState(model, checkpoint ? optimizer : nullptr, s);
+      absl::StatusOr<std::shared_ptr<const DenseCopy>> d = CopyDenseState(model, checkpoint ? optimizer : nullptr, s);
       local = d.status();
       if (d.ok()) dense = std::move(*d);
     }
@@ -406,13 +545,14 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   m.job_yaml = options_.job_text;
   const absl::Time cut_at = absl::Now();
   commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, cut_at, m = std::move(m),
-                         dense = std::move(*dense)]() mutable {
+                         dense = std::move(dense)]() mutable {
     const job::WorkerPlan& plan = *options_.plan;
     bool committed = false;
     bool awaited = false;  // The shards' part is done (or timed out): nothing more lands in dir.
     absl::Status s = [&]() -> absl::Status {
-      HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, dense)
-                                                              : WriteRawFile(env, dir, kModelFileName, dense.model));
+      HYREC_ASSIGN_OR_RETURN(const DenseState state, SerializeDenseCopy(*dense));
+      HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, state)
+                                                              : WriteRawFile(env, dir, kModelFileName, state.model));
       awaited = true;
       HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
                              options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds)));

@@ -69,7 +69,19 @@ struct DenseState {
   std::string rng;
 };
 
-// Copies the model's parameters (and buffers), its optimizer's state and the CPU generator.
+// The dense state as tensor copies, taken while training waits and serialized later
+// (SerializeDenseCopy) while it trains on: copying is a memcpy per tensor, serializing is not.
+// The model is copied as Module::save lays it out (each module's parameters, buffers and
+// serializable children, recursively; an override of save() is not called) and the optimizer's
+// state (adam, adamw, adagrad, sgd) with its tensors cloned; another optimizer is serialized
+// at once.
+struct DenseCopy;
+absl::StatusOr<std::shared_ptr<const DenseCopy>> CopyDenseState(DenseModelImpl& model,
+                                                                torch::optim::Optimizer* optimizer,
+                                                                const TrainState& state);
+absl::StatusOr<DenseState> SerializeDenseCopy(const DenseCopy& copy);
+// Both at once: the model's parameters (and buffers), its optimizer's state and the CPU
+// generator's.
 absl::StatusOr<DenseState> CaptureDenseState(DenseModelImpl& model, torch::optim::Optimizer* optimizer,
                                              const TrainState& state);
 // Loads what CaptureDenseState copied into a model of the same plan (and its optimizer, when
