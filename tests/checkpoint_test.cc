@@ -72,6 +72,48 @@ TEST(BlockFileTest, RoundTripsAndDetectsEveryFlippedByteAndTruncation) {
   EXPECT_TRUE(absl::IsDataLoss(BlockReader::FromString("f", good, FileKind::kManifest).status()));
 }
 
+// The prefetcher hands out a reader's blocks in order, and its error where the reader's comes;
+// one left before the end stops.
+TEST(BlockFileTest, ThePrefetcherReadsAheadWhatTheReaderReads) {
+  std::vector<std::pair<uint32_t, std::string>> blocks;
+  for (uint32_t i = 0; i < 50; ++i)
+    blocks.emplace_back(1 + i % 5, std::string(100 + i * 37, static_cast<char>('a' + i % 26)));
+  const std::string good = EncodeBlockFile(FileKind::kDense, blocks);
+  for (const int depth : {1, 2, 4}) {
+    BlockPrefetcher prefetch(*BlockReader::FromString("f.blk", good, FileKind::kDense), depth);
+    size_t n = 0;
+    for (const Block* b = nullptr;; ++n) {
+      absl::StatusOr<bool> more = prefetch.Next(&b);
+      ASSERT_TRUE(more.ok()) << more.status();
+      if (!*more) break;
+      ASSERT_LT(n, blocks.size());
+      EXPECT_EQ(b->type, blocks[n].first);
+      EXPECT_EQ(b->payload, blocks[n].second);
+    }
+    EXPECT_EQ(n, blocks.size());
+    const Block* b = nullptr;
+    EXPECT_FALSE(*prefetch.Next(&b));  // The end, again.
+  }
+  std::string bad = good;
+  bad[good.size() / 2] ^= 1;
+  {
+    BlockPrefetcher prefetch(*BlockReader::FromString("f.blk", bad, FileKind::kDense));
+    const Block* b = nullptr;
+    absl::StatusOr<bool> more;
+    size_t n = 0;
+    while ((more = prefetch.Next(&b)).ok() && *more) ++n;
+    EXPECT_TRUE(absl::IsDataLoss(more.status())) << more.status();
+    EXPECT_GT(n, 0u);
+    EXPECT_LT(n, blocks.size());
+    EXPECT_TRUE(absl::IsDataLoss(prefetch.Next(&b).status()));
+  }
+  {
+    BlockPrefetcher prefetch(*BlockReader::FromString("f.blk", good, FileKind::kDense), 1);
+    const Block* b = nullptr;
+    ASSERT_TRUE(*prefetch.Next(&b));
+  }  // Destroyed with blocks unread: returns.
+}
+
 CheckpointManifest SampleManifest() {
   CheckpointManifest m;
   m.step = 42;

@@ -2,7 +2,12 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/status_macros.h"
@@ -288,6 +293,77 @@ absl::StatusOr<bool> BlockReader::Next(Block* block) {
     return false;
   }
   ++blocks_;
+  return true;
+}
+
+struct BlockPrefetcher::State {
+  std::unique_ptr<BlockReader> reader;
+  std::vector<Block> slots;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<int> free;                                    // Guarded by mu.
+  std::deque<std::pair<int, absl::StatusOr<bool>>> ready;  // Guarded by mu.
+  bool stop = false;                                       // Guarded by mu.
+  int current = -1;                                        // The caller's block.
+  std::optional<absl::StatusOr<bool>> last;                // The end or the error, once seen.
+  std::thread thread;
+
+  void Run() {
+    for (;;) {
+      int slot;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [&] { return stop || !free.empty(); });
+        if (stop) return;
+        slot = free.front();
+        free.pop_front();
+      }
+      absl::StatusOr<bool> more = reader->Next(&slots[slot]);
+      const bool end = !more.ok() || !*more;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ready.emplace_back(slot, std::move(more));
+      }
+      cv.notify_all();
+      if (end) return;
+    }
+  }
+};
+
+BlockPrefetcher::BlockPrefetcher(std::unique_ptr<BlockReader> reader, int depth) : state_(std::make_unique<State>()) {
+  state_->reader = std::move(reader);
+  state_->slots.resize(static_cast<size_t>(std::max(depth, 1)) + 1);
+  for (size_t i = 0; i < state_->slots.size(); ++i) state_->free.push_back(static_cast<int>(i));
+  state_->thread = std::thread([s = state_.get()] { s->Run(); });
+}
+
+BlockPrefetcher::~BlockPrefetcher() {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  state_->thread.join();
+}
+
+absl::StatusOr<bool> BlockPrefetcher::Next(const Block** block) {
+  State& s = *state_;
+  if (s.last.has_value()) return *s.last;
+  std::unique_lock<std::mutex> lock(s.mu);
+  if (s.current >= 0) {
+    s.free.push_back(s.current);
+    s.current = -1;
+    s.cv.notify_all();
+  }
+  s.cv.wait(lock, [&] { return !s.ready.empty(); });
+  auto [slot, more] = std::move(s.ready.front());
+  s.ready.pop_front();
+  if (!more.ok() || !*more) {
+    s.last = more;
+    return more;
+  }
+  s.current = slot;
+  *block = &s.slots[slot];
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -128,10 +129,12 @@ class ShardFileReader {
       if (tables->size() != declared_tables) return absl::DataLossError(absl::StrCat(path, ": missing table blocks"));
       return h.tables ? Annotate(h.tables(*header), path) : absl::OkStatus();
     };
-    Block b;
+    BlockPrefetcher blocks(std::move(r));
     for (;;) {
-      HYREC_ASSIGN_OR_RETURN(const bool more, r->Next(&b));
+      const Block* block = nullptr;
+      HYREC_ASSIGN_OR_RETURN(const bool more, blocks.Next(&block));
       if (!more) break;
+      const Block& b = *block;
       Decoder d(b.payload);
       auto bad = [&](absl::string_view what) {
         return absl::DataLossError(absl::StrCat(path, ": offset ", b.offset, ": ", what));
@@ -382,13 +385,25 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
   const int saved_shards = static_cast<int>(manifest.num_shards);
   if (saved_shards < 1) return absl::DataLossError(absl::StrCat(dir, ": the manifest names no PS shards"));
   const bool same_layout = saved_shards == num_shards;
+  std::vector<const FileEntry*> entries;
   for (int old = 0; old < saved_shards; ++old) {
     if (same_layout && old != shard) continue;  // Only its own file holds its rows.
     const std::string name = ShardFileName(CutKind::kCheckpoint, old, saved_shards);
     const FileEntry* entry = manifest.Find(name);
     if (entry == nullptr) return absl::DataLossError(absl::StrCat(dir, ": the manifest lists no ", name));
-    // The whole file first: a corrupt checkpoint restores nothing of it.
-    HYREC_RETURN_IF_ERROR(VerifyFileEntry(env, dir, *entry));
+    entries.push_back(entry);
+  }
+  // Each whole file is checked before any of it is restored (a corrupt checkpoint restores
+  // nothing of it); the check of the next file runs while this one is restored.
+  std::future<absl::Status> verified =
+      std::async(std::launch::async, [env, &dir, entry = entries[0]] { return VerifyFileEntry(env, dir, *entry); });
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string& name = entries[i]->name;
+    HYREC_RETURN_IF_ERROR(verified.get());
+    if (i + 1 < entries.size()) {
+      verified = std::async(std::launch::async,
+                            [env, &dir, entry = entries[i + 1]] { return VerifyFileEntry(env, dir, *entry); });
+    }
     std::vector<int> target;  // Per checkpoint table: the store's index, or -1 (not in the job).
     std::vector<size_t> floats_of;
     StoreSnapshot counters;

@@ -137,6 +137,28 @@ class BlockReader {
   std::string scratch_;
 };
 
+// Reads a BlockReader's blocks ahead on a thread of its own, up to `depth` blocks, so that reading
+// and checking block n+1 overlaps what the caller does with block n. Used by one thread.
+//
+//   BlockPrefetcher blocks(std::move(reader));
+//   for (const Block* b; blocks.Next(&b).value();) Use(b->type, b->payload);
+class BlockPrefetcher {
+ public:
+  explicit BlockPrefetcher(std::unique_ptr<BlockReader> reader, int depth = 2);
+  // Stops the thread once the block it is reading is read.
+  ~BlockPrefetcher();
+  BlockPrefetcher(const BlockPrefetcher&) = delete;
+  BlockPrefetcher& operator=(const BlockPrefetcher&) = delete;
+
+  // As BlockReader::Next; *block stays valid until the next call. After the end or an error,
+  // every later call returns the same.
+  absl::StatusOr<bool> Next(const Block** block);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
 // A whole block file in memory, with its end block: the bytes BlockWriter writes for these blocks.
 std::string EncodeBlockFile(FileKind kind, const std::vector<std::pair<uint32_t, std::string>>& blocks);
 
