@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/hash.h"
 #include "hyrec/embedding_ps/client.h"
 
 namespace hyrec::embedding_ps {
@@ -215,6 +217,53 @@ TEST(EmbeddingShardStore, OverheadPerRowAtFullCapacityIsAtMost24Bytes) {
                   std::string(OptimizerName(kind)).c_str(), dim, overhead);
       EXPECT_LE(overhead, 24.0);
       EXPECT_GE(overhead, 16.0);  // At least the slot header.
+    }
+  }
+}
+
+// The planner's memory of a store (PlanStoreMemory) is what the store's accounting reports once
+// it holds those rows, within 2%: unbounded and bounded stores, several tables of other dims and
+// optimizers, an admission sketch, from a few rows to hundreds of thousands.
+TEST(EmbeddingShardStore, PlannedMemoryIsWhatTheStoreReports) {
+  struct Case {
+    std::vector<TableConfig> tables;
+    uint64_t capacity_rows;
+    int stripes;
+    std::vector<uint64_t> rows;
+  };
+  TableConfig admitted = Table("a", 8, OptimizerKind::kAdagrad);
+  admitted.admission.min_count = 2;
+  const std::vector<Case> cases = {
+      {{Table("t", 16)}, 0, 8, {300000}},
+      {{Table("t", 64, OptimizerKind::kAdagrad)}, 0, 64, {50000}},
+      {{Table("u", 8, OptimizerKind::kAdagrad), Table("v", 32, OptimizerKind::kAdam), Table("w", 64)},
+       400000,
+       16,
+       {200000, 120000, 80000}},
+      {{admitted, Table("b", 16)}, 0, 4, {30000, 500}},
+  };
+  for (const Case& c : cases) {
+    StoreOptions options;
+    options.tables = c.tables;
+    options.capacity_rows = c.capacity_rows;
+    options.num_stripes = c.stripes;
+    auto store = *EmbeddingShardStore::Create(options);
+    for (size_t t = 0; t < c.tables.size(); ++t) {
+      const size_t floats = c.tables[t].dim + OptimizerStateFloats(c.tables[t].optimizer.kind, c.tables[t].dim);
+      std::vector<uint64_t> ids;
+      for (uint64_t i = 0; i < c.rows[t]; ++i) ids.push_back(Mix64(i * 7919 + t + 1));
+      ASSERT_TRUE(store->RestoreRows(static_cast<int>(t), ids, std::vector<float>(ids.size() * floats, 0.1f)).ok());
+    }
+    const StoreStats stats = store->Stats();
+    const StoreMemoryPlan plan = PlanStoreMemory(options, c.rows);
+    SCOPED_TRACE(absl::StrCat(c.tables.size(), " tables, ", stats.rows, " rows"));
+    ASSERT_EQ(stats.rows, plan.rows);
+    EXPECT_EQ(stats.payload_bytes, plan.payload_bytes);
+    EXPECT_NEAR(static_cast<double>(plan.bytes), static_cast<double>(stats.bytes), 0.02 * stats.bytes);
+    for (size_t t = 0; t < c.tables.size(); ++t) {
+      EXPECT_EQ(plan.tables[t].slot_bytes, stats.tables[t].row_bytes);
+      EXPECT_NEAR(static_cast<double>(plan.tables[t].slab_bytes), static_cast<double>(stats.tables[t].bytes),
+                  0.02 * stats.tables[t].bytes + (uint64_t{plan.tables[t].slot_bytes} << 4) * c.stripes);
     }
   }
 }

@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/certs.h"
+#include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/k8s.h"
 #include "yaml-cpp/yaml.h"
@@ -317,12 +318,16 @@ TEST(K8sRender, PodsPlanTheSameJobAndOnlyAddPlacementFlags) {
 TEST(K8sRender, PsMemoryComesFromTheCapacities) {
   auto plan = Plan(Example());
   ASSERT_TRUE(plan.ok());
-  // users: 1M rows a shard (dim 32 Adagrad: 16 + 4 * 64 bytes + 8 of index); the rest of the
-  // shard's 5M rows go to the widest other table (items, dim 16 Adam: 16 + 4 * 49 + 8).
-  const uint64_t rows = 1'000'000 * (16 + 4 * 64 + 8) + 4'000'000 * (16 + 4 * 49 + 8);
-  const uint64_t sketch = 1 << 20;
-  const uint64_t expected = static_cast<uint64_t>((rows + sketch + (256 << 20)) * 1.2);
+  // users: 1M rows a shard; the rest of the shard's 5M rows go to the widest other table (items),
+  // as the store's accounting holds them, with 256 MiB for the process and 20% headroom.
+  const embedding_ps::StoreMemoryPlan store =
+      embedding_ps::PlanStoreMemory(plan->ps[0].store, {1'000'000, 4'000'000, 0});
+  const uint64_t expected = static_cast<uint64_t>((store.bytes + (256 << 20)) * 1.2);
   EXPECT_EQ(PsShardMemoryBytes(plan->ps[0]), expected);
+  // About the slots (users dim 32 Adagrad: 16 + 4 * 64 bytes; items dim 16 Adam: 16 + 4 * 49) and
+  // 8 bytes of index a row, and the 1 MiB admission sketch.
+  const double rows = 1e6 * (16 + 4 * 64 + 8) + 4e6 * (16 + 4 * 49 + 8) + (1 << 20);
+  EXPECT_NEAR(static_cast<double>(store.bytes), rows, 0.02 * rows);
   auto r = RenderK8s(Example(), Options("gke"));
   ASSERT_TRUE(r.ok());
   const YAML::Node ps = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][0];

@@ -22,6 +22,7 @@ constexpr const char* kRoles[][2] = {
     {"worker", "one dense worker of a job (remote PS and loader, c10d sync)"},
     {"certs", "make a job's CA, role certificates and token secret, or a token (docs/security.md)"},
     {"k8s", "render a job's Kubernetes manifests from its plan (hyrec k8s render --help)"},
+    {"plan", "size a job: rows, memory per PS shard and machine, bytes per step (docs/capacity.md)"},
     {"checkpoint", "inspect or verify a checkpoint, export or delta directory"},
     {"export", "write the serving artifact (model.pt and rows) of a job's checkpoint"},
     {"predict", "score data files with an exported model, one probability per line"},

@@ -39,6 +39,8 @@ int CheckpointMain(int argc, char** argv);
 int CertsMain(int argc, char** argv);
 // `hyrec k8s render`: the job's Kubernetes manifests (src/cli/k8s_tool.cc).
 int K8sMain(int argc, char** argv);
+// `hyrec plan`: a job's rows, memory per PS shard and machine, bytes per step (src/cli/plan_tool.cc).
+int PlanMain(int argc, char** argv);
 int ExportMain(int argc, char** argv);
 int PredictMain(int argc, char** argv);
 int EvalMain(int argc, char** argv);

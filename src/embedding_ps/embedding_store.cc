@@ -351,6 +351,40 @@ void SumRepeatedIds(absl::Span<const uint64_t> ids, absl::Span<const float> grad
   }
 }
 
+// The rows a stripe is sized for: its share of the store's bound, with a margin of three
+// standard deviations for the hash's uneven spread (0 for an unbounded store).
+uint64_t ExpectedRowsPerStripe(const StoreOptions& options, const std::vector<TableLayout>& layouts) {
+  uint64_t expected = 0;
+  if (options.capacity_rows > 0) {
+    expected = options.capacity_rows;
+  } else if (options.capacity_bytes > 0 && !layouts.empty()) {
+    uint64_t min_charge = UINT64_MAX;
+    for (const TableLayout& l : layouts) min_charge = std::min(min_charge, l.charge);
+    expected = options.capacity_bytes / min_charge;
+  }
+  uint64_t per_stripe = expected / options.num_stripes;
+  if (per_stripe > 0) per_stripe += static_cast<uint64_t>(3.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
+  return per_stripe;
+}
+
+uint32_t SketchWidth(const StoreOptions& options) {
+  return std::max<uint32_t>(
+      64, options.admission_sketch_counters / (CountMinSketch::kDepth * static_cast<uint32_t>(options.num_stripes)));
+}
+
+TableLayout MakeLayout(const TableConfig& config, size_t t) {
+  TableLayout layout;
+  layout.dim = config.dim;
+  layout.state_floats = OptimizerStateFloats(config.optimizer.kind, config.dim);
+  layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) + sizeof(float) * (layout.dim + layout.state_floats));
+  layout.charge = layout.slot_bytes + kIndexChargePerRow;
+  layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
+  layout.policy = config.eviction.policy;
+  if (layout.policy == EvictionPolicy::kTtl) SetTtlLayout(config.eviction.ttl_seconds, &layout);
+  layout.lfu_aging = config.eviction.lfu_aging_touches;
+  return layout;
+}
+
 class StripedStore final : public EmbeddingShardStore {
  public:
   StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts)
@@ -367,20 +401,8 @@ class StripedStore final : public EmbeddingShardStore {
         data_time_(layouts_.size()),
         swept_time_(layouts_.size(), 0) {
     for (const TableLayout& l : layouts_) keeps_order_.push_back(evicts_ || l.policy != EvictionPolicy::kLru);
-    uint64_t expected = 0;
-    if (capacity_rows_ > 0) {
-      expected = capacity_rows_;
-    } else if (capacity_bytes_ > 0) {
-      uint64_t min_charge = UINT64_MAX;
-      for (const TableLayout& l : layouts_) min_charge = std::min(min_charge, l.charge);
-      expected = capacity_bytes_ / min_charge;
-    }
-    uint64_t per_stripe = expected / num_stripes_;
-    if (per_stripe > 0) {
-      per_stripe += static_cast<uint64_t>(3.0 * std::sqrt(static_cast<double>(per_stripe))) + 8;
-    }
-    const uint32_t sketch_width = std::max<uint32_t>(
-        64, options.admission_sketch_counters / (CountMinSketch::kDepth * static_cast<uint32_t>(num_stripes_)));
+    const uint64_t per_stripe = ExpectedRowsPerStripe(options, layouts_);
+    const uint32_t sketch_width = SketchWidth(options);
     stripes_.reserve(num_stripes_);
     for (int s = 0; s < num_stripes_; ++s) {
       stripes_.push_back(
@@ -1442,6 +1464,40 @@ class StripedStore final : public EmbeddingShardStore {
 
 }  // namespace
 
+StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table) {
+  StoreMemoryPlan plan;
+  const uint64_t stripes = static_cast<uint64_t>(std::max(options.num_stripes, 1));
+  std::vector<TableLayout> layouts;
+  for (size_t t = 0; t < options.tables.size(); ++t) layouts.push_back(MakeLayout(options.tables[t], t));
+  StoreOptions sized = options;
+  sized.num_stripes = static_cast<int>(stripes);
+  const uint64_t expected = ExpectedRowsPerStripe(sized, layouts);
+  const int chunk_shift = ChunkShiftFor(expected);
+  uint64_t stripe_rows = 0;  // Every table's rows in one stripe.
+  for (size_t t = 0; t < layouts.size(); ++t) {
+    StoreMemoryPlan::Table table;
+    table.rows = t < rows_per_table.size() ? rows_per_table[t] : 0;
+    table.slot_bytes = layouts[t].slot_bytes;
+    table.value_bytes = static_cast<uint32_t>(4 * layouts[t].dim);
+    table.state_bytes = static_cast<uint32_t>(4 * layouts[t].state_floats);
+    const uint64_t per_stripe = (table.rows + stripes - 1) / stripes;
+    const uint64_t chunk_rows = uint64_t{1} << chunk_shift;
+    table.slab_bytes = stripes * ((per_stripe + chunk_rows - 1) / chunk_rows) * (table.slot_bytes * chunk_rows);
+    stripe_rows += per_stripe;
+    plan.rows += table.rows;
+    plan.payload_bytes += table.rows * (table.value_bytes + table.state_bytes);
+    if (options.tables[t].admission.min_count > 1) {
+      plan.sketch_bytes += stripes * CountMinSketch::kDepth * SketchWidth(sized);
+    }
+    plan.tables.push_back(table);
+  }
+  plan.index_bytes = stripes * RowIndex::BytesHolding(expected, stripe_rows);
+  plan.fixed_bytes = sizeof(StripedStore) + stripes * sizeof(Stripe);
+  plan.bytes = plan.index_bytes + plan.sketch_bytes + plan.fixed_bytes;
+  for (const StoreMemoryPlan::Table& t : plan.tables) plan.bytes += t.slab_bytes;
+  return plan;
+}
+
 double StoreStats::OverheadBytesPerRow() const {
   if (rows == 0) return 0.0;
   return static_cast<double>(bytes - payload_bytes) / static_cast<double>(rows);
@@ -1560,16 +1616,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
         return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "' is defined twice"));
       }
     }
-    TableLayout layout;
-    layout.dim = config.dim;
-    layout.state_floats = OptimizerStateFloats(config.optimizer.kind, config.dim);
-    layout.slot_bytes = static_cast<uint32_t>(sizeof(SlotHeader) + sizeof(float) * (layout.dim + layout.state_floats));
-    layout.charge = layout.slot_bytes + kIndexChargePerRow;
-    layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
-    layout.policy = config.eviction.policy;
-    if (layout.policy == EvictionPolicy::kTtl) SetTtlLayout(config.eviction.ttl_seconds, &layout);
-    layout.lfu_aging = config.eviction.lfu_aging_touches;
-    layouts.push_back(layout);
+    layouts.push_back(MakeLayout(config, t));
   }
   // A shard holds its rows in memory: a capacity past the machine's is a mistake that would
   // otherwise surface as an allocation failure, at start-up or much later.

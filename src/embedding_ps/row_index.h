@@ -51,6 +51,12 @@ class RowIndex {
 
   uint64_t size() const { return size_; }
   uint64_t bytes() const { return num_buckets_ * sizeof(Bucket); }
+  // bytes() of an index sized for `expected_entries` once it holds `entries`.
+  static uint64_t BytesHolding(uint64_t expected_entries, uint64_t entries) {
+    uint64_t buckets = BucketsFor(expected_entries);
+    while (static_cast<double>(entries) > kMaxLoad * static_cast<double>(buckets * kEntriesPerBucket)) buckets *= 2;
+    return buckets * 64;
+  }
 
   // Prefetches the home bucket of `hash` (a hint; safe to call with a stale index).
   void Prefetch(uint64_t hash) const { PrefetchLine(&buckets_[Home(hash)]); }

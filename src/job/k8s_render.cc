@@ -12,6 +12,8 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/table_config.h"
 #include "hyrec/job/k8s.h"
+
+#include "hyrec/job/capacity.h"
 #include "src/job/k8s_value.h"
 #include "yaml-cpp/yaml.h"
 
@@ -27,53 +29,13 @@ constexpr char kPoolLabel[] = "cloud.google.com/gke-nodepool";
 constexpr char kInstanceLabel[] = "app.kubernetes.io/instance";
 constexpr char kComponentLabel[] = "app.kubernetes.io/component";
 
-// A node of a pool: what its pods may request. GKE figures are the machine types' published
-// vCPUs and memory less what GKE reserves (about a tenth, and a GiB); they are assumptions, not
-// measurements, and a machine type the list lacks is an error rather than a guess.
-struct Machine {
-  const char* name;
-  int cpus;
-  double memory_gib;
-  int gpus;
-  const char* accelerator;  // cloud.google.com/gke-accelerator, for GPU machines.
-};
-
-constexpr Machine kGkeMachines[] = {
-    {"m3-megamem-64", 64, 976, 0, ""},
-    {"m3-megamem-128", 128, 1952, 0, ""},
-    {"m3-ultramem-32", 32, 976, 0, ""},
-    {"m3-ultramem-64", 64, 1952, 0, ""},
-    {"m3-ultramem-128", 128, 3904, 0, ""},
-    {"m2-megamem-416", 416, 5888, 0, ""},
-    {"m2-ultramem-208", 208, 5888, 0, ""},
-    {"m2-ultramem-416", 416, 11776, 0, ""},
-    {"n2-highmem-32", 32, 256, 0, ""},
-    {"c3-standard-22", 22, 88, 0, ""},
-    {"c3-standard-44", 44, 176, 0, ""},
-    {"c3-standard-88", 88, 352, 0, ""},
-    {"c2-standard-30", 30, 120, 0, ""},
-    {"c2-standard-60", 60, 240, 0, ""},
-    {"e2-standard-8", 8, 32, 0, ""},
-    {"a2-highgpu-1g", 12, 85, 1, "nvidia-tesla-a100"},
-    {"a2-highgpu-8g", 96, 680, 8, "nvidia-tesla-a100"},
-    {"a2-ultragpu-8g", 96, 1360, 8, "nvidia-a100-80gb"},
-    {"a3-highgpu-8g", 208, 1872, 8, "nvidia-h100-80gb"},
-    {"a3-megagpu-8g", 208, 1872, 8, "nvidia-h100-mega-80gb"},
-};
+using Machine = MachineType;
 
 // The local overlay's one node (kind or minikube on a workstation).
-constexpr Machine kLocalNode = {"local", 4, 16, 0, ""};
-
-double AllocatableGiB(const Machine& m) { return m.memory_gib * 0.9 - 1; }
+const Machine kLocalNode = {"local", 4, 16, 0, 0, 0, ""};
 
 absl::StatusOr<Machine> FindMachine(const std::string& name, const char* flag) {
-  for (const Machine& m : kGkeMachines) {
-    if (name == m.name) return m;
-  }
-  std::vector<std::string> known;
-  for (const Machine& m : kGkeMachines) known.push_back(m.name);
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, "=", name, ": not a machine type hyrec knows (", absl::StrJoin(known, ", "), ")"));
+  return FindMachineType(GkeMachineTypes(), name, absl::StrCat("--", flag));
 }
 
 std::string Quantity(uint64_t bytes) {
@@ -752,38 +714,11 @@ absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::strin
 }
 
 uint64_t PsShardMemoryBytes(const PsShardPlan& shard) {
-  const embedding_ps::StoreOptions& store = shard.store;
-  uint64_t sketches = 0;
-  struct Table {
-    uint64_t row_bytes;
-    uint64_t capacity;
-  };
-  std::vector<Table> tables;
-  for (const embedding_ps::TableConfig& t : store.tables) {
-    // The store's own charge per row (StoreOptions::capacity_bytes): the slot and 8 bytes of index.
-    const uint64_t slot =
-        16 + 4 * static_cast<uint64_t>(t.dim + embedding_ps::OptimizerStateFloats(t.optimizer.kind, t.dim));
-    tables.push_back(Table{slot + 8, t.capacity_rows});
-    if (t.admission.min_count > 1) sketches += store.admission_sketch_counters;
-  }
-  uint64_t rows_bytes = 0;
-  if (store.capacity_bytes > 0) {
-    rows_bytes = store.capacity_bytes;
-  } else {
-    // The most the rows can take: the widest tables filled first, up to the store's bound.
-    std::sort(tables.begin(), tables.end(), [](const Table& a, const Table& b) { return a.row_bytes > b.row_bytes; });
-    std::optional<uint64_t> left;
-    if (store.capacity_rows > 0) left = store.capacity_rows;
-    for (const Table& t : tables) {
-      uint64_t rows = t.capacity;
-      if (left.has_value()) rows = rows == 0 ? *left : std::min(rows, *left);
-      if (rows == 0 && !left.has_value()) return 0;  // Unbounded.
-      rows_bytes += rows * t.row_bytes;
-      if (left.has_value()) *left -= rows;
-    }
-  }
-  constexpr uint64_t kProcess = 256 * kMiB;  // gRPC, its buffers, the binary.
-  return static_cast<uint64_t>(static_cast<double>(rows_bytes + sketches + kProcess) * 1.2);
+  const std::vector<uint64_t> rows = RowsAtCapacity(shard.store);
+  if (rows.empty()) return 0;
+  const CapacityOptions defaults;
+  const uint64_t bytes = embedding_ps::PlanStoreMemory(shard.store, rows).bytes + defaults.process_bytes;
+  return static_cast<uint64_t>(static_cast<double>(bytes) * 1.2);
 }
 
 absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& options) {

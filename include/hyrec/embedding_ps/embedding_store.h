@@ -178,6 +178,28 @@ struct StoreStats {
   double OverheadBytesPerRow() const;
 };
 
+// What a store of `options` takes when its tables hold `rows_per_table` rows, by the store's own
+// accounting: StoreStats::bytes of such a store, with rows spread evenly over the stripes (as
+// their hash spreads them). The planner sizes PS shards with it (hyrec plan, the Kubernetes PS
+// pods' memory).
+struct StoreMemoryPlan {
+  struct Table {
+    uint64_t rows = 0;
+    uint32_t slot_bytes = 0;   // A row's slot: id 8, eviction links and score 8, then its floats.
+    uint32_t value_bytes = 0;  // 4 x dim.
+    uint32_t state_bytes = 0;  // 4 x the optimizer's state floats.
+    uint64_t slab_bytes = 0;   // Its slots, allocated in whole chunks, over every stripe.
+  };
+  std::vector<Table> tables;
+  uint64_t index_bytes = 0;   // The stripes' hash indexes (64-byte buckets of 12, at most 90% full).
+  uint64_t sketch_bytes = 0;  // Admission count-min sketches.
+  uint64_t fixed_bytes = 0;   // The store and its stripes' headers.
+  uint64_t bytes = 0;         // All of the above: StoreStats::bytes.
+  uint64_t rows = 0;
+  uint64_t payload_bytes = 0;  // Values and optimizer state alone.
+};
+StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table);
+
 // Publishes a store's statistics as Prometheus families, every sample labelled with `labels`
 // (e.g. {{"shard", "0"}}) plus table="<name>" where per table: hyrec_ps_rows,
 // hyrec_ps_evictions_total (also labelled policy="lru|lfu|ttl"), hyrec_ps_expirations_total,

@@ -1,0 +1,135 @@
+// Capacity planning (`hyrec plan`): what a job needs at a given scale: rows, memory per PS shard
+// and per machine, and the bytes each training step moves. Memory comes from the store's own
+// accounting (embedding_ps::PlanStoreMemory), ids per batch and their deduplication from the
+// job's own data (docs/capacity.md).
+//
+//   HYREC_ASSIGN_OR_RETURN(JobPlan plan, PlanJobFile("job.yaml"));
+//   CapacityOptions o;
+//   o.parameters = 100e12;  // --parameters=100T
+//   HYREC_ASSIGN_OR_RETURN(CapacityPlan c, PlanCapacity(plan, o));
+//   std::cout << FormatCapacityPlan(c);
+#ifndef HYREC_JOB_CAPACITY_H_
+#define HYREC_JOB_CAPACITY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "hyrec/job/job_plan.h"
+
+namespace hyrec::job {
+
+// A machine type: what the pods of one node may use. The GKE list (GkeMachineTypes) holds each
+// type's published vCPUs, memory and egress bandwidth: assumptions, not measurements.
+struct MachineType {
+  std::string name;
+  int cpus = 0;
+  double memory_gib = 0;
+  double network_gbps = 0;    // Egress bandwidth; 0: unknown.
+  double price_per_hour = 0;  // 0: unknown.
+  int gpus = 0;
+  std::string accelerator;  // cloud.google.com/gke-accelerator, for GPU machines.
+};
+
+// What pods of a node may request: about nine tenths of its memory, less a GiB (what GKE
+// reserves for the system).
+double AllocatableGiB(const MachineType& machine);
+const std::vector<MachineType>& GkeMachineTypes();
+// `name` among `types`; InvalidArgument naming `key` and the known names otherwise.
+absl::StatusOr<MachineType> FindMachineType(const std::vector<MachineType>& types, const std::string& name,
+                                            absl::string_view key);
+// Machine types from a YAML file: a list of maps with name, cpus, memory_gib, network_gbps,
+// price_per_hour, gpus and accelerator (name, cpus and memory_gib required). Errors name the
+// file, the entry and its line.
+absl::StatusOr<std::vector<MachineType>> LoadMachineTypes(const std::string& path);
+
+// A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument
+// naming `key` for anything else, or a count that is not positive.
+absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key);
+
+struct CapacityOptions {
+  // Each table's logical rows: the ids it will see over the job. 0: from `parameters`, else the
+  // table's capacity; a table with none of the three is an error naming it.
+  uint64_t rows_per_table = 0;
+  // Logical parameters over every table (rows x dim), as rows spread evenly over the tables.
+  double parameters = 0;
+  int workers = 0;     // 0: the job's.
+  int batch_size = 0;  // 0: the job's.
+  int ps_shards = 0;   // 0: the job's.
+  std::string ps_machine = "m3-megamem-64";
+  std::vector<MachineType> machines;  // Empty: GkeMachineTypes().
+  // Unique ids a batch over its ids, the same for every table; 0: measured on `measure_batches`
+  // batches of the job's own data (1, and said so, when its data cannot be read here).
+  double dedup_ratio = 0;
+  int measure_batches = 20;
+  // A PS process's memory beside its store (gRPC, its buffers, the binary). An assumption, which
+  // `hyrec plan --calibrate` replaces with this machine's measurement.
+  uint64_t process_bytes = 256ull << 20;
+};
+
+struct CapacityPlan {
+  struct Table {
+    std::string name;
+    int dim = 0;
+    std::string optimizer;
+    std::string eviction;
+    uint64_t logical_rows = 0;
+    uint64_t capacity_rows = 0;  // Over every shard; 0: unbounded.
+    uint64_t resident_rows = 0;  // Over every shard: the logical rows, bounded by the capacities.
+    // Bytes of one resident row, by what holds them: its key (8), eviction links and score (8),
+    // values (4 dim), optimizer state, and its share of the index and of the slabs' last chunks.
+    uint32_t key_bytes = 8;
+    uint32_t eviction_bytes = 8;
+    uint32_t value_bytes = 0;
+    uint32_t state_bytes = 0;
+    double index_bytes = 0;
+    double bytes_per_row = 0;   // All of the above.
+    double ids_per_sample = 0;  // Over the features that look it up.
+    double dedup_ratio = 1;     // Unique ids a batch over its ids.
+  };
+  struct Shard {
+    int index = 0;
+    uint64_t resident_rows = 0;
+    uint64_t store_bytes = 0;    // PlanStoreMemory: the store's accounting with these rows.
+    uint64_t process_bytes = 0;  // CapacityOptions::process_bytes.
+    uint64_t memory_bytes = 0;   // Both: the resident memory planned.
+    uint64_t request_bytes = 0;  // The pod's request: at capacity (widest tables first), with 20% headroom.
+  };
+  std::vector<Table> tables;
+  std::vector<Shard> shards;
+  double logical_parameters = 0;
+  double resident_parameters = 0;
+  int workers = 0;
+  int batch_size = 0;
+  MachineType ps_machine;
+  int shards_per_machine = 0;  // As many as fit in its allocatable memory, at most one a core.
+  int ps_machines = 0;
+  // One training step (a batch on every worker), between the workers and the PS: the ids sent,
+  // the rows that come back, and the gradients (with their ids) sent after, in fp32 and with fp16
+  // rows; and the loader's batches to the workers (ids 8 bytes each, dense features and label 4).
+  double id_bytes_per_step = 0;
+  double row_bytes_per_step_fp32 = 0;
+  double gradient_bytes_per_step_fp32 = 0;
+  double loader_bytes_per_step = 0;
+  // How the ids per sample and the deduplication were found: "measured on N batches of the job's
+  // data", "given", or why they were not measured.
+  std::string ids_source;
+};
+
+// Plans `plan` at the scale `options` gives. InvalidArgument naming the key for a table without a
+// size, an unknown machine type, or a shard that no machine of its type can hold.
+absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& plan, const CapacityOptions& options);
+
+// The resident rows of each table of a shard at its capacity, the widest tables filled first up
+// to the store's own bound (the most memory its rows can take); empty when nothing bounds it.
+std::vector<uint64_t> RowsAtCapacity(const embedding_ps::StoreOptions& store);
+
+std::string FormatCapacityPlan(const CapacityPlan& plan);
+std::string CapacityPlanJson(const CapacityPlan& plan);
+
+}  // namespace hyrec::job
+
+#endif  // HYREC_JOB_CAPACITY_H_

@@ -1,0 +1,82 @@
+// `hyrec plan`: what a job needs at a given scale (include/hyrec/job/capacity.h, docs/capacity.md).
+//
+//   hyrec plan --config=job.yaml [--parameters=100T | --rows_per_table=N] [--workers=N] [--batch_size=N]
+//              [--ps_shards=N] [--ps_machine=TYPE] [--machines=gke|FILE.yaml] [--dedup_ratio=R] [--json]
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/exit_codes.h"
+#include "hyrec/common/flags.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/job/capacity.h"
+#include "hyrec/job/job_spec.h"
+#include "src/cli/job_flags.h"
+#include "src/cli/roles.h"
+
+namespace hyrec::cli {
+namespace {
+
+struct PlanFlags {
+  std::string config;
+  std::vector<std::string> overrides;  // --set
+  std::string parameters;
+  std::string rows_per_table;
+  std::string machines = "gke";
+  bool json = false;
+  job::CapacityOptions options;
+};
+
+absl::Status RunPlan(PlanFlags& f) {
+  if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
+  if (!f.parameters.empty() && !f.rows_per_table.empty()) {
+    return absl::InvalidArgumentError("--parameters and --rows_per_table: give one (both size every table)");
+  }
+  if (!f.parameters.empty()) {
+    HYREC_ASSIGN_OR_RETURN(f.options.parameters, job::ParseCount(f.parameters, "--parameters"));
+  }
+  if (!f.rows_per_table.empty()) {
+    HYREC_ASSIGN_OR_RETURN(const double rows, job::ParseCount(f.rows_per_table, "--rows_per_table"));
+    f.options.rows_per_table = static_cast<uint64_t>(rows);
+  }
+  if (f.machines != "gke") {
+    HYREC_ASSIGN_OR_RETURN(f.options.machines, job::LoadMachineTypes(f.machines));
+  }
+  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
+  HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
+  HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(plan, f.options));
+  std::cout << (f.json ? job::CapacityPlanJson(capacity) : job::FormatCapacityPlan(capacity));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int PlanMain(int argc, char** argv) {
+  PlanFlags f;
+  job::CapacityOptions& o = f.options;
+  FlagSet flags("hyrec plan",
+                "What a job needs at a given scale: each table's rows and bytes per row, each PS shard's memory, the "
+                "PS machines, and the bytes a training step moves (docs/capacity.md).");
+  flags.String("config", &f.config, "FILE", "The job's YAML file (required).");
+  AddSetFlag(flags, &f.overrides);
+  flags.String("parameters", &f.parameters, "COUNT",
+               "Logical parameters over every table (rows x dim), spread evenly in rows: 100T, 5G, 1e9.");
+  flags.String("rows_per_table", &f.rows_per_table, "COUNT", "Every table's logical rows (default: its capacity).");
+  flags.Int("workers", &o.workers, "Dense workers (default: the job's train.workers).", 0, 1 << 16);
+  flags.Int("batch_size", &o.batch_size, "Samples a batch (default: the job's loader.batch_size).", 0, 1 << 24);
+  flags.Int("ps_shards", &o.ps_shards, "PS shards (default: the job's ps.shards).", 0, 1 << 16);
+  flags.String("ps_machine", &o.ps_machine, "TYPE", "The PS nodes' machine type (default m3-megamem-64).");
+  flags.String("machines", &f.machines, "gke|FILE",
+               "gke (published GKE machine types, assumptions) or a YAML list of {name, cpus, memory_gib, "
+               "network_gbps, price_per_hour, gpus, accelerator}.");
+  flags.Double("dedup_ratio", &o.dedup_ratio,
+               "Unique ids a batch over its ids (default: measured on the job's first batches).", 0, 1);
+  flags.Int("measure_batches", &o.measure_batches, "Batches of the job's data to measure ids on.", 1, 100000);
+  flags.Uint64("process_bytes", &o.process_bytes, "A PS process's memory beside its store (default 256 MiB).");
+  flags.Bool("json", &f.json, "Print JSON (for tools) instead of tables.");
+  if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
+  const absl::Status status = RunPlan(f);
+  if (!status.ok()) std::cerr << "hyrec plan: " << status.message() << "\n";
+  return ExitCodeFor(status);
+}
+
+}  // namespace hyrec::cli

@@ -1,0 +1,528 @@
+#include "hyrec/job/capacity.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/yaml_config.h"
+#include "hyrec/data_loader/loader.h"
+#include "hyrec/embedding_ps/optimizer.h"
+
+namespace hyrec::job {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024 * 1024;
+constexpr double kPodHeadroom = 1.2;
+
+}  // namespace
+
+double AllocatableGiB(const MachineType& machine) { return machine.memory_gib * 0.9 - 1; }
+
+const std::vector<MachineType>& GkeMachineTypes() {
+  // Published vCPUs, memory and default egress bandwidth (without Tier_1 networking).
+  static const auto* types = new std::vector<MachineType>{
+      {"m3-megamem-64", 64, 976, 32, 0, 0, ""},
+      {"m3-megamem-128", 128, 1952, 32, 0, 0, ""},
+      {"m3-ultramem-32", 32, 976, 32, 0, 0, ""},
+      {"m3-ultramem-64", 64, 1952, 32, 0, 0, ""},
+      {"m3-ultramem-128", 128, 3904, 32, 0, 0, ""},
+      {"m2-megamem-416", 416, 5888, 32, 0, 0, ""},
+      {"m2-ultramem-208", 208, 5888, 32, 0, 0, ""},
+      {"m2-ultramem-416", 416, 11776, 32, 0, 0, ""},
+      {"n2-highmem-32", 32, 256, 32, 0, 0, ""},
+      {"c3-standard-22", 22, 88, 23, 0, 0, ""},
+      {"c3-standard-44", 44, 176, 32, 0, 0, ""},
+      {"c3-standard-88", 88, 352, 62, 0, 0, ""},
+      {"c2-standard-30", 30, 120, 32, 0, 0, ""},
+      {"c2-standard-60", 60, 240, 32, 0, 0, ""},
+      {"e2-standard-8", 8, 32, 16, 0, 0, ""},
+      {"a2-highgpu-1g", 12, 85, 24, 0, 1, "nvidia-tesla-a100"},
+      {"a2-highgpu-8g", 96, 680, 100, 0, 8, "nvidia-tesla-a100"},
+      {"a2-ultragpu-8g", 96, 1360, 100, 0, 8, "nvidia-a100-80gb"},
+      {"a3-highgpu-8g", 208, 1872, 200, 0, 8, "nvidia-h100-80gb"},
+      {"a3-megagpu-8g", 208, 1872, 200, 0, 8, "nvidia-h100-mega-80gb"},
+  };
+  return *types;
+}
+
+absl::StatusOr<MachineType> FindMachineType(const std::vector<MachineType>& types, const std::string& name,
+                                            absl::string_view key) {
+  std::vector<std::string> known;
+  for (const MachineType& m : types) {
+    if (m.name == name) return m;
+    known.push_back(m.name);
+  }
+  const std::string close = ClosestWord(name, known);
+  return absl::InvalidArgumentError(absl::StrCat(key, "=", name, ": not a machine type hyrec knows",
+                                                 close.empty() ? "" : absl::StrCat(" (did you mean ", close, "?)"),
+                                                 "; known: ", absl::StrJoin(known, ", ")));
+}
+
+absl::StatusOr<std::vector<MachineType>> LoadMachineTypes(const std::string& path) {
+  HYREC_ASSIGN_OR_RETURN(const YAML::Node root, LoadYamlFile(path));
+  std::vector<MachineType> types;
+  HYREC_RETURN_IF_ERROR(CatchYamlErrors(path, [&]() -> absl::Status {
+    if (!root.IsSequence() || root.size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": expected a list of machine types"));
+    }
+    for (size_t i = 0; i < root.size(); ++i) {
+      const YAML::Node& node = root[i];
+      const std::string at = absl::StrCat(path, ": [", i, "]");
+      HYREC_RETURN_IF_ERROR(
+          CheckKeys(node, at, {"name", "cpus", "memory_gib", "network_gbps", "price_per_hour", "gpus", "accelerator"}));
+      MachineType m;
+      for (const char* required : {"name", "cpus", "memory_gib"}) {
+        if (!node[required]) {
+          return absl::InvalidArgumentError(absl::StrCat(at, ".", required, " (", YamlWhere(node), "): required"));
+        }
+      }
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "name", at, &m.name));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "cpus", at, &m.cpus));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "memory_gib", at, &m.memory_gib));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "network_gbps", at, &m.network_gbps));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "price_per_hour", at, &m.price_per_hour));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "gpus", at, &m.gpus));
+      HYREC_RETURN_IF_ERROR(ReadScalar(node, "accelerator", at, &m.accelerator));
+      if (m.name.empty() || m.cpus < 1 || !(m.memory_gib > 1) || m.network_gbps < 0 || m.price_per_hour < 0 ||
+          m.gpus < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            at, " (", YamlWhere(node),
+            "): a machine type needs a name, cpus >= 1 and memory_gib > 1; bandwidth, price and gpus >= 0"));
+      }
+      types.push_back(m);
+    }
+    return absl::OkStatus();
+  }));
+  return types;
+}
+
+absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key) {
+  std::string s(absl::StripAsciiWhitespace(text));
+  double scale = 1;
+  if (!s.empty()) {
+    switch (absl::ascii_toupper(s.back())) {
+      case 'K':
+        scale = 1e3;
+        break;
+      case 'M':
+        scale = 1e6;
+        break;
+      case 'G':
+        scale = 1e9;
+        break;
+      case 'T':
+        scale = 1e12;
+        break;
+      case 'P':
+        scale = 1e15;
+        break;
+      default:
+        scale = 0;
+    }
+    if (scale != 0) s.pop_back();
+    if (scale == 0) scale = 1;
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(s, &value) || !std::isfinite(value) || value <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, "=", text, ": expected a positive count, with an optional K, M, G, T or P (1e3 .. 1e15)"));
+  }
+  return value * scale;
+}
+
+namespace {
+
+// What the store charges a row of `table` against capacity_bytes: its slot and 8 bytes of index.
+uint64_t Charge(const embedding_ps::TableConfig& table) {
+  return 16 +
+         4 * static_cast<uint64_t>(table.dim + embedding_ps::OptimizerStateFloats(table.optimizer.kind, table.dim)) + 8;
+}
+
+}  // namespace
+
+std::vector<uint64_t> RowsAtCapacity(const embedding_ps::StoreOptions& store) {
+  struct Entry {
+    size_t table;
+    uint64_t charge;  // The store's charge per row: its slot and 8 bytes of index.
+    uint64_t capacity;
+  };
+  std::vector<Entry> entries;
+  for (size_t t = 0; t < store.tables.size(); ++t) {
+    entries.push_back({t, Charge(store.tables[t]), store.tables[t].capacity_rows});
+  }
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.charge > b.charge; });
+  std::optional<uint64_t> rows_left;
+  if (store.capacity_rows > 0) rows_left = store.capacity_rows;
+  std::optional<uint64_t> bytes_left;
+  if (store.capacity_bytes > 0) bytes_left = store.capacity_bytes;
+  std::vector<uint64_t> rows(store.tables.size(), 0);
+  for (const Entry& e : entries) {
+    std::optional<uint64_t> n;
+    if (e.capacity > 0) n = e.capacity;
+    if (rows_left.has_value()) n = n.has_value() ? std::min(*n, *rows_left) : *rows_left;
+    if (bytes_left.has_value()) {
+      const uint64_t fit = *bytes_left / e.charge;
+      n = n.has_value() ? std::min(*n, fit) : fit;
+    }
+    if (!n.has_value()) return {};  // Unbounded.
+    rows[e.table] = *n;
+    if (rows_left.has_value()) *rows_left -= *n;
+    if (bytes_left.has_value()) *bytes_left -= *n * e.charge;
+  }
+  return rows;
+}
+
+namespace {
+
+// What the job's own data says of each table: ids per sample and the unique share of a batch's.
+struct IdsMeasure {
+  std::vector<double> ids_per_sample;  // Per loader table.
+  std::vector<double> dedup;
+  std::string source;
+};
+
+IdsMeasure MeasureIds(const JobPlan& plan, int batch_size, const CapacityOptions& options) {
+  const WorkerPlan& w = plan.workers[0];
+  IdsMeasure m;
+  m.ids_per_sample.assign(w.table_names.size(), 0);
+  m.dedup.assign(w.table_names.size(), options.dedup_ratio > 0 ? options.dedup_ratio : 1.0);
+  data_loader::LoaderOptions o = plan.loader.options;
+  o.batch_size = batch_size;
+  o.num_workers = 1;
+  o.epochs = 1;
+  absl::StatusOr<std::unique_ptr<data_loader::Loader>> loader = data_loader::Loader::Start(o, {});
+  std::vector<double> ids(w.table_names.size(), 0), unique(w.table_names.size(), 0);
+  uint64_t samples = 0;
+  int batches = 0;
+  absl::Status status = loader.status();
+  for (; status.ok() && batches < options.measure_batches; ++batches) {
+    data_loader::Batch batch;
+    status = (*loader)->stream(0)->Next(&batch, absl::Seconds(60));
+    if (!status.ok()) break;
+    samples += static_cast<uint64_t>(batch.batch_size);
+    for (size_t k = 0; k < batch.slots.size() && k < w.slot_tables.size(); ++k) {
+      ids[w.slot_tables[k]] += static_cast<double>(batch.slots[k].ids.size());
+    }
+    for (size_t t = 0; t < batch.tables.size() && t < unique.size(); ++t) {
+      unique[t] += static_cast<double>(batch.tables[t].unique_ids.size());
+    }
+  }
+  if (samples == 0) {
+    // Without data, each feature is taken to look up one id a sample.
+    for (int table : w.slot_tables) m.ids_per_sample[table] += 1;
+    m.source = absl::StrCat("one id a feature assumed; the job's data could not be read here (",
+                            status.ok() ? "no batch" : status.message(), ")",
+                            options.dedup_ratio > 0 ? "; deduplication given" : "; no deduplication assumed");
+    return m;
+  }
+  for (size_t t = 0; t < ids.size(); ++t) {
+    m.ids_per_sample[t] = ids[t] / static_cast<double>(samples);
+    if (options.dedup_ratio <= 0 && ids[t] > 0) m.dedup[t] = unique[t] / ids[t];
+  }
+  m.source = absl::StrCat("measured on ", batches, " batches of ", batch_size, " of the job's data",
+                          options.dedup_ratio > 0 ? " (deduplication given)" : "");
+  return m;
+}
+
+// The job re-planned at the scale the options ask for (workers, batch size, shards).
+absl::StatusOr<JobPlan> Rescaled(const JobPlan& plan, const CapacityOptions& options) {
+  if (options.workers == 0 && options.batch_size == 0 && options.ps_shards == 0) return plan;
+  JobSpec spec = plan.spec;
+  if (options.workers > 0) spec.train.workers = options.workers;
+  if (options.batch_size > 0) spec.loader.batch_size = options.batch_size;
+  if (options.ps_shards > 0) spec.ps.shards = options.ps_shards;
+  return Plan(spec);
+}
+
+// Fills `bound` (rows, or bytes at cost[t] a row) with rows[t] at most of each table, in
+// proportion to weights[t] rows: water-filling, a table that needs less than its share giving the
+// rest to the others. Leaves rows as they are when they fit.
+void ShareBound(double bound, const std::vector<double>& weights, const std::vector<double>& cost,
+                std::vector<uint64_t>* rows) {
+  double needed = 0;
+  for (size_t t = 0; t < rows->size(); ++t) needed += static_cast<double>((*rows)[t]) * cost[t];
+  if (needed <= bound) return;
+  std::vector<bool> settled(rows->size(), false);
+  double left = bound;
+  for (bool changed = true; changed;) {
+    changed = false;
+    double weight = 0;
+    for (size_t t = 0; t < rows->size(); ++t) {
+      if (!settled[t]) weight += weights[t] * cost[t];
+    }
+    if (weight <= 0) break;
+    for (size_t t = 0; t < rows->size(); ++t) {
+      if (settled[t]) continue;
+      const double share = left * weights[t] / weight;  // Rows.
+      if (static_cast<double>((*rows)[t]) <= share) {
+        settled[t] = true;
+        left -= static_cast<double>((*rows)[t]) * cost[t];
+        changed = true;
+      }
+    }
+  }
+  double weight = 0;
+  for (size_t t = 0; t < rows->size(); ++t) {
+    if (!settled[t]) weight += weights[t] * cost[t];
+  }
+  for (size_t t = 0; t < rows->size(); ++t) {
+    if (!settled[t]) (*rows)[t] = weight > 0 ? static_cast<uint64_t>(std::floor(left * weights[t] / weight)) : 0;
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const CapacityOptions& options) {
+  HYREC_ASSIGN_OR_RETURN(const JobPlan plan, Rescaled(original, options));
+  const std::vector<MachineType>& machines = options.machines.empty() ? GkeMachineTypes() : options.machines;
+  CapacityPlan c;
+  HYREC_ASSIGN_OR_RETURN(c.ps_machine, FindMachineType(machines, options.ps_machine, "--ps_machine"));
+  c.workers = plan.workers[0].world_size;
+  c.batch_size = plan.loader.options.batch_size;
+  const int shards = static_cast<int>(plan.ps.size());
+  const std::vector<embedding_ps::TableConfig>& configs = plan.ps[0].store.tables;
+
+  // Logical rows per table.
+  uint64_t dims = 0;
+  for (const embedding_ps::TableConfig& t : configs) dims += static_cast<uint64_t>(t.dim);
+  for (size_t t = 0; t < configs.size(); ++t) {
+    CapacityPlan::Table table;
+    table.name = configs[t].name;
+    table.dim = configs[t].dim;
+    table.optimizer = std::string(embedding_ps::OptimizerName(configs[t].optimizer.kind));
+    table.eviction = std::string(embedding_ps::EvictionPolicyName(configs[t].eviction.policy));
+    bool bounded = true;
+    for (const PsShardPlan& s : plan.ps) {
+      if (s.store.tables[t].capacity_rows == 0) bounded = false;
+      table.capacity_rows += s.store.tables[t].capacity_rows;
+    }
+    if (!bounded) table.capacity_rows = 0;
+    if (options.rows_per_table > 0) {
+      table.logical_rows = options.rows_per_table;
+    } else if (options.parameters > 0) {
+      table.logical_rows = static_cast<uint64_t>(std::ceil(options.parameters / static_cast<double>(dims)));
+    } else if (table.capacity_rows > 0) {
+      table.logical_rows = table.capacity_rows;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tables[", table.name, "].capacity_rows: table '", table.name,
+                       "' has no size; give it a capacity_rows, or plan with --rows_per_table or --parameters"));
+    }
+    c.tables.push_back(table);
+  }
+
+  // Ids per sample and their deduplication, from the job's data.
+  const IdsMeasure ids = MeasureIds(plan, c.batch_size, options);
+  c.ids_source = ids.source;
+  std::vector<double> weights(configs.size(), 0);  // Per PS table: its ids a sample.
+  for (size_t lt = 0; lt < plan.workers[0].table_names.size(); ++lt) {
+    for (size_t t = 0; t < configs.size(); ++t) {
+      if (configs[t].name == plan.workers[0].table_names[lt]) weights[t] += ids.ids_per_sample[lt];
+    }
+  }
+  if (std::all_of(weights.begin(), weights.end(), [](double x) { return x <= 0; })) {
+    weights.assign(configs.size(), 1);
+  }
+
+  // Each shard: its share of every table, bounded by its capacities.
+  for (const PsShardPlan& s : plan.ps) {
+    const embedding_ps::StoreOptions& store = s.store;
+    std::vector<uint64_t> rows(configs.size());
+    for (size_t t = 0; t < configs.size(); ++t) {
+      rows[t] = (c.tables[t].logical_rows + shards - 1) / shards;
+      if (store.tables[t].capacity_rows > 0) rows[t] = std::min(rows[t], store.tables[t].capacity_rows);
+    }
+    // A store-wide bound is shared as an LRU across tables shares it: in proportion to each
+    // table's ids a sample, a table held to fewer rows leaving the rest to the others.
+    std::vector<double> charge(rows.size());
+    for (size_t t = 0; t < rows.size(); ++t) charge[t] = static_cast<double>(Charge(configs[t]));
+    if (store.capacity_rows > 0) {
+      ShareBound(static_cast<double>(store.capacity_rows), weights, std::vector<double>(rows.size(), 1.0), &rows);
+    }
+    if (store.capacity_bytes > 0) ShareBound(static_cast<double>(store.capacity_bytes), weights, charge, &rows);
+    const embedding_ps::StoreMemoryPlan memory = embedding_ps::PlanStoreMemory(store, rows);
+    CapacityPlan::Shard shard;
+    shard.index = s.shard_index;
+    shard.resident_rows = memory.rows;
+    shard.store_bytes = memory.bytes;
+    shard.process_bytes = options.process_bytes;
+    shard.memory_bytes = memory.bytes + options.process_bytes;
+    const std::vector<uint64_t> at_capacity = RowsAtCapacity(store);
+    const uint64_t worst = at_capacity.empty()
+                               ? shard.memory_bytes
+                               : embedding_ps::PlanStoreMemory(store, at_capacity).bytes + options.process_bytes;
+    shard.request_bytes =
+        static_cast<uint64_t>(static_cast<double>(std::max(worst, shard.memory_bytes)) * kPodHeadroom);
+    c.shards.push_back(shard);
+    for (size_t t = 0; t < rows.size(); ++t) c.tables[t].resident_rows += rows[t];
+    if (s.shard_index == 0) {  // Bytes per row, as shard 0's accounting spreads them.
+      for (size_t t = 0; t < rows.size(); ++t) {
+        CapacityPlan::Table& table = c.tables[t];
+        const embedding_ps::StoreMemoryPlan::Table& m = memory.tables[t];
+        table.value_bytes = m.value_bytes;
+        table.state_bytes = m.state_bytes;
+        table.index_bytes = memory.rows > 0 ? static_cast<double>(memory.index_bytes) / memory.rows : 0;
+        const double slack = rows[t] > 0 ? static_cast<double>(m.slab_bytes - rows[t] * m.slot_bytes) / rows[t] : 0;
+        table.bytes_per_row = m.slot_bytes + table.index_bytes + slack;
+      }
+    }
+  }
+  for (const CapacityPlan::Table& t : c.tables) {
+    c.logical_parameters += static_cast<double>(t.logical_rows) * t.dim;
+    c.resident_parameters += static_cast<double>(t.resident_rows) * t.dim;
+  }
+
+  // Machines for the PS.
+  uint64_t largest = 0;
+  int largest_shard = 0;
+  for (const CapacityPlan::Shard& s : c.shards) {
+    if (s.request_bytes > largest) {
+      largest = s.request_bytes;
+      largest_shard = s.index;
+    }
+  }
+  const double allocatable = AllocatableGiB(c.ps_machine);
+  if (static_cast<double>(largest) / kGiB > allocatable) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "ps.shards: PS shard %d needs %.1f GiB (its rows at capacity with 20%% headroom), more than a %s node offers "
+        "(%.0f GiB); raise ps.shards (or --ps_shards), lower the tables' capacity_rows, or choose a larger "
+        "--ps_machine",
+        largest_shard, static_cast<double>(largest) / kGiB, c.ps_machine.name, allocatable));
+  }
+  // As many shards as fit in memory, and no more than a core each.
+  c.shards_per_machine = std::max(
+      1, std::min(c.ps_machine.cpus, static_cast<int>(std::floor(allocatable * kGiB / static_cast<double>(largest)))));
+  c.ps_machines = (shards + c.shards_per_machine - 1) / c.shards_per_machine;
+
+  // Bytes per step.
+  const WorkerPlan& w = plan.workers[0];
+  double ids_per_sample_total = 0;
+  for (size_t lt = 0; lt < w.table_names.size(); ++lt) {
+    ids_per_sample_total += ids.ids_per_sample[lt];
+    for (CapacityPlan::Table& table : c.tables) {
+      if (table.name != w.table_names[lt]) continue;
+      table.ids_per_sample = ids.ids_per_sample[lt];
+      table.dedup_ratio = ids.dedup[lt];
+      const double unique = table.ids_per_sample * c.batch_size * table.dedup_ratio * c.workers;
+      c.id_bytes_per_step += unique * 8;
+      c.row_bytes_per_step_fp32 += unique * 4 * table.dim;
+      c.gradient_bytes_per_step_fp32 += unique * (8 + 4 * table.dim);
+    }
+  }
+  c.loader_bytes_per_step =
+      static_cast<double>(c.workers) * c.batch_size * (4.0 * (w.num_dense + 1) + 8.0 * ids_per_sample_total);
+  return c;
+}
+
+namespace {
+
+std::string Bytes(double bytes) {
+  if (bytes >= kGiB * 1024) return absl::StrFormat("%.2f TiB", bytes / (kGiB * 1024));
+  if (bytes >= kGiB) return absl::StrFormat("%.2f GiB", bytes / kGiB);
+  if (bytes >= 1024.0 * 1024) return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024));
+  return absl::StrFormat("%.0f B", bytes);
+}
+
+std::string Count(double n) {
+  if (n >= 1e12) return absl::StrFormat("%.3gT", n / 1e12);
+  if (n >= 1e9) return absl::StrFormat("%.3gG", n / 1e9);
+  if (n >= 1e6) return absl::StrFormat("%.3gM", n / 1e6);
+  if (n >= 1e3) return absl::StrFormat("%.3gK", n / 1e3);
+  return absl::StrFormat("%.0f", n);
+}
+
+std::string Quote(absl::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      out.push_back('\\');
+      out.push_back(ch);
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      absl::StrAppendFormat(&out, "\\u%04x", ch);
+    } else {
+      out.push_back(ch);
+    }
+  }
+  return out + "\"";
+}
+
+std::string Num(double v) { return absl::StrFormat("%.17g", v); }
+
+}  // namespace
+
+std::string FormatCapacityPlan(const CapacityPlan& c) {
+  std::string out = absl::StrFormat("parameters: %s logical, %s resident; %d worker(s), batch %d; %zu PS shard(s)\n\n",
+                                    Count(c.logical_parameters), Count(c.resident_parameters), c.workers, c.batch_size,
+                                    c.shards.size());
+  absl::StrAppendFormat(&out, "%-20s %5s %-8s %-5s %10s %10s %10s  %s\n", "table", "dim", "optim", "evict", "logical",
+                        "capacity", "resident", "bytes/row = key + evict + values + state + index (+ slab)");
+  for (const CapacityPlan::Table& t : c.tables) {
+    absl::StrAppendFormat(
+        &out, "%-20s %5d %-8s %-5s %10s %10s %10s  %.1f = %u + %u + %u + %u + %.1f (+ %.1f)\n", t.name, t.dim,
+        t.optimizer, t.eviction, Count(t.logical_rows), t.capacity_rows > 0 ? Count(t.capacity_rows) : "-",
+        Count(t.resident_rows), t.bytes_per_row, t.key_bytes, t.eviction_bytes, t.value_bytes, t.state_bytes,
+        t.index_bytes,
+        t.bytes_per_row - (t.key_bytes + t.eviction_bytes + t.value_bytes + t.state_bytes) - t.index_bytes);
+  }
+  absl::StrAppendFormat(&out, "\n%-6s %12s %12s %12s %12s %14s\n", "shard", "rows", "store", "process", "resident",
+                        "pod request");
+  for (const CapacityPlan::Shard& s : c.shards) {
+    absl::StrAppendFormat(&out, "%-6d %12s %12s %12s %12s %14s\n", s.index, Count(s.resident_rows),
+                          Bytes(s.store_bytes), Bytes(s.process_bytes), Bytes(s.memory_bytes), Bytes(s.request_bytes));
+  }
+  absl::StrAppendFormat(&out, "\nPS machines: %d x %s (%d cpus, %.0f GiB, %.0f GiB allocatable), %d shard(s) each\n",
+                        c.ps_machines, c.ps_machine.name, c.ps_machine.cpus, c.ps_machine.memory_gib,
+                        AllocatableGiB(c.ps_machine), c.shards_per_machine);
+  absl::StrAppendFormat(&out, "\nper step (a batch on each of %d worker(s)); ids per sample and dedup %s:\n", c.workers,
+                        c.ids_source);
+  for (const CapacityPlan::Table& t : c.tables) {
+    if (t.ids_per_sample > 0) {
+      absl::StrAppendFormat(&out, "  %-20s %.2f ids a sample, %.3f unique\n", t.name, t.ids_per_sample, t.dedup_ratio);
+    }
+  }
+  absl::StrAppendFormat(&out,
+                        "  workers -> PS: ids %s, gradients %s (fp16: %s)\n  PS -> workers: rows %s (fp16: %s)\n"
+                        "  loader -> workers: %s\n",
+                        Bytes(c.id_bytes_per_step), Bytes(c.gradient_bytes_per_step_fp32),
+                        Bytes(c.id_bytes_per_step + (c.gradient_bytes_per_step_fp32 - c.id_bytes_per_step) / 2),
+                        Bytes(c.row_bytes_per_step_fp32), Bytes(c.row_bytes_per_step_fp32 / 2),
+                        Bytes(c.loader_bytes_per_step));
+  return out;
+}
+
+std::string CapacityPlanJson(const CapacityPlan& c) {
+  std::vector<std::string> tables;
+  for (const CapacityPlan::Table& t : c.tables) {
+    tables.push_back(absl::StrCat(
+        "{\"name\":", Quote(t.name), ",\"dim\":", t.dim, ",\"optimizer\":", Quote(t.optimizer), ",\"eviction\":",
+        Quote(t.eviction), ",\"logical_rows\":", t.logical_rows, ",\"capacity_rows\":", t.capacity_rows,
+        ",\"resident_rows\":", t.resident_rows, ",\"bytes_per_row\":{\"total\":", Num(t.bytes_per_row),
+        ",\"key\":", t.key_bytes, ",\"eviction\":", t.eviction_bytes, ",\"values\":", t.value_bytes,
+        ",\"optimizer_state\":", t.state_bytes, ",\"index\":", Num(t.index_bytes),
+        "},\"ids_per_sample\":", Num(t.ids_per_sample), ",\"dedup_ratio\":", Num(t.dedup_ratio), "}"));
+  }
+  std::vector<std::string> shards;
+  for (const CapacityPlan::Shard& s : c.shards) {
+    shards.push_back(absl::StrCat("{\"index\":", s.index, ",\"resident_rows\":", s.resident_rows,
+                                  ",\"store_bytes\":", s.store_bytes, ",\"process_bytes\":", s.process_bytes,
+                                  ",\"memory_bytes\":", s.memory_bytes, ",\"request_bytes\":", s.request_bytes, "}"));
+  }
+  return absl::StrCat(
+      "{\"logical_parameters\":", Num(c.logical_parameters), ",\"resident_parameters\":", Num(c.resident_parameters),
+      ",\"workers\":", c.workers, ",\"batch_size\":", c.batch_size, ",\"tables\":[", absl::StrJoin(tables, ","),
+      "],\"shards\":[", absl::StrJoin(shards, ","), "],\"ps_machine\":{\"name\":", Quote(c.ps_machine.name),
+      ",\"cpus\":", c.ps_machine.cpus, ",\"memory_gib\":", Num(c.ps_machine.memory_gib),
+      ",\"allocatable_gib\":", Num(AllocatableGiB(c.ps_machine)), ",\"network_gbps\":", Num(c.ps_machine.network_gbps),
+      "},\"shards_per_machine\":", c.shards_per_machine, ",\"ps_machines\":", c.ps_machines,
+      ",\"per_step\":{\"id_bytes\":", Num(c.id_bytes_per_step), ",\"row_bytes_fp32\":", Num(c.row_bytes_per_step_fp32),
+      ",\"gradient_bytes_fp32\":", Num(c.gradient_bytes_per_step_fp32),
+      ",\"loader_bytes\":", Num(c.loader_bytes_per_step), ",\"ids_source\":", Quote(c.ids_source), "}}\n");
+}
+
+}  // namespace hyrec::job

@@ -1,0 +1,181 @@
+// hyrec plan's capacity model: sizes, machine fit, bytes per step, and its errors.
+#include "hyrec/job/capacity.h"
+
+#include <fstream>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/job/k8s.h"
+
+namespace hyrec::job {
+namespace {
+
+const std::string kCluster = HYREC_SOURCE_DIR "/examples/configs/cluster.yaml";
+
+JobPlan PlanOf(const std::string& text) {
+  absl::StatusOr<JobSpec> spec = ParseJobSpecText(text, "job.yaml");
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<JobPlan> plan = Plan(*spec);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+constexpr char kSynthetic[] = R"(loader:
+  source:
+    format: synthetic
+    synthetic: {num_samples: 100000, num_slots: 3, num_dense: 4, vocabulary: 1000, zipf: 1.05, seed: 2}
+  batch_size: 1024
+features: [a, b, c]
+tables:
+  - {name: ab, features: [a, b], dim: 16, optimizer: {kind: adagrad}, capacity_rows: 400000}
+  - {name: c, features: [c], dim: 8, capacity_rows: 100000}
+ps: {shards: 2}
+train: {workers: 2}
+)";
+
+TEST(ParseCount, ReadsSuffixesAndRefusesTheRest) {
+  EXPECT_EQ(*ParseCount("100T", "--parameters"), 1e14);
+  EXPECT_EQ(*ParseCount("5G", "--parameters"), 5e9);
+  EXPECT_EQ(*ParseCount("12.5m", "--parameters"), 12.5e6);
+  EXPECT_EQ(*ParseCount("1e9", "--parameters"), 1e9);
+  EXPECT_EQ(*ParseCount("3", "--parameters"), 3);
+  for (const char* bad : {"", "T", "-4", "0", "12X", "1.5.5G", "nan"}) {
+    absl::StatusOr<double> r = ParseCount(bad, "--parameters");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "--parameters")) << r.status();
+  }
+}
+
+// Rows, memory and machines of a sized job: resident rows are the capacities; each shard's
+// memory is the store's accounting with its rows plus the process; the pod request covers it.
+TEST(PlanCapacity, SizesTablesShardsAndMachines) {
+  const JobPlan plan = PlanOf(kSynthetic);
+  CapacityOptions o;
+  o.parameters = 100e12;
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_EQ(c->tables.size(), 2u);
+  EXPECT_NEAR(c->logical_parameters, 100e12, 100e12 * 1e-9);
+  EXPECT_EQ(c->tables[0].resident_rows, 400000u);
+  EXPECT_EQ(c->tables[1].resident_rows, 100000u);
+  EXPECT_EQ(c->resident_parameters, 400000.0 * 16 + 100000.0 * 8);
+  // Adagrad at dim 16: a 16-byte header, 16 weights and 16 accumulators.
+  EXPECT_EQ(c->tables[0].value_bytes, 64u);
+  EXPECT_EQ(c->tables[0].state_bytes, 64u);
+  EXPECT_GT(c->tables[0].index_bytes, 5.0);
+  EXPECT_LT(c->tables[0].index_bytes, 12.0);
+  EXPECT_GT(c->tables[0].bytes_per_row, 144 + 5.0);
+  ASSERT_EQ(c->shards.size(), 2u);
+  for (const CapacityPlan::Shard& s : c->shards) {
+    EXPECT_EQ(s.resident_rows, 250000u);
+    EXPECT_EQ(s.memory_bytes, s.store_bytes + o.process_bytes);
+    EXPECT_GE(s.request_bytes, s.memory_bytes);
+    const embedding_ps::StoreMemoryPlan m = embedding_ps::PlanStoreMemory(plan.ps[s.index].store, {200000, 50000});
+    EXPECT_EQ(s.store_bytes, m.bytes);
+  }
+  EXPECT_EQ(c->ps_machine.name, "m3-megamem-64");
+  EXPECT_EQ(c->ps_machines, 1);
+  EXPECT_GE(c->shards_per_machine, 2);
+  // The same figures as JSON.
+  const std::string json = CapacityPlanJson(*c);
+  EXPECT_TRUE(absl::StrContains(json, "\"resident_rows\":400000")) << json;
+  EXPECT_TRUE(absl::StrContains(json, "\"ps_machines\":1")) << json;
+  EXPECT_TRUE(absl::StrContains(FormatCapacityPlan(*c), "PS machines: 1 x m3-megamem-64")) << FormatCapacityPlan(*c);
+}
+
+// Ids per sample and deduplication come from the job's own batches; bytes per step follow.
+TEST(PlanCapacity, MeasuresIdsOnTheJobsDataAndCountsBytesPerStep) {
+  const JobPlan plan = PlanOf(kSynthetic);
+  CapacityOptions o;
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(absl::StrContains(c->ids_source, "measured on 20 batches")) << c->ids_source;
+  EXPECT_DOUBLE_EQ(c->tables[0].ids_per_sample, 2);  // Features a and b, one id each.
+  EXPECT_DOUBLE_EQ(c->tables[1].ids_per_sample, 1);
+  for (const CapacityPlan::Table& t : c->tables) {
+    EXPECT_GT(t.dedup_ratio, 0.05) << t.name;  // Zipf ids over 1,000: a batch of 1,024 repeats many.
+    EXPECT_LT(t.dedup_ratio, 0.9) << t.name;
+  }
+  o.dedup_ratio = 0.5;
+  c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const double unique = 2 * 1024 * 3 * 0.5;  // Workers x batch x ids a sample x unique share.
+  EXPECT_DOUBLE_EQ(c->id_bytes_per_step, unique * 8);
+  EXPECT_DOUBLE_EQ(c->row_bytes_per_step_fp32, 2 * 1024 * 0.5 * (2 * 16 + 8) * 4);
+  EXPECT_DOUBLE_EQ(c->loader_bytes_per_step, 2 * 1024 * (4.0 * 5 + 8.0 * 3));
+  // A larger batch and more workers re-plan the job.
+  o.workers = 4;
+  o.batch_size = 4096;
+  c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->workers, 4);
+  EXPECT_EQ(c->batch_size, 4096);
+  EXPECT_DOUBLE_EQ(c->id_bytes_per_step, 4 * 4096 * 3 * 0.5 * 8);
+}
+
+TEST(PlanCapacity, BadInputNamesTheKey) {
+  const JobPlan plan = PlanOf(kSynthetic);
+  CapacityOptions o;
+  o.ps_machine = "m3-megamem-46";
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "--ps_machine=m3-megamem-46")) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "did you mean m3-megamem-64")) << c.status();
+  // A table without a size.
+  std::string unsized = kSynthetic;
+  unsized.replace(unsized.find(", capacity_rows: 100000"), 23, "");
+  c = PlanCapacity(PlanOf(unsized), CapacityOptions());
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "tables[c].capacity_rows")) << c.status();
+  // A capacity no machine of the type can hold.
+  o = CapacityOptions();
+  o.ps_machine = "e2-standard-8";
+  o.rows_per_table = 1;
+  std::string huge = kSynthetic;
+  huge.replace(huge.find("capacity_rows: 400000"), 21, "capacity_rows: 400000000");
+  c = PlanCapacity(PlanOf(huge), o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "ps.shards: PS shard")) << c.status();
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "e2-standard-8")) << c.status();
+  // Machine types from a file: errors name the entry and its line.
+  const std::string path = ::testing::TempDir() + "/machines.yaml";
+  std::ofstream(path) << "- {name: big, cpus: 64, memory_gib: 2048, network_gbps: 100, price_per_hour: 9.5}\n"
+                         "- {name: small, cpus: 0, memory_gib: 8}\n";
+  absl::StatusOr<std::vector<MachineType>> types = LoadMachineTypes(path);
+  ASSERT_FALSE(types.ok());
+  EXPECT_TRUE(absl::StrContains(types.status().message(), "[1] (line 2)")) << types.status();
+  std::ofstream(path) << "- {name: big, cpus: 64, memory_gib: 2048, network_gbps: 100, price_per_hour: 9.5}\n"
+                         "- {name: small, cpus: 4, memroy_gib: 8}\n";
+  types = LoadMachineTypes(path);
+  ASSERT_FALSE(types.ok());
+  EXPECT_TRUE(absl::StrContains(types.status().message(), "memroy_gib")) << types.status();
+  std::ofstream(path) << "- {name: big, cpus: 64, memory_gib: 2048, network_gbps: 100, price_per_hour: 9.5}\n";
+  types = LoadMachineTypes(path);
+  ASSERT_TRUE(types.ok()) << types.status();
+  o = CapacityOptions();
+  o.machines = *types;
+  o.ps_machine = "big";
+  c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ps_machine.price_per_hour, 9.5);
+}
+
+// The Kubernetes renderer asks for the PS pods' memory the planner gives.
+TEST(PlanCapacity, TheRendererRequestsThePlannedMemory) {
+  absl::StatusOr<JobSpec> spec = LoadJobSpec(kCluster);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  absl::StatusOr<JobPlan> plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok());
+  CapacityOptions o;
+  o.rows_per_table = 100'000'000;  // Beyond every capacity: the shards hold their capacities.
+  o.dedup_ratio = 1;
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(*plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (const CapacityPlan::Shard& s : c->shards) {
+    EXPECT_EQ(PsShardMemoryBytes(plan->ps[s.index]), s.request_bytes);
+  }
+}
+
+}  // namespace
+}  // namespace hyrec::job
