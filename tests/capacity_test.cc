@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/k8s.h"
@@ -69,7 +70,13 @@ TEST(PlanCapacity, SizesTablesShardsAndMachines) {
   ASSERT_EQ(c->shards.size(), 2u);
   for (const CapacityPlan::Shard& s : c->shards) {
     EXPECT_EQ(s.resident_rows, 250000u);
-    EXPECT_EQ(s.memory_bytes, s.store_bytes + o.process_bytes);
+    EXPECT_EQ(s.memory_bytes, s.store_bytes + o.process_bytes + s.serving_bytes);
+    // Serving: a batch of 1,024 on each of 2 workers, 3 ids a sample (dims 16, 16, 8), measured
+    // deduplication, half of it on each shard.
+    EXPECT_GT(s.response_bytes, 0u);
+    EXPECT_LE(s.response_bytes, 2 * 1024 * (16 + 16 + 8) * 4 / 2);
+    EXPECT_EQ(s.serving_bytes, o.serving_fixed_bytes +
+                                   static_cast<uint64_t>(o.serving_per_byte * static_cast<double>(s.response_bytes)));
     EXPECT_GE(s.request_bytes, s.memory_bytes);
     const embedding_ps::StoreMemoryPlan m = embedding_ps::PlanStoreMemory(plan.ps[s.index].store, {200000, 50000});
     EXPECT_EQ(s.store_bytes, m.bytes);
@@ -170,10 +177,18 @@ TEST(PlanCapacity, TheRendererRequestsThePlannedMemory) {
   CapacityOptions o;
   o.rows_per_table = 100'000'000;  // Beyond every capacity: the shards hold their capacities.
   o.dedup_ratio = 1;
+  o.measure_batches = 0;  // As the renderer plans: without reading the data.
   absl::StatusOr<CapacityPlan> c = PlanCapacity(*plan, o);
   ASSERT_TRUE(c.ok()) << c.status();
+  K8sOptions k8s;
+  k8s.name = "user-item";
+  k8s.image = "registry.example/hyrec@sha256:" + std::string(64, 'a');
+  absl::StatusOr<K8sRender> r = RenderK8s(*spec, k8s);
+  ASSERT_TRUE(r.ok()) << r.status();
   for (const CapacityPlan::Shard& s : c->shards) {
-    EXPECT_EQ(PsShardMemoryBytes(plan->ps[s.index]), s.request_bytes);
+    EXPECT_EQ(PodRequestBytes(*plan, s.index), s.request_bytes);
+    const std::string quantity = absl::StrCat("memory: \"", (s.request_bytes + (1 << 20) - 1) >> 20, "Mi\"");
+    EXPECT_TRUE(absl::StrContains(r->yaml, quantity)) << quantity;
   }
 }
 

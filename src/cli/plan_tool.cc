@@ -2,12 +2,16 @@
 //
 //   hyrec plan --config=job.yaml [--parameters=100T | --rows_per_table=N] [--workers=N] [--batch_size=N]
 //              [--ps_shards=N] [--ps_machine=TYPE] [--machines=gke|FILE.yaml] [--dedup_ratio=R] [--json]
+//              [--calibrate [--out=FILE] | --calibration=FILE]
+#include <unistd.h>
+
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
 #include "hyrec/job/capacity.h"
 #include "hyrec/job/job_spec.h"
 #include "src/cli/job_flags.h"
@@ -23,10 +27,26 @@ struct PlanFlags {
   std::string rows_per_table;
   std::string machines = "gke";
   bool json = false;
+  bool calibrate = false;
+  std::string calibration;  // --calibration: a file --calibrate wrote.
+  std::string out = "hyrec-calibration.yaml";
   job::CapacityOptions options;
 };
 
 absl::Status RunPlan(PlanFlags& f) {
+  if (f.calibrate) {
+    const std::string scratch = absl::StrCat("/tmp/hyrec-calibrate-", ::getpid());
+    HYREC_ASSIGN_OR_RETURN(const job::Calibration c, job::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
+    HYREC_RETURN_IF_ERROR(job::WriteCalibration(c, f.out));
+    std::cerr << "hyrec plan: calibrated on " << c.machine << ": a PS process takes " << c.process_bytes
+              << " bytes beside its store; store lookup " << c.lookup_ns_per_row << " ns, update "
+              << c.update_ns_per_row << " ns a row; wrote " << f.out << "\n";
+    if (f.config.empty()) return absl::OkStatus();
+    f.options.process_bytes = c.process_bytes;
+  } else if (!f.calibration.empty()) {
+    HYREC_ASSIGN_OR_RETURN(const job::Calibration c, job::ReadCalibration(f.calibration));
+    f.options.process_bytes = c.process_bytes;
+  }
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   if (!f.parameters.empty() && !f.rows_per_table.empty()) {
     return absl::InvalidArgumentError("--parameters and --rows_per_table: give one (both size every table)");
@@ -73,6 +93,10 @@ int PlanMain(int argc, char** argv) {
   flags.Int("measure_batches", &o.measure_batches, "Batches of the job's data to measure ids on.", 1, 100000);
   flags.Uint64("process_bytes", &o.process_bytes, "A PS process's memory beside its store (default 256 MiB).");
   flags.Bool("json", &f.json, "Print JSON (for tools) instead of tables.");
+  flags.Bool("calibrate", &f.calibrate,
+             "Measure this machine (a PS process's memory, the store's costs) into --out, then plan with it.");
+  flags.String("out", &f.out, "FILE", "Where --calibrate writes (default hyrec-calibration.yaml).");
+  flags.String("calibration", &f.calibration, "FILE", "Plan with what --calibrate wrote.");
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   const absl::Status status = RunPlan(f);
   if (!status.ok()) std::cerr << "hyrec plan: " << status.message() << "\n";

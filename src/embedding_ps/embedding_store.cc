@@ -29,6 +29,7 @@ namespace {
 constexpr int kSlotBits = 24;
 constexpr uint32_t kSlotMask = (1u << kSlotBits) - 1;
 constexpr uint32_t kMaxSlots = kSlotMask;  // Slot kSlotMask is never used.
+static_assert(kMaxSlots == kMaxRowsPerStripeAndTable, "the header says what a stripe holds");
 constexpr int kMaxTables = 256;
 constexpr uint64_t kIndexChargePerRow = 8;  // Index bytes charged per row against capacity_bytes.
 constexpr size_t kDedupWindow = 1024;

@@ -1,17 +1,30 @@
 #include "hyrec/job/capacity.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
 #include <optional>
+#include <random>
+#include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/loader.h"
+#include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/optimizer.h"
 
 namespace hyrec::job {
@@ -196,7 +209,10 @@ IdsMeasure MeasureIds(const JobPlan& plan, int batch_size, const CapacityOptions
   o.batch_size = batch_size;
   o.num_workers = 1;
   o.epochs = 1;
-  absl::StatusOr<std::unique_ptr<data_loader::Loader>> loader = data_loader::Loader::Start(o, {});
+  absl::StatusOr<std::unique_ptr<data_loader::Loader>> loader =
+      options.measure_batches > 0
+          ? data_loader::Loader::Start(o, {})
+          : absl::StatusOr<std::unique_ptr<data_loader::Loader>>(absl::FailedPreconditionError("not asked to read it"));
   std::vector<double> ids(w.table_names.size(), 0), unique(w.table_names.size(), 0);
   uint64_t samples = 0;
   int batches = 0;
@@ -216,7 +232,7 @@ IdsMeasure MeasureIds(const JobPlan& plan, int batch_size, const CapacityOptions
   if (samples == 0) {
     // Without data, each feature is taken to look up one id a sample.
     for (int table : w.slot_tables) m.ids_per_sample[table] += 1;
-    m.source = absl::StrCat("one id a feature assumed; the job's data could not be read here (",
+    m.source = absl::StrCat("one id a feature assumed; the job's data was not read (",
                             status.ok() ? "no batch" : status.message(), ")",
                             options.dedup_ratio > 0 ? "; deduplication given" : "; no deduplication assumed");
     return m;
@@ -321,9 +337,13 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
   const IdsMeasure ids = MeasureIds(plan, c.batch_size, options);
   c.ids_source = ids.source;
   std::vector<double> weights(configs.size(), 0);  // Per PS table: its ids a sample.
+  double response_bytes = 0;                       // Of one batch of every worker, over all shards.
   for (size_t lt = 0; lt < plan.workers[0].table_names.size(); ++lt) {
     for (size_t t = 0; t < configs.size(); ++t) {
-      if (configs[t].name == plan.workers[0].table_names[lt]) weights[t] += ids.ids_per_sample[lt];
+      if (configs[t].name != plan.workers[0].table_names[lt]) continue;
+      weights[t] += ids.ids_per_sample[lt];
+      response_bytes +=
+          static_cast<double>(c.workers) * c.batch_size * ids.ids_per_sample[lt] * ids.dedup[lt] * 4.0 * configs[t].dim;
     }
   }
   if (std::all_of(weights.begin(), weights.end(), [](double x) { return x <= 0; })) {
@@ -331,6 +351,8 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
   }
 
   // Each shard: its share of every table, bounded by its capacities.
+  absl::Status stripes_error;   // Said after the machines' fit, the larger question.
+  bool capacity_bound = false;  // Some shard holds fewer rows of a table than its share.
   for (const PsShardPlan& s : plan.ps) {
     const embedding_ps::StoreOptions& store = s.store;
     std::vector<uint64_t> rows(configs.size());
@@ -338,6 +360,7 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
       rows[t] = (c.tables[t].logical_rows + shards - 1) / shards;
       if (store.tables[t].capacity_rows > 0) rows[t] = std::min(rows[t], store.tables[t].capacity_rows);
     }
+    const uint64_t unbounded_rows = std::accumulate(rows.begin(), rows.end(), uint64_t{0});
     // A store-wide bound is shared as an LRU across tables shares it: in proportion to each
     // table's ids a sample, a table held to fewer rows leaving the rest to the others.
     std::vector<double> charge(rows.size());
@@ -346,17 +369,36 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
       ShareBound(static_cast<double>(store.capacity_rows), weights, std::vector<double>(rows.size(), 1.0), &rows);
     }
     if (store.capacity_bytes > 0) ShareBound(static_cast<double>(store.capacity_bytes), weights, charge, &rows);
+    for (size_t t = 0; t < rows.size(); ++t) {
+      if (store.tables[t].capacity_rows > 0 && rows[t] == store.tables[t].capacity_rows) capacity_bound = true;
+    }
+    if (std::accumulate(rows.begin(), rows.end(), uint64_t{0}) < unbounded_rows) capacity_bound = true;
+    for (size_t t = 0; t < rows.size(); ++t) {
+      const uint64_t per_stripe = rows[t] / static_cast<uint64_t>(store.num_stripes);
+      if (per_stripe * 2 > embedding_ps::kMaxRowsPerStripeAndTable) {
+        const uint64_t stripes = rows[t] * 2 / embedding_ps::kMaxRowsPerStripeAndTable + 1;
+        if (stripes_error.ok())
+          stripes_error = absl::InvalidArgumentError(absl::StrCat(
+              "ps.num_stripes: PS shard ", s.shard_index, " would hold ", rows[t], " rows of table '", configs[t].name,
+              "', more than ", store.num_stripes, " stripes hold (", embedding_ps::kMaxRowsPerStripeAndTable / 2,
+              " rows of a table each, with room for the hash's spread); raise ps.num_stripes to ", stripes,
+              " or more, or ps.shards"));
+      }
+    }
     const embedding_ps::StoreMemoryPlan memory = embedding_ps::PlanStoreMemory(store, rows);
     CapacityPlan::Shard shard;
     shard.index = s.shard_index;
     shard.resident_rows = memory.rows;
     shard.store_bytes = memory.bytes;
     shard.process_bytes = options.process_bytes;
-    shard.memory_bytes = memory.bytes + options.process_bytes;
+    shard.response_bytes = static_cast<uint64_t>(response_bytes / shards);
+    shard.serving_bytes = options.serving_fixed_bytes +
+                          static_cast<uint64_t>(options.serving_per_byte * static_cast<double>(shard.response_bytes));
+    shard.memory_bytes = memory.bytes + options.process_bytes + shard.serving_bytes;
     const std::vector<uint64_t> at_capacity = RowsAtCapacity(store);
-    const uint64_t worst = at_capacity.empty()
-                               ? shard.memory_bytes
-                               : embedding_ps::PlanStoreMemory(store, at_capacity).bytes + options.process_bytes;
+    const uint64_t worst = at_capacity.empty() ? shard.memory_bytes
+                                               : embedding_ps::PlanStoreMemory(store, at_capacity).bytes +
+                                                     options.process_bytes + shard.serving_bytes;
     shard.request_bytes =
         static_cast<uint64_t>(static_cast<double>(std::max(worst, shard.memory_bytes)) * kPodHeadroom);
     c.shards.push_back(shard);
@@ -389,12 +431,22 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
   }
   const double allocatable = AllocatableGiB(c.ps_machine);
   if (static_cast<double>(largest) / kGiB > allocatable) {
+    // More shards help only where a shard holds its share of the logical rows; a shard held to a
+    // capacity holds as much however many there are.
+    const std::string more_shards =
+        capacity_bound
+            ? "the shards are held to their capacities, so more shards do not shrink them: lower ps.capacity_rows "
+              "or the tables' capacity_rows"
+            : absl::StrFormat(
+                  "about %.0f shards would fit (ps.shards, or --ps_shards), or lower the tables' "
+                  "capacity_rows",
+                  std::ceil(static_cast<double>(largest) / kGiB * shards / (0.9 * allocatable)));
     return absl::InvalidArgumentError(absl::StrFormat(
         "ps.shards: PS shard %d needs %.1f GiB (its rows at capacity with 20%% headroom), more than a %s node offers "
-        "(%.0f GiB); raise ps.shards (or --ps_shards), lower the tables' capacity_rows, or choose a larger "
-        "--ps_machine",
-        largest_shard, static_cast<double>(largest) / kGiB, c.ps_machine.name, allocatable));
+        "(%.0f GiB); %s, or choose a larger --ps_machine",
+        largest_shard, static_cast<double>(largest) / kGiB, c.ps_machine.name, allocatable, more_shards));
   }
+  HYREC_RETURN_IF_ERROR(stripes_error);
   // As many shards as fit in memory, and no more than a core each.
   c.shards_per_machine = std::max(
       1, std::min(c.ps_machine.cpus, static_cast<int>(std::floor(allocatable * kGiB / static_cast<double>(largest)))));
@@ -418,6 +470,20 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
   c.loader_bytes_per_step =
       static_cast<double>(c.workers) * c.batch_size * (4.0 * (w.num_dense + 1) + 8.0 * ids_per_sample_total);
   return c;
+}
+
+uint64_t PodRequestBytes(const JobPlan& plan, int shard) {
+  if (shard < 0 || shard >= static_cast<int>(plan.ps.size()) || RowsAtCapacity(plan.ps[shard].store).empty()) {
+    return 0;
+  }
+  CapacityOptions o;
+  o.rows_per_table = uint64_t{1} << 62;  // Past every capacity: each shard at its bound.
+  o.measure_batches = 0;
+  o.dedup_ratio = 1;
+  o.machines = {MachineType{"any", 1 << 20, 1e12, 0, 0, 0, ""}};
+  o.ps_machine = "any";
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  return c.ok() ? c->shards[shard].request_bytes : 0;
 }
 
 namespace {
@@ -456,6 +522,135 @@ std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
 }  // namespace
 
+absl::StatusOr<uint64_t> ResidentBytes(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  if (!in) return absl::NotFoundError(absl::StrCat("no process ", pid));
+  for (std::string line; std::getline(in, line);) {
+    if (!absl::StartsWith(line, "VmRSS:")) continue;
+    uint64_t kib = 0;
+    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) return kib * 1024;
+  }
+  return absl::NotFoundError(absl::StrCat("process ", pid, " reports no VmRSS"));
+}
+
+namespace {
+
+// A PS process of a one-table store (dim 64): its resident memory once it listens, and its growth
+// beyond its rows while it serves responses of 1 MiB and then 4 MiB.
+absl::Status MeasurePsProcess(const std::string& ps_binary, const std::string& dir, Calibration* c) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  const std::string job = absl::StrCat(dir, "/calibrate.yaml");
+  std::ofstream(job) << "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n"
+                     << "features: [f]\ntables: [{name: t, features: [f], dim: 64}]\n"
+                     << "ps: {shards: 1}\nsecurity: {mode: none}\n";
+  HYREC_ASSIGN_OR_RETURN(auto ps, Subprocess::Spawn({ps_binary, "--config=" + job, "--shard_index=0", "--port=0"}));
+  auto measure = [&]() -> absl::Status {
+    HYREC_ASSIGN_OR_RETURN(const int port, WaitForListeningPort(*ps, absl::Seconds(60)));
+    HYREC_ASSIGN_OR_RETURN(c->process_bytes, ResidentBytes(ps->pid()));
+    HYREC_ASSIGN_OR_RETURN(auto client, embedding_ps::ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port)}, {}));
+    double serving[2] = {0, 0};
+    const size_t sizes[2] = {4096, 16384};  // Rows a response: 1 MiB and 4 MiB at dim 64.
+    for (int k = 0; k < 2; ++k) {
+      std::vector<uint64_t> ids(sizes[k]);
+      for (size_t i = 0; i < ids.size(); ++i) ids[i] = i + 1;
+      std::vector<float> rows(ids.size() * 64);
+      for (int call = 0; call < 30; ++call) HYREC_RETURN_IF_ERROR(client->Lookup("t", ids, absl::MakeSpan(rows)));
+      HYREC_ASSIGN_OR_RETURN(const uint64_t rss, ResidentBytes(ps->pid()));
+      HYREC_ASSIGN_OR_RETURN(const std::vector<embedding_ps::ShardStats> stats, client->Stats());
+      serving[k] =
+          static_cast<double>(rss) - static_cast<double>(c->process_bytes) - static_cast<double>(stats[0].store.bytes);
+    }
+    const double mib = 1024.0 * 1024;
+    c->serving_per_byte = std::max(0.0, (serving[1] - serving[0]) / (3 * mib));
+    c->serving_fixed_bytes = static_cast<uint64_t>(std::max(0.0, serving[0] - c->serving_per_byte * mib));
+    return absl::OkStatus();
+  };
+  const absl::Status status = measure();
+  ps->Signal(SIGKILL);
+  (void)ps->Wait(absl::Seconds(10));
+  std::filesystem::remove(job, error);
+  if (!status.ok()) return absl::UnavailableError(absl::StrCat(ps_binary, ": ", status.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> Calibrate(const std::string& ps_binary, const std::string& scratch_dir) {
+  Calibration c;
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  c.machine = host;
+  c.cpus = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  HYREC_RETURN_IF_ERROR(MeasurePsProcess(ps_binary, scratch_dir, &c));
+  embedding_ps::TableConfig table;
+  table.name = "t";
+  table.dim = 16;
+  table.optimizer.kind = embedding_ps::OptimizerKind::kAdagrad;
+  embedding_ps::StoreOptions options;
+  options.tables = {table};
+  HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(options));
+  constexpr uint64_t kRows = 1 << 20;
+  constexpr size_t kBatch = 4096;
+  std::vector<uint64_t> ids(kBatch);
+  std::vector<float> rows(kBatch * 16), grads(kBatch * 16, 0.01f);
+  for (uint64_t begin = 0; begin < kRows; begin += kBatch) {
+    for (size_t i = 0; i < kBatch; ++i) ids[i] = begin + i;
+    HYREC_RETURN_IF_ERROR(store->Lookup(0, ids, absl::MakeSpan(rows), nullptr));
+  }
+  std::mt19937_64 rng(1);
+  absl::Duration lookup, update;
+  constexpr int kBatches = 200;
+  for (int b = 0; b < kBatches; ++b) {
+    for (uint64_t& id : ids) id = rng() % kRows;
+    absl::Time start = absl::Now();
+    HYREC_RETURN_IF_ERROR(store->Lookup(0, ids, absl::MakeSpan(rows), nullptr));
+    lookup += absl::Now() - start;
+    start = absl::Now();
+    HYREC_RETURN_IF_ERROR(store->Update(0, ids, grads, {}, nullptr));
+    update += absl::Now() - start;
+  }
+  c.lookup_ns_per_row = absl::ToDoubleNanoseconds(lookup) / (kBatches * kBatch);
+  c.update_ns_per_row = absl::ToDoubleNanoseconds(update) / (kBatches * kBatch);
+  return c;
+}
+
+absl::Status WriteCalibration(const Calibration& c, const std::string& path) {
+  std::ofstream out(path, std::ios::trunc);
+  out << "# hyrec plan --calibrate: measured on this machine; hyrec plan --calibration=" << path << "\n"
+      << "machine: " << c.machine << "\ncpus: " << c.cpus << "\nprocess_bytes: " << c.process_bytes
+      << "\nserving_fixed_bytes: " << c.serving_fixed_bytes
+      << "\nserving_per_byte: " << absl::StrFormat("%.3f", c.serving_per_byte)
+      << "\nlookup_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_ns_per_row)
+      << "\nupdate_ns_per_row: " << absl::StrFormat("%.2f", c.update_ns_per_row) << "\n";
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
+  HYREC_ASSIGN_OR_RETURN(const YAML::Node root, LoadYamlFile(path));
+  Calibration c;
+  HYREC_RETURN_IF_ERROR(CatchYamlErrors(path, [&]() -> absl::Status {
+    HYREC_RETURN_IF_ERROR(CheckKeys(root, path,
+                                    {"machine", "cpus", "process_bytes", "serving_fixed_bytes", "serving_per_byte",
+                                     "lookup_ns_per_row", "update_ns_per_row"}));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_fixed_bytes", path, &c.serving_fixed_bytes));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_per_byte", path, &c.serving_per_byte));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "machine", path, &c.machine));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "cpus", path, &c.cpus));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "process_bytes", path, &c.process_bytes));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_ns_per_row", path, &c.lookup_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_ns_per_row", path, &c.update_ns_per_row));
+    if (c.process_bytes == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, "process_bytes"), ": required, > 0"));
+    }
+    return absl::OkStatus();
+  }));
+  return c;
+}
+
 std::string FormatCapacityPlan(const CapacityPlan& c) {
   std::string out = absl::StrFormat("parameters: %s logical, %s resident; %d worker(s), batch %d; %zu PS shard(s)\n\n",
                                     Count(c.logical_parameters), Count(c.resident_parameters), c.workers, c.batch_size,
@@ -470,11 +665,12 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
         t.index_bytes,
         t.bytes_per_row - (t.key_bytes + t.eviction_bytes + t.value_bytes + t.state_bytes) - t.index_bytes);
   }
-  absl::StrAppendFormat(&out, "\n%-6s %12s %12s %12s %12s %14s\n", "shard", "rows", "store", "process", "resident",
-                        "pod request");
+  absl::StrAppendFormat(&out, "\n%-6s %12s %12s %12s %12s %12s %14s\n", "shard", "rows", "store", "process", "serving",
+                        "resident", "pod request");
   for (const CapacityPlan::Shard& s : c.shards) {
-    absl::StrAppendFormat(&out, "%-6d %12s %12s %12s %12s %14s\n", s.index, Count(s.resident_rows),
-                          Bytes(s.store_bytes), Bytes(s.process_bytes), Bytes(s.memory_bytes), Bytes(s.request_bytes));
+    absl::StrAppendFormat(&out, "%-6d %12s %12s %12s %12s %12s %14s\n", s.index, Count(s.resident_rows),
+                          Bytes(s.store_bytes), Bytes(s.process_bytes), Bytes(s.serving_bytes), Bytes(s.memory_bytes),
+                          Bytes(s.request_bytes));
   }
   absl::StrAppendFormat(&out, "\nPS machines: %d x %s (%d cpus, %.0f GiB, %.0f GiB allocatable), %d shard(s) each\n",
                         c.ps_machines, c.ps_machine.name, c.ps_machine.cpus, c.ps_machine.memory_gib,
@@ -511,6 +707,7 @@ std::string CapacityPlanJson(const CapacityPlan& c) {
   for (const CapacityPlan::Shard& s : c.shards) {
     shards.push_back(absl::StrCat("{\"index\":", s.index, ",\"resident_rows\":", s.resident_rows,
                                   ",\"store_bytes\":", s.store_bytes, ",\"process_bytes\":", s.process_bytes,
+                                  ",\"serving_bytes\":", s.serving_bytes, ",\"response_bytes\":", s.response_bytes,
                                   ",\"memory_bytes\":", s.memory_bytes, ",\"request_bytes\":", s.request_bytes, "}"));
   }
   return absl::StrCat(

@@ -225,7 +225,7 @@ absl::Status Renderer::Prepare() {
   uint64_t largest = 0;
   int largest_shard = 0;
   for (const PsShardPlan& shard : plan_.ps) {
-    const uint64_t bytes = PsShardMemoryBytes(shard);
+    const uint64_t bytes = PodRequestBytes(plan_, shard.shard_index);
     if (bytes == 0) {
       return absl::InvalidArgumentError(
           "tables[].capacity_rows, ps.capacity_rows or ps.capacity_bytes: a PS shard on a cluster needs a bound to "
@@ -711,14 +711,6 @@ absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::strin
     absl::StrAppend(&out, "---\n", object.Yaml());
   }
   return out;
-}
-
-uint64_t PsShardMemoryBytes(const PsShardPlan& shard) {
-  const std::vector<uint64_t> rows = RowsAtCapacity(shard.store);
-  if (rows.empty()) return 0;
-  const CapacityOptions defaults;
-  const uint64_t bytes = embedding_ps::PlanStoreMemory(shard.store, rows).bytes + defaults.process_bytes;
-  return static_cast<uint64_t>(static_cast<double>(bytes) * 1.2);
 }
 
 absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& options) {

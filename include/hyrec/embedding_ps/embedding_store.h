@@ -54,6 +54,10 @@
 
 namespace hyrec::embedding_ps {
 
+// Rows one stripe holds of one table (slots are 24-bit); a store refuses a capacity that would
+// need more than half of this a stripe, for the hash's uneven spread.
+inline constexpr uint32_t kMaxRowsPerStripeAndTable = (1u << 24) - 1;
+
 struct StoreOptions {
   std::vector<TableConfig> tables;  // At most 256 tables, unique names; each may bound its rows.
   // Bounds of the whole store. Rows are counted as they are created, so a stripe whose table has

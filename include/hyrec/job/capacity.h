@@ -62,12 +62,18 @@ struct CapacityOptions {
   std::string ps_machine = "m3-megamem-64";
   std::vector<MachineType> machines;  // Empty: GkeMachineTypes().
   // Unique ids a batch over its ids, the same for every table; 0: measured on `measure_batches`
-  // batches of the job's own data (1, and said so, when its data cannot be read here).
+  // batches of the job's own data (1, and said so, when its data cannot be read here). With
+  // measure_batches 0 the data is not read: one id a feature.
   double dedup_ratio = 0;
   int measure_batches = 20;
-  // A PS process's memory beside its store (gRPC, its buffers, the binary). An assumption, which
-  // `hyrec plan --calibrate` replaces with this machine's measurement.
+  // A PS process's memory beside its store and what it serves: the binary, gRPC, its threads. An
+  // assumption, which `hyrec plan --calibrate` replaces with this machine's measurement.
   uint64_t process_bytes = 256ull << 20;
+  // What serving holds beside that: the buffers of the lookups in flight, which the allocator
+  // keeps once used: serving_fixed_bytes + serving_per_byte x the bytes of the responses a shard
+  // has in flight for one batch of every worker (each table's rows). Assumptions until calibrated.
+  uint64_t serving_fixed_bytes = 4ull << 20;
+  double serving_per_byte = 6;
 };
 
 struct CapacityPlan {
@@ -93,10 +99,12 @@ struct CapacityPlan {
   struct Shard {
     int index = 0;
     uint64_t resident_rows = 0;
-    uint64_t store_bytes = 0;    // PlanStoreMemory: the store's accounting with these rows.
-    uint64_t process_bytes = 0;  // CapacityOptions::process_bytes.
-    uint64_t memory_bytes = 0;   // Both: the resident memory planned.
-    uint64_t request_bytes = 0;  // The pod's request: at capacity (widest tables first), with 20% headroom.
+    uint64_t store_bytes = 0;     // PlanStoreMemory: the store's accounting with these rows.
+    uint64_t process_bytes = 0;   // CapacityOptions::process_bytes.
+    uint64_t serving_bytes = 0;   // The lookups in flight (CapacityOptions::serving_*).
+    uint64_t response_bytes = 0;  // The responses of one batch of every worker, fp32.
+    uint64_t memory_bytes = 0;    // All three: the resident memory planned.
+    uint64_t request_bytes = 0;   // The pod's request: at capacity (widest tables first), with 20% headroom.
   };
   std::vector<Table> tables;
   std::vector<Shard> shards;
@@ -126,6 +134,36 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& plan, const CapacityOpt
 // The resident rows of each table of a shard at its capacity, the widest tables filled first up
 // to the store's own bound (the most memory its rows can take); empty when nothing bounds it.
 std::vector<uint64_t> RowsAtCapacity(const embedding_ps::StoreOptions& store);
+
+// What `hyrec plan --calibrate` measures on this machine, and the plan then uses in place of its
+// assumptions.
+struct Calibration {
+  std::string machine;  // This host's name.
+  int cpus = 0;
+  uint64_t process_bytes = 0;  // A PS process's resident memory with an empty store.
+  // Its growth while serving lookups, beyond the rows they add: fixed + per byte of response
+  // (fitted on responses of 1 MiB and 4 MiB).
+  uint64_t serving_fixed_bytes = 0;
+  double serving_per_byte = 0;
+  // The store's lookup and Adagrad update of random stored rows (1M rows of dim 16, batches of
+  // 4,096), in one thread.
+  double lookup_ns_per_row = 0;
+  double update_ns_per_row = 0;
+};
+// Measures: starts `ps_binary` (hyrec-ps) on a one-table job in `scratch_dir` for the process's
+// memory, empty and while it serves lookups, and times an in-process store.
+absl::StatusOr<Calibration> Calibrate(const std::string& ps_binary, const std::string& scratch_dir);
+absl::Status WriteCalibration(const Calibration& calibration, const std::string& path);
+// Errors name the file, the key and its line.
+absl::StatusOr<Calibration> ReadCalibration(const std::string& path);
+
+// A process's resident memory (VmRSS), from /proc; NotFound when there is no such process.
+absl::StatusOr<uint64_t> ResidentBytes(int pid);
+
+// The memory the Kubernetes renderer requests for shard `shard`'s pod: PlanCapacity's request with
+// every table past its capacity and without reading the job's data (one id a feature, no
+// deduplication). 0 when nothing bounds the shard.
+uint64_t PodRequestBytes(const JobPlan& plan, int shard);
 
 std::string FormatCapacityPlan(const CapacityPlan& plan);
 std::string CapacityPlanJson(const CapacityPlan& plan);

@@ -89,11 +89,6 @@ std::string K8sSecretName(const std::string& name, Role role);
 absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::string& namespace_name,
                                        const std::string& certs_dir, int workers, int ps, bool kubectl);
 
-// The bytes a PS shard's pod requests for memory: its tables at their capacities (rows times the
-// store's bytes per row: the slot and its share of the index), the admission sketches and a
-// fixed allowance for the process, times 1.2 for headroom. 0 when nothing bounds the shard.
-uint64_t PsShardMemoryBytes(const PsShardPlan& shard);
-
 }  // namespace hyrec::job
 
 #endif  // HYREC_JOB_K8S_H_
