@@ -194,10 +194,12 @@ class ChaosTest : public ::testing::Test {
         }
       }
       // One per server kill: the role serves again, or was lost again while it started (that
-      // kill's restart is begun again).
+      // kill's restart is begun again), or the workers finished while its restart waited out its
+      // backoff (a loader killed once every batch was sent).
       if (absl::StrContains(*line, "recovered and serves again") ||
           absl::StrContains(*line, "the loader serves again") ||
-          absl::StrContains(*line, "was lost while it started")) {
+          absl::StrContains(*line, "was lost while it started") ||
+          absl::StrContains(*line, "was not restarted: the workers finished")) {
         ++r.recoveries;
       }
       if (absl::StrContains(*line, "restart") || absl::StrContains(*line, "exited"))

@@ -68,6 +68,12 @@ class Cluster {
     HYREC_RETURN_IF_ERROR(StartWorkers());
     ProcessesResult result;
     HYREC_ASSIGN_OR_RETURN(result.exit_code, WaitForWorkers());
+    // A server lost near the end whose restart was still waiting out its backoff: the workers
+    // did not need it.
+    for (const auto& [role, due] : due_) {
+      monitor_->Note(absl::StrCat(role, " was not restarted: the workers finished before its backoff ran out"));
+    }
+    due_.clear();
     StopServers();
     done_ = true;
     for (std::thread& t : readers_) t.join();
