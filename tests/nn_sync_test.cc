@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -107,7 +109,8 @@ absl::Status ShareParameters(DenseSync& sync, TinyMlp& model) {
 
 // Steps [first, last) of synchronous SGD; a failed allreduce regroups (when `heal`) and the
 // step is taken again, once the group shared rank 0's parameters.
-absl::Status TrainHealing(DenseSync& sync, TinyMlp& model, torch::optim::SGD& optimizer, int first, int last) {
+absl::Status TrainHealing(DenseSync& sync, TinyMlp& model, torch::optim::SGD& optimizer, int first, int last,
+                          const std::function<void(int)>& after_step = nullptr) {
   for (int step = first; step < last; ++step) {
     auto [x, y] = RankBatch(sync.rank(), step);
     optimizer.zero_grad();
@@ -121,6 +124,7 @@ absl::Status TrainHealing(DenseSync& sync, TinyMlp& model, torch::optim::SGD& op
       continue;
     }
     optimizer.step();
+    if (after_step) after_step(step);
   }
   return absl::OkStatus();
 }
@@ -133,6 +137,7 @@ TEST(NnSyncHeal, ALostRankIsReplacedInTheNextGenerationAndTheReplicasEndIdentica
   std::vector<int> generations(world, -1);
   bool replaced = false;
   std::mutex init;
+  std::atomic<int> past_shared_steps{0};  // Survivors that completed step lost_after - 1.
   auto model_for = [&](int seed) {
     std::lock_guard<std::mutex> lock(init);
     torch::manual_seed(seed);
@@ -150,8 +155,20 @@ TEST(NnSyncHeal, ALostRankIsReplacedInTheNextGenerationAndTheReplicasEndIdentica
     results[r] = (*sync)->BroadcastParameters(model->parameters());
     (*sync)->AttachToParameters(model->parameters());
     torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
-    if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, until);
-    if (!survivor) return;
+    std::function<void(int)> after_step = [&](int step) {
+      if (survivor && step == lost_after - 1) ++past_shared_steps;
+    };
+    if (results[r].ok()) results[r] = TrainHealing(**sync, model, optimizer, 0, until, after_step);
+    if (!survivor) {
+      // The lost rank leaves once every survivor completed the steps it took part in: a survivor
+      // whose allreduce of such a step failed while a peer's completed would retake a step that
+      // peer had taken (the worker settles that case; this loop does not).
+      for (const absl::Time limit = absl::Now() + absl::Seconds(20);
+           past_shared_steps < world - 1 && absl::Now() < limit;) {
+        absl::SleepFor(absl::Milliseconds(1));
+      }
+      return;
+    }
     generations[r] = (*sync)->generation();
     finals[r] = Flat(model);
   };
