@@ -294,182 +294,222 @@ void ShareBound(double bound, const std::vector<double>& weights, const std::vec
 
 }  // namespace
 
-absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const CapacityOptions& options) {
-  HYREC_ASSIGN_OR_RETURN(const JobPlan plan, Rescaled(original, options));
-  const std::vector<MachineType>& machines = options.machines.empty() ? GkeMachineTypes() : options.machines;
-  CapacityPlan c;
-  HYREC_ASSIGN_OR_RETURN(c.ps_machine, FindMachineType(machines, options.ps_machine, "--ps_machine"));
-  c.workers = plan.workers[0].world_size;
-  c.batch_size = plan.loader.options.batch_size;
-  const int shards = static_cast<int>(plan.ps.size());
-  const std::vector<embedding_ps::TableConfig>& configs = plan.ps[0].store.tables;
+namespace {
 
-  // Logical rows per table.
-  uint64_t dims = 0;
-  for (const embedding_ps::TableConfig& t : configs) dims += static_cast<uint64_t>(t.dim);
-  for (size_t t = 0; t < configs.size(); ++t) {
-    CapacityPlan::Table table;
-    table.name = configs[t].name;
-    table.dim = configs[t].dim;
-    table.optimizer = std::string(embedding_ps::OptimizerName(configs[t].optimizer.kind));
-    table.eviction = std::string(embedding_ps::EvictionPolicyName(configs[t].eviction.policy));
-    bool bounded = true;
-    for (const PsShardPlan& s : plan.ps) {
-      if (s.store.tables[t].capacity_rows == 0) bounded = false;
-      table.capacity_rows += s.store.tables[t].capacity_rows;
-    }
-    if (!bounded) table.capacity_rows = 0;
-    if (options.rows_per_table > 0) {
-      table.logical_rows = options.rows_per_table;
-    } else if (options.parameters > 0) {
-      table.logical_rows = static_cast<uint64_t>(std::ceil(options.parameters / static_cast<double>(dims)));
-    } else if (table.capacity_rows > 0) {
-      table.logical_rows = table.capacity_rows;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tables[", table.name, "].capacity_rows: table '", table.name,
-                       "' has no size; give it a capacity_rows, or plan with --rows_per_table or --parameters"));
-    }
-    c.tables.push_back(table);
+// PlanCapacity's steps over one re-planned job.
+class Planner {
+ public:
+  Planner(const JobPlan& plan, const CapacityOptions& options)
+      : plan_(plan), options_(options), configs_(plan.ps[0].store.tables), shards_(static_cast<int>(plan.ps.size())) {
+    c_.workers = plan.workers[0].world_size;
+    c_.batch_size = plan.loader.options.batch_size;
   }
 
-  // Ids per sample and their deduplication, from the job's data.
-  const IdsMeasure ids = MeasureIds(plan, c.batch_size, options);
-  c.ids_source = ids.source;
-  std::vector<double> weights(configs.size(), 0);  // Per PS table: its ids a sample.
-  double response_bytes = 0;                       // Of one batch of every worker, over all shards.
-  for (size_t lt = 0; lt < plan.workers[0].table_names.size(); ++lt) {
-    for (size_t t = 0; t < configs.size(); ++t) {
-      if (configs[t].name != plan.workers[0].table_names[lt]) continue;
-      weights[t] += ids.ids_per_sample[lt];
-      response_bytes +=
-          static_cast<double>(c.workers) * c.batch_size * ids.ids_per_sample[lt] * ids.dedup[lt] * 4.0 * configs[t].dim;
+  absl::StatusOr<CapacityPlan> Run() {
+    const std::vector<MachineType>& machines = options_.machines.empty() ? GkeMachineTypes() : options_.machines;
+    HYREC_ASSIGN_OR_RETURN(c_.ps_machine, FindMachineType(machines, options_.ps_machine, "--ps_machine"));
+    HYREC_RETURN_IF_ERROR(SizeTables());
+    MeasureTraffic();
+    for (const PsShardPlan& s : plan_.ps) AddShard(s, ShardRows(s));
+    for (const CapacityPlan::Table& t : c_.tables) {
+      c_.logical_parameters += static_cast<double>(t.logical_rows) * t.dim;
+      c_.resident_parameters += static_cast<double>(t.resident_rows) * t.dim;
     }
-  }
-  if (std::all_of(weights.begin(), weights.end(), [](double x) { return x <= 0; })) {
-    weights.assign(configs.size(), 1);
+    HYREC_RETURN_IF_ERROR(FitMachines());
+    CountStepBytes();
+    return std::move(c_);
   }
 
-  // Each shard: its share of every table, bounded by its capacities.
-  absl::Status stripes_error;   // Said after the machines' fit, the larger question.
-  bool capacity_bound = false;  // Some shard holds fewer rows of a table than its share.
-  for (const PsShardPlan& s : plan.ps) {
+ private:
+  // Each table's logical rows: given, from the parameters, or its capacity.
+  absl::Status SizeTables() {
+    uint64_t dims = 0;
+    for (const embedding_ps::TableConfig& t : configs_) dims += static_cast<uint64_t>(t.dim);
+    for (size_t t = 0; t < configs_.size(); ++t) {
+      CapacityPlan::Table table;
+      table.name = configs_[t].name;
+      table.dim = configs_[t].dim;
+      table.optimizer = std::string(embedding_ps::OptimizerName(configs_[t].optimizer.kind));
+      table.eviction = std::string(embedding_ps::EvictionPolicyName(configs_[t].eviction.policy));
+      bool bounded = true;
+      for (const PsShardPlan& s : plan_.ps) {
+        if (s.store.tables[t].capacity_rows == 0) bounded = false;
+        table.capacity_rows += s.store.tables[t].capacity_rows;
+      }
+      if (!bounded) table.capacity_rows = 0;
+      if (options_.rows_per_table > 0) {
+        table.logical_rows = options_.rows_per_table;
+      } else if (options_.parameters > 0) {
+        table.logical_rows = static_cast<uint64_t>(std::ceil(options_.parameters / static_cast<double>(dims)));
+      } else if (table.capacity_rows > 0) {
+        table.logical_rows = table.capacity_rows;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tables[", table.name, "].capacity_rows: table '", table.name,
+                         "' has no size; give it a capacity_rows, or plan with --rows_per_table or --parameters"));
+      }
+      c_.tables.push_back(table);
+    }
+    return absl::OkStatus();
+  }
+
+  // Ids per sample and their deduplication, from the job's data: each table's weight in a shared
+  // bound, and the responses of one batch of every worker.
+  void MeasureTraffic() {
+    ids_ = MeasureIds(plan_, c_.batch_size, options_);
+    c_.ids_source = ids_.source;
+    weights_.assign(configs_.size(), 0);
+    const WorkerPlan& w = plan_.workers[0];
+    for (size_t lt = 0; lt < w.table_names.size(); ++lt) {
+      for (size_t t = 0; t < configs_.size(); ++t) {
+        if (configs_[t].name != w.table_names[lt]) continue;
+        weights_[t] += ids_.ids_per_sample[lt];
+        response_bytes_ += static_cast<double>(c_.workers) * c_.batch_size * ids_.ids_per_sample[lt] * ids_.dedup[lt] *
+                           4.0 * configs_[t].dim;
+      }
+    }
+    if (std::all_of(weights_.begin(), weights_.end(), [](double x) { return x <= 0; })) {
+      weights_.assign(configs_.size(), 1);
+    }
+  }
+
+  // Shard s's rows of each table: its share of the logical rows, bounded by its capacities.
+  std::vector<uint64_t> ShardRows(const PsShardPlan& s) {
     const embedding_ps::StoreOptions& store = s.store;
-    std::vector<uint64_t> rows(configs.size());
-    for (size_t t = 0; t < configs.size(); ++t) {
-      rows[t] = (c.tables[t].logical_rows + shards - 1) / shards;
+    std::vector<uint64_t> rows(configs_.size());
+    for (size_t t = 0; t < configs_.size(); ++t) {
+      rows[t] = (c_.tables[t].logical_rows + shards_ - 1) / shards_;
       if (store.tables[t].capacity_rows > 0) rows[t] = std::min(rows[t], store.tables[t].capacity_rows);
     }
     const uint64_t unbounded_rows = std::accumulate(rows.begin(), rows.end(), uint64_t{0});
     // A store-wide bound is shared as an LRU across tables shares it: in proportion to each
     // table's ids a sample, a table held to fewer rows leaving the rest to the others.
     std::vector<double> charge(rows.size());
-    for (size_t t = 0; t < rows.size(); ++t) charge[t] = static_cast<double>(Charge(configs[t]));
+    for (size_t t = 0; t < rows.size(); ++t) charge[t] = static_cast<double>(Charge(configs_[t]));
     if (store.capacity_rows > 0) {
-      ShareBound(static_cast<double>(store.capacity_rows), weights, std::vector<double>(rows.size(), 1.0), &rows);
+      ShareBound(static_cast<double>(store.capacity_rows), weights_, std::vector<double>(rows.size(), 1.0), &rows);
     }
-    if (store.capacity_bytes > 0) ShareBound(static_cast<double>(store.capacity_bytes), weights, charge, &rows);
+    if (store.capacity_bytes > 0) ShareBound(static_cast<double>(store.capacity_bytes), weights_, charge, &rows);
     for (size_t t = 0; t < rows.size(); ++t) {
-      if (store.tables[t].capacity_rows > 0 && rows[t] == store.tables[t].capacity_rows) capacity_bound = true;
+      if (store.tables[t].capacity_rows > 0 && rows[t] == store.tables[t].capacity_rows) capacity_bound_ = true;
     }
-    if (std::accumulate(rows.begin(), rows.end(), uint64_t{0}) < unbounded_rows) capacity_bound = true;
-    for (size_t t = 0; t < rows.size(); ++t) {
+    if (std::accumulate(rows.begin(), rows.end(), uint64_t{0}) < unbounded_rows) capacity_bound_ = true;
+    for (size_t t = 0; t < rows.size() && stripes_error_.ok(); ++t) {
       const uint64_t per_stripe = rows[t] / static_cast<uint64_t>(store.num_stripes);
-      if (per_stripe * 2 > embedding_ps::kMaxRowsPerStripeAndTable) {
-        const uint64_t stripes = rows[t] * 2 / embedding_ps::kMaxRowsPerStripeAndTable + 1;
-        if (stripes_error.ok())
-          stripes_error = absl::InvalidArgumentError(absl::StrCat(
-              "ps.num_stripes: PS shard ", s.shard_index, " would hold ", rows[t], " rows of table '", configs[t].name,
-              "', more than ", store.num_stripes, " stripes hold (", embedding_ps::kMaxRowsPerStripeAndTable / 2,
-              " rows of a table each, with room for the hash's spread); raise ps.num_stripes to ", stripes,
-              " or more, or ps.shards"));
-      }
+      if (per_stripe * 2 <= embedding_ps::kMaxRowsPerStripeAndTable) continue;
+      const uint64_t stripes = rows[t] * 2 / embedding_ps::kMaxRowsPerStripeAndTable + 1;
+      stripes_error_ = absl::InvalidArgumentError(absl::StrCat(
+          "ps.num_stripes: PS shard ", s.shard_index, " would hold ", rows[t], " rows of table '", configs_[t].name,
+          "', more than ", store.num_stripes, " stripes hold (", embedding_ps::kMaxRowsPerStripeAndTable / 2,
+          " rows of a table each, with room for the hash's spread); raise ps.num_stripes to ", stripes,
+          " or more, or ps.shards"));
     }
+    return rows;
+  }
+
+  // Shard s's memory with `rows`, by the store's accounting, and its pod's request.
+  void AddShard(const PsShardPlan& s, const std::vector<uint64_t>& rows) {
+    const embedding_ps::StoreOptions& store = s.store;
     const embedding_ps::StoreMemoryPlan memory = embedding_ps::PlanStoreMemory(store, rows);
     CapacityPlan::Shard shard;
     shard.index = s.shard_index;
     shard.resident_rows = memory.rows;
     shard.store_bytes = memory.bytes;
-    shard.process_bytes = options.process_bytes;
-    shard.response_bytes = static_cast<uint64_t>(response_bytes / shards);
-    shard.serving_bytes = options.serving_fixed_bytes +
-                          static_cast<uint64_t>(options.serving_per_byte * static_cast<double>(shard.response_bytes));
-    shard.memory_bytes = memory.bytes + options.process_bytes + shard.serving_bytes;
+    shard.process_bytes = options_.process_bytes;
+    shard.response_bytes = static_cast<uint64_t>(response_bytes_ / shards_);
+    shard.serving_bytes = options_.serving_fixed_bytes +
+                          static_cast<uint64_t>(options_.serving_per_byte * static_cast<double>(shard.response_bytes));
+    shard.memory_bytes = memory.bytes + options_.process_bytes + shard.serving_bytes;
     const std::vector<uint64_t> at_capacity = RowsAtCapacity(store);
     const uint64_t worst = at_capacity.empty() ? shard.memory_bytes
                                                : embedding_ps::PlanStoreMemory(store, at_capacity).bytes +
-                                                     options.process_bytes + shard.serving_bytes;
+                                                     options_.process_bytes + shard.serving_bytes;
     shard.request_bytes =
         static_cast<uint64_t>(static_cast<double>(std::max(worst, shard.memory_bytes)) * kPodHeadroom);
-    c.shards.push_back(shard);
-    for (size_t t = 0; t < rows.size(); ++t) c.tables[t].resident_rows += rows[t];
-    if (s.shard_index == 0) {  // Bytes per row, as shard 0's accounting spreads them.
-      for (size_t t = 0; t < rows.size(); ++t) {
-        CapacityPlan::Table& table = c.tables[t];
-        const embedding_ps::StoreMemoryPlan::Table& m = memory.tables[t];
-        table.value_bytes = m.value_bytes;
-        table.state_bytes = m.state_bytes;
-        table.index_bytes = memory.rows > 0 ? static_cast<double>(memory.index_bytes) / memory.rows : 0;
-        const double slack = rows[t] > 0 ? static_cast<double>(m.slab_bytes - rows[t] * m.slot_bytes) / rows[t] : 0;
-        table.bytes_per_row = m.slot_bytes + table.index_bytes + slack;
+    c_.shards.push_back(shard);
+    for (size_t t = 0; t < rows.size(); ++t) c_.tables[t].resident_rows += rows[t];
+    if (s.shard_index != 0) return;
+    for (size_t t = 0; t < rows.size(); ++t) {  // Bytes per row, as shard 0's accounting spreads them.
+      CapacityPlan::Table& table = c_.tables[t];
+      const embedding_ps::StoreMemoryPlan::Table& m = memory.tables[t];
+      table.value_bytes = m.value_bytes;
+      table.state_bytes = m.state_bytes;
+      table.index_bytes = memory.rows > 0 ? static_cast<double>(memory.index_bytes) / memory.rows : 0;
+      const double slack = rows[t] > 0 ? static_cast<double>(m.slab_bytes - rows[t] * m.slot_bytes) / rows[t] : 0;
+      table.bytes_per_row = m.slot_bytes + table.index_bytes + slack;
+    }
+  }
+
+  // The PS machines: as many shards a node as fit in its memory, and no more than a core each.
+  absl::Status FitMachines() {
+    uint64_t largest = 0;
+    int largest_shard = 0;
+    for (const CapacityPlan::Shard& s : c_.shards) {
+      if (s.request_bytes > largest) {
+        largest = s.request_bytes;
+        largest_shard = s.index;
       }
     }
-  }
-  for (const CapacityPlan::Table& t : c.tables) {
-    c.logical_parameters += static_cast<double>(t.logical_rows) * t.dim;
-    c.resident_parameters += static_cast<double>(t.resident_rows) * t.dim;
+    const double allocatable = AllocatableGiB(c_.ps_machine);
+    if (static_cast<double>(largest) / kGiB > allocatable) {
+      // More shards help only where a shard holds its share of the logical rows; a shard held to
+      // a capacity holds as much however many there are.
+      const std::string more_shards =
+          capacity_bound_
+              ? "the shards are held to their capacities, so more shards do not shrink them: lower ps.capacity_rows "
+                "or the tables' capacity_rows"
+              : absl::StrFormat(
+                    "about %.0f shards would fit (ps.shards, or --ps_shards), or lower the tables' capacity_rows",
+                    std::ceil(static_cast<double>(largest) / kGiB * shards_ / (0.9 * allocatable)));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ps.shards: PS shard %d needs %.1f GiB (its rows at capacity with 20%% headroom), more than a %s node "
+          "offers (%.0f GiB); %s, or choose a larger --ps_machine",
+          largest_shard, static_cast<double>(largest) / kGiB, c_.ps_machine.name, allocatable, more_shards));
+    }
+    HYREC_RETURN_IF_ERROR(stripes_error_);
+    c_.shards_per_machine =
+        std::max(1, std::min(c_.ps_machine.cpus, static_cast<int>(std::floor(allocatable * kGiB / largest))));
+    c_.ps_machines = (shards_ + c_.shards_per_machine - 1) / c_.shards_per_machine;
+    return absl::OkStatus();
   }
 
-  // Machines for the PS.
-  uint64_t largest = 0;
-  int largest_shard = 0;
-  for (const CapacityPlan::Shard& s : c.shards) {
-    if (s.request_bytes > largest) {
-      largest = s.request_bytes;
-      largest_shard = s.index;
+  // What one batch on every worker moves.
+  void CountStepBytes() {
+    const WorkerPlan& w = plan_.workers[0];
+    double ids_per_sample_total = 0;
+    for (size_t lt = 0; lt < w.table_names.size(); ++lt) {
+      ids_per_sample_total += ids_.ids_per_sample[lt];
+      for (CapacityPlan::Table& table : c_.tables) {
+        if (table.name != w.table_names[lt]) continue;
+        table.ids_per_sample = ids_.ids_per_sample[lt];
+        table.dedup_ratio = ids_.dedup[lt];
+        const double unique = table.ids_per_sample * c_.batch_size * table.dedup_ratio * c_.workers;
+        c_.id_bytes_per_step += unique * 8;
+        c_.row_bytes_per_step_fp32 += unique * 4 * table.dim;
+        c_.gradient_bytes_per_step_fp32 += unique * (8 + 4 * table.dim);
+      }
     }
+    c_.loader_bytes_per_step =
+        static_cast<double>(c_.workers) * c_.batch_size * (4.0 * (w.num_dense + 1) + 8.0 * ids_per_sample_total);
   }
-  const double allocatable = AllocatableGiB(c.ps_machine);
-  if (static_cast<double>(largest) / kGiB > allocatable) {
-    // More shards help only where a shard holds its share of the logical rows; a shard held to a
-    // capacity holds as much however many there are.
-    const std::string more_shards =
-        capacity_bound
-            ? "the shards are held to their capacities, so more shards do not shrink them: lower ps.capacity_rows "
-              "or the tables' capacity_rows"
-            : absl::StrFormat(
-                  "about %.0f shards would fit (ps.shards, or --ps_shards), or lower the tables' "
-                  "capacity_rows",
-                  std::ceil(static_cast<double>(largest) / kGiB * shards / (0.9 * allocatable)));
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "ps.shards: PS shard %d needs %.1f GiB (its rows at capacity with 20%% headroom), more than a %s node offers "
-        "(%.0f GiB); %s, or choose a larger --ps_machine",
-        largest_shard, static_cast<double>(largest) / kGiB, c.ps_machine.name, allocatable, more_shards));
-  }
-  HYREC_RETURN_IF_ERROR(stripes_error);
-  // As many shards as fit in memory, and no more than a core each.
-  c.shards_per_machine = std::max(
-      1, std::min(c.ps_machine.cpus, static_cast<int>(std::floor(allocatable * kGiB / static_cast<double>(largest)))));
-  c.ps_machines = (shards + c.shards_per_machine - 1) / c.shards_per_machine;
 
-  // Bytes per step.
-  const WorkerPlan& w = plan.workers[0];
-  double ids_per_sample_total = 0;
-  for (size_t lt = 0; lt < w.table_names.size(); ++lt) {
-    ids_per_sample_total += ids.ids_per_sample[lt];
-    for (CapacityPlan::Table& table : c.tables) {
-      if (table.name != w.table_names[lt]) continue;
-      table.ids_per_sample = ids.ids_per_sample[lt];
-      table.dedup_ratio = ids.dedup[lt];
-      const double unique = table.ids_per_sample * c.batch_size * table.dedup_ratio * c.workers;
-      c.id_bytes_per_step += unique * 8;
-      c.row_bytes_per_step_fp32 += unique * 4 * table.dim;
-      c.gradient_bytes_per_step_fp32 += unique * (8 + 4 * table.dim);
-    }
-  }
-  c.loader_bytes_per_step =
-      static_cast<double>(c.workers) * c.batch_size * (4.0 * (w.num_dense + 1) + 8.0 * ids_per_sample_total);
-  return c;
+  const JobPlan& plan_;
+  const CapacityOptions& options_;
+  const std::vector<embedding_ps::TableConfig>& configs_;
+  const int shards_;
+  CapacityPlan c_;
+  IdsMeasure ids_;
+  std::vector<double> weights_;  // Per PS table: its ids a sample.
+  double response_bytes_ = 0;    // Of one batch of every worker, over all shards.
+  bool capacity_bound_ = false;  // Some shard holds fewer rows of a table than its share.
+  absl::Status stripes_error_;   // Said after the machines' fit, the larger question.
+};
+
+}  // namespace
+
+absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const CapacityOptions& options) {
+  HYREC_ASSIGN_OR_RETURN(const JobPlan plan, Rescaled(original, options));
+  return Planner(plan, options).Run();
 }
 
 uint64_t PodRequestBytes(const JobPlan& plan, int shard) {
