@@ -129,10 +129,26 @@ TEST(PlanCapacity, BadInputNamesTheKey) {
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(absl::StrContains(c.status().message(), "--ps_machine=m3-megamem-46")) << c.status();
   EXPECT_TRUE(absl::StrContains(c.status().message(), "did you mean m3-megamem-64")) << c.status();
-  // A table without a size.
+  // A table without a size: a synthetic source's vocabulary sizes it (1,000 ids a feature) ...
   std::string unsized = kSynthetic;
   unsized.replace(unsized.find(", capacity_rows: 100000"), 23, "");
   c = PlanCapacity(PlanOf(unsized), CapacityOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tables[1].logical_rows, 1000u);
+  // ... a store bound holds as many as it can ...
+  std::string files = unsized;
+  files.replace(files.find("format: synthetic"), 17,
+                "format: libffm\n    num_slots: 3\n    files: [/nonexistent/a.txt]");
+  std::string bounded = files;
+  bounded.replace(bounded.find("ps: {shards: 2}"), 15, "ps: {shards: 2, capacity_rows: 300000}");
+  c = PlanCapacity(PlanOf(bounded), CapacityOptions());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tables[1].logical_rows, 0u);  // Unknown.
+  EXPECT_GT(c->tables[1].resident_rows, 0u);
+  EXPECT_EQ(c->shards[0].resident_rows, 300000u);
+  EXPECT_TRUE(absl::StrContains(c->ids_source, "not read")) << c->ids_source;
+  // ... and without either it is an error naming the key.
+  c = PlanCapacity(PlanOf(files), CapacityOptions());
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(absl::StrContains(c.status().message(), "tables[c].capacity_rows")) << c.status();
   // A capacity no machine of the type can hold.

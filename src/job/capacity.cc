@@ -31,6 +31,9 @@ namespace hyrec::job {
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
+// The logical rows of a table with no size of its own in a store bounded as a whole: as many as
+// the bound holds.
+constexpr uint64_t kUnknownRows = uint64_t{1} << 62;
 constexpr double kPodHeadroom = 1.2;
 
 }  // namespace
@@ -311,7 +314,8 @@ class Planner {
     HYREC_RETURN_IF_ERROR(SizeTables());
     MeasureTraffic();
     for (const PsShardPlan& s : plan_.ps) AddShard(s, ShardRows(s));
-    for (const CapacityPlan::Table& t : c_.tables) {
+    for (CapacityPlan::Table& t : c_.tables) {
+      if (t.logical_rows == kUnknownRows) t.logical_rows = 0;  // Unknown: the plan shows what the bound holds.
       c_.logical_parameters += static_cast<double>(t.logical_rows) * t.dim;
       c_.resident_parameters += static_cast<double>(t.resident_rows) * t.dim;
     }
@@ -321,10 +325,14 @@ class Planner {
   }
 
  private:
-  // Each table's logical rows: given, from the parameters, or its capacity.
+  // Each table's logical rows: given, from the parameters, its capacity, the vocabulary of a
+  // synthetic source's features, or (in a store with a bound of its own) as many as the bound
+  // holds.
   absl::Status SizeTables() {
     uint64_t dims = 0;
     for (const embedding_ps::TableConfig& t : configs_) dims += static_cast<uint64_t>(t.dim);
+    const bool store_bound = plan_.ps[0].store.capacity_rows > 0 || plan_.ps[0].store.capacity_bytes > 0;
+    const data_loader::SourceConfig& source = plan_.loader.options.source;
     for (size_t t = 0; t < configs_.size(); ++t) {
       CapacityPlan::Table table;
       table.name = configs_[t].name;
@@ -343,10 +351,22 @@ class Planner {
         table.logical_rows = static_cast<uint64_t>(std::ceil(options_.parameters / static_cast<double>(dims)));
       } else if (table.capacity_rows > 0) {
         table.logical_rows = table.capacity_rows;
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("tables[", table.name, "].capacity_rows: table '", table.name,
-                         "' has no size; give it a capacity_rows, or plan with --rows_per_table or --parameters"));
+      } else if (source.format == data_loader::Format::kSynthetic) {
+        const WorkerPlan& w = plan_.workers[0];
+        for (size_t slot = 0; slot < w.slot_tables.size(); ++slot) {
+          const int lt = w.slot_tables[slot];
+          if (lt >= 0 && static_cast<size_t>(lt) < w.table_names.size() && w.table_names[lt] == table.name) {
+            table.logical_rows += source.synthetic.vocabulary;  // Each feature's ids are its own.
+          }
+        }
+      } else if (store_bound) {
+        table.logical_rows = kUnknownRows;
+      }
+      if (table.logical_rows == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tables[", table.name, "].capacity_rows: table '", table.name,
+            "' has no size; give it a capacity_rows (or the PS a ps.capacity_rows), or plan with --rows_per_table "
+            "or --parameters"));
       }
       c_.tables.push_back(table);
     }
@@ -700,9 +720,9 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
   for (const CapacityPlan::Table& t : c.tables) {
     absl::StrAppendFormat(
         &out, "%-20s %5d %-8s %-5s %10s %10s %10s  %.1f = %u + %u + %u + %u + %.1f (+ %.1f)\n", t.name, t.dim,
-        t.optimizer, t.eviction, Count(t.logical_rows), t.capacity_rows > 0 ? Count(t.capacity_rows) : "-",
-        Count(t.resident_rows), t.bytes_per_row, t.key_bytes, t.eviction_bytes, t.value_bytes, t.state_bytes,
-        t.index_bytes,
+        t.optimizer, t.eviction, t.logical_rows > 0 ? Count(t.logical_rows) : "-",
+        t.capacity_rows > 0 ? Count(t.capacity_rows) : "-", Count(t.resident_rows), t.bytes_per_row, t.key_bytes,
+        t.eviction_bytes, t.value_bytes, t.state_bytes, t.index_bytes,
         t.bytes_per_row - (t.key_bytes + t.eviction_bytes + t.value_bytes + t.state_bytes) - t.index_bytes);
   }
   absl::StrAppendFormat(&out, "\n%-6s %12s %12s %12s %12s %12s %14s\n", "shard", "rows", "store", "process", "serving",

@@ -52,7 +52,8 @@ absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key)
 
 struct CapacityOptions {
   // Each table's logical rows: the ids it will see over the job. 0: from `parameters`, else the
-  // table's capacity; a table with none of the three is an error naming it.
+  // table's capacity, else a synthetic source's vocabulary; a table with none of these is planned
+  // at its store's bound (ps.capacity_rows, ps.capacity_bytes), or, without one, an error naming it.
   uint64_t rows_per_table = 0;
   // Logical parameters over every table (rows x dim), as rows spread evenly over the tables.
   double parameters = 0;
@@ -82,7 +83,7 @@ struct CapacityPlan {
     int dim = 0;
     std::string optimizer;
     std::string eviction;
-    uint64_t logical_rows = 0;
+    uint64_t logical_rows = 0;   // 0: unknown (no size of its own, planned at its store's bound).
     uint64_t capacity_rows = 0;  // Over every shard; 0: unbounded.
     uint64_t resident_rows = 0;  // Over every shard: the logical rows, bounded by the capacities.
     // Bytes of one resident row, by what holds them: its key (8), eviction links and score (8),
