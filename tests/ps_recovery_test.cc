@@ -15,8 +15,10 @@
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
+#include "hyrec/common/hash.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
+#include "hyrec/embedding_ps/shard_checkpoint.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -147,6 +149,76 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   const absl::Status refused = update(402);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_NE(refused.message().find("restarted without recovering its rows"), std::string::npos) << refused;
+}
+
+// A shard whose store passes 64 MiB cuts its checkpoint by forking, inside the serving process:
+// the files hold the rows as they were at the cut, while the shards go on updating every row
+// before the writes are awaited.
+TEST_F(PsRecoveryTest, ALargeShardCutsItsCheckpointByForkingWhileItServes) {
+  std::ofstream(job_) << "loader: {source: {format: synthetic, synthetic: {num_slots: 1}}}\n"
+                      << "features: [f]\n"
+                      << "tables: [{name: wide, features: [f], dim: 256, optimizer: {kind: adagrad}}]\n"
+                      << "ps: {shards: 2}\nsecurity: {mode: none}\n"
+                      << "checkpoint: {dir: " << dir_ << "/ckpt}\n";
+  const int port0 = StartShard(0, 0, false);
+  const int port1 = StartShard(1, 0, false);
+  auto client =
+      ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)}, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  // 80,000 rows of 2 KiB (256 weights and as many Adagrad sums): about 80 MiB a shard.
+  constexpr size_t kRows = 80000, kChunk = 4096, kDim = 256;
+  std::vector<uint64_t> ids(kRows);
+  for (size_t i = 0; i < kRows; ++i) ids[i] = i * 7919 + 1;
+  std::vector<float> at_cut(kRows * kDim);
+  auto chunk = [&](size_t begin) { return absl::MakeConstSpan(ids).subspan(begin, std::min(kChunk, kRows - begin)); };
+  for (size_t begin = 0; begin < kRows; begin += kChunk) {
+    ASSERT_TRUE(
+        (*client)
+            ->Lookup("wide", chunk(begin), absl::MakeSpan(at_cut).subspan(begin * kDim, chunk(begin).size() * kDim))
+            .ok());
+  }
+  auto stats = (*client)->Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  for (const ShardStats& s : *stats) ASSERT_GE(s.store.bytes, 64u << 20) << "shard " << s.shard_index;
+
+  const std::string name = CheckpointDirName(kCheckpointPrefix, 7, 7);
+  ASSERT_TRUE((*client)->BeginCut(CutKind::kCheckpoint, name, 7, absl::Seconds(30)).ok());
+  const std::vector<float> ones(kChunk * kDim, 1.0f);
+  for (size_t begin = 0; begin < kRows; begin += kChunk) {
+    const auto part = chunk(begin);
+    ASSERT_TRUE((*client)
+                    ->Update("wide", part, absl::MakeConstSpan(ones).first(part.size() * kDim), UpdateId{0, 1 + begin})
+                    .ok());
+  }
+  auto files = (*client)->AwaitCut(7, absl::Seconds(60));
+  ASSERT_TRUE(files.ok()) << files.status();
+  CheckpointManifest m;
+  m.step = 7;
+  m.num_shards = 2;
+  m.num_workers = 1;
+  for (const ShardFileInfo& f : *files) m.files.push_back(f.file);
+  const std::string dir = JoinPath(dir_ + "/ckpt", name);
+  ASSERT_TRUE(CommitManifest(Env::Default(), dir, m).ok());
+
+  TableConfig wide;
+  wide.name = "wide";
+  wide.dim = kDim;
+  wide.optimizer.kind = OptimizerKind::kAdagrad;
+  StoreOptions options;
+  options.tables = {wide};
+  std::vector<float> restored(kRows * kDim);
+  for (int k = 0; k < 2; ++k) {
+    auto store = *EmbeddingShardStore::Create(options);
+    ASSERT_TRUE(RestoreShard(Env::Default(), dir, m, k, 2, store.get()).ok());
+    for (size_t i = 0; i < kRows; ++i) {
+      if (ShardForId(ids[i], 2) != k) continue;
+      ASSERT_TRUE(store->Lookup(0, {ids[i]}, absl::MakeSpan(restored).subspan(i * kDim, kDim), nullptr).ok());
+    }
+  }
+  EXPECT_TRUE(restored == at_cut) << "the checkpoint does not hold the rows of the cut";
+  std::vector<float> now(kChunk * kDim);
+  ASSERT_TRUE((*client)->Lookup("wide", chunk(0), absl::MakeSpan(now)).ok());
+  EXPECT_NE(now[0], at_cut[0]);  // The shards went on meanwhile.
 }
 
 }  // namespace

@@ -136,10 +136,11 @@ class EmbeddingClient {
   // Statistics of every shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 
-  // Cuts (shard_checkpoint.h). BeginCut: every shard copies its store now (kCheckpoint: rows with
+  // Cuts (shard_checkpoint.h). BeginCut: every shard cuts its store now (kCheckpoint: rows with
   // optimizer state, admission and dedup state; kDelta: its changes since the last delta) and
-  // writes the copy in the background, into the directory `name` (a plain name) under its
-  // checkpoint root or export root. Returns once every shard holds its copy, within `timeout`.
+  // writes the cut in the background, into the directory `name` (a plain name) under its
+  // checkpoint root or export root. Returns once every shard has taken its cut (an in-memory
+  // copy, or a forked writer for a large store), within `timeout`.
   // The caller makes the cut consistent: no update of its job may be in flight. Repeating the id
   // of the cut in progress is acknowledged, not redone. Clients that cannot cut return
   // Unimplemented.
