@@ -10,7 +10,6 @@
 #include <numeric>
 #include <optional>
 #include <random>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
