@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <iostream>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/exit_codes.h"
@@ -30,10 +31,32 @@ struct PlanFlags {
   bool calibrate = false;
   std::string calibration;  // --calibration: a file --calibrate wrote.
   std::string out = "hyrec-calibration.yaml";
+  int calibrate_batches = 200;
   job::CapacityOptions options;
+  job::ThroughputOptions throughput;
 };
 
+// What the calibration's step costs predict for the planned job, or why there is no prediction.
+void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
+                     const job::CapacityPlan& capacity) {
+  if (c == nullptr || c->job.empty()) {
+    std::cout << "\nthroughput: not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here "
+                 "and predicts it (docs/capacity.md)\n";
+    return;
+  }
+  job::ThroughputOptions o = f.throughput;
+  o.costs = c->step;
+  o.machines = f.options.machines;
+  absl::StatusOr<job::ThroughputPlan> t = job::PlanThroughput(plan, capacity, o);
+  if (!t.ok()) {
+    std::cout << "\nthroughput: " << t.status().message() << "\n";
+    return;
+  }
+  std::cout << job::FormatThroughputPlan(*t, *c);
+}
+
 absl::Status RunPlan(PlanFlags& f) {
+  std::optional<job::Calibration> calibration;
   if (f.calibrate) {
     const std::string scratch = absl::StrCat("/tmp/hyrec-calibrate-", ::getpid());
     HYREC_ASSIGN_OR_RETURN(const job::Calibration c, job::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
@@ -41,12 +64,16 @@ absl::Status RunPlan(PlanFlags& f) {
     std::cerr << "hyrec plan: calibrated on " << c.machine << ": a PS process takes " << c.process_bytes
               << " bytes beside its store; store lookup " << c.lookup_ns_per_row << " ns, update "
               << c.update_ns_per_row << " ns a row; wrote " << f.out << "\n";
-    if (f.config.empty()) return absl::OkStatus();
-    f.options.process_bytes = c.process_bytes;
+    calibration = c;
   } else if (!f.calibration.empty()) {
-    HYREC_ASSIGN_OR_RETURN(const job::Calibration c, job::ReadCalibration(f.calibration));
-    f.options.process_bytes = c.process_bytes;
+    HYREC_ASSIGN_OR_RETURN(calibration, job::ReadCalibration(f.calibration));
   }
+  if (calibration) {
+    f.options.process_bytes = calibration->process_bytes;
+    f.options.serving_fixed_bytes = calibration->serving_fixed_bytes;
+    f.options.serving_per_byte = calibration->serving_per_byte;
+  }
+  if (f.calibrate && f.config.empty()) return absl::OkStatus();
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   if (!f.parameters.empty() && !f.rows_per_table.empty()) {
     return absl::InvalidArgumentError("--parameters and --rows_per_table: give one (both size every table)");
@@ -63,8 +90,25 @@ absl::Status RunPlan(PlanFlags& f) {
   }
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
+  if (f.calibrate) {  // What a batch of this job costs here, at the job's own scale.
+    job::CapacityOptions own;
+    own.process_bytes = calibration->process_bytes;
+    HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan at_own_scale, job::PlanCapacity(plan, own));
+    HYREC_ASSIGN_OR_RETURN(calibration->step,
+                           job::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides, plan,
+                                                 at_own_scale, *calibration, {f.calibrate_batches, false}));
+    calibration->job = f.config;
+    HYREC_RETURN_IF_ERROR(job::WriteCalibration(*calibration, f.out));
+    std::cerr << "hyrec plan: a batch of " << f.config << " takes " << calibration->step.train_ms
+              << " ms of the worker's training thread here; wrote " << f.out << "\n";
+  }
   HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(plan, f.options));
-  std::cout << (f.json ? job::CapacityPlanJson(capacity) : job::FormatCapacityPlan(capacity));
+  if (f.json) {
+    std::cout << job::CapacityPlanJson(capacity);
+    return absl::OkStatus();
+  }
+  std::cout << job::FormatCapacityPlan(capacity);
+  PrintThroughput(f, calibration ? &*calibration : nullptr, plan, capacity);
   return absl::OkStatus();
 }
 
@@ -97,6 +141,15 @@ int PlanMain(int argc, char** argv) {
              "Measure this machine (a PS process's memory, the store's costs) into --out, then plan with it.");
   flags.String("out", &f.out, "FILE", "Where --calibrate writes (default hyrec-calibration.yaml).");
   flags.String("calibration", &f.calibration, "FILE", "Plan with what --calibrate wrote.");
+  flags.Int("calibrate_batches", &f.calibrate_batches, "Batches of the job --calibrate --config times.", 10, 100000);
+  job::ThroughputOptions& t = f.throughput;
+  flags.String("worker_machine", &t.worker_machine, "TYPE", "The workers' machine type (default a2-highgpu-1g).");
+  flags.String("loader_machine", &t.loader_machine, "TYPE", "The loaders' machine type (default c2-standard-30).");
+  flags.Int("loader_machines", &t.loader_machines, "Loader machines (default: one a worker).", 0, 1 << 16);
+  flags.Double("dense_step_ms", &t.dense_step_ms,
+               "A batch's dense step on the workers' machines (default: as calibrated on this one).", 0, 1e6);
+  flags.Int("staleness", &t.staleness, "train.embedding_staleness for the prediction (default: the job's).", -1, 1000);
+  flags.Double("added_rtt_ms", &t.added_rtt_ms, "The network's round trip between workers and PS machines.", 0, 1e4);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   const absl::Status status = RunPlan(f);
   if (!status.ok()) std::cerr << "hyrec plan: " << status.message() << "\n";

@@ -621,6 +621,7 @@ absl::Status MeasurePsProcess(const std::string& ps_binary, const std::string& d
       serving[k] =
           static_cast<double>(rss) - static_cast<double>(c->process_bytes) - static_cast<double>(stats[0].store.bytes);
     }
+    HYREC_RETURN_IF_ERROR(MeasureRpcCosts(*client, "t", 64, ps->pid(), c));
     const double mib = 1024.0 * 1024;
     c->serving_per_byte = std::max(0.0, (serving[1] - serving[0]) / (3 * mib));
     c->serving_fixed_bytes = static_cast<uint64_t>(std::max(0.0, serving[0] - c->serving_per_byte * mib));
@@ -632,6 +633,29 @@ absl::Status MeasurePsProcess(const std::string& ps_binary, const std::string& d
   std::filesystem::remove(job, error);
   if (!status.ok()) return absl::UnavailableError(absl::StrCat(ps_binary, ": ", status.message()));
   return absl::OkStatus();
+}
+
+// The StepCosts figures a calibration file holds, by key.
+std::vector<std::pair<std::string, double*>> StepFields(StepCosts& s) {
+  return {{"train_ms", &s.train_ms},
+          {"lookup_client_ms", &s.lookup_client_ms},
+          {"update_client_ms", &s.update_client_ms},
+          {"lookup_server_ms", &s.lookup_server_ms},
+          {"update_server_ms", &s.update_server_ms},
+          {"loader_ms", &s.loader_ms},
+          {"rpc_client_ms", &s.rpc_client_ms},
+          {"rpc_server_ms", &s.rpc_server_ms},
+          {"id_bytes", &s.id_bytes},
+          {"row_bytes", &s.row_bytes},
+          {"batch_bytes", &s.batch_bytes},
+          {"dense_bytes", &s.dense_bytes},
+          {"relay_ms", &s.relay_ms},
+          {"cores_used", &s.cores_used}};
+}
+std::vector<std::pair<std::string, const double*>> StepFields(const StepCosts& s) {
+  std::vector<std::pair<std::string, const double*>> out;
+  for (const auto& [key, value] : StepFields(const_cast<StepCosts&>(s))) out.emplace_back(key, value);
+  return out;
 }
 
 }  // namespace
@@ -682,7 +706,20 @@ absl::Status WriteCalibration(const Calibration& c, const std::string& path) {
       << "\nserving_fixed_bytes: " << c.serving_fixed_bytes
       << "\nserving_per_byte: " << absl::StrFormat("%.3f", c.serving_per_byte)
       << "\nlookup_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_ns_per_row)
-      << "\nupdate_ns_per_row: " << absl::StrFormat("%.2f", c.update_ns_per_row) << "\n";
+      << "\nupdate_ns_per_row: " << absl::StrFormat("%.2f", c.update_ns_per_row) << "\nrpc_dim: " << c.rpc_dim
+      << "\nrpc_client_us: " << absl::StrFormat("%.2f", c.rpc_client_us)
+      << "\nrpc_server_us: " << absl::StrFormat("%.2f", c.rpc_server_us)
+      << "\nlookup_client_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_client_ns_per_row)
+      << "\nlookup_server_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_server_ns_per_row)
+      << "\nupdate_client_ns_per_row: " << absl::StrFormat("%.2f", c.update_client_ns_per_row)
+      << "\nupdate_server_ns_per_row: " << absl::StrFormat("%.2f", c.update_server_ns_per_row) << "\n";
+  if (!c.job.empty()) {
+    const StepCosts& s = c.step;
+    out << "# A batch of " << c.job << " here, one worker, in CPU ms (docs/capacity.md).\njob: " << c.job
+        << "\nstep:\n  batch_size: " << s.batch_size << "\n  shards: " << s.shards;
+    for (const auto& [key, value] : StepFields(s)) out << "\n  " << key << ": " << absl::StrFormat("%.4f", *value);
+    out << "\n";
+  }
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
@@ -694,7 +731,33 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
   HYREC_RETURN_IF_ERROR(CatchYamlErrors(path, [&]() -> absl::Status {
     HYREC_RETURN_IF_ERROR(CheckKeys(root, path,
                                     {"machine", "cpus", "process_bytes", "serving_fixed_bytes", "serving_per_byte",
-                                     "lookup_ns_per_row", "update_ns_per_row"}));
+                                     "lookup_ns_per_row", "update_ns_per_row", "rpc_dim", "rpc_client_us",
+                                     "rpc_server_us", "lookup_client_ns_per_row", "lookup_server_ns_per_row",
+                                     "update_client_ns_per_row", "update_server_ns_per_row", "job", "step"}));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_dim", path, &c.rpc_dim));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_client_us", path, &c.rpc_client_us));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_server_us", path, &c.rpc_server_us));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_client_ns_per_row", path, &c.lookup_client_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_server_ns_per_row", path, &c.lookup_server_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_client_ns_per_row", path, &c.update_client_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_server_ns_per_row", path, &c.update_server_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadScalar(root, "job", path, &c.job));
+    if (const YAML::Node step = root["step"]) {
+      const std::string at = JoinKey(path, "step");
+      if (c.job.empty()) return absl::InvalidArgumentError(absl::StrCat(at, ": needs the job it was measured on (job)"));
+      std::vector<std::string> keys = {"batch_size", "shards"};
+      for (const auto& [key, value] : StepFields(c.step)) keys.push_back(key);
+      HYREC_RETURN_IF_ERROR(CheckKeys(step, at, keys));
+      HYREC_RETURN_IF_ERROR(ReadScalar(step, "batch_size", at, &c.step.batch_size));
+      HYREC_RETURN_IF_ERROR(ReadScalar(step, "shards", at, &c.step.shards));
+      for (const auto& [key, value] : StepFields(c.step)) HYREC_RETURN_IF_ERROR(ReadScalar(step, key, at, value));
+      if (c.step.batch_size <= 0 || c.step.shards <= 0 || c.step.train_ms <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, ": batch_size, shards and train_ms are required and must be > 0"));
+      }
+    } else if (!c.job.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, "job"), ": without its step costs (step)"));
+    }
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_fixed_bytes", path, &c.serving_fixed_bytes));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_per_byte", path, &c.serving_per_byte));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "machine", path, &c.machine));

@@ -17,8 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/job/job_plan.h"
+#include "hyrec/job/simulator.h"
 
 namespace hyrec::job {
 
@@ -150,10 +152,75 @@ struct Calibration {
   // 4,096), in one thread.
   double lookup_ns_per_row = 0;
   double update_ns_per_row = 0;
+  // Calls to that PS process on loopback, one at a time (a table of dim rpc_dim, Adagrad), in
+  // CPU time on each side: what every call costs whatever its rows (lookups and updates alike),
+  // and each row more.
+  int rpc_dim = 0;
+  double rpc_client_us = 0;
+  double rpc_server_us = 0;
+  double lookup_client_ns_per_row = 0;
+  double lookup_server_ns_per_row = 0;
+  double update_client_ns_per_row = 0;
+  double update_server_ns_per_row = 0;
+  // With `hyrec plan --calibrate --config=JOB`: the job file and what one of its batches costs
+  // here (MeasureStepCosts); empty `job` otherwise.
+  std::string job;
+  StepCosts step;
 };
 // Measures: starts `ps_binary` (hyrec-ps) on a one-table job in `scratch_dir` for the process's
 // memory, empty and while it serves lookups, and times an in-process store.
 absl::StatusOr<Calibration> Calibrate(const std::string& ps_binary, const std::string& scratch_dir);
+// Times calls of 16 and 4,096 ids to a PS process (pid `ps_pid`, serving `table` of dim `dim`)
+// through `client`, one at a time, and fills c's rpc_* and *_ns_per_row figures.
+absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::string& table, int dim, int ps_pid,
+                             Calibration* c);
+// Runs `train_binary` (hyrec-train) --processes on `config` (with `overrides`, one worker) for
+// `batches` batches after a warm-up, reads the CPU time of each role's process and of the worker's
+// training thread from /proc, and stops it. The per-batch figures divide what was measured; the
+// split between lookups and updates and the per-call costs come from `machine`
+// (MeasureRpcCosts), the bytes from `capacity` (the same job planned at its own scale).
+// FailedPrecondition when the job ends before enough batches, with its last lines.
+struct StepMeasureOptions {
+  int batches = 200;   // Timed, after max(10, batches / 5) of warm-up.
+  bool relay = false;  // Through hyrec train's delaying relays at 0 ms (--ps_latency_ms=0): relay_ms.
+};
+absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
+                                           const std::vector<std::string>& overrides, const JobPlan& plan,
+                                           const CapacityPlan& capacity, const Calibration& machine,
+                                           const StepMeasureOptions& options);
+
+// `c` measured at its batch size, at `batch_size`: the training thread, the loader, the rows and
+// their bytes grow in proportion; what each call costs whatever its rows stays.
+StepCosts ScaleStepCosts(const StepCosts& c, int batch_size);
+
+// The expected rate of a planned job on machines of its own: its workers on `worker_machine`
+// nodes (one a worker), its shards on the plan's PS machines, `loader_machines` loader nodes,
+// each machine's egress at the PS machine type's bandwidth; costs measured on this machine
+// (Calibration::step) and scaled to the plan's batch size.
+struct ThroughputOptions {
+  StepCosts costs;
+  std::vector<MachineType> machines;  // Empty: GkeMachineTypes().
+  std::string worker_machine = "a2-highgpu-1g";
+  std::string loader_machine = "c2-standard-30";
+  int loader_machines = 0;   // 0: one a worker.
+  double dense_step_ms = 0;  // A batch's dense step where the workers run (a GPU's); 0: costs.train_ms.
+  int staleness = -1;        // -1: the job's train.embedding_staleness.
+  double added_rtt_ms = 0;   // The network's round trip between workers and PS machines.
+  int batches = 60;          // Simulated batches a worker.
+};
+struct ThroughputPlan {
+  StepCosts costs;  // As simulated.
+  MachineType worker_machine, loader_machine;
+  SimulationOptions cluster_options;
+  SimulationResult cluster;
+};
+// InvalidArgument naming --worker_machine or --loader_machine for a type not in o.machines.
+absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const CapacityPlan& capacity,
+                                              const ThroughputOptions& o);
+
+std::string FormatSimulationResult(const SimulationResult& r);
+std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c);
+
 absl::Status WriteCalibration(const Calibration& calibration, const std::string& path);
 // Errors name the file, the key and its line.
 absl::StatusOr<Calibration> ReadCalibration(const std::string& path);

@@ -1,0 +1,168 @@
+// The simulator (include/hyrec/job/simulator.h) against measured runs: `hyrec train --processes`
+// on this machine for a configuration (shards, workers, staleness, added PS latency) of a model
+// shape, beside Simulate's prediction for it from the step costs `hyrec plan --calibrate
+// --config` measures on the shape's own job. simulator_benchmark prints the full table;
+// simulator_validation_test checks a short one.
+#ifndef HYREC_BENCHMARKS_SIMULATOR_VALIDATION_H_
+#define HYREC_BENCHMARKS_SIMULATOR_VALIDATION_H_
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/time.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/job/capacity.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/job/job_spec.h"
+
+namespace hyrec::bench {
+
+// A model and data shape: a synthetic job of `batches` batches on one worker.
+struct ModelShape {
+  std::string name;
+  int dim;
+  int ids_per_sample;
+  int batch;
+  std::string mlp;  // Bottom and top MLP widths, as YAML.
+  int batches;
+};
+
+inline std::string ShapeJobYaml(const ModelShape& s) {
+  return absl::StrCat("loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: ",
+                      static_cast<uint64_t>(s.batches) * s.batch,
+                      ", vocabulary: 100000, ids_per_sample: ", s.ids_per_sample, ", seed: 1}\n  batch_size: ", s.batch,
+                      "\n  threads: 1\neval: {samples: 1024}\nmodel: {kind: dlrm, embedding_dim: ", s.dim,
+                      ", bottom: ", s.mlp, ", top: ", s.mlp,
+                      "}\nps: {shards: 2, optimizer: adagrad}\n"
+                      "train: {workers: 1, embedding_staleness: 4, log_every_batches: 100000}\n");
+}
+
+struct RunConfig {
+  int shards = 2;
+  int workers = 1;
+  int staleness = 4;
+  double added_rtt_ms = 0;
+  std::string Name() const {
+    return absl::StrFormat("%d shard(s), %d worker(s), staleness %d, +%.0f ms", shards, workers, staleness,
+                           added_rtt_ms);
+  }
+};
+
+struct Measured {
+  double samples_per_second = 0;  // The steady rate hyrec train reports.
+  double waited_ms = 0;           // Worker 0's wait for rows a batch.
+  double observed_staleness = 0;
+  double lookup_ms = 0;  // A batch's lookups and update, until acknowledged (worker 0).
+  double update_ms = 0;
+};
+
+// One `hyrec train --processes` run of `job` in `config`.
+inline absl::StatusOr<Measured> MeasureRun(const std::string& train_binary, const std::string& job,
+                                           const RunConfig& config) {
+  std::vector<std::string> argv = {train_binary,
+                                   "--processes",
+                                   "--config=" + job,
+                                   "--plot=",
+                                   "--progress=lines",
+                                   absl::StrCat("--set=ps.shards=", config.shards),
+                                   absl::StrCat("--set=train.workers=", config.workers),
+                                   absl::StrCat("--set=train.embedding_staleness=", config.staleness)};
+  // Always through the relays (at 0 ms too), as the calibration ran.
+  argv.push_back(absl::StrCat("--ps_latency_ms=", config.added_rtt_ms));
+  HYREC_ASSIGN_OR_RETURN(auto p, Subprocess::Spawn(argv));
+  Measured m;
+  std::string last;
+  for (;;) {
+    absl::StatusOr<std::string> line = p->ReadLine(absl::Minutes(10));
+    if (!line.ok()) break;
+    last = *line;
+    const size_t steady = line->find("(steady: ");
+    if (line->rfind("summary:", 0) == 0 && steady != std::string::npos) {
+      (void)absl::SimpleAtod(line->substr(steady + 9, line->find(' ', steady + 9) - steady - 9), &m.samples_per_second);
+    }
+    const size_t waited = line->find("; waited ");
+    const size_t observed = line->find("observed staleness ");
+    if (line->find("  PS lookup") == 0 && waited != std::string::npos && observed != std::string::npos) {
+      (void)absl::SimpleAtod(line->substr(12, line->find(' ', 12) - 12), &m.lookup_ms);
+      const size_t update = line->find("update ");
+      if (update != std::string::npos) {
+        (void)absl::SimpleAtod(line->substr(update + 7, line->find(' ', update + 7) - update - 7), &m.update_ms);
+      }
+      (void)absl::SimpleAtod(line->substr(waited + 9, line->find(' ', waited + 9) - waited - 9), &m.waited_ms);
+      (void)absl::SimpleAtod(line->substr(observed + 19, line->find(' ', observed + 19) - observed - 19),
+                             &m.observed_staleness);
+    }
+  }
+  HYREC_ASSIGN_OR_RETURN(const int code, p->Wait(absl::Minutes(1)));
+  if (code != 0 || m.samples_per_second <= 0) {
+    return absl::InternalError(absl::StrCat(train_binary, " on ", job, " (", config.Name(), ") exited with ", code,
+                                            "; its last line: ", last));
+  }
+  return m;
+}
+
+// `config` of the job `plan` (`batches` in all), every role on this machine, through the relays.
+inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches) {
+  job::SimulationOptions o;
+  o.workers = config.workers;
+  o.shards = config.shards;
+  o.staleness = config.staleness;
+  o.added_rtt_ms = config.added_rtt_ms;
+  o.batches = batches / config.workers;
+  o.loader_threads = plan.loader.options.threads;
+  o.prefetch_batches = plan.loader.options.prefetch_batches;
+  o.one_machine = true;
+  o.machine_cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  o.relay = true;
+  return o;
+}
+
+// The shape's job written under `dir`, its plan, its step costs measured here (in kCalibration)
+// and the cores its roles could use together then.
+struct CalibratedShape {
+  std::string job;
+  job::JobPlan plan;
+  job::StepCosts costs;
+  double usable_cores = 0;
+};
+// The configuration the step costs are measured in: the job's own (2 shards, one worker,
+// staleness 4), through the relays at 0 ms.
+inline const RunConfig kCalibration = {2, 1, 4, 0};
+inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_binary, const ModelShape& shape,
+                                                      const job::Calibration& machine, const std::string& dir) {
+  CalibratedShape c;
+  c.job = absl::StrCat(dir, "/", shape.name, ".yaml");
+  std::ofstream(c.job) << ShapeJobYaml(shape);
+  HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(c.job, {}));
+  HYREC_ASSIGN_OR_RETURN(c.plan, job::Plan(spec));
+  job::CapacityOptions own;
+  own.process_bytes = machine.process_bytes;
+  HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(c.plan, own));
+  job::StepMeasureOptions measure;
+  measure.batches = std::min(200, shape.batches / 2);
+  measure.relay = true;
+  HYREC_ASSIGN_OR_RETURN(c.costs, job::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
+  job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);
+  c.usable_cores = job::UsableCores(c.costs, at);
+  return c;
+}
+
+// What Simulate predicts for `config` of the calibrated shape.
+inline job::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches) {
+  job::SimulationOptions o = Options(shape.plan, config, batches);
+  o.usable_cores = shape.usable_cores;
+  return job::Simulate(shape.costs, o);
+}
+
+}  // namespace hyrec::bench
+
+#endif  // HYREC_BENCHMARKS_SIMULATOR_VALIDATION_H_

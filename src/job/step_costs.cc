@@ -1,0 +1,344 @@
+// Measuring what a training step costs on this machine (capacity.h: MeasureRpcCosts,
+// MeasureStepCosts), from the CPU time Linux accounts to each process and thread.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "hyrec/common/status_macros.h"
+#include "hyrec/common/subprocess.h"
+#include "hyrec/job/capacity.h"
+
+namespace hyrec::job {
+namespace {
+
+// CPU milliseconds (user and system) of /proc/<path>/stat; NotFound once it is gone.
+absl::StatusOr<double> CpuMs(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string text;
+  if (!std::getline(in, text)) return absl::NotFoundError(absl::StrCat(stat_path, ": gone"));
+  // The fields after the command name, which is in parentheses and may hold spaces.
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return absl::InternalError(absl::StrCat(stat_path, ": unreadable"));
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i == 14 || i == 15) {
+      double v = 0;
+      if (!absl::SimpleAtod(field, &v)) return absl::InternalError(absl::StrCat(stat_path, ": unreadable"));
+      ticks += v;
+    }
+  }
+  return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+absl::StatusOr<double> ProcessCpuMs(int pid) { return CpuMs(absl::StrCat("/proc/", pid, "/stat")); }
+
+double SelfCpuMs() {
+  rusage u = {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
+}
+
+// The roles hyrec train --processes started: each child's pid and command name.
+std::map<int, std::string> Children(int parent) {
+  std::map<int, std::string> out;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string text;
+    if (!std::getline(stat, text)) continue;
+    const size_t open = text.find('('), close = text.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(text.substr(close + 2));
+    std::string state;
+    int ppid = 0;
+    if (rest >> state >> ppid && ppid == parent) out[pid] = text.substr(open + 1, close - open - 1);
+  }
+  return out;
+}
+
+// CPU milliseconds by what spends them, at one moment of a run.
+struct CpuSnapshot {
+  absl::Time time;
+  double batches = 0;
+  double launcher = 0;  // hyrec train itself (and its relays, with --ps_latency_ms).
+  double train = 0;   // The worker's main (training) thread.
+  double worker = 0;  // The worker process, all threads.
+  double ps = 0;
+  double loader = 0;
+  int ps_processes = 0;
+  bool complete = false;  // Every role read.
+};
+
+CpuSnapshot Snapshot(int launcher, double batches) {
+  CpuSnapshot s;
+  s.time = absl::Now();
+  s.batches = batches;
+  s.launcher = ProcessCpuMs(launcher).value_or(0);
+  bool worker = false, loader = false;
+  for (const auto& [pid, name] : Children(launcher)) {
+    const absl::StatusOr<double> cpu = ProcessCpuMs(pid);
+    if (!cpu.ok()) continue;
+    if (name == "hyrec-ps") {
+      s.ps += *cpu;
+      ++s.ps_processes;
+    } else if (name == "hyrec-loader") {
+      s.loader += *cpu;
+      loader = true;
+    } else if (name == "hyrec-worker") {
+      const absl::StatusOr<double> main = CpuMs(absl::StrCat("/proc/", pid, "/task/", pid, "/stat"));
+      if (!main.ok()) continue;
+      s.worker += *cpu;
+      s.train += *main;
+      worker = true;
+    }
+  }
+  s.complete = worker && loader && s.ps_processes > 0;
+  return s;
+}
+
+// "samples 10240/61440 ...": the samples trained so far.
+std::optional<double> ProgressSamples(const std::string& line) {
+  if (line.rfind("samples ", 0) != 0) return std::nullopt;
+  const size_t slash = line.find('/');
+  double samples = 0;
+  if (slash == std::string::npos || !absl::SimpleAtod(line.substr(8, slash - 8), &samples)) return std::nullopt;
+  return samples;
+}
+
+}  // namespace
+
+absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::string& table, int dim, int ps_pid,
+                             Calibration* c) {
+  // A call of `rows` ids, repeated for about half a second: CPU microseconds a call on each side.
+  struct Cost {
+    double client_us = 0, server_us = 0;
+  };
+  uint64_t sequence = 1;
+  auto measure = [&](size_t rows, bool update) -> absl::StatusOr<Cost> {
+    std::vector<uint64_t> ids(rows);
+    for (size_t i = 0; i < rows; ++i) ids[i] = i * 7919 + 1;
+    std::vector<float> values(rows * dim, 0.01f);
+    auto call = [&]() -> absl::Status {
+      if (update) return client.Update(table, ids, values, embedding_ps::UpdateId{1, sequence++});
+      return client.Lookup(table, ids, absl::MakeSpan(values));
+    };
+    for (int i = 0; i < 20; ++i) HYREC_RETURN_IF_ERROR(call());
+    HYREC_ASSIGN_OR_RETURN(const double server_start, ProcessCpuMs(ps_pid));
+    const double client_start = SelfCpuMs();
+    const absl::Time start = absl::Now();
+    int calls = 0;
+    while (absl::Now() - start < absl::Milliseconds(500) || calls < 50) {
+      HYREC_RETURN_IF_ERROR(call());
+      ++calls;
+    }
+    HYREC_ASSIGN_OR_RETURN(const double server_end, ProcessCpuMs(ps_pid));
+    return Cost{(SelfCpuMs() - client_start) * 1e3 / calls, (server_end - server_start) * 1e3 / calls};
+  };
+  constexpr size_t kFew = 16, kMany = 4096;
+  Cost fixed[2], per_row[2];
+  for (int update = 0; update < 2; ++update) {
+    HYREC_ASSIGN_OR_RETURN(const Cost few, measure(kFew, update));
+    HYREC_ASSIGN_OR_RETURN(const Cost many, measure(kMany, update));
+    per_row[update].client_us = std::max(0.0, (many.client_us - few.client_us) / (kMany - kFew));
+    per_row[update].server_us = std::max(0.0, (many.server_us - few.server_us) / (kMany - kFew));
+    fixed[update].client_us = std::max(0.0, few.client_us - per_row[update].client_us * kFew);
+    fixed[update].server_us = std::max(0.0, few.server_us - per_row[update].server_us * kFew);
+  }
+  c->rpc_client_us = (fixed[0].client_us + fixed[1].client_us) / 2;
+  c->rpc_server_us = (fixed[0].server_us + fixed[1].server_us) / 2;
+  c->lookup_client_ns_per_row = per_row[0].client_us * 1e3;
+  c->lookup_server_ns_per_row = per_row[0].server_us * 1e3;
+  c->update_client_ns_per_row = per_row[1].client_us * 1e3;
+  c->update_server_ns_per_row = per_row[1].server_us * 1e3;
+  c->rpc_dim = dim;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
+                                           const std::vector<std::string>& overrides, const JobPlan& plan,
+                                           const CapacityPlan& capacity, const Calibration& machine,
+                                           const StepMeasureOptions& options) {
+  const int batches = options.batches;
+  const int batch_size = plan.loader.options.batch_size;
+  const int log_every = std::max(5, batches / 20);
+  const int warmup = std::max(10, batches / 5);
+  std::vector<std::string> argv = {train_binary, "--processes", "--config=" + config, "--plot=", "--progress=lines"};
+  for (const std::string& o : overrides) argv.push_back("--set=" + o);
+  argv.push_back("--set=train.workers=1");
+  argv.push_back(absl::StrCat("--set=train.log_every_batches=", log_every));
+  if (options.relay) argv.push_back("--ps_latency_ms=0");
+  HYREC_ASSIGN_OR_RETURN(auto run, Subprocess::Spawn(argv));
+  std::optional<CpuSnapshot> first, last;
+  std::vector<std::string> tail;
+  for (;;) {
+    absl::StatusOr<std::string> line = run->ReadLine(absl::Minutes(10));
+    if (!line.ok()) break;
+    tail.push_back(*line);
+    if (tail.size() > 5) tail.erase(tail.begin());
+    const std::optional<double> samples = ProgressSamples(*line);
+    if (!samples) continue;
+    const CpuSnapshot snap = Snapshot(run->pid(), *samples / batch_size);
+    if (!snap.complete) continue;
+    if (!first && snap.batches >= warmup) {
+      first = snap;
+    } else if (first) {
+      last = snap;
+      if (last->batches >= first->batches + batches) break;
+    }
+  }
+  run->Signal(SIGINT);
+  absl::StatusOr<int> code = run->Wait(absl::Seconds(60));
+  if (!code.ok()) {
+    run->Signal(SIGKILL);
+    (void)run->Wait(absl::Seconds(10));
+  }
+  if (!first || !last || last->batches - first->batches < 10) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        train_binary, " --processes --config=", config, ": too few batches to measure (", warmup, " warm-up and at least 10 more, one worker)",
+        tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
+  }
+  const double n = last->batches - first->batches;
+  StepCosts s;
+  s.batch_size = batch_size;
+  s.shards = last->ps_processes;
+  s.train_ms = (last->train - first->train) / n;
+  const double client_ms = (last->worker - last->train - (first->worker - first->train)) / n;
+  const double server_ms = (last->ps - first->ps) / n;
+  s.loader_ms = (last->loader - first->loader) / n;
+  s.relay_ms = options.relay ? (last->launcher - first->launcher) / n : 0;
+  const double all = last->launcher + last->worker + last->ps + last->loader -
+                     (first->launcher + first->worker + first->ps + first->loader);
+  s.cores_used = all / absl::ToDoubleMilliseconds(last->time - first->time);
+  // Lookup against update, by the shares the calibration's calls give at this job's rows.
+  double rows = 0;
+  for (const CapacityPlan::Table& t : capacity.tables) {
+    rows += t.ids_per_sample * t.dedup_ratio * batch_size * t.dim / std::max(1, machine.rpc_dim);
+  }
+  const double rows_per_rpc = rows / std::max(1, s.shards);
+  auto split = [&](double total, double fixed_us, double lookup_ns, double update_ns, double* lookup, double* update) {
+    const double l = fixed_us * 1e3 + lookup_ns * rows_per_rpc, u = fixed_us * 1e3 + update_ns * rows_per_rpc;
+    const double share = l + u > 0 ? l / (l + u) : 0.5;
+    *lookup = total * share;
+    *update = total - *lookup;
+  };
+  split(client_ms, machine.rpc_client_us, machine.lookup_client_ns_per_row, machine.update_client_ns_per_row,
+        &s.lookup_client_ms, &s.update_client_ms);
+  split(server_ms, machine.rpc_server_us, machine.lookup_server_ns_per_row, machine.update_server_ns_per_row,
+        &s.lookup_server_ms, &s.update_server_ms);
+  s.rpc_client_ms = machine.rpc_client_us / 1e3;
+  s.rpc_server_ms = machine.rpc_server_us / 1e3;
+  const double workers = std::max(1, capacity.workers);
+  s.id_bytes = capacity.id_bytes_per_step / workers;
+  s.row_bytes = capacity.row_bytes_per_step_fp32 / workers;
+  s.batch_bytes = capacity.loader_bytes_per_step / workers;
+  return s;
+}
+
+}  // namespace hyrec::job
+
+namespace hyrec::job {
+
+StepCosts ScaleStepCosts(const StepCosts& c, int batch_size) {
+  StepCosts s = c;
+  if (c.batch_size <= 0 || batch_size <= 0 || batch_size == c.batch_size) return s;
+  const double k = static_cast<double>(batch_size) / c.batch_size;
+  s.batch_size = batch_size;
+  s.train_ms *= k;
+  s.loader_ms *= k;
+  // The per-call part stays; the rest grows with the rows.
+  auto rows = [&](double all, double per_call) {
+    const double fixed = c.shards * per_call;
+    return fixed + std::max(0.0, all - fixed) * k;
+  };
+  s.lookup_client_ms = rows(c.lookup_client_ms, c.rpc_client_ms);
+  s.update_client_ms = rows(c.update_client_ms, c.rpc_client_ms);
+  s.lookup_server_ms = rows(c.lookup_server_ms, c.rpc_server_ms);
+  s.update_server_ms = rows(c.update_server_ms, c.rpc_server_ms);
+  s.id_bytes *= k;
+  s.row_bytes *= k;
+  s.batch_bytes *= k;
+  return s;
+}
+
+absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const CapacityPlan& capacity,
+                                              const ThroughputOptions& o) {
+  ThroughputPlan t;
+  t.costs = ScaleStepCosts(o.costs, capacity.batch_size);
+  if (o.dense_step_ms > 0) t.costs.train_ms = o.dense_step_ms;
+  const std::vector<MachineType>& types = o.machines.empty() ? GkeMachineTypes() : o.machines;
+  HYREC_ASSIGN_OR_RETURN(const MachineType worker, FindMachineType(types, o.worker_machine, "--worker_machine"));
+  HYREC_ASSIGN_OR_RETURN(const MachineType loader, FindMachineType(types, o.loader_machine, "--loader_machine"));
+  SimulationOptions& s = t.cluster_options;
+  s.workers = capacity.workers;
+  s.shards = static_cast<int>(capacity.shards.size());
+  s.staleness = o.staleness >= 0 ? o.staleness : plan.workers[0].embedding_staleness;
+  s.batches = o.batches;
+  s.added_rtt_ms = o.added_rtt_ms;
+  s.prefetch_batches = plan.loader.options.prefetch_batches;
+  s.one_machine = false;
+  s.worker_cores = worker.cpus;
+  s.ps_machines = capacity.ps_machines;
+  s.ps_cores = capacity.ps_machine.cpus;
+  s.loader_machines = o.loader_machines > 0 ? o.loader_machines : capacity.workers;
+  s.loader_cores = loader.cpus;
+  s.loader_threads = loader.cpus;
+  // The slowest link of the three machine types bounds every transfer it takes part in; each
+  // machine's egress is modelled at the PS machine's bandwidth when the types differ.
+  s.network_gbps = capacity.ps_machine.network_gbps;
+  t.worker_machine = worker;
+  t.loader_machine = loader;
+  t.cluster = Simulate(t.costs, s);
+  return t;
+}
+
+}  // namespace hyrec::job
+
+namespace hyrec::job {
+
+std::string FormatSimulationResult(const SimulationResult& r) {
+  std::string out = absl::StrFormat("%.0f samples/s, bound by %s\n  busy:", r.samples_per_second, r.bottleneck);
+  for (const SimulationResult::Use& u : r.utilization) absl::StrAppendFormat(&out, " %s %.0f%%,", u.resource, u.busy * 100);
+  out.back() = '\n';
+  absl::StrAppendFormat(&out,
+                        "  a batch waits %.2f ms for its rows, %.2f ms for acknowledgements, %.2f ms for the loader; "
+                        "lookup %.1f ms, update %.1f ms; observed staleness %.2f\n",
+                        r.wait_for_rows_ms, r.wait_for_acks_ms, r.wait_for_loader_ms, r.lookup_ms, r.update_ms,
+                        r.observed_staleness);
+  return out;
+}
+
+std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) {
+  const SimulationOptions& s = t.cluster_options;
+  std::string out = absl::StrFormat(
+      "\nthroughput (simulated, docs/capacity.md): a batch of %s measured on %s (%d cores), at batch %d: training "
+      "thread %.2f ms%s, PS %.2f ms, worker's other threads %.2f ms, loader %.2f ms (CPU, all shards)\n",
+      c.job, c.machine, c.cpus, t.costs.batch_size, t.costs.train_ms,
+      t.costs.train_ms == ScaleStepCosts(c.step, t.costs.batch_size).train_ms ? " (this machine's CPU)" : " (given)",
+      t.costs.lookup_server_ms + t.costs.update_server_ms, t.costs.lookup_client_ms + t.costs.update_client_ms,
+      t.costs.loader_ms);
+  absl::StrAppendFormat(&out,
+                        "  %d worker(s) on %s, %d shard(s) on %d %s, %d loader machine(s) %s, egress %.0f Gb/s, "
+                        "added round trip %.1f ms, staleness %d\n  expected: ",
+                        s.workers, t.worker_machine.name, s.shards, s.ps_machines, "PS machine(s)", s.loader_machines,
+                        t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness);
+  out += FormatSimulationResult(t.cluster);
+  return out;
+}
+
+}  // namespace hyrec::job
