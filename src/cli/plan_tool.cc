@@ -32,27 +32,29 @@ struct PlanFlags {
   std::string calibration;  // --calibration: a file --calibrate wrote.
   std::string out = "hyrec-calibration.yaml";
   int calibrate_batches = 200;
+  bool scaling = false;
   job::CapacityOptions options;
   job::ThroughputOptions throughput;
 };
 
-// What the calibration's step costs predict for the planned job, or why there is no prediction.
-void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
-                     const job::CapacityPlan& capacity) {
+// What the calibration's step costs predict for the planned job; nullopt, with the reason in
+// *why, without them.
+std::optional<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
+                                              const job::CapacityPlan& capacity, std::string* why) {
   if (c == nullptr || c->job.empty()) {
-    std::cout << "\nthroughput: not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here "
-                 "and predicts it (docs/capacity.md)\n";
-    return;
+    *why = "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
+           "(docs/capacity.md)";
+    return std::nullopt;
   }
   job::ThroughputOptions o = f.throughput;
   o.costs = c->step;
   o.machines = f.options.machines;
   absl::StatusOr<job::ThroughputPlan> t = job::PlanThroughput(plan, capacity, o);
   if (!t.ok()) {
-    std::cout << "\nthroughput: " << t.status().message() << "\n";
-    return;
+    *why = std::string(t.status().message());
+    return std::nullopt;
   }
-  std::cout << job::FormatThroughputPlan(*t, *c);
+  return *t;
 }
 
 absl::Status RunPlan(PlanFlags& f) {
@@ -88,6 +90,9 @@ absl::Status RunPlan(PlanFlags& f) {
   if (f.machines != "gke") {
     HYREC_ASSIGN_OR_RETURN(f.options.machines, job::LoadMachineTypes(f.machines));
   }
+  const std::vector<job::MachineType>& types = f.options.machines.empty() ? job::GkeMachineTypes() : f.options.machines;
+  HYREC_RETURN_IF_ERROR(job::FindMachineType(types, f.throughput.worker_machine, "--worker_machine").status());
+  HYREC_RETURN_IF_ERROR(job::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
   if (f.calibrate) {  // What a batch of this job costs here, at the job's own scale.
@@ -103,12 +108,31 @@ absl::Status RunPlan(PlanFlags& f) {
               << " ms of the worker's training thread here; wrote " << f.out << "\n";
   }
   HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(plan, f.options));
+  std::string why;
+  const job::Calibration* c = calibration ? &*calibration : nullptr;
+  const std::optional<job::ThroughputPlan> throughput = Throughput(f, c, plan, capacity, &why);
   if (f.json) {
-    std::cout << job::CapacityPlanJson(capacity);
+    std::cout << job::CapacityPlanJson(capacity, throughput ? &*throughput : nullptr);
     return absl::OkStatus();
   }
   std::cout << job::FormatCapacityPlan(capacity);
-  PrintThroughput(f, calibration ? &*calibration : nullptr, plan, capacity);
+  if (!throughput) {
+    std::cout << "\nthroughput: " << why << "\n";
+    return absl::OkStatus();
+  }
+  if (c->job != f.config) {
+    std::cout << "\nnote: the step costs were measured on " << c->job
+              << ", another job file; its model and data set them\n";
+  }
+  std::cout << job::FormatThroughputPlan(*throughput, *c);
+  if (f.scaling) {
+    job::ThroughputOptions o = f.throughput;
+    o.costs = c->step;
+    o.machines = f.options.machines;
+    const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
+    std::cout << job::FormatScaling(job::ScalingCurve(plan, capacity, o, true, workers),
+                                    job::ScalingCurve(plan, capacity, o, false, workers));
+  }
   return absl::OkStatus();
 }
 
@@ -149,6 +173,8 @@ int PlanMain(int argc, char** argv) {
   flags.Double("dense_step_ms", &t.dense_step_ms,
                "A batch's dense step on the workers' machines (default: as calibrated on this one).", 0, 1e6);
   flags.Int("staleness", &t.staleness, "train.embedding_staleness for the prediction (default: the job's).", -1, 1000);
+  flags.Bool("scaling", &f.scaling,
+             "Also predict weak and strong scaling over 1-64 workers (with step costs from --calibrate --config).");
   flags.Double("added_rtt_ms", &t.added_rtt_ms, "The network's round trip between workers and PS machines.", 0, 1e4);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   const absl::Status status = RunPlan(f);

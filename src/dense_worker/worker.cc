@@ -714,8 +714,11 @@ class WorkerLoop {
     HYREC_RETURN_IF_ERROR(GuardTorch("reading the dense parameters", [&] {
       report_.dense_fingerprint = DenseFingerprint(*model_);
       double sum = 0;
-      for (const torch::Tensor& p : model_->parameters())
+      report_.dense_parameters = 0;
+      for (const torch::Tensor& p : model_->parameters()) {
         sum += p.detach().to(torch::kCPU).to(torch::kDouble).sum().item<double>();
+        report_.dense_parameters += static_cast<uint64_t>(p.numel());
+      }
       report_.dense_sum = sum;
       return absl::OkStatus();
     }));

@@ -29,6 +29,8 @@
 namespace hyrec::job {
 namespace {
 
+std::string ThroughputJson(const ThroughputPlan& t);
+
 constexpr double kGiB = 1024.0 * 1024 * 1024;
 // The logical rows of a table with no size of its own in a store bounded as a whole: as many as
 // the bound holds.
@@ -814,7 +816,7 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
   return out;
 }
 
-std::string CapacityPlanJson(const CapacityPlan& c) {
+std::string CapacityPlanJson(const CapacityPlan& c, const ThroughputPlan* t) {
   std::vector<std::string> tables;
   for (const CapacityPlan::Table& t : c.tables) {
     tables.push_back(absl::StrCat(
@@ -841,7 +843,31 @@ std::string CapacityPlanJson(const CapacityPlan& c) {
       "},\"shards_per_machine\":", c.shards_per_machine, ",\"ps_machines\":", c.ps_machines,
       ",\"per_step\":{\"id_bytes\":", Num(c.id_bytes_per_step), ",\"row_bytes_fp32\":", Num(c.row_bytes_per_step_fp32),
       ",\"gradient_bytes_fp32\":", Num(c.gradient_bytes_per_step_fp32),
-      ",\"loader_bytes\":", Num(c.loader_bytes_per_step), ",\"ids_source\":", Quote(c.ids_source), "}}\n");
+      ",\"loader_bytes\":", Num(c.loader_bytes_per_step), ",\"ids_source\":", Quote(c.ids_source),
+      "},\"throughput\":", t == nullptr ? "null" : ThroughputJson(*t), "}\n");
 }
+
+namespace {
+
+std::string ThroughputJson(const ThroughputPlan& t) {
+  const SimulationResult& r = t.cluster;
+  const SimulationOptions& o = t.cluster_options;
+  std::vector<std::string> uses;
+  for (const SimulationResult::Use& u : r.utilization) {
+    uses.push_back(absl::StrCat("{\"resource\":", Quote(u.resource), ",\"busy\":", Num(u.busy), "}"));
+  }
+  return absl::StrCat(
+      "{\"samples_per_second\":", Num(r.samples_per_second), ",\"bottleneck\":", Quote(r.bottleneck),
+      ",\"utilization\":[", absl::StrJoin(uses, ","), "],\"wait_for_rows_ms\":", Num(r.wait_for_rows_ms),
+      ",\"observed_staleness\":", Num(r.observed_staleness), ",\"lookup_ms\":", Num(r.lookup_ms),
+      ",\"update_ms\":", Num(r.update_ms), ",\"staleness\":", o.staleness, ",\"worker_machine\":",
+      Quote(t.worker_machine.name), ",\"loader_machine\":", Quote(t.loader_machine.name),
+      ",\"loader_machines\":", o.loader_machines, ",\"step_ms\":{\"train\":", Num(t.costs.train_ms),
+      ",\"ps\":", Num(t.costs.lookup_server_ms + t.costs.update_server_ms),
+      ",\"worker_other\":", Num(t.costs.lookup_client_ms + t.costs.update_client_ms),
+      ",\"loader\":", Num(t.costs.loader_ms), "}}");
+}
+
+}  // namespace
 
 }  // namespace hyrec::job

@@ -183,6 +183,8 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
   argv.push_back("--set=train.workers=1");
   argv.push_back(absl::StrCat("--set=train.log_every_batches=", log_every));
   if (options.relay) argv.push_back("--ps_latency_ms=0");
+  const std::string report = absl::StrCat("/tmp/hyrec-step-costs-", ::getpid(), ".yaml");
+  argv.push_back("--report=" + report);
   HYREC_ASSIGN_OR_RETURN(auto run, Subprocess::Spawn(argv));
   std::optional<CpuSnapshot> first, last;
   std::vector<std::string> tail;
@@ -212,6 +214,16 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
     return absl::FailedPreconditionError(absl::StrCat(
         train_binary, " --processes --config=", config, ": too few batches to measure (", warmup, " warm-up and at least 10 more, one worker)",
         tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
+  }
+  // The dense parameters (the allreduce's gradients), from the report of the stopped run.
+  double dense_parameters = 0;
+  {
+    std::ifstream in(report);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("dense_parameters: ", 0) == 0) (void)absl::SimpleAtod(line.substr(18), &dense_parameters);
+    }
+    std::error_code error;
+    std::filesystem::remove(report, error);
   }
   const double n = last->batches - first->batches;
   StepCosts s;
@@ -247,6 +259,7 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
   s.id_bytes = capacity.id_bytes_per_step / workers;
   s.row_bytes = capacity.row_bytes_per_step_fp32 / workers;
   s.batch_bytes = capacity.loader_bytes_per_step / workers;
+  s.dense_bytes = 4 * dense_parameters;
   return s;
 }
 
@@ -254,24 +267,27 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
 
 namespace hyrec::job {
 
-StepCosts ScaleStepCosts(const StepCosts& c, int batch_size) {
+StepCosts ScaleStepCosts(const StepCosts& c, int batch_size, double id_bytes, double row_bytes) {
   StepCosts s = c;
-  if (c.batch_size <= 0 || batch_size <= 0 || batch_size == c.batch_size) return s;
+  if (c.batch_size <= 0 || batch_size <= 0) return s;
   const double k = static_cast<double>(batch_size) / c.batch_size;
+  // The rows a batch looks up: as the plan counts them, else in proportion to the batch.
+  const double r = id_bytes > 0 && c.id_bytes > 0 ? id_bytes / c.id_bytes : k;
   s.batch_size = batch_size;
   s.train_ms *= k;
   s.loader_ms *= k;
   // The per-call part stays; the rest grows with the rows.
   auto rows = [&](double all, double per_call) {
     const double fixed = c.shards * per_call;
-    return fixed + std::max(0.0, all - fixed) * k;
+    return fixed + std::max(0.0, all - fixed) * r;
   };
   s.lookup_client_ms = rows(c.lookup_client_ms, c.rpc_client_ms);
   s.update_client_ms = rows(c.update_client_ms, c.rpc_client_ms);
   s.lookup_server_ms = rows(c.lookup_server_ms, c.rpc_server_ms);
   s.update_server_ms = rows(c.update_server_ms, c.rpc_server_ms);
-  s.id_bytes *= k;
-  s.row_bytes *= k;
+  s.id_bytes = id_bytes > 0 ? id_bytes : c.id_bytes * k;
+  s.row_bytes = row_bytes > 0 ? row_bytes : c.row_bytes * k;
+  s.relay_ms *= r;
   s.batch_bytes *= k;
   return s;
 }
@@ -279,7 +295,9 @@ StepCosts ScaleStepCosts(const StepCosts& c, int batch_size) {
 absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const CapacityPlan& capacity,
                                               const ThroughputOptions& o) {
   ThroughputPlan t;
-  t.costs = ScaleStepCosts(o.costs, capacity.batch_size);
+  const double workers = std::max(1, capacity.workers);
+  t.costs = ScaleStepCosts(o.costs, capacity.batch_size, capacity.id_bytes_per_step / workers,
+                           capacity.row_bytes_per_step_fp32 / workers);
   if (o.dense_step_ms > 0) t.costs.train_ms = o.dense_step_ms;
   const std::vector<MachineType>& types = o.machines.empty() ? GkeMachineTypes() : o.machines;
   HYREC_ASSIGN_OR_RETURN(const MachineType worker, FindMachineType(types, o.worker_machine, "--worker_machine"));
@@ -329,7 +347,8 @@ std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) 
       "\nthroughput (simulated, docs/capacity.md): a batch of %s measured on %s (%d cores), at batch %d: training "
       "thread %.2f ms%s, PS %.2f ms, worker's other threads %.2f ms, loader %.2f ms (CPU, all shards)\n",
       c.job, c.machine, c.cpus, t.costs.batch_size, t.costs.train_ms,
-      t.costs.train_ms == ScaleStepCosts(c.step, t.costs.batch_size).train_ms ? " (this machine's CPU)" : " (given)",
+      t.costs.train_ms == ScaleStepCosts(c.step, t.costs.batch_size, 0, 0).train_ms ? " (this machine's CPU)"
+                                                                                   : " (given)",
       t.costs.lookup_server_ms + t.costs.update_server_ms, t.costs.lookup_client_ms + t.costs.update_client_ms,
       t.costs.loader_ms);
   absl::StrAppendFormat(&out,
@@ -338,6 +357,57 @@ std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) 
                         s.workers, t.worker_machine.name, s.shards, s.ps_machines, "PS machine(s)", s.loader_machines,
                         t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness);
   out += FormatSimulationResult(t.cluster);
+  return out;
+}
+
+}  // namespace hyrec::job
+
+namespace hyrec::job {
+
+std::vector<ScalingPoint> ScalingCurve(const JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
+                                       bool weak, const std::vector<int>& workers) {
+  std::vector<ScalingPoint> out;
+  const int global = capacity.batch_size * std::max(1, capacity.workers);
+  double first = 0;
+  for (const int w : workers) {
+    CapacityPlan at = capacity;
+    at.workers = w;
+    at.batch_size = weak ? capacity.batch_size : std::max(1, global / w);
+    // A step's bytes for these workers and batch, in proportion to the plan's.
+    const double k = static_cast<double>(at.batch_size) * w / (static_cast<double>(capacity.batch_size) *
+                                                                std::max(1, capacity.workers));
+    at.id_bytes_per_step *= k;
+    at.row_bytes_per_step_fp32 *= k;
+    at.gradient_bytes_per_step_fp32 *= k;
+    at.loader_bytes_per_step *= k;
+    ThroughputOptions to = o;
+    if (to.dense_step_ms > 0) to.dense_step_ms *= static_cast<double>(at.batch_size) / capacity.batch_size;
+    absl::StatusOr<ThroughputPlan> t = PlanThroughput(plan, at, to);
+    if (!t.ok()) return out;
+    ScalingPoint p;
+    p.workers = w;
+    p.batch_size = at.batch_size;
+    p.result = t->cluster;
+    if (out.empty()) first = p.result.samples_per_second / w;
+    p.efficiency = first > 0 ? p.result.samples_per_second / (first * w) : 0;
+    out.push_back(p);
+  }
+  return out;
+}
+
+std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vector<ScalingPoint>& strong) {
+  std::string out = "\nscaling (simulated; efficiency: samples/s over the first point's per worker x workers)\n";
+  absl::StrAppendFormat(&out, "%8s | %-44s | %-44s\n", "workers", "weak (batch a worker fixed)",
+                        "strong (global batch fixed)");
+  for (size_t i = 0; i < std::max(weak.size(), strong.size()); ++i) {
+    auto cell = [](const std::vector<ScalingPoint>& v, size_t k) {
+      if (k >= v.size()) return std::string();
+      return absl::StrFormat("b %6d %10.0f/s %4.2f %-14s", v[k].batch_size, v[k].result.samples_per_second,
+                             v[k].efficiency, v[k].result.bottleneck);
+    };
+    absl::StrAppendFormat(&out, "%8d | %-44s | %-44s\n", i < weak.size() ? weak[i].workers : strong[i].workers,
+                          cell(weak, i), cell(strong, i));
+  }
   return out;
 }
 

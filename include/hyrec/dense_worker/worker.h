@@ -120,6 +120,7 @@ struct TrainReport {
   bool interrupted = false;        // Stopped on request before the end of the data.
   uint64_t dense_fingerprint = 0;  // DenseFingerprint of the trained dense parameters.
   double dense_sum = 0;            // Sum of every dense parameter (for tolerances).
+  uint64_t dense_parameters = 0;   // How many there are (the allreduce sends as many gradients).
   TrainerStats stats;              // Worker 0's.
   // Checkpoints (checkpoint.dir): the newest committed one and the best evaluation's (with early
   // stopping), as directories; the export written at the end (export.dir).

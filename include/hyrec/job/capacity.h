@@ -189,9 +189,11 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
                                            const CapacityPlan& capacity, const Calibration& machine,
                                            const StepMeasureOptions& options);
 
-// `c` measured at its batch size, at `batch_size`: the training thread, the loader, the rows and
-// their bytes grow in proportion; what each call costs whatever its rows stays.
-StepCosts ScaleStepCosts(const StepCosts& c, int batch_size);
+// `c` measured at its batch size, at `batch_size`, where a batch looks up rows of `id_bytes` (8
+// a unique id) and `row_bytes` (0: in proportion to the batch): the training thread and the loader
+// grow with the batch, the PS and the client's work a row and the relays with the rows; what each
+// call costs whatever its rows stays.
+StepCosts ScaleStepCosts(const StepCosts& c, int batch_size, double id_bytes, double row_bytes);
 
 // The expected rate of a planned job on machines of its own: its workers on `worker_machine`
 // nodes (one a worker), its shards on the plan's PS machines, `loader_machines` loader nodes,
@@ -218,6 +220,20 @@ struct ThroughputPlan {
 absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const CapacityPlan& capacity,
                                               const ThroughputOptions& o);
 
+// The planned job's rate at each of `workers` (the shards and PS machines as planned, one loader
+// machine a worker unless ThroughputOptions says otherwise): weak scaling keeps the batch a
+// worker; strong scaling keeps the global batch (the plan's batch x its workers) and splits it.
+// Efficiency: samples/s over (the first point's samples/s a worker x workers).
+struct ScalingPoint {
+  int workers = 0;
+  int batch_size = 0;  // A worker's.
+  double efficiency = 0;
+  SimulationResult result;
+};
+std::vector<ScalingPoint> ScalingCurve(const JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
+                                       bool weak, const std::vector<int>& workers);
+std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vector<ScalingPoint>& strong);
+
 std::string FormatSimulationResult(const SimulationResult& r);
 std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c);
 
@@ -234,7 +250,8 @@ absl::StatusOr<uint64_t> ResidentBytes(int pid);
 uint64_t PodRequestBytes(const JobPlan& plan, int shard);
 
 std::string FormatCapacityPlan(const CapacityPlan& plan);
-std::string CapacityPlanJson(const CapacityPlan& plan);
+// With `throughput` (PlanThroughput's) under "throughput"; null there without.
+std::string CapacityPlanJson(const CapacityPlan& plan, const ThroughputPlan* throughput = nullptr);
 
 }  // namespace hyrec::job
 
