@@ -96,8 +96,8 @@ absl::Status RunPlan(PlanFlags& f) {
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
   if (f.calibrate) {  // What a batch of this job costs here, at the job's own scale.
-    job::CapacityOptions own;
-    own.process_bytes = calibration->process_bytes;
+    job::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
+    own.workers = own.batch_size = own.ps_shards = 0;
     HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan at_own_scale, job::PlanCapacity(plan, own));
     HYREC_ASSIGN_OR_RETURN(calibration->step,
                            job::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides, plan,
