@@ -210,3 +210,125 @@ TEST(PlanCapacity, TheRendererRequestsThePlannedMemory) {
 
 }  // namespace
 }  // namespace hyrec::job
+
+namespace hyrec::job {
+namespace {
+
+StepCosts Measured() {
+  StepCosts s;
+  s.batch_size = 512;
+  s.shards = 2;
+  s.train_ms = 8;
+  s.lookup_client_ms = 2;
+  s.update_client_ms = 3;
+  s.lookup_server_ms = 3;
+  s.update_server_ms = 4;
+  s.loader_ms = 1.5;
+  s.rpc_client_ms = 0.25;
+  s.rpc_server_ms = 0.5;
+  s.id_bytes = 40000;
+  s.row_bytes = 320000;
+  s.batch_bytes = 100000;
+  s.dense_bytes = 120000;
+  return s;
+}
+
+// A calibration file keeps the job's step costs; a hand-edited one gets errors naming the key.
+TEST(Calibration, KeepsTheStepCostsAndNamesWhatIsWrong) {
+  Calibration c;
+  c.machine = "here";
+  c.cpus = 2;
+  c.process_bytes = 22 << 20;
+  c.rpc_dim = 64;
+  c.rpc_client_us = 120;
+  c.job = "job.yaml";
+  c.step = Measured();
+  const std::string path = ::testing::TempDir() + "/calibration.yaml";
+  ASSERT_TRUE(WriteCalibration(c, path).ok());
+  absl::StatusOr<Calibration> read = ReadCalibration(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->job, "job.yaml");
+  EXPECT_EQ(read->rpc_client_us, 120);
+  EXPECT_EQ(read->step.batch_size, 512);
+  EXPECT_EQ(read->step.shards, 2);
+  EXPECT_EQ(read->step.train_ms, 8);
+  EXPECT_EQ(read->step.update_server_ms, 4);
+  EXPECT_EQ(read->step.dense_bytes, 120000);
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto read_with = [&](const std::string& from, const std::string& to) {
+    std::string edited = text;
+    edited.replace(edited.find(from), from.size(), to);
+    std::ofstream(path) << edited;
+    return ReadCalibration(path);
+  };
+  read = read_with("  train_ms:", "  trian_ms:");
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "step")) << read.status();
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "trian_ms")) << read.status();
+  read = read_with("job: job.yaml\n", "");
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "needs the job")) << read.status();
+  read = read_with("  batch_size: 512", "  batch_size: 0");
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "batch_size")) << read.status();
+}
+
+// At another batch size, what a call costs stays and the rest follows the batch or its rows.
+TEST(ThroughputPlan, ScalesTheMeasuredCostsToThePlannedBatch) {
+  const StepCosts c = Measured();
+  const StepCosts s = ScaleStepCosts(c, 2048, 0, 0);
+  EXPECT_DOUBLE_EQ(s.train_ms, 32);
+  EXPECT_DOUBLE_EQ(s.loader_ms, 6);
+  EXPECT_DOUBLE_EQ(s.lookup_server_ms, 2 * 0.5 + (3 - 2 * 0.5) * 4);
+  EXPECT_DOUBLE_EQ(s.update_client_ms, 2 * 0.25 + (3 - 2 * 0.25) * 4);
+  EXPECT_DOUBLE_EQ(s.row_bytes, 4 * 320000);
+  // Rows counted by the plan (heavier deduplication at the larger batch): the PS work follows them.
+  const StepCosts d = ScaleStepCosts(c, 2048, 2 * 40000, 2 * 320000);
+  EXPECT_DOUBLE_EQ(d.train_ms, 32);
+  EXPECT_DOUBLE_EQ(d.lookup_server_ms, 2 * 0.5 + (3 - 2 * 0.5) * 2);
+  EXPECT_DOUBLE_EQ(d.row_bytes, 2 * 320000);
+}
+
+TEST(ThroughputPlan, PredictsThePlannedJobAndItsScaling) {
+  const JobPlan plan = PlanOf(kSynthetic);
+  CapacityOptions o;
+  o.workers = 4;
+  o.measure_batches = 0;
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ThroughputOptions t;
+  t.costs = Measured();
+  absl::StatusOr<ThroughputPlan> p = PlanThroughput(plan, *c, t);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->cluster_options.workers, 4);
+  EXPECT_EQ(p->cluster_options.shards, 2);
+  EXPECT_EQ(p->cluster_options.ps_cores, c->ps_machine.cpus);
+  EXPECT_EQ(p->costs.batch_size, 1024);
+  // The dense step (16 ms at batch 1,024) bounds four workers with idle PS machines.
+  EXPECT_EQ(p->cluster.bottleneck, "dense step");
+  EXPECT_NEAR(p->cluster.samples_per_second, 4 * 1024 / 0.016, 4 * 1024 / 0.016 * 0.03);
+  const std::string json = CapacityPlanJson(*c, &*p);
+  EXPECT_TRUE(absl::StrContains(json, "\"throughput\":{\"samples_per_second\":")) << json;
+  EXPECT_TRUE(absl::StrContains(CapacityPlanJson(*c), "\"throughput\":null"));
+  // Weak scaling holds the batch a worker; strong scaling splits the global batch (4 x 1,024).
+  const std::vector<ScalingPoint> weak = ScalingCurve(plan, *c, t, true, {1, 2, 4});
+  const std::vector<ScalingPoint> strong = ScalingCurve(plan, *c, t, false, {1, 2, 4});
+  ASSERT_EQ(weak.size(), 3u);
+  ASSERT_EQ(strong.size(), 3u);
+  EXPECT_EQ(weak[2].batch_size, 1024);
+  EXPECT_EQ(strong[0].batch_size, 4096);
+  EXPECT_EQ(strong[2].batch_size, 1024);
+  EXPECT_NEAR(weak[2].efficiency, 1, 0.05);
+  // An unknown machine type names its flag.
+  t.worker_machine = "a2-highgpu-9g";
+  p = PlanThroughput(plan, *c, t);
+  ASSERT_FALSE(p.ok());
+  EXPECT_TRUE(absl::StrContains(p.status().message(), "--worker_machine=a2-highgpu-9g")) << p.status();
+}
+
+}  // namespace
+}  // namespace hyrec::job
