@@ -110,7 +110,8 @@ TEST(Cli, EveryRoleHasHelpVersionAndTheCommonFlags) {
     EXPECT_EQ(r.code, 0) << role << ": " << r.err;
     EXPECT_TRUE(absl::StartsWith(r.out, absl::StrCat("usage: hyrec ", role, " [flags]\n"))) << r.out;
     // The one-shot tools serve no metrics, so they take no metrics flags.
-    const bool one_shot = role == std::string("export") || role == "predict" || role == "eval";
+    const std::string name = role;
+    const bool one_shot = name == "export" || name == "predict" || name == "eval";
     for (const char* flag : {"--log_level=", "--metrics_host=", "--metrics_port=", "--help", "--version"}) {
       const bool metrics = absl::StrContains(flag, "metrics");
       EXPECT_EQ(absl::StrContains(r.out, flag), !(one_shot && metrics)) << role << ", " << flag << "\n" << r.out;
@@ -156,6 +157,20 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
   r = Hyrec({"train", "--config=x.yaml", "--ps_latency_ms=5"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(absl::StrContains(r.err, "--ps_latency_ms needs --processes")) << r.err;
+  // hyrec plan: an unknown machine type names its flag; a plan without step costs says how to
+  // get them.
+  const std::string job = HYREC_SOURCE_DIR "/examples/configs/synthetic.yaml";
+  r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--worker_machine=a2-higgpu-1g"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "--worker_machine=a2-higgpu-1g: not a machine type hyrec knows (did you "
+                                       "mean a2-highgpu-1g?)"))
+      << r.err;
+  r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--calibration=/nonexistent/calibration.yaml"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "/nonexistent/calibration.yaml")) << r.err;
+  r = Hyrec({"plan", "--config=" + job, "--measure_batches=1"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "throughput: not predicted; hyrec plan --calibrate --config=JOB")) << r.out;
 }
 
 // Job files that once aborted `hyrec train` (exit 134) or trained on a file named "null".
