@@ -3,8 +3,11 @@
 // 0 and 4, added PS round trip 0-20 ms). The floor of each prediction is the measured run itself:
 // the ratio is predicted / measured (docs/benchmarks.md, docs/capacity.md).
 //
-//   build/benchmarks/simulator_benchmark [--shape=small|heavy]
+//   build/benchmarks/simulator_benchmark [--shape=small|heavy] [--rounds=3]
+// Each configuration runs `rounds` times; the table shows the median and the range. The step
+// costs are the mean of two calibration runs.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -14,7 +17,7 @@ namespace {
 
 using namespace hyrec;
 
-int Run(const std::string& only) {
+int Run(const std::string& only, int rounds) {
   const std::string dir = absl::StrCat("/tmp/hyrec_simulator_benchmark_", ::getpid());
   std::filesystem::create_directories(dir);
   absl::StatusOr<job::Calibration> machine = job::Calibrate(HYREC_PS_BINARY, dir);
@@ -42,19 +45,20 @@ int Run(const std::string& only) {
                 c->costs.lookup_client_ms + c->costs.update_client_ms,
                 c->costs.lookup_server_ms + c->costs.update_server_ms, c->costs.loader_ms, c->costs.relay_ms,
                 c->costs.cores_used, c->usable_cores);
-    std::printf("| configuration | measured samples/s | predicted | predicted / measured | waited ms meas. / pred. | "
+    std::printf("| configuration | measured samples/s (range) | predicted | predicted / measured | waited ms meas. / pred. | "
                 "staleness meas. / pred. | lookup, update ms meas. / pred. | bound by (predicted) |\n"
                 "| --- | --- | --- | --- | --- | --- | --- | --- |\n");
     for (const bench::RunConfig& config : configs) {
-      absl::StatusOr<bench::Measured> m = bench::MeasureRun(HYREC_TRAIN_BINARY, c->job, config);
+      double low = 0, high = 0;
+      absl::StatusOr<bench::Measured> m = bench::MeasureMedian(HYREC_TRAIN_BINARY, c->job, config, rounds, &low, &high);
       if (!m.ok()) {
         std::fprintf(stderr, "simulator_benchmark: %s\n", m.status().ToString().c_str());
         return 1;
       }
       const job::SimulationResult p = bench::Predict(*c, config, shape.batches);
       const double ratio = p.samples_per_second / m->samples_per_second;
-      std::printf("| %s | %.0f | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.1f, %.1f / %.1f, %.1f | %s |\n",
-                  config.Name().c_str(), m->samples_per_second, p.samples_per_second, ratio, m->waited_ms,
+      std::printf("| %s | %.0f (%.0f-%.0f) | %.0f | %.2f | %.2f / %.2f | %.2f / %.2f | %.1f, %.1f / %.1f, %.1f | %s |\n",
+                  config.Name().c_str(), m->samples_per_second, low, high, p.samples_per_second, ratio, m->waited_ms,
                   p.wait_for_rows_ms, m->observed_staleness, p.observed_staleness, m->lookup_ms, m->update_ms,
                   p.lookup_ms, p.update_ms, p.bottleneck.c_str());
       std::fflush(stdout);
@@ -71,14 +75,20 @@ int Run(const std::string& only) {
 
 int main(int argc, char** argv) {
   std::string only;
+  int rounds = 3;
   for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--rounds=", 9) == 0 && std::atoi(argv[i] + 9) >= 1) {
+      rounds = std::atoi(argv[i] + 9);
+      continue;
+    }
     if (std::strncmp(argv[i], "--shape=", 8) == 0 && (std::strcmp(argv[i] + 8, "small") == 0 ||
                                                        std::strcmp(argv[i] + 8, "heavy") == 0)) {
       only = argv[i] + 8;
       continue;
     }
-    std::fprintf(stderr, "simulator_benchmark: %s: not --shape=small or --shape=heavy\n", argv[i]);
+    std::fprintf(stderr, "simulator_benchmark: %s: not --shape=small, --shape=heavy or --rounds=N (N >= 1)\n",
+                 argv[i]);
     return 2;
   }
-  return Run(only);
+  return Run(only, rounds);
 }

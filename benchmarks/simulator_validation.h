@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -126,8 +127,9 @@ inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig&
   return o;
 }
 
-// The shape's job written under `dir`, its plan, its step costs measured here (in kCalibration)
-// and the cores its roles could use together then.
+// The shape's job written under `dir`, its plan, its step costs measured here (in kCalibration,
+// the mean of `runs` runs: one run's rate varies by about 10% from the next on this machine) and
+// the cores its roles could use together then.
 struct CalibratedShape {
   std::string job;
   job::JobPlan plan;
@@ -138,7 +140,8 @@ struct CalibratedShape {
 // staleness 4), through the relays at 0 ms.
 inline const RunConfig kCalibration = {2, 1, 4, 0};
 inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_binary, const ModelShape& shape,
-                                                      const job::Calibration& machine, const std::string& dir) {
+                                                      const job::Calibration& machine, const std::string& dir,
+                                                      int runs = 2) {
   CalibratedShape c;
   c.job = absl::StrCat(dir, "/", shape.name, ".yaml");
   std::ofstream(c.job) << ShapeJobYaml(shape);
@@ -150,10 +153,63 @@ inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_b
   job::StepMeasureOptions measure;
   measure.batches = std::min(200, shape.batches / 2);
   measure.relay = true;
-  HYREC_ASSIGN_OR_RETURN(c.costs, job::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
+  for (int run = 0; run < runs; ++run) {
+    HYREC_ASSIGN_OR_RETURN(const job::StepCosts s,
+                           job::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
+    if (run == 0) {
+      c.costs = s;
+      continue;
+    }
+    for (auto [sum, add] : {std::pair{&c.costs.train_ms, s.train_ms},
+                            {&c.costs.lookup_client_ms, s.lookup_client_ms},
+                            {&c.costs.update_client_ms, s.update_client_ms},
+                            {&c.costs.lookup_server_ms, s.lookup_server_ms},
+                            {&c.costs.update_server_ms, s.update_server_ms},
+                            {&c.costs.loader_ms, s.loader_ms},
+                            {&c.costs.relay_ms, s.relay_ms},
+                            {&c.costs.cores_used, s.cores_used}}) {
+      *sum += add;
+    }
+  }
+  for (double* v : {&c.costs.train_ms, &c.costs.lookup_client_ms, &c.costs.update_client_ms,
+                    &c.costs.lookup_server_ms, &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms,
+                    &c.costs.cores_used}) {
+    *v /= runs;
+  }
   job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);
   c.usable_cores = job::UsableCores(c.costs, at);
   return c;
+}
+
+// The median of `runs` measured runs of `config` (their rates, waits and staleness, each the
+// median of its own), and in *low, *high the slowest and fastest rate.
+inline absl::StatusOr<Measured> MeasureMedian(const std::string& train_binary, const std::string& job,
+                                              const RunConfig& config, int runs, double* low = nullptr,
+                                              double* high = nullptr) {
+  std::vector<Measured> all;
+  for (int r = 0; r < runs; ++r) {
+    HYREC_ASSIGN_OR_RETURN(Measured m, MeasureRun(train_binary, job, config));
+    all.push_back(m);
+  }
+  auto median = [&](double Measured::*field) {
+    std::vector<double> v;
+    for (const Measured& m : all) v.push_back(m.*field);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  Measured m;
+  m.samples_per_second = median(&Measured::samples_per_second);
+  m.waited_ms = median(&Measured::waited_ms);
+  m.observed_staleness = median(&Measured::observed_staleness);
+  m.lookup_ms = median(&Measured::lookup_ms);
+  m.update_ms = median(&Measured::update_ms);
+  if (low != nullptr) *low = all[0].samples_per_second;
+  if (high != nullptr) *high = all[0].samples_per_second;
+  for (const Measured& a : all) {
+    if (low != nullptr) *low = std::min(*low, a.samples_per_second);
+    if (high != nullptr) *high = std::max(*high, a.samples_per_second);
+  }
+  return m;
 }
 
 // What Simulate predicts for `config` of the calibrated shape.
