@@ -173,6 +173,7 @@ int PlanMain(int argc, char** argv) {
   flags.Double("dense_step_ms", &t.dense_step_ms,
                "A batch's dense step on the workers' machines (default: as calibrated on this one).", 0, 1e6);
   flags.Int("staleness", &t.staleness, "train.embedding_staleness for the prediction (default: the job's).", -1, 1000);
+  flags.Bool("fp16", &t.fp16, "Predict with rows and gradients in fp16 on the wire (half their bytes).");
   flags.Bool("scaling", &f.scaling,
              "Also predict weak and strong scaling over 1-64 workers (with step costs from --calibrate --config).");
   flags.Double("added_rtt_ms", &t.added_rtt_ms, "The network's round trip between workers and PS machines.", 0, 1e4);

@@ -171,25 +171,19 @@ absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::s
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
-                                           const std::vector<std::string>& overrides, const JobPlan& plan,
-                                           const CapacityPlan& capacity, const Calibration& machine,
-                                           const StepMeasureOptions& options) {
-  const int batches = options.batches;
-  const int batch_size = plan.loader.options.batch_size;
-  const int log_every = std::max(5, batches / 20);
-  const int warmup = std::max(10, batches / 5);
-  std::vector<std::string> argv = {train_binary, "--processes", "--config=" + config, "--plot=", "--progress=lines"};
-  for (const std::string& o : overrides) argv.push_back("--set=" + o);
-  // One worker on the data over and over, without the evaluations, checkpoints and exports
-  // that would take their share of the time measured or write where the job writes.
-  for (const char* o : {"train.workers=1", "loader.epochs=1000", "eval.every_batches=0", "eval.every_epoch=false",
-                        "eval.patience=0", "checkpoint.dir=", "checkpoint.every_steps=0", "checkpoint.every_seconds=0",
-                        "export.dir=", "export.delta_every_steps=0", "export.delta_every_seconds=0"}) {
-    argv.push_back(absl::StrCat("--set=", o));
-  }
-  argv.push_back(absl::StrCat("--set=train.log_every_batches=", log_every));
-  if (options.relay) argv.push_back("--ps_latency_ms=0");
+namespace {
+
+// CPU milliseconds a batch of one run, by who spends them.
+struct RunCpu {
+  double train = 0, client = 0, server = 0, loader = 0, launcher = 0;
+  double cores_used = 0;
+  double dense_parameters = 0;
+  int ps_processes = 0;
+};
+
+// Runs `argv` (hyrec train --processes with one worker and its progress every few batches) and
+// reads the roles' CPU over `batches` batches after `warmup`, then stops it.
+absl::StatusOr<RunCpu> TimeRun(std::vector<std::string> argv, int batch_size, int warmup, int batches) {
   const std::string report = absl::StrCat("/tmp/hyrec-step-costs-", ::getpid(), ".yaml");
   argv.push_back("--report=" + report);
   HYREC_ASSIGN_OR_RETURN(auto run, Subprocess::Spawn(argv));
@@ -220,32 +214,63 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
   }
   if (!measured) {
     return absl::FailedPreconditionError(absl::StrCat(
-        train_binary, " --processes --config=", config, " ended (",
+        absl::StrJoin(argv.begin(), argv.begin() + 3, " "), " ended (",
         code.ok() ? absl::StrCat("exit code ", *code) : std::string(code.status().message()), ") before ", warmup,
-        " batches of warm-up and 10 timed ones", tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
+        " batches of warm-up and 10 timed ones",
+        tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
   }
-  // The dense parameters (the allreduce's gradients), from the report of the stopped run.
-  double dense_parameters = 0;
-  {
+  RunCpu r;
+  {  // The dense parameters (the allreduce's gradients), from the report of the stopped run.
     std::ifstream in(report);
     for (std::string line; std::getline(in, line);) {
-      if (line.rfind("dense_parameters: ", 0) == 0) (void)absl::SimpleAtod(line.substr(18), &dense_parameters);
+      if (line.rfind("dense_parameters: ", 0) == 0) (void)absl::SimpleAtod(line.substr(18), &r.dense_parameters);
     }
     std::error_code error;
     std::filesystem::remove(report, error);
   }
   const double n = last->batches - first->batches;
-  StepCosts s;
-  s.batch_size = batch_size;
-  s.shards = last->ps_processes;
-  s.train_ms = (last->train - first->train) / n;
-  const double client_ms = (last->worker - last->train - (first->worker - first->train)) / n;
-  const double server_ms = (last->ps - first->ps) / n;
-  s.loader_ms = (last->loader - first->loader) / n;
-  s.relay_ms = options.relay ? (last->launcher - first->launcher) / n : 0;
+  r.ps_processes = last->ps_processes;
+  r.train = (last->train - first->train) / n;
+  r.client = (last->worker - last->train - (first->worker - first->train)) / n;
+  r.server = (last->ps - first->ps) / n;
+  r.loader = (last->loader - first->loader) / n;
+  r.launcher = (last->launcher - first->launcher) / n;
   const double all = last->launcher + last->worker + last->ps + last->loader -
                      (first->launcher + first->worker + first->ps + first->loader);
-  s.cores_used = all / absl::ToDoubleMilliseconds(last->time - first->time);
+  r.cores_used = all / absl::ToDoubleMilliseconds(last->time - first->time);
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
+                                           const std::vector<std::string>& overrides, const JobPlan& plan,
+                                           const CapacityPlan& capacity, const Calibration& machine,
+                                           const StepMeasureOptions& options) {
+  const int batches = options.batches;
+  const int batch_size = plan.loader.options.batch_size;
+  std::vector<std::string> argv = {train_binary, "--processes", "--config=" + config, "--plot=", "--progress=lines"};
+  for (const std::string& o : overrides) argv.push_back("--set=" + o);
+  // One worker on the data over and over, without the evaluations, checkpoints and exports
+  // that would take their share of the time measured or write where the job writes.
+  for (const char* o : {"train.workers=1", "loader.epochs=1000", "eval.every_batches=0", "eval.every_epoch=false",
+                        "eval.patience=0", "checkpoint.dir=", "checkpoint.every_steps=0", "checkpoint.every_seconds=0",
+                        "export.dir=", "export.delta_every_steps=0", "export.delta_every_seconds=0"}) {
+    argv.push_back(absl::StrCat("--set=", o));
+  }
+  argv.push_back(absl::StrCat("--set=train.log_every_batches=", std::max(5, batches / 20)));
+  if (options.relay) argv.push_back("--ps_latency_ms=0");
+  HYREC_ASSIGN_OR_RETURN(const RunCpu run, TimeRun(argv, batch_size, std::max(10, batches / 5), batches));
+  StepCosts s;
+  s.batch_size = batch_size;
+  s.shards = run.ps_processes;
+  s.train_ms = run.train;
+  const double client_ms = run.client;
+  const double server_ms = run.server;
+  s.loader_ms = run.loader;
+  s.relay_ms = options.relay ? run.launcher : 0;
+  s.cores_used = run.cores_used;
+  const double dense_parameters = run.dense_parameters;
   // Lookup against update, by the shares the calibration's calls give at this job's rows.
   double rows = 0;
   for (const CapacityPlan::Table& t : capacity.tables) {
@@ -308,6 +333,7 @@ absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const Capacit
   t.costs = ScaleStepCosts(o.costs, capacity.batch_size, capacity.id_bytes_per_step / workers,
                            capacity.row_bytes_per_step_fp32 / workers);
   if (o.dense_step_ms > 0) t.costs.train_ms = o.dense_step_ms;
+  if (o.fp16) t.costs.row_bytes /= 2;
   const std::vector<MachineType>& types = o.machines.empty() ? GkeMachineTypes() : o.machines;
   HYREC_ASSIGN_OR_RETURN(const MachineType worker, FindMachineType(types, o.worker_machine, "--worker_machine"));
   HYREC_ASSIGN_OR_RETURN(const MachineType loader, FindMachineType(types, o.loader_machine, "--loader_machine"));
@@ -329,6 +355,7 @@ absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const Capacit
   // machine's egress is modelled at the PS machine's bandwidth when the types differ.
   s.network_gbps = capacity.ps_machine.network_gbps;
   t.worker_machine = worker;
+  t.fp16 = o.fp16;
   t.loader_machine = loader;
   t.cluster = Simulate(t.costs, s);
   return t;
@@ -362,9 +389,10 @@ std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) 
       t.costs.loader_ms);
   absl::StrAppendFormat(&out,
                         "  %d worker(s) on %s, %d shard(s) on %d %s, %d loader machine(s) %s, egress %.0f Gb/s, "
-                        "added round trip %.1f ms, staleness %d\n  expected: ",
+                        "added round trip %.1f ms, staleness %d, rows and gradients in %s\n  expected: ",
                         s.workers, t.worker_machine.name, s.shards, s.ps_machines, "PS machine(s)", s.loader_machines,
-                        t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness);
+                        t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness,
+                        t.fp16 ? "fp16" : "fp32");
   out += FormatSimulationResult(t.cluster);
   return out;
 }

@@ -208,11 +208,13 @@ struct ThroughputOptions {
   double dense_step_ms = 0;  // A batch's dense step where the workers run (a GPU's); 0: costs.train_ms.
   int staleness = -1;        // -1: the job's train.embedding_staleness.
   double added_rtt_ms = 0;   // The network's round trip between workers and PS machines.
+  bool fp16 = false;         // Rows and gradients travel in fp16: half their bytes (not the conversion's CPU).
   int batches = 60;          // Simulated batches a worker.
 };
 struct ThroughputPlan {
   StepCosts costs;  // As simulated.
   MachineType worker_machine, loader_machine;
+  bool fp16 = false;
   SimulationOptions cluster_options;
   SimulationResult cluster;
 };
