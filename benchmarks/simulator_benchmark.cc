@@ -36,7 +36,7 @@ int Run(const std::string& only, int rounds) {
   for (const bench::ModelShape& shape : shapes) {
     if (!only.empty() && shape.name != only) continue;
     // Per configuration and round: measured and predicted samples/s. Each round calibrates anew:
-    // this machine's speed drifts by tens of percent over minutes.
+    // a shared machine's speed drifts over minutes (docs/benchmarks.md).
     std::vector<std::vector<double>> measured(configs.size()), predicted(configs.size());
     std::vector<bench::Measured> last(configs.size());
     std::vector<job::SimulationResult> last_prediction(configs.size());

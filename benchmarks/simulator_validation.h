@@ -128,7 +128,7 @@ inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig&
 }
 
 // The shape's job written under `dir`, its plan, its step costs measured here (in kCalibration,
-// the mean of `runs` runs: one run's rate varies by about 10% from the next on this machine) and
+// the mean of `runs` runs: one run's rate varies from the next on a shared machine) and
 // the cores its roles could use together then.
 struct CalibratedShape {
   std::string job;

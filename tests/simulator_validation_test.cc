@@ -3,7 +3,7 @@
 // `hyrec train --processes` run in the job's own configuration), then seven other
 // configurations (shards 1-4, workers 1-2, staleness 0 and 4, added PS round trip 0-20 ms) run
 // for real and the simulator's samples/s for each is within 15% of the measured one. One run's
-// rate varies by about 10% from the next on this machine, and its speed drifts over minutes: the
+// rate varies from the next on a shared machine, and its speed drifts over minutes: the
 // step costs are the mean of two calibration runs; a configuration off by more than 15% runs
 // twice more and is judged on the median of its three runs, and if it is still off, on the median
 // of three more after the shape is calibrated again.
