@@ -6,11 +6,11 @@
 //   build/benchmarks/simulator_benchmark [--shape=small|heavy] [--rounds=3]
 // Each round measures the step costs (one calibration run) and then runs every configuration
 // once; the table shows the medians over the rounds and each round's ratio.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <algorithm>
 
 #include "benchmarks/simulator_validation.h"
 
@@ -28,8 +28,8 @@ int Run(const std::string& only, int rounds) {
   }
   const std::vector<bench::ModelShape> shapes = {{"small", 16, 1, 512, "[64, 32]", 300},
                                                  {"heavy", 64, 4, 256, "[64, 32]", 300}};
-  const std::vector<bench::RunConfig> configs = {{2, 1, 4, 0}, {1, 1, 4, 0}, {4, 1, 4, 0},  {2, 1, 0, 0},
-                                                 {2, 2, 4, 0}, {2, 2, 0, 0}, {2, 1, 4, 10}, {2, 1, 0, 10},
+  const std::vector<bench::RunConfig> configs = {{2, 1, 4, 0},  {1, 1, 4, 0}, {4, 1, 4, 0},  {2, 1, 0, 0},
+                                                 {2, 2, 4, 0},  {2, 2, 0, 0}, {2, 1, 4, 10}, {2, 1, 0, 10},
                                                  {1, 1, 0, 20}, {4, 2, 4, 5}};
   int worst = 0;
   double worst_error = 0;
@@ -46,11 +46,12 @@ int Run(const std::string& only, int rounds) {
         std::fprintf(stderr, "simulator_benchmark: %s\n", c.status().ToString().c_str());
         return 1;
       }
-      std::printf("%s, round %d: a batch here: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, "
-                  "loader %.2f ms, relays %.2f ms (CPU); %.2f cores busy (usable: %.2f)\n",
-                  shape.name.c_str(), round + 1, c->costs.train_ms, c->costs.lookup_client_ms + c->costs.update_client_ms,
-                  c->costs.lookup_server_ms + c->costs.update_server_ms, c->costs.loader_ms, c->costs.relay_ms,
-                  c->costs.cores_used, c->usable_cores);
+      std::printf(
+          "%s, round %d: a batch here: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, "
+          "loader %.2f ms, relays %.2f ms (CPU); %.2f cores busy (usable: %.2f)\n",
+          shape.name.c_str(), round + 1, c->costs.train_ms, c->costs.lookup_client_ms + c->costs.update_client_ms,
+          c->costs.lookup_server_ms + c->costs.update_server_ms, c->costs.loader_ms, c->costs.relay_ms,
+          c->costs.cores_used, c->usable_cores);
       std::fflush(stdout);
       for (size_t k = 0; k < configs.size(); ++k) {
         absl::StatusOr<bench::Measured> m = bench::MeasureRun(HYREC_TRAIN_BINARY, c->job, configs[k]);
@@ -66,8 +67,9 @@ int Run(const std::string& only, int rounds) {
     }
     std::printf("%s: dim %d, %d ids a feature, batch %d, MLPs %s; %d round(s)\n", shape.name.c_str(), shape.dim,
                 shape.ids_per_sample, shape.batch, shape.mlp.c_str(), rounds);
-    std::printf("| configuration | measured samples/s | predicted | predicted / measured (rounds) | waited ms meas. / "
-                "pred. | staleness meas. / pred. | bound by (predicted) |\n| --- | --- | --- | --- | --- | --- | --- |\n");
+    std::printf(
+        "| configuration | measured samples/s | predicted | predicted / measured (rounds) | waited ms meas. / "
+        "pred. | staleness meas. / pred. | bound by (predicted) |\n| --- | --- | --- | --- | --- | --- | --- |\n");
     for (size_t k = 0; k < configs.size(); ++k) {
       std::vector<double> ratios;
       for (size_t r = 0; r < measured[k].size(); ++r) ratios.push_back(predicted[k][r] / measured[k][r]);
@@ -79,19 +81,20 @@ int Run(const std::string& only, int rounds) {
       std::string each;
       for (double r : ratios) each += absl::StrFormat(" %.2f", r);
       const job::SimulationResult& p = last_prediction[k];
-      std::printf("| %s%s | %.0f | %.0f | **%.2f** (%s) | %.2f / %.2f | %.2f / %.2f | %s |\n", configs[k].Name().c_str(),
-                  k == 0 ? " (the calibration's)" : "", median(measured[k]), median(predicted[k]), ratio,
-                  each.substr(1).c_str(), last[k].waited_ms, p.wait_for_rows_ms, last[k].observed_staleness,
-                  p.observed_staleness, p.bottleneck.c_str());
+      std::printf("| %s%s | %.0f | %.0f | **%.2f** (%s) | %.2f / %.2f | %.2f / %.2f | %s |\n",
+                  configs[k].Name().c_str(), k == 0 ? " (the calibration's)" : "", median(measured[k]),
+                  median(predicted[k]), ratio, each.substr(1).c_str(), last[k].waited_ms, p.wait_for_rows_ms,
+                  last[k].observed_staleness, p.observed_staleness, p.bottleneck.c_str());
       if (k == 0) continue;
       worst_error = std::max(worst_error, std::abs(ratio - 1));
       worst += std::abs(ratio - 1) > 0.15;
     }
     std::fflush(stdout);
   }
-  std::printf("%d configuration(s) besides the calibration's off by more than 15%% (median of the rounds); the worst "
-              "off by %.0f%%\n",
-              worst, worst_error * 100);
+  std::printf(
+      "%d configuration(s) besides the calibration's off by more than 15%% (median of the rounds); the worst "
+      "off by %.0f%%\n",
+      worst, worst_error * 100);
   std::filesystem::remove_all(dir);
   return 0;
 }
@@ -106,13 +109,12 @@ int main(int argc, char** argv) {
       rounds = std::atoi(argv[i] + 9);
       continue;
     }
-    if (std::strncmp(argv[i], "--shape=", 8) == 0 && (std::strcmp(argv[i] + 8, "small") == 0 ||
-                                                       std::strcmp(argv[i] + 8, "heavy") == 0)) {
+    if (std::strncmp(argv[i], "--shape=", 8) == 0 &&
+        (std::strcmp(argv[i] + 8, "small") == 0 || std::strcmp(argv[i] + 8, "heavy") == 0)) {
       only = argv[i] + 8;
       continue;
     }
-    std::fprintf(stderr, "simulator_benchmark: %s: not --shape=small, --shape=heavy or --rounds=N (N >= 1)\n",
-                 argv[i]);
+    std::fprintf(stderr, "simulator_benchmark: %s: not --shape=small, --shape=heavy or --rounds=N (N >= 1)\n", argv[i]);
     return 2;
   }
   return Run(only, rounds);

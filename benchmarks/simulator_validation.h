@@ -171,9 +171,8 @@ inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_b
       *sum += add;
     }
   }
-  for (double* v : {&c.costs.train_ms, &c.costs.lookup_client_ms, &c.costs.update_client_ms,
-                    &c.costs.lookup_server_ms, &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms,
-                    &c.costs.cores_used}) {
+  for (double* v : {&c.costs.train_ms, &c.costs.lookup_client_ms, &c.costs.update_client_ms, &c.costs.lookup_server_ms,
+                    &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms, &c.costs.cores_used}) {
     *v /= runs;
   }
   job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);

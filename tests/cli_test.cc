@@ -162,8 +162,9 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
   const std::string job = HYREC_SOURCE_DIR "/examples/configs/synthetic.yaml";
   r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--worker_machine=a2-higgpu-1g"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_TRUE(absl::StrContains(r.err, "--worker_machine=a2-higgpu-1g: not a machine type hyrec knows (did you "
-                                       "mean a2-highgpu-1g?)"))
+  EXPECT_TRUE(absl::StrContains(r.err,
+                                "--worker_machine=a2-higgpu-1g: not a machine type hyrec knows (did you "
+                                "mean a2-highgpu-1g?)"))
       << r.err;
   r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--calibration=/nonexistent/calibration.yaml"});
   EXPECT_EQ(r.code, 2);

@@ -401,7 +401,11 @@ TEST(DataService, ALateWorkerDoesNotHoldTheOthersUpAndGetsTheBatchItAsksFor) {
 // A stream that does not reconnect, or a loader that never comes back, is an error within the
 // caller's timeout, never a hang.
 TEST(DataService, AReconnectingStreamGivesUpWithinItsTimeout) {
-  LoaderProcess loader = StartLoader();
+  // More batches than gRPC's windows can hold, so the stream cannot have reached its end before
+  // the loader is killed.
+  std::string config = kConfig;
+  config.replace(config.find("num_samples: 3000"), 17, "num_samples: 300000");
+  LoaderProcess loader = StartLoader({}, config.c_str());
   StreamClientOptions options;
   options.reconnect = true;
   auto s0 = ConnectBatchStream(loader.address, 0, options);

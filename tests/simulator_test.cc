@@ -83,8 +83,8 @@ TEST(SimulatorTest, RolesSharingOneCoreShareItsTime) {
   const StepCosts c = Costs();
   const SimulationResult r = Simulate(c, o);
   // Every CPU figure of a batch, one after another on the one core.
-  const double cpu_ms = c.train_ms + c.lookup_client_ms + c.update_client_ms + c.lookup_server_ms +
-                        c.update_server_ms + c.loader_ms;
+  const double cpu_ms =
+      c.train_ms + c.lookup_client_ms + c.update_client_ms + c.lookup_server_ms + c.update_server_ms + c.loader_ms;
   EXPECT_NEAR(r.samples_per_second, 1000 / cpu_ms * 1e3, 1000 / cpu_ms * 1e3 * 0.02);
   EXPECT_EQ(r.bottleneck, "CPU");
   // Two cores: the dense step on one, the rest (5 ms) beside it, but for the moments when two

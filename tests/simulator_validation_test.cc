@@ -29,19 +29,20 @@ TEST(SimulatorValidationTest, PredictedSamplesPerSecondIsWithinFifteenPercentOfM
     std::vector<RunConfig> configs;
   };
   const std::vector<Case> cases = {
-      {{"small", 16, 1, 512, "[64, 32]", 240}, {{1, 1, 4, 0}, {4, 1, 4, 0}, {2, 2, 0, 0}, {2, 1, 0, 10}, {1, 1, 0, 20}}},
+      {{"small", 16, 1, 512, "[64, 32]", 240},
+       {{1, 1, 4, 0}, {4, 1, 4, 0}, {2, 2, 0, 0}, {2, 1, 0, 10}, {1, 1, 0, 20}}},
       {{"heavy", 64, 4, 256, "[64, 32]", 160}, {{4, 2, 4, 5}, {2, 1, 0, 0}}},
   };
   int configurations = 0;
   for (const Case& c : cases) {
     absl::StatusOr<CalibratedShape> shape = CalibrateShape(HYREC_TRAIN_BINARY, c.shape, *machine, dir);
     ASSERT_TRUE(shape.ok()) << shape.status();
-    std::printf("%s: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, loader %.2f ms, relays "
-                "%.2f ms a batch; %.2f cores usable\n",
-                c.shape.name.c_str(), shape->costs.train_ms,
-                shape->costs.lookup_client_ms + shape->costs.update_client_ms,
-                shape->costs.lookup_server_ms + shape->costs.update_server_ms, shape->costs.loader_ms,
-                shape->costs.relay_ms, shape->usable_cores);
+    std::printf(
+        "%s: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, loader %.2f ms, relays "
+        "%.2f ms a batch; %.2f cores usable\n",
+        c.shape.name.c_str(), shape->costs.train_ms, shape->costs.lookup_client_ms + shape->costs.update_client_ms,
+        shape->costs.lookup_server_ms + shape->costs.update_server_ms, shape->costs.loader_ms, shape->costs.relay_ms,
+        shape->usable_cores);
     for (const RunConfig& config : c.configs) {
       job::SimulationResult predicted = Predict(*shape, config, c.shape.batches);
       absl::StatusOr<Measured> m = MeasureRun(HYREC_TRAIN_BINARY, shape->job, config);

@@ -42,8 +42,9 @@ struct PlanFlags {
 std::optional<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
                                               const job::CapacityPlan& capacity, std::string* why) {
   if (c == nullptr || c->job.empty()) {
-    *why = "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
-           "(docs/capacity.md)";
+    *why =
+        "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
+        "(docs/capacity.md)";
     return std::nullopt;
   }
   job::ThroughputOptions o = f.throughput;
@@ -95,7 +96,7 @@ absl::Status RunPlan(PlanFlags& f) {
   HYREC_RETURN_IF_ERROR(job::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
-  if (f.calibrate) {  // What a batch of this job costs here, at the job's own scale.
+  if (f.calibrate) {                       // What a batch of this job costs here, at the job's own scale.
     job::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
     own.workers = own.batch_size = own.ps_shards = 0;
     HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan at_own_scale, job::PlanCapacity(plan, own));

@@ -93,10 +93,11 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " has_test_eval=", r.has_test_eval ? 1 : 0, " test_at=", r.test_eval_samples, " test_auc=", Num(r.test_eval.auc),
       " test_log_loss=", Num(r.test_eval.log_loss), " test_samples=", r.test_eval.samples,
       " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
-      " dense_sum=", Num(r.dense_sum), " dense_parameters=", r.dense_parameters, " checkpoint=", r.last_checkpoint, " best_checkpoint=", r.best_checkpoint,
-      " export=", r.export_dir, " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
-      " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
-      " resumed_step=", r.resumed_step, " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
+      " dense_sum=", Num(r.dense_sum), " dense_parameters=", r.dense_parameters, " checkpoint=", r.last_checkpoint,
+      " best_checkpoint=", r.best_checkpoint, " export=", r.export_dir, " checkpoints=", r.checkpoints,
+      " checkpoint_failures=", r.checkpoint_failures, " pause=", Num(r.checkpoint_pause_seconds),
+      " write=", Num(r.checkpoint_write_seconds), " resumed_step=", r.resumed_step,
+      " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
   AppendStats(r.stats, &line);
   Write(line);
 }

@@ -731,11 +731,11 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
   HYREC_ASSIGN_OR_RETURN(const YAML::Node root, LoadYamlFile(path));
   Calibration c;
   HYREC_RETURN_IF_ERROR(CatchYamlErrors(path, [&]() -> absl::Status {
-    HYREC_RETURN_IF_ERROR(CheckKeys(root, path,
-                                    {"machine", "cpus", "process_bytes", "serving_fixed_bytes", "serving_per_byte",
-                                     "lookup_ns_per_row", "update_ns_per_row", "rpc_dim", "rpc_client_us",
-                                     "rpc_server_us", "lookup_client_ns_per_row", "lookup_server_ns_per_row",
-                                     "update_client_ns_per_row", "update_server_ns_per_row", "job", "step"}));
+    HYREC_RETURN_IF_ERROR(
+        CheckKeys(root, path,
+                  {"machine", "cpus", "process_bytes", "serving_fixed_bytes", "serving_per_byte", "lookup_ns_per_row",
+                   "update_ns_per_row", "rpc_dim", "rpc_client_us", "rpc_server_us", "lookup_client_ns_per_row",
+                   "lookup_server_ns_per_row", "update_client_ns_per_row", "update_server_ns_per_row", "job", "step"}));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_dim", path, &c.rpc_dim));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_client_us", path, &c.rpc_client_us));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_server_us", path, &c.rpc_server_us));
@@ -746,7 +746,8 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "job", path, &c.job));
     if (const YAML::Node step = root["step"]) {
       const std::string at = JoinKey(path, "step");
-      if (c.job.empty()) return absl::InvalidArgumentError(absl::StrCat(at, ": needs the job it was measured on (job)"));
+      if (c.job.empty())
+        return absl::InvalidArgumentError(absl::StrCat(at, ": needs the job it was measured on (job)"));
       std::vector<std::string> keys = {"batch_size", "shards"};
       for (const auto& [key, value] : StepFields(c.step)) keys.push_back(key);
       HYREC_RETURN_IF_ERROR(CheckKeys(step, at, keys));
@@ -860,8 +861,8 @@ std::string ThroughputJson(const ThroughputPlan& t) {
       "{\"samples_per_second\":", Num(r.samples_per_second), ",\"bottleneck\":", Quote(r.bottleneck),
       ",\"utilization\":[", absl::StrJoin(uses, ","), "],\"wait_for_rows_ms\":", Num(r.wait_for_rows_ms),
       ",\"observed_staleness\":", Num(r.observed_staleness), ",\"lookup_ms\":", Num(r.lookup_ms),
-      ",\"update_ms\":", Num(r.update_ms), ",\"staleness\":", o.staleness, ",\"worker_machine\":",
-      Quote(t.worker_machine.name), ",\"loader_machine\":", Quote(t.loader_machine.name),
+      ",\"update_ms\":", Num(r.update_ms), ",\"staleness\":", o.staleness,
+      ",\"worker_machine\":", Quote(t.worker_machine.name), ",\"loader_machine\":", Quote(t.loader_machine.name),
       ",\"loader_machines\":", o.loader_machines, ",\"step_ms\":{\"train\":", Num(t.costs.train_ms),
       ",\"ps\":", Num(t.costs.lookup_server_ms + t.costs.update_server_ms),
       ",\"worker_other\":", Num(t.costs.lookup_client_ms + t.costs.update_client_ms),

@@ -450,19 +450,19 @@ class Simulation {
       RunCpu(wk.pool, kWorkerCpu, client, ClientWeight(), [this, w, n, s, client, server] {
         Send(workers_[w].link, c_.id_bytes / o_.shards, [this, w, n, s, client, server] {
           Relay(c_.id_bytes, [this, w, n, s, client, server] {
-          RunCpu(ps_pool_[s], kPsCpu, server, kNice0, [this, w, n, s, client] {
-            Send(ps_link_.empty() ? -1 : ps_link_[s], c_.row_bytes / o_.shards, [this, w, n, client] {
-              Relay(c_.row_bytes, [this, w, n, client] {
-              RunCpu(workers_[w].pool, kWorkerCpu, client, ClientWeight(), [this, w, n] {
-                Worker& wk = workers_[w];
-                if (--wk.shards_left[n] > 0) return;
-                wk.rows_ready[n] = 1;
-                lookup_ms_ += now_ - wk.lookup_start[n];
-                if (wk.wait == Worker::kRows) Resume(w);
-              });
+            RunCpu(ps_pool_[s], kPsCpu, server, kNice0, [this, w, n, s, client] {
+              Send(ps_link_.empty() ? -1 : ps_link_[s], c_.row_bytes / o_.shards, [this, w, n, client] {
+                Relay(c_.row_bytes, [this, w, n, client] {
+                  RunCpu(workers_[w].pool, kWorkerCpu, client, ClientWeight(), [this, w, n] {
+                    Worker& wk = workers_[w];
+                    if (--wk.shards_left[n] > 0) return;
+                    wk.rows_ready[n] = 1;
+                    lookup_ms_ += now_ - wk.lookup_start[n];
+                    if (wk.wait == Worker::kRows) Resume(w);
+                  });
+                });
               });
             });
-          });
           });
         });
       });
@@ -479,17 +479,17 @@ class Simulation {
       RunCpu(wk.pool, kWorkerCpu, client, ClientWeight(), [this, w, n, s, server] {
         Send(workers_[w].link, (c_.id_bytes + c_.row_bytes) / o_.shards, [this, w, n, s, server] {
           Relay(c_.id_bytes + c_.row_bytes, [this, w, n, s, server] {
-          RunCpu(ps_pool_[s], kPsCpu, server, kNice0, [this, w, n, s] {
-            Send(ps_link_.empty() ? -1 : ps_link_[s], 0, [this, w, n] {
-              Worker& wk = workers_[w];
-              if (--wk.shards_left[n] > 0) return;
-              wk.acked[n] = 1;
-              ++updates_;
-              update_ms_ += now_ - wk.update_start[n];
-              while (wk.acked_prefix < wk.acked.size() && wk.acked[wk.acked_prefix]) ++wk.acked_prefix;
-              if (wk.wait == Worker::kAcks) Resume(w);
+            RunCpu(ps_pool_[s], kPsCpu, server, kNice0, [this, w, n, s] {
+              Send(ps_link_.empty() ? -1 : ps_link_[s], 0, [this, w, n] {
+                Worker& wk = workers_[w];
+                if (--wk.shards_left[n] > 0) return;
+                wk.acked[n] = 1;
+                ++updates_;
+                update_ms_ += now_ - wk.update_start[n];
+                while (wk.acked_prefix < wk.acked.size() && wk.acked[wk.acked_prefix]) ++wk.acked_prefix;
+                if (wk.wait == Worker::kAcks) Resume(w);
+              });
             });
-          });
           });
         });
       });

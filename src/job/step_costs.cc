@@ -77,8 +77,8 @@ struct CpuSnapshot {
   absl::Time time;
   double batches = 0;
   double launcher = 0;  // hyrec train itself (and its relays, with --ps_latency_ms).
-  double train = 0;   // The worker's main (training) thread.
-  double worker = 0;  // The worker process, all threads.
+  double train = 0;     // The worker's main (training) thread.
+  double worker = 0;    // The worker process, all threads.
   double ps = 0;
   double loader = 0;
   int ps_processes = 0;
@@ -213,11 +213,11 @@ absl::StatusOr<RunCpu> TimeRun(std::vector<std::string> argv, int batch_size, in
     (void)run->Wait(absl::Seconds(10));
   }
   if (!measured) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        absl::StrJoin(argv.begin(), argv.begin() + 3, " "), " ended (",
-        code.ok() ? absl::StrCat("exit code ", *code) : std::string(code.status().message()), ") before ", warmup,
-        " batches of warm-up and 10 timed ones",
-        tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
+    return absl::FailedPreconditionError(
+        absl::StrCat(absl::StrJoin(argv.begin(), argv.begin() + 3, " "), " ended (",
+                     code.ok() ? absl::StrCat("exit code ", *code) : std::string(code.status().message()), ") before ",
+                     warmup, " batches of warm-up and 10 timed ones",
+                     tail.empty() ? "" : absl::StrCat("; its last lines: ", absl::StrJoin(tail, " | "))));
   }
   RunCpu r;
   {  // The dense parameters (the allreduce's gradients), from the report of the stopped run.
@@ -367,7 +367,8 @@ namespace hyrec::job {
 
 std::string FormatSimulationResult(const SimulationResult& r) {
   std::string out = absl::StrFormat("%.0f samples/s, bound by %s\n  busy:", r.samples_per_second, r.bottleneck);
-  for (const SimulationResult::Use& u : r.utilization) absl::StrAppendFormat(&out, " %s %.0f%%,", u.resource, u.busy * 100);
+  for (const SimulationResult::Use& u : r.utilization)
+    absl::StrAppendFormat(&out, " %s %.0f%%,", u.resource, u.busy * 100);
   out.back() = '\n';
   absl::StrAppendFormat(&out,
                         "  a batch waits %.2f ms for its rows, %.2f ms for acknowledgements, %.2f ms for the loader; "
@@ -384,15 +385,14 @@ std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) 
       "thread %.2f ms%s, PS %.2f ms, worker's other threads %.2f ms, loader %.2f ms (CPU, all shards)\n",
       c.job, c.machine, c.cpus, t.costs.batch_size, t.costs.train_ms,
       t.costs.train_ms == ScaleStepCosts(c.step, t.costs.batch_size, 0, 0).train_ms ? " (this machine's CPU)"
-                                                                                   : " (given)",
+                                                                                    : " (given)",
       t.costs.lookup_server_ms + t.costs.update_server_ms, t.costs.lookup_client_ms + t.costs.update_client_ms,
       t.costs.loader_ms);
   absl::StrAppendFormat(&out,
                         "  %d worker(s) on %s, %d shard(s) on %d %s, %d loader machine(s) %s, egress %.0f Gb/s, "
                         "added round trip %.1f ms, staleness %d, rows and gradients in %s\n  expected: ",
                         s.workers, t.worker_machine.name, s.shards, s.ps_machines, "PS machine(s)", s.loader_machines,
-                        t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness,
-                        t.fp16 ? "fp16" : "fp32");
+                        t.loader_machine.name, s.network_gbps, s.added_rtt_ms, s.staleness, t.fp16 ? "fp16" : "fp32");
   out += FormatSimulationResult(t.cluster);
   return out;
 }
@@ -411,8 +411,8 @@ std::vector<ScalingPoint> ScalingCurve(const JobPlan& plan, const CapacityPlan& 
     at.workers = w;
     at.batch_size = weak ? capacity.batch_size : std::max(1, global / w);
     // A step's bytes for these workers and batch, in proportion to the plan's.
-    const double k = static_cast<double>(at.batch_size) * w / (static_cast<double>(capacity.batch_size) *
-                                                                std::max(1, capacity.workers));
+    const double k = static_cast<double>(at.batch_size) * w /
+                     (static_cast<double>(capacity.batch_size) * std::max(1, capacity.workers));
     at.id_bytes_per_step *= k;
     at.row_bytes_per_step_fp32 *= k;
     at.gradient_bytes_per_step_fp32 *= k;

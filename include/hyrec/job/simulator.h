@@ -74,12 +74,12 @@ struct StepCosts {
 struct SimulationOptions {
   int workers = 1;
   int shards = 1;
-  int staleness = 4;           // train.embedding_staleness
-  int batches = 200;           // Per worker.
-  int warmup_batches = 5;      // Not counted in the rate (as hyrec train's steady rate).
-  double added_rtt_ms = 0;     // Added round trip between the workers and each shard.
-  int loader_threads = 1;      // loader.threads
-  int prefetch_batches = 8;    // A worker's batches the loader may hold ready.
+  int staleness = 4;         // train.embedding_staleness
+  int batches = 200;         // Per worker.
+  int warmup_batches = 5;    // Not counted in the rate (as hyrec train's steady rate).
+  double added_rtt_ms = 0;   // Added round trip between the workers and each shard.
+  int loader_threads = 1;    // loader.threads
+  int prefetch_batches = 8;  // A worker's batches the loader may hold ready.
   // Placement. one_machine: every role on one machine of machine_cores cores (as hyrec train
   // --processes runs). Otherwise each worker has a machine of worker_cores, the shards share
   // ps_machines machines of ps_cores (shards spread evenly), the loader has loader_machines of
