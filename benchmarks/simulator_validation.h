@@ -167,12 +167,14 @@ inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_b
                             {&c.costs.update_server_ms, s.update_server_ms},
                             {&c.costs.loader_ms, s.loader_ms},
                             {&c.costs.relay_ms, s.relay_ms},
-                            {&c.costs.cores_used, s.cores_used}}) {
+                            {&c.costs.cores_used, s.cores_used},
+                            {&c.costs.samples_per_second, s.samples_per_second}}) {
       *sum += add;
     }
   }
   for (double* v : {&c.costs.train_ms, &c.costs.lookup_client_ms, &c.costs.update_client_ms, &c.costs.lookup_server_ms,
-                    &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms, &c.costs.cores_used}) {
+                    &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms, &c.costs.cores_used,
+                    &c.costs.samples_per_second}) {
     *v /= runs;
   }
   job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);

@@ -146,3 +146,26 @@ TEST(SimulatorTest, WorkersStepTogether) {
 
 }  // namespace
 }  // namespace hyrec::job
+
+namespace hyrec::job {
+namespace {
+
+// The cores a measured run could use: those with which the simulation reproduces its rate.
+TEST(SimulatorTest, UsableCoresReproduceTheCalibrationRunsRate) {
+  SimulationOptions o;
+  o.one_machine = true;
+  o.machine_cores = 2;
+  o.staleness = 8;
+  StepCosts c = Costs();
+  c.samples_per_second = 80000;  // Slower than two cores allow (100,000).
+  const double usable = UsableCores(c, o);
+  EXPECT_GT(usable, 1);
+  EXPECT_LT(usable, 2);
+  o.usable_cores = usable;
+  EXPECT_NEAR(Simulate(c, o).samples_per_second, 80000, 800);
+  c.samples_per_second = 150000;  // Faster than the simulation with every core: all of them.
+  EXPECT_EQ(UsableCores(c, o), 0);
+}
+
+}  // namespace
+}  // namespace hyrec::job

@@ -37,25 +37,41 @@ struct PlanFlags {
   job::ThroughputOptions throughput;
 };
 
-// What the calibration's step costs predict for the planned job; nullopt, with the reason in
-// *why, without them.
-std::optional<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
-                                              const job::CapacityPlan& capacity, std::string* why) {
+// Prints what the calibration's step costs predict for the planned job (and its scaling with
+// --scaling), or why there is no prediction.
+void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
+                     const job::CapacityPlan& capacity, const absl::StatusOr<job::ThroughputPlan>& t) {
+  if (!t.ok()) {
+    std::cout << "\nthroughput: " << t.status().message() << "\n";
+    return;
+  }
+  if (c->job != f.config) {
+    std::cout << "\nnote: the step costs were measured on " << c->job
+              << ", another job file; its model and data set them\n";
+  }
+  std::cout << job::FormatThroughputPlan(*t, *c);
+  if (!f.scaling) return;
+  job::ThroughputOptions o = f.throughput;
+  o.costs = c->step;
+  o.machines = f.options.machines;
+  const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
+  std::cout << job::FormatScaling(job::ScalingCurve(plan, capacity, o, true, workers),
+                                  job::ScalingCurve(plan, capacity, o, false, workers));
+}
+
+// The prediction from the calibration's step costs; FailedPrecondition saying how to get them
+// when it has none.
+absl::StatusOr<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
+                                               const job::CapacityPlan& capacity) {
   if (c == nullptr || c->job.empty()) {
-    *why =
+    return absl::FailedPreconditionError(
         "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
-        "(docs/capacity.md)";
-    return std::nullopt;
+        "(docs/capacity.md)");
   }
   job::ThroughputOptions o = f.throughput;
   o.costs = c->step;
   o.machines = f.options.machines;
-  absl::StatusOr<job::ThroughputPlan> t = job::PlanThroughput(plan, capacity, o);
-  if (!t.ok()) {
-    *why = std::string(t.status().message());
-    return std::nullopt;
-  }
-  return *t;
+  return job::PlanThroughput(plan, capacity, o);
 }
 
 absl::Status RunPlan(PlanFlags& f) {
@@ -109,31 +125,14 @@ absl::Status RunPlan(PlanFlags& f) {
               << " ms of the worker's training thread here; wrote " << f.out << "\n";
   }
   HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(plan, f.options));
-  std::string why;
   const job::Calibration* c = calibration ? &*calibration : nullptr;
-  const std::optional<job::ThroughputPlan> throughput = Throughput(f, c, plan, capacity, &why);
+  const absl::StatusOr<job::ThroughputPlan> throughput = Throughput(f, c, plan, capacity);
   if (f.json) {
-    std::cout << job::CapacityPlanJson(capacity, throughput ? &*throughput : nullptr);
+    std::cout << job::CapacityPlanJson(capacity, throughput.ok() ? &*throughput : nullptr);
     return absl::OkStatus();
   }
   std::cout << job::FormatCapacityPlan(capacity);
-  if (!throughput) {
-    std::cout << "\nthroughput: " << why << "\n";
-    return absl::OkStatus();
-  }
-  if (c->job != f.config) {
-    std::cout << "\nnote: the step costs were measured on " << c->job
-              << ", another job file; its model and data set them\n";
-  }
-  std::cout << job::FormatThroughputPlan(*throughput, *c);
-  if (f.scaling) {
-    job::ThroughputOptions o = f.throughput;
-    o.costs = c->step;
-    o.machines = f.options.machines;
-    const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
-    std::cout << job::FormatScaling(job::ScalingCurve(plan, capacity, o, true, workers),
-                                    job::ScalingCurve(plan, capacity, o, false, workers));
-  }
+  PrintThroughput(f, c, plan, capacity, throughput);
   return absl::OkStatus();
 }
 

@@ -652,7 +652,8 @@ std::vector<std::pair<std::string, double*>> StepFields(StepCosts& s) {
           {"batch_bytes", &s.batch_bytes},
           {"dense_bytes", &s.dense_bytes},
           {"relay_ms", &s.relay_ms},
-          {"cores_used", &s.cores_used}};
+          {"cores_used", &s.cores_used},
+          {"samples_per_second", &s.samples_per_second}};
 }
 std::vector<std::pair<std::string, const double*>> StepFields(const StepCosts& s) {
   std::vector<std::pair<std::string, const double*>> out;

@@ -593,8 +593,19 @@ SimulationResult Simulate(const StepCosts& costs, const SimulationOptions& optio
 double UsableCores(const StepCosts& costs, SimulationOptions calibration) {
   calibration.one_machine = true;
   calibration.usable_cores = 0;
-  const SimulationResult r = Simulate(costs, calibration);
-  for (const SimulationResult::Use& u : r.utilization) {
+  const SimulationResult all = Simulate(costs, calibration);
+  if (costs.samples_per_second > 0) {
+    if (all.samples_per_second <= costs.samples_per_second) return 0;
+    // The predicted rate grows with the cores: bisect for the measured one.
+    double low = 0.1, high = calibration.machine_cores;
+    for (int i = 0; i < 20; ++i) {
+      calibration.usable_cores = (low + high) / 2;
+      (Simulate(costs, calibration).samples_per_second < costs.samples_per_second ? low : high) =
+          calibration.usable_cores;
+    }
+    return (low + high) / 2;
+  }
+  for (const SimulationResult::Use& u : all.utilization) {
     if (u.resource == "CPU" && u.busy >= 0.9 && costs.cores_used > 0) {
       return std::min<double>(costs.cores_used, calibration.machine_cores);
     }

@@ -177,6 +177,7 @@ namespace {
 struct RunCpu {
   double train = 0, client = 0, server = 0, loader = 0, launcher = 0;
   double cores_used = 0;
+  double samples_per_second = 0;
   double dense_parameters = 0;
   int ps_processes = 0;
 };
@@ -238,6 +239,7 @@ absl::StatusOr<RunCpu> TimeRun(std::vector<std::string> argv, int batch_size, in
   const double all = last->launcher + last->worker + last->ps + last->loader -
                      (first->launcher + first->worker + first->ps + first->loader);
   r.cores_used = all / absl::ToDoubleMilliseconds(last->time - first->time);
+  r.samples_per_second = n * batch_size / absl::ToDoubleSeconds(last->time - first->time);
   return r;
 }
 
@@ -270,6 +272,7 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
   s.loader_ms = run.loader;
   s.relay_ms = options.relay ? run.launcher : 0;
   s.cores_used = run.cores_used;
+  s.samples_per_second = run.samples_per_second;
   const double dense_parameters = run.dense_parameters;
   // Lookup against update, by the shares the calibration's calls give at this job's rows.
   double rows = 0;

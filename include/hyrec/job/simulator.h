@@ -4,7 +4,8 @@
 // rate. Its costs are measured ones (StepCosts, from `hyrec plan --calibrate --config=...`);
 // docs/capacity.md describes the model and how it was checked against measured runs.
 //
-//   StepCosts costs = ...;  // ReadStepCosts(calibration) or MeasureStepCosts (throughput.h)
+//   HYREC_ASSIGN_OR_RETURN(Calibration c, ReadCalibration("calibration.yaml"));  // capacity.h
+//   const StepCosts& costs = c.step;  // hyrec plan --calibrate --config=job.yaml measured it
 //   SimulationOptions o;
 //   o.workers = 2;
 //   o.shards = 4;
@@ -69,6 +70,7 @@ struct StepCosts {
   // all shards, both ways), and the cores the job's processes kept busy together.
   double relay_ms = 0;
   double cores_used = 0;
+  double samples_per_second = 0;  // The rate of the run they were measured in.
 };
 
 struct SimulationOptions {
@@ -125,10 +127,11 @@ struct SimulationResult {
 SimulationResult Simulate(const StepCosts& costs, const SimulationOptions& options);
 
 // The cores every role sharing one machine can keep busy together, from the run `costs` were
-// measured in (`calibration`: its configuration, one machine): that run's cores_used when
-// Simulate, given every core, finds the run bound by the CPU (busy at least 90%), which it then
-// was and was not able to use all of; 0 (every core) otherwise. SimulationOptions::usable_cores
-// for the configurations predicted from it.
+// measured in (`calibration`: its configuration, one machine): when Simulate, given every core,
+// predicts that run faster than it measured (costs.samples_per_second), the cores with which it
+// predicts the measured rate; 0 (every core) otherwise. Without a measured rate: the run's
+// cores_used when Simulate finds it bound by the CPU. SimulationOptions::usable_cores for the
+// configurations predicted from it.
 double UsableCores(const StepCosts& costs, SimulationOptions calibration);
 
 }  // namespace hyrec::job
