@@ -3,10 +3,10 @@
 // `hyrec train --processes` run in the job's own configuration), then seven other
 // configurations (shards 1-4, workers 1-2, staleness 0 and 4, added PS round trip 0-20 ms) run
 // for real and the simulator's samples/s for each is within 15% of the measured one. One run's
-// rate varies from the next on a shared machine, and its speed drifts over minutes: the
-// step costs are the mean of two calibration runs; a configuration off by more than 15% runs
-// twice more and is judged on the median of its three runs, and if it is still off, on the median
-// of three more after the shape is calibrated again.
+// rate varies from the next on a shared machine, and its speed drifts over minutes: each
+// configuration is predicted from step costs measured right before it; one off by more than 15%
+// runs twice more and is judged on the median of its three runs, and if it is still off, on the
+// median of three more after the shape is calibrated again (the mean of two runs).
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,15 +35,16 @@ TEST(SimulatorValidationTest, PredictedSamplesPerSecondIsWithinFifteenPercentOfM
   };
   int configurations = 0;
   for (const Case& c : cases) {
-    absl::StatusOr<CalibratedShape> shape = CalibrateShape(HYREC_TRAIN_BINARY, c.shape, *machine, dir);
-    ASSERT_TRUE(shape.ok()) << shape.status();
-    std::printf(
-        "%s: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, loader %.2f ms, relays "
-        "%.2f ms a batch; %.2f cores usable\n",
-        c.shape.name.c_str(), shape->costs.train_ms, shape->costs.lookup_client_ms + shape->costs.update_client_ms,
-        shape->costs.lookup_server_ms + shape->costs.update_server_ms, shape->costs.loader_ms, shape->costs.relay_ms,
-        shape->usable_cores);
     for (const RunConfig& config : c.configs) {
+      // Calibrated right before: the machine's speed drifts over minutes.
+      absl::StatusOr<CalibratedShape> shape = CalibrateShape(HYREC_TRAIN_BINARY, c.shape, *machine, dir, 1);
+      ASSERT_TRUE(shape.ok()) << shape.status();
+      std::printf(
+          "%s: training thread %.2f ms, worker's other threads %.2f ms, PS %.2f ms, loader %.2f ms, relays "
+          "%.2f ms a batch; %.2f cores usable\n",
+          c.shape.name.c_str(), shape->costs.train_ms, shape->costs.lookup_client_ms + shape->costs.update_client_ms,
+          shape->costs.lookup_server_ms + shape->costs.update_server_ms, shape->costs.loader_ms, shape->costs.relay_ms,
+          shape->usable_cores);
       job::SimulationResult predicted = Predict(*shape, config, c.shape.batches);
       absl::StatusOr<Measured> m = MeasureRun(HYREC_TRAIN_BINARY, shape->job, config);
       ASSERT_TRUE(m.ok()) << m.status();
