@@ -174,6 +174,20 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
   EXPECT_TRUE(absl::StrContains(r.out, "throughput: not predicted; hyrec plan --calibrate --config=JOB")) << r.out;
 }
 
+// hyrec plan takes a PS process's memory from a calibration file, and --process_bytes over it.
+TEST(Cli, PlanTakesTheCalibrationAndAFlagOverIt) {
+  const std::string job = HYREC_SOURCE_DIR "/examples/configs/synthetic.yaml";
+  const std::string calibration = WriteFile("calibration.yaml", "machine: here\ncpus: 2\nprocess_bytes: 23000000\n");
+  Outcome r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--json", "--calibration=" + calibration});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"process_bytes\":23000000,")) << r.out;
+  r = Hyrec({"plan", "--config=" + job, "--measure_batches=1", "--json", "--calibration=" + calibration,
+             "--process_bytes=1000000000"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.out, "\"process_bytes\":1000000000,")) << r.out;
+  EXPECT_FALSE(absl::StrContains(r.out, "\"process_bytes\":23000000,")) << r.out;
+}
+
 // Job files that once aborted `hyrec train` (exit 134) or trained on a file named "null".
 TEST(Cli, BadJobFilesAreInvalidInputNamingTheKeyAndLine) {
   const std::pair<std::string, std::string> cases[] = {

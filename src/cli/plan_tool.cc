@@ -32,6 +32,7 @@ struct PlanFlags {
   std::string calibration;  // --calibration: a file --calibrate wrote.
   std::string out = "hyrec-calibration.yaml";
   int calibrate_batches = 200;
+  uint64_t process_bytes = 0;  // --process_bytes; 0: the calibration's, else CapacityOptions' default.
   bool scaling = false;
   job::CapacityOptions options;
   job::ThroughputOptions throughput;
@@ -88,10 +89,11 @@ absl::Status RunPlan(PlanFlags& f) {
     HYREC_ASSIGN_OR_RETURN(calibration, job::ReadCalibration(f.calibration));
   }
   if (calibration) {
-    f.options.process_bytes = calibration->process_bytes;
+    f.options.process_bytes = calibration->process_bytes;  // Unless --process_bytes says otherwise (below).
     f.options.serving_fixed_bytes = calibration->serving_fixed_bytes;
     f.options.serving_per_byte = calibration->serving_per_byte;
   }
+  if (f.process_bytes > 0) f.options.process_bytes = f.process_bytes;
   if (f.calibrate && f.config.empty()) return absl::OkStatus();
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   if (!f.parameters.empty() && !f.rows_per_table.empty()) {
@@ -159,7 +161,8 @@ int PlanMain(int argc, char** argv) {
   flags.Double("dedup_ratio", &o.dedup_ratio,
                "Unique ids a batch over its ids (default: measured on the job's first batches).", 0, 1);
   flags.Int("measure_batches", &o.measure_batches, "Batches of the job's data to measure ids on.", 1, 100000);
-  flags.Uint64("process_bytes", &o.process_bytes, "A PS process's memory beside its store (default 256 MiB).");
+  flags.Uint64("process_bytes", &f.process_bytes,
+               "A PS process's memory beside its store (default: the calibration's, else 256 MiB).");
   flags.Bool("json", &f.json, "Print JSON (for tools) instead of tables.");
   flags.Bool("calibrate", &f.calibrate,
              "Measure this machine (a PS process's memory, the store's costs) into --out, then plan with it.");
