@@ -5,13 +5,10 @@
 
 #include <sys/types.h>
 
-#include <algorithm>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "hyrec/common/process_info.h"
 
 namespace hyrec::testing {
 
@@ -19,22 +16,8 @@ namespace hyrec::testing {
 // `needle`.
 inline std::vector<pid_t> ChildrenWith(pid_t parent, const std::string& needle) {
   std::vector<pid_t> out;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent) continue;
-    std::ifstream cmdline(entry.path() / "cmdline");
-    std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
-    std::replace(args.begin(), args.end(), '\0', ' ');
-    if (args.find(needle) != std::string::npos) out.push_back(static_cast<pid_t>(std::stoi(name)));
+  for (const ChildProcess& child : ChildProcesses(parent)) {
+    if (child.command.find(needle) != std::string::npos) out.push_back(child.pid);
   }
   return out;
 }

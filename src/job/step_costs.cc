@@ -7,7 +7,6 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 
@@ -16,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/job/capacity.h"
@@ -23,53 +23,10 @@
 namespace hyrec::job {
 namespace {
 
-// CPU milliseconds (user and system) of /proc/<path>/stat; NotFound once it is gone.
-absl::StatusOr<double> CpuMs(const std::string& stat_path) {
-  std::ifstream in(stat_path);
-  std::string text;
-  if (!std::getline(in, text)) return absl::NotFoundError(absl::StrCat(stat_path, ": gone"));
-  // The fields after the command name, which is in parentheses and may hold spaces.
-  const size_t close = text.rfind(')');
-  if (close == std::string::npos) return absl::InternalError(absl::StrCat(stat_path, ": unreadable"));
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i == 14 || i == 15) {
-      double v = 0;
-      if (!absl::SimpleAtod(field, &v)) return absl::InternalError(absl::StrCat(stat_path, ": unreadable"));
-      ticks += v;
-    }
-  }
-  return ticks * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-absl::StatusOr<double> ProcessCpuMs(int pid) { return CpuMs(absl::StrCat("/proc/", pid, "/stat")); }
-
 double SelfCpuMs() {
   rusage u = {};
   ::getrusage(RUSAGE_SELF, &u);
   return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e3;
-}
-
-// The roles hyrec train --processes started: each child's pid and command name.
-std::map<int, std::string> Children(int parent) {
-  std::map<int, std::string> out;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc", error)) {
-    int pid = 0;
-    if (!absl::SimpleAtoi(entry.path().filename().string(), &pid)) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string text;
-    if (!std::getline(stat, text)) continue;
-    const size_t open = text.find('('), close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    std::istringstream rest(text.substr(close + 2));
-    std::string state;
-    int ppid = 0;
-    if (rest >> state >> ppid && ppid == parent) out[pid] = text.substr(open + 1, close - open - 1);
-  }
-  return out;
 }
 
 // CPU milliseconds by what spends them, at one moment of a run.
@@ -89,10 +46,11 @@ CpuSnapshot Snapshot(int launcher, double batches) {
   CpuSnapshot s;
   s.time = absl::Now();
   s.batches = batches;
-  s.launcher = ProcessCpuMs(launcher).value_or(0);
+  s.launcher = CpuMilliseconds(launcher).value_or(0);
   bool worker = false, loader = false;
-  for (const auto& [pid, name] : Children(launcher)) {
-    const absl::StatusOr<double> cpu = ProcessCpuMs(pid);
+  for (const ChildProcess& child : ChildProcesses(launcher)) {
+    const std::string& name = child.name;
+    const absl::StatusOr<double> cpu = CpuMilliseconds(child.pid);
     if (!cpu.ok()) continue;
     if (name == "hyrec-ps") {
       s.ps += *cpu;
@@ -101,7 +59,7 @@ CpuSnapshot Snapshot(int launcher, double batches) {
       s.loader += *cpu;
       loader = true;
     } else if (name == "hyrec-worker") {
-      const absl::StatusOr<double> main = CpuMs(absl::StrCat("/proc/", pid, "/task/", pid, "/stat"));
+      const absl::StatusOr<double> main = CpuMilliseconds(child.pid, child.pid);
       if (!main.ok()) continue;
       s.worker += *cpu;
       s.train += *main;
@@ -140,7 +98,7 @@ absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::s
       return client.Lookup(table, ids, absl::MakeSpan(values));
     };
     for (int i = 0; i < 20; ++i) HYREC_RETURN_IF_ERROR(call());
-    HYREC_ASSIGN_OR_RETURN(const double server_start, ProcessCpuMs(ps_pid));
+    HYREC_ASSIGN_OR_RETURN(const double server_start, CpuMilliseconds(ps_pid));
     const double client_start = SelfCpuMs();
     const absl::Time start = absl::Now();
     int calls = 0;
@@ -148,7 +106,7 @@ absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::s
       HYREC_RETURN_IF_ERROR(call());
       ++calls;
     }
-    HYREC_ASSIGN_OR_RETURN(const double server_end, ProcessCpuMs(ps_pid));
+    HYREC_ASSIGN_OR_RETURN(const double server_end, CpuMilliseconds(ps_pid));
     return Cost{(SelfCpuMs() - client_start) * 1e3 / calls, (server_end - server_start) * 1e3 / calls};
   };
   constexpr size_t kFew = 16, kMany = 4096;
