@@ -153,30 +153,23 @@ inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_b
   job::StepMeasureOptions measure;
   measure.batches = std::min(200, shape.batches / 2);
   measure.relay = true;
+  // The measured figures, averaged over the runs.
+  auto measured = [](job::StepCosts& s) {
+    return std::vector<double*>{&s.train_ms,         &s.lookup_client_ms, &s.update_client_ms,
+                                &s.lookup_server_ms, &s.update_server_ms, &s.loader_ms,
+                                &s.relay_ms,         &s.cores_used,       &s.samples_per_second};
+  };
   for (int run = 0; run < runs; ++run) {
-    HYREC_ASSIGN_OR_RETURN(const job::StepCosts s,
+    HYREC_ASSIGN_OR_RETURN(job::StepCosts s,
                            job::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
     if (run == 0) {
       c.costs = s;
       continue;
     }
-    for (auto [sum, add] : {std::pair{&c.costs.train_ms, s.train_ms},
-                            {&c.costs.lookup_client_ms, s.lookup_client_ms},
-                            {&c.costs.update_client_ms, s.update_client_ms},
-                            {&c.costs.lookup_server_ms, s.lookup_server_ms},
-                            {&c.costs.update_server_ms, s.update_server_ms},
-                            {&c.costs.loader_ms, s.loader_ms},
-                            {&c.costs.relay_ms, s.relay_ms},
-                            {&c.costs.cores_used, s.cores_used},
-                            {&c.costs.samples_per_second, s.samples_per_second}}) {
-      *sum += add;
-    }
+    const std::vector<double*> sum = measured(c.costs), add = measured(s);
+    for (size_t k = 0; k < sum.size(); ++k) *sum[k] += *add[k];
   }
-  for (double* v : {&c.costs.train_ms, &c.costs.lookup_client_ms, &c.costs.update_client_ms, &c.costs.lookup_server_ms,
-                    &c.costs.update_server_ms, &c.costs.loader_ms, &c.costs.relay_ms, &c.costs.cores_used,
-                    &c.costs.samples_per_second}) {
-    *v /= runs;
-  }
+  for (double* v : measured(c.costs)) *v /= runs;
   job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);
   c.usable_cores = job::UsableCores(c.costs, at);
   return c;

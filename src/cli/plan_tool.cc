@@ -38,6 +38,14 @@ struct PlanFlags {
   job::ThroughputOptions throughput;
 };
 
+// The prediction's options: the flags' with the calibration's step costs.
+job::ThroughputOptions ThroughputOptionsFor(const PlanFlags& f, const job::Calibration& c) {
+  job::ThroughputOptions o = f.throughput;
+  o.costs = c.step;
+  o.machines = f.options.machines;
+  return o;
+}
+
 // Prints what the calibration's step costs predict for the planned job (and its scaling with
 // --scaling), or why there is no prediction.
 void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
@@ -52,9 +60,7 @@ void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::J
   }
   std::cout << job::FormatThroughputPlan(*t, *c);
   if (!f.scaling) return;
-  job::ThroughputOptions o = f.throughput;
-  o.costs = c->step;
-  o.machines = f.options.machines;
+  const job::ThroughputOptions o = ThroughputOptionsFor(f, *c);
   const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
   std::cout << job::FormatScaling(job::ScalingCurve(plan, capacity, o, true, workers),
                                   job::ScalingCurve(plan, capacity, o, false, workers));
@@ -69,10 +75,7 @@ absl::StatusOr<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Ca
         "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
         "(docs/capacity.md)");
   }
-  job::ThroughputOptions o = f.throughput;
-  o.costs = c->step;
-  o.machines = f.options.machines;
-  return job::PlanThroughput(plan, capacity, o);
+  return job::PlanThroughput(plan, capacity, ThroughputOptionsFor(f, *c));
 }
 
 absl::Status RunPlan(PlanFlags& f) {

@@ -182,7 +182,7 @@ absl::Status MeasureRpcCosts(embedding_ps::EmbeddingClient& client, const std::s
 // FailedPrecondition when the job ends before enough batches, with its last lines.
 struct StepMeasureOptions {
   int batches = 200;   // Timed, after max(10, batches / 5) of warm-up.
-  bool relay = false;  // Through hyrec train's delaying relays at 0 ms (--ps_latency_ms=0): relay_ms.
+  bool relay = false;  // Through hyrec train's delaying relays, adding no delay (--ps_latency_ms=0): relay_ms.
 };
 absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
                                            const std::vector<std::string>& overrides, const JobPlan& plan,
