@@ -12,10 +12,13 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/dense_worker/monitor.h"
+#include "hyrec/dense_worker/predictor.h"
 #include "hyrec/dense_worker/train_job.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "hyrec/job/job_plan.h"
@@ -197,6 +200,32 @@ TEST(Quality, EarlyStoppingStopsOncePatienceRunsOut) {
   EXPECT_FALSE(full->stopped_early);
   EXPECT_EQ(full->samples, 30u * 64);
   EXPECT_EQ(full->evals.size(), 30u);  // 29 epoch ends and the final one.
+
+  // Without early stopping but with checkpoints, the export is still the best evaluation's model
+  // (its checkpoint outlives keep_last: 1), and the report says so.
+  const std::string dir = Path("best_export");
+  std::filesystem::remove_all(dir);
+  absl::StatusOr<TrainReport> kept = Train(absl::StrCat(
+      absl::StrReplaceAll(text, {{", patience: 2", ""}}), "checkpoint: {dir: ", dir,
+      "/ckpt, every_steps: 40, keep_last: 1}\nexport: {dir: ", dir, "/model}\n"));
+  ASSERT_TRUE(kept.ok()) << kept.status();
+  ASSERT_TRUE(kept->has_best_eval);
+  EXPECT_LT(kept->best_eval_samples, kept->samples);  // The model overfits: the best is not the last.
+  EXPECT_NE(kept->best_eval.log_loss, kept->final_eval.log_loss);
+  EXPECT_EQ(kept->export_reason, TrainReport::ExportReason::kBestEvaluation);
+  EXPECT_EQ(kept->export_samples, kept->best_eval_samples);
+  EXPECT_EQ(kept->export_checkpoint, kept->best_checkpoint);
+  EXPECT_TRUE(std::filesystem::exists(kept->best_checkpoint)) << kept->best_checkpoint;
+  EXPECT_NE(kept->best_checkpoint, kept->last_checkpoint);
+  absl::StatusOr<std::unique_ptr<Predictor>> exported = Predictor::Load(dir + "/model");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  std::vector<float> logits, labels;
+  absl::StatusOr<Evaluation> scored = (*exported)->Score({test}, &logits, &labels);
+  ASSERT_TRUE(scored.ok()) << scored.status();
+  EXPECT_NEAR(scored->log_loss, kept->best_eval.log_loss, 1e-5);
+  EXPECT_EQ(scored->auc, kept->best_eval.auc);
+  EXPECT_TRUE(absl::StrContains(ExportedModel(*kept), "the best held-out evaluation's model")) << ExportedModel(*kept);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Quality, DropoutAndWeightDecayChangeTraining) {

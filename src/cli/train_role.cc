@@ -95,12 +95,16 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
       "interrupted: %s\nhas_final_eval: %s\nauc: %.17g\nlog_loss: %.17g\neval_samples: %d\nteacher_auc: %.17g\n"
       "dense_fingerprint: \"%016x\"\ndense_sum: %.17g\ndense_parameters: %d\nbatches: %d\nobserved_staleness: %.17g\n"
       "checkpoint: \"%s\"\nexport: \"%s\"\ncheckpoints: %d\nresumed_step: %d\nheals: %d\nhas_test_eval: %s\n"
-      "test_auc: %.17g\ntest_log_loss: %.17g\ntest_samples: %d\n",
+      "test_auc: %.17g\ntest_log_loss: %.17g\ntest_samples: %d\nhas_best_eval: %s\nbest_auc: %.17g\n"
+      "best_log_loss: %.17g\nbest_at_samples: %d\nbest_checkpoint: \"%s\"\nexport_checkpoint: \"%s\"\n"
+      "export_at_samples: %d\nexport_reason: %s\n",
       r.samples, r.planned_samples, r.samples_per_second, r.first_loss, r.mean_loss_last,
       r.interrupted ? "true" : "false", r.has_final_eval ? "true" : "false", r.final_eval.auc, r.final_eval.log_loss,
       r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.dense_parameters, r.stats.batches,
       r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step, r.heals,
-      r.has_test_eval ? "true" : "false", r.test_eval.auc, r.test_eval.log_loss, r.test_eval.samples);
+      r.has_test_eval ? "true" : "false", r.test_eval.auc, r.test_eval.log_loss, r.test_eval.samples,
+      r.has_best_eval ? "true" : "false", r.best_eval.auc, r.best_eval.log_loss, r.best_eval_samples,
+      r.best_checkpoint, r.export_checkpoint, r.export_samples, ExportReasonName(r.export_reason));
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
   return absl::OkStatus();

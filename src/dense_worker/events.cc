@@ -94,7 +94,8 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " test_log_loss=", Num(r.test_eval.log_loss), " test_samples=", r.test_eval.samples,
       " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
       " dense_sum=", Num(r.dense_sum), " dense_parameters=", r.dense_parameters, " checkpoint=", r.last_checkpoint,
-      " best_checkpoint=", r.best_checkpoint, " export=", r.export_dir, " checkpoints=", r.checkpoints,
+      " best_checkpoint=", r.best_checkpoint, " export=", r.export_dir, " export_checkpoint=", r.export_checkpoint,
+      " export_at=", r.export_samples, " export_reason=", ExportReasonName(r.export_reason), " checkpoints=", r.checkpoints,
       " checkpoint_failures=", r.checkpoint_failures, " pause=", Num(r.checkpoint_pause_seconds),
       " write=", Num(r.checkpoint_write_seconds), " resumed_step=", r.resumed_step,
       " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
@@ -173,6 +174,13 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
     f.Get("checkpoint", &r.last_checkpoint);
     f.Get("best_checkpoint", &r.best_checkpoint);
     f.Get("export", &r.export_dir);
+    f.Get("export_checkpoint", &r.export_checkpoint);
+    f.Get("export_at", &r.export_samples);
+    std::string reason = ExportReasonName(r.export_reason);
+    f.Get("export_reason", &reason);
+    if (!ParseExportReason(reason, &r.export_reason)) {
+      return absl::InvalidArgumentError(absl::StrCat("a worker event's export_reason '", reason, "' is not known"));
+    }
     f.Get("checkpoints", &r.checkpoints);
     f.Get("checkpoint_failures", &r.checkpoint_failures);
     f.Get("pause", &r.checkpoint_pause_seconds);

@@ -86,6 +86,24 @@ std::string FitLine(const std::vector<std::pair<std::string, int>>& parts, int c
 
 }  // namespace
 
+std::string ExportedModel(const TrainReport& r) {
+  switch (r.export_reason) {
+    case TrainReport::ExportReason::kBestEvaluation:
+      return absl::StrFormat(
+          "the best held-out evaluation's model (AUC %.4f, log loss %.4f, at %d samples trained; checkpoint %s)",
+          r.best_eval.auc, r.best_eval.log_loss, r.export_samples, r.export_checkpoint);
+    case TrainReport::ExportReason::kNoEvaluation:
+      return absl::StrFormat("the last model (at %d samples trained; no held-out evaluation ran)", r.export_samples);
+    case TrainReport::ExportReason::kBestNotCommitted:
+      return absl::StrFormat(
+          "the last model (at %d samples trained): the best evaluation's checkpoint (at %d samples) was not committed",
+          r.export_samples, r.best_eval_samples);
+    case TrainReport::ExportReason::kNone:
+      break;
+  }
+  return "";
+}
+
 JobMonitor::JobMonitor(MonitorOptions options) : options_(options) {}
 
 JobMonitor::~JobMonitor() {
@@ -233,8 +251,10 @@ void PrintSummary(const TrainReport& r, std::ostream& out) {
                            r.checkpoint_pause_seconds);
   }
   if (!r.best_checkpoint.empty()) out << "  best evaluation's checkpoint " << r.best_checkpoint << "\n";
-  if (!r.export_dir.empty())
-    out << "  export " << r.export_dir << " (" << ProgramName() << " predict --model=" << r.export_dir << ")\n";
+  if (!r.export_dir.empty()) {
+    out << "  export " << r.export_dir << ": " << ExportedModel(r) << " (" << ProgramName()
+        << " predict --model=" << r.export_dir << ")\n";
+  }
   out << absl::StrFormat(
       "  PS lookup %.2f ms, update %.2f ms per batch; waited %.2f ms per batch for rows; observed staleness %.2f "
       "batches\n",

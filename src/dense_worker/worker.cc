@@ -68,8 +68,10 @@ class WorkerLoop {
         HYREC_RETURN_IF_ERROR(HealOrFail(ctx, stepped));
         continue;  // The batch is trained again, or was settled, once the group agreed.
       }
+      const uint64_t epoch_before = last_epoch_;
       Trained(marks);
       Record(ctx);
+      if (last_epoch_ != epoch_before) NoteEpochLength(RunSteps(ctx) - 1);
       HYREC_ASSIGN_OR_RETURN(const bool go_on, MaybeEvaluate(ctx));
       if (!go_on) break;
       HYREC_RETURN_IF_ERROR(MaybeCut(ctx));
@@ -734,9 +736,27 @@ class WorkerLoop {
     return report_;
   }
 
+  // Worker 0, once per run: a run whose epoch is only a few staleness windows long says so, since
+  // there the window's delay costs accuracy (docs/architecture.md, "Choosing the staleness").
+  // `batches`: the steps of its first epoch, told when the next one starts, or at the end of a
+  // run of one epoch.
+  void NoteEpochLength(uint64_t batches) {
+    const int staleness = plan_.embedding_staleness;
+    if (!leader_ || epoch_length_noted_ || staleness == 0 || base_step_ > 0 || batches == 0) return;
+    epoch_length_noted_ = true;
+    if (batches >= kMinWindowsPerEpoch * static_cast<uint64_t>(staleness)) return;
+    std::cerr << "hyrec: note: an epoch is " << batches << " steps, only " << batches / staleness
+              << " staleness windows of " << staleness
+              << " (train.embedding_staleness): on data this small the window's delay costs accuracy; "
+                 "staleness 0 trains it best (docs/architecture.md, \"Choosing the staleness\")"
+              << std::endl;
+  }
+  static constexpr uint64_t kMinWindowsPerEpoch = 50;
+
   // Worker 0: the last progress report and the evaluation at the end.
   absl::Status FinalEvaluation(const TrainerStats& st) {
     Report(st, report_.samples, /*last=*/true);
+    if (!interrupted_ && plan_.epochs == 1) NoteEpochLength(st.batches);
     if (plan_.synthetic) {
       report_.teacher_auc =
           data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
@@ -757,9 +777,10 @@ class WorkerLoop {
     return absl::OkStatus();
   }
 
-  // The model the job keeps is the best evaluation's (cut as a checkpoint when it is taken, and
-  // exported at the end), not the last one trained.
-  bool KeepsBest() const { return plan_.eval.patience > 0 && !plan_.checkpoint.dir.empty(); }
+  // With held-out data and checkpoints, the model the job keeps is the best evaluation's (cut as a
+  // checkpoint when it is taken, kept beside checkpoint.keep_last's and exported at the end), not
+  // the last one trained; early stopping or not.
+  bool KeepsBest() const { return plan_.has_eval_data && !plan_.checkpoint.dir.empty(); }
 
   // Worker 0: the test split scored with the model as it is now, the one the job keeps.
   absl::Status Test(uint64_t samples) {
@@ -790,14 +811,19 @@ class WorkerLoop {
     report_.checkpoint_pause_seconds = cuts_->pause_seconds();
     report_.checkpoint_write_seconds = cuts_->write_seconds();
     if (!leader_ || plan_.serving.dir.empty() || interrupted_) return absl::OkStatus();
-    const std::string& from =
-        plan_.eval.patience > 0 && !report_.best_checkpoint.empty() ? report_.best_checkpoint : report_.last_checkpoint;
+    const bool best = KeepsBest() && !report_.best_checkpoint.empty();
+    const std::string& from = best ? report_.best_checkpoint : report_.last_checkpoint;
     if (from.empty()) {
       return FailedExport(absl::FailedPreconditionError("no checkpoint was committed to export"));
     }
     absl::StatusOr<std::string> out = ExportCheckpoint(options_.env, from, plan_.serving.dir);
     if (!out.ok()) return FailedExport(out.status());
     report_.export_dir = *out;
+    report_.export_checkpoint = from;
+    report_.export_samples = best ? report_.best_eval_samples : report_.samples;
+    report_.export_reason = best                     ? TrainReport::ExportReason::kBestEvaluation
+                            : report_.has_best_eval ? TrainReport::ExportReason::kBestNotCommitted
+                                                     : TrainReport::ExportReason::kNoEvaluation;
     return absl::OkStatus();
   }
 
@@ -826,6 +852,7 @@ class WorkerLoop {
   bool interrupted_ = false;
   bool evaluate_now_ = false;
   bool stopped_early_ = false;  // Worker 0's decision; the others learn it from EvaluateNow's vote.
+  bool epoch_length_noted_ = false;
   int evals_without_gain_ = 0;
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
@@ -945,6 +972,32 @@ absl::StatusOr<TrainReport> RunWorker(const job::WorkerPlan& plan, const job::En
   });
   if (!guarded.ok()) return guarded;
   return report;
+}
+
+namespace {
+constexpr std::pair<TrainReport::ExportReason, const char*> kExportReasons[] = {
+    {TrainReport::ExportReason::kNone, "none"},
+    {TrainReport::ExportReason::kBestEvaluation, "best_evaluation"},
+    {TrainReport::ExportReason::kNoEvaluation, "no_evaluation"},
+    {TrainReport::ExportReason::kBestNotCommitted, "best_not_committed"},
+};
+}  // namespace
+
+const char* ExportReasonName(TrainReport::ExportReason reason) {
+  for (const auto& [r, name] : kExportReasons) {
+    if (r == reason) return name;
+  }
+  return "none";
+}
+
+bool ParseExportReason(const std::string& name, TrainReport::ExportReason* reason) {
+  for (const auto& [r, n] : kExportReasons) {
+    if (n == name) {
+      *reason = r;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace hyrec::dense_worker

@@ -69,6 +69,9 @@ class JobMonitor : public TrainObserver {
 // The summary `hyrec train` prints at the end.
 void PrintSummary(const TrainReport& report, std::ostream& out);
 
+// Which model the report's export holds and why, as the summary says it ("" without an export).
+std::string ExportedModel(const TrainReport& report);
+
 // What makes a run look diverged, or "" when nothing does: a training loss that is not finite,
 // or rose to more than twice `first_loss` and by more than 0.5; or a held-out AUC that fell to
 // 0.55 or less after reaching 0.6 (`evals`: (samples trained, evaluation), in order). The live

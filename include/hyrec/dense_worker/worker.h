@@ -20,8 +20,9 @@
 // next batch. Checkpoints and deltas (checkpoint.h) are cut at step boundaries the same way:
 // every checkpoint.every_steps steps, and when worker 0 asks (checkpoint.every_seconds, SIGUSR1)
 // through the same vote; at the end of training (checkpoint.at_end) or after an interrupt
-// (checkpoint.on_interrupt); and, with early stopping, at each evaluation that improves on the
-// best, whose checkpoint the export (export.dir, written by worker 0 at the end) then uses. A
+// (checkpoint.on_interrupt); and at each held-out evaluation that improves on the best, whose
+// checkpoint (kept beside checkpoint.keep_last's) the export (export.dir, written by worker 0 at
+// the end) then uses: the export is the best evaluation's model whenever evaluations ran. A
 // resumed run continues the step count (the learning-rate schedule), the samples and the early
 // stopping state. Then: the learning rate of the dense optimizer's schedule, forward, the loss
 // (NaN/Inf is an error naming the batch), backward with the dense gradients' allreduce, the dense
@@ -110,8 +111,8 @@ struct TrainReport {
   uint64_t best_eval_samples = 0;
   Evaluation best_eval;
   // The test split (eval.test_files / eval.test_samples), scored with the model the job keeps:
-  // the best evaluation's with early stopping and checkpoints, else the final one; and the
-  // samples trained when that model was evaluated.
+  // the best evaluation's with checkpoints, else the final one; and the samples trained when that
+  // model was evaluated.
   bool has_test_eval = false;
   uint64_t test_eval_samples = 0;
   Evaluation test_eval;
@@ -122,11 +123,22 @@ struct TrainReport {
   double dense_sum = 0;            // Sum of every dense parameter (for tolerances).
   uint64_t dense_parameters = 0;   // How many there are (the allreduce sends as many gradients).
   TrainerStats stats;              // Worker 0's.
-  // Checkpoints (checkpoint.dir): the newest committed one and the best evaluation's (with early
-  // stopping), as directories; the export written at the end (export.dir).
+  // Checkpoints (checkpoint.dir): the newest committed one and the best evaluation's (whenever
+  // held-out evaluations ran), as directories; the export written at the end (export.dir).
   std::string last_checkpoint;
   std::string best_checkpoint;
   std::string export_dir;
+  // Which model the export holds: the checkpoint it was written from, the samples trained when
+  // that checkpoint was cut, and why that one.
+  enum class ExportReason {
+    kNone,              // No export was written.
+    kBestEvaluation,    // The best held-out evaluation's checkpoint.
+    kNoEvaluation,      // The last checkpoint: no held-out evaluation ran.
+    kBestNotCommitted,  // The last checkpoint: the best evaluation's cut was not committed.
+  };
+  std::string export_checkpoint;
+  uint64_t export_samples = 0;
+  ExportReason export_reason = ExportReason::kNone;
   int checkpoints = 0;                  // Committed by this run (worker 0).
   int checkpoint_failures = 0;          // Cuts that failed (logged; the job went on).
   double checkpoint_pause_seconds = 0;  // Training time this worker spent in cuts.
@@ -137,6 +149,11 @@ struct TrainReport {
   bool resumed_at_end = false;
   int heals = 0;  // Times this worker's group healed from a lost peer (a replacement's join counts).
 };
+
+// TrainReport::ExportReason as a word ("none", "best_evaluation", "no_evaluation",
+// "best_not_committed"), as the --report file and the workers' events carry it, and back.
+const char* ExportReasonName(TrainReport::ExportReason reason);
+bool ParseExportReason(const std::string& name, TrainReport::ExportReason* reason);
 
 // What worker 0 reports as training goes; called on its training thread.
 class TrainObserver {
