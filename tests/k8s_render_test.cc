@@ -211,9 +211,9 @@ TEST(K8sRender, JobSetTopologyAndPolicies) {
     const YAML::Node pdb = Find(docs, "PodDisruptionBudget");
     EXPECT_EQ(pdb["spec"]["maxUnavailable"].as<int>(), 1);
     EXPECT_EQ(pdb["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"].as<std::string>(), "ps");
-    // Each role has its own workers' GPUs only where the overlay has GPU pools (gke, device auto).
+    // The default image is CPU-only: no render of it holds GPUs (device auto).
     const YAML::Node worker = workers["template"]["spec"]["containers"][0];
-    EXPECT_EQ(worker["resources"]["limits"]["nvidia.com/gpu"].IsDefined(), std::string(overlay) == "gke") << overlay;
+    EXPECT_FALSE(worker["resources"]["limits"]["nvidia.com/gpu"].IsDefined()) << overlay;
     EXPECT_FALSE(absl::StrContains(r->yaml, "ca.key"));
     EXPECT_FALSE(absl::StrContains(r->yaml, "admin"));
   }
@@ -340,6 +340,21 @@ TEST(K8sRender, PsMemoryComesFromTheCapacities) {
   EXPECT_EQ(resources["limits"]["memory"].as<std::string>(), resources["requests"]["memory"].as<std::string>());
 }
 
+// The example job with a criteo source reading `files` (a YAML flow sequence) instead of the
+// synthetic one, and held-out `eval_files` (none when empty).
+std::string SourceWithFiles(const std::string& job, const std::string& files, const std::string& eval_files = "") {
+  YAML::Node root = YAML::Load(job);
+  root["loader"]["source"] = YAML::Load(absl::StrCat("{format: criteo, files: ", files, "}"));
+  root.remove("features");
+  root.remove("tables");
+  root.remove("eval");
+  root["train"]["dense_optimizer"]["schedule"]["decay_steps"] = 1000;  // Files: no step count in advance.
+  if (!eval_files.empty()) root["eval"] = YAML::Load(absl::StrCat("{files: ", eval_files, "}"));
+  YAML::Emitter out;
+  out << root;
+  return out.c_str();
+}
+
 absl::Status RenderError(const std::string& job_yaml, const K8sOptions& options) {
   auto spec = ParseJobSpecText(job_yaml, "job.yaml");
   if (!spec.ok()) return spec.status();
@@ -388,6 +403,160 @@ TEST(K8sRender, BadInputNamesTheKey) {
     EXPECT_FALSE(s.ok()) << c.what;
     EXPECT_TRUE(absl::StrContains(s.message(), c.message)) << c.what << ": " << s.message();
   }
+}
+
+// `hyrec plan` and the render place the PS alike: the PS pods ask for the CPU and memory the
+// plan gives each shard, as many share a node as the plan says, and the runbook's node pools
+// (docs/deploy-gke.md) are the ones the gke render names, of the machine types it assumes, with
+// as many PS nodes as the plan needs.
+TEST(K8sRender, PlanRenderAndRunbookAgree) {
+  auto plan = Plan(Example());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  CapacityOptions c;
+  c.measure_batches = 0;
+  c.dedup_ratio = 1;
+  auto capacity = PlanCapacity(*plan, c);
+  ASSERT_TRUE(capacity.ok()) << capacity.status();
+  EXPECT_EQ(capacity->ps_machine.name, "m3-megamem-64");
+  EXPECT_EQ(capacity->placement.memory_per_pod, PodRequestBytes(*plan, 0));
+  // Two small shards share one node, each with half of its allocatable CPUs.
+  EXPECT_EQ(capacity->ps_machines, 1);
+  EXPECT_EQ(capacity->placement.pods_per_machine, 2);
+  EXPECT_DOUBLE_EQ(capacity->placement.cpus_per_pod, AllocatableCpus(capacity->ps_machine) / 2);
+  std::map<std::string, std::string> pools;  // node pool -> machine type, of every gke render.
+  for (const char* variant : {"cpu", "cuda"}) {
+    K8sOptions o = Options("gke");
+    o.image_variant = variant;
+    auto r = RenderK8s(Example(), o);
+    ASSERT_TRUE(r.ok()) << r.status();
+    const YAML::Node jobs = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"];
+    for (const YAML::Node& rj : jobs) {
+      const YAML::Node pod = rj["template"]["spec"]["template"]["spec"];
+      const std::string pool = pod["nodeSelector"]["cloud.google.com/gke-nodepool"].as<std::string>();
+      const YAML::Node requests = pod["containers"][0]["resources"]["requests"];
+      if (rj["name"].as<std::string>() == "ps") {
+        pools[pool] = capacity->ps_machine.name;
+        EXPECT_EQ(requests["cpu"].as<std::string>(),
+                  absl::StrCat(std::llround(capacity->placement.cpus_per_pod * 1000), "m"));
+        EXPECT_EQ(requests["memory"].as<std::string>(),
+                  absl::StrCat((capacity->placement.memory_per_pod + (1 << 20) - 1) / (1 << 20), "Mi"));
+      } else if (rj["name"].as<std::string>() == "loader") {
+        pools[pool] = "c3-standard-22";
+        EXPECT_EQ(requests["cpu"].as<std::string>(), "2");  // loader.threads 1, and one to serve.
+      } else {
+        pools[pool] = std::string(variant) == "cuda" ? "a2-highgpu-8g" : "c3-standard-44";
+      }
+    }
+  }
+  ASSERT_EQ(pools.size(), 4u);  // hyrec-ps, hyrec-loader, hyrec-cpu, hyrec-gpu.
+  // The runbook creates each pool with the machine type the render assumes.
+  const std::string runbook = Slurp(HYREC_SOURCE_DIR "/docs/deploy-gke.md");
+  for (const auto& [pool, machine] : pools) {
+    const size_t at = runbook.find("node-pools create " + pool + " ");
+    ASSERT_NE(at, std::string::npos) << "docs/deploy-gke.md creates no node pool " << pool;
+    const std::string command = runbook.substr(at, runbook.find("\n\n", at) - at);
+    const std::string line = command.substr(0, command.find("\ngcloud"));
+    EXPECT_TRUE(absl::StrContains(line, "--machine-type=" + machine)) << pool << ": " << line;
+    if (pool == "hyrec-ps") {
+      EXPECT_TRUE(absl::StrContains(line, absl::StrCat("--num-nodes=", capacity->ps_machines))) << line;
+    }
+  }
+}
+
+// GPUs only for a CUDA image: device auto gets one per worker on gke's GPU pool with
+// --image_variant=cuda, none with the default cpu image; device cuda on a cpu image is refused.
+TEST(K8sRender, GpusOnlyForACudaImage) {
+  K8sOptions o = Options("gke");
+  o.image_variant = "cuda";
+  auto r = RenderK8s(Example(), o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node workers = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][2];
+  const YAML::Node pod = workers["template"]["spec"]["template"]["spec"];
+  EXPECT_EQ(pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"].as<int>(), 1);
+  EXPECT_EQ(pod["nodeSelector"]["cloud.google.com/gke-nodepool"].as<std::string>(), "hyrec-gpu");
+  r = RenderK8s(Example(), Options("gke"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node cpu = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][2];
+  EXPECT_EQ(cpu["template"]["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"].as<std::string>(),
+            "hyrec-cpu");
+  const std::string cuda_job = absl::StrReplaceAll(Slurp(kExample), {{"device: auto", "device: cuda"}});
+  const absl::Status refused = RenderError(cuda_job, Options("gke"));
+  EXPECT_TRUE(absl::StrContains(refused.message(), "train.device: cuda needs the CUDA image")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "--image_variant=cuda")) << refused;
+  o = Options("gke");
+  o.worker_gpus = 2;
+  EXPECT_TRUE(absl::StrContains(RenderK8s(Example(), o).status().message(), "--worker_gpus=2 needs the CUDA image"));
+  o.image_variant = "rocm";
+  EXPECT_TRUE(absl::StrContains(RenderK8s(Example(), o).status().message(), "--image_variant=rocm"));
+}
+
+// A data file must be reachable from the pods: a relative or host-local path is refused naming
+// the key and the ways to reach data; the state volume, a GCS bucket (mounted through Cloud
+// Storage FUSE into the loader and the workers) and a derived image's folder are accepted.
+TEST(K8sRender, DataPathsMustBeReachableFromThePods) {
+  const std::string base = Slurp(kExample);
+  struct Case {
+    std::string files;
+    std::string eval_files;
+    std::string key;
+  };
+  for (const Case& c : std::vector<Case>{{"[train.tsv]", "", "loader.source.files[0] 'train.tsv': a relative path"},
+                                         {"[/var/lib/hyrec/data/train.tsv, /home/me/day_1.tsv]", "",
+                                          "loader.source.files[1] '/home/me/day_1.tsv': a path on no volume"},
+                                         {"[/var/lib/hyrec/../etc/x.tsv]", "", "loader.source.files[0]"},
+                                         {"[/mnt/gcs/train.tsv]", "", "--gcs_bucket=BUCKET"},
+                                         {"[/var/lib/hyrec/train.tsv]", "[held.tsv]", "eval.files[0] 'held.tsv'"}}) {
+    auto spec = ParseJobSpecText(SourceWithFiles(base, c.files, c.eval_files), "job.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    const absl::Status s = RenderK8s(*spec, Options("gke")).status();
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << c.files << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), c.key)) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "/var/lib/hyrec/")) << s;  // The choices are named.
+    EXPECT_TRUE(absl::StrContains(s.message(), "--image_data_dir")) << s;
+  }
+  // The state volume, the bucket, the image's folder.
+  auto spec = ParseJobSpecText(SourceWithFiles(base, "[/var/lib/hyrec/data/train.tsv, /mnt/gcs/day_1.tsv.gz, "
+                                                     "/opt/data/day_2.tsv]"),
+                               "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  K8sOptions o = Options("gke");
+  o.gcs_bucket = "my-training-data";
+  o.image_data_dir = "/opt/data";
+  o.service_account = "hyrec-reader";
+  auto r = RenderK8s(*spec, o);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node jobs = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"];
+  for (const YAML::Node& rj : jobs) {
+    const YAML::Node pod = rj["template"]["spec"]["template"];
+    const bool reads = rj["name"].as<std::string>() != "ps";
+    bool mounted = false;
+    for (const YAML::Node& m : pod["spec"]["containers"][0]["volumeMounts"]) {
+      if (m["name"].as<std::string>() == "gcs") {
+        mounted = true;
+        EXPECT_EQ(m["mountPath"].as<std::string>(), kK8sGcsDir);
+        EXPECT_TRUE(m["readOnly"].as<bool>());
+      }
+    }
+    EXPECT_EQ(mounted, reads) << rj["name"];
+    EXPECT_EQ(pod["metadata"]["annotations"]["gke-gcsfuse/volumes"].IsDefined(), reads) << rj["name"];
+    EXPECT_EQ(pod["spec"]["serviceAccountName"].as<std::string>(), "hyrec-reader");
+    if (!reads) continue;
+    bool bucket = false;
+    for (const YAML::Node& v : pod["spec"]["volumes"]) {
+      if (v["name"].as<std::string>() != "gcs") continue;
+      bucket = v["csi"]["driver"].as<std::string>() == "gcsfuse.csi.storage.gke.io" &&
+               v["csi"]["volumeAttributes"]["bucketName"].as<std::string>() == "my-training-data";
+    }
+    EXPECT_TRUE(bucket) << rj["name"];
+  }
+  // The pods read the paths as the job gives them.
+  EXPECT_TRUE(absl::StrContains(r->job_text, "/mnt/gcs/day_1.tsv.gz")) << r->job_text;
+  o = Options("local");
+  o.gcs_bucket = "my-training-data";
+  EXPECT_TRUE(absl::StrContains(RenderK8s(Example(), o).status().message(), "--gcs_bucket needs --overlay=gke"));
+  o = Options("gke");
+  o.gcs_bucket = "gs://my-training-data";
+  EXPECT_TRUE(absl::StrContains(RenderK8s(Example(), o).status().message(), "not a URL"));
 }
 
 TEST(K8sRender, SecretsHoldEachRolesIdentitiesAndNoCaKey) {

@@ -74,8 +74,19 @@ int K8sMain(int argc, char** argv) {
   flags.String("loader_machine", &o.loader_machine, "TYPE", "gke: the loader pool's (default c3-standard-22).");
   flags.String("worker_machine", &o.worker_machine, "TYPE",
                "gke: the workers' (default a2-highgpu-8g with GPUs, c3-standard-44 without).");
+  flags.Choice("image_variant", &o.image_variant, {"cpu", "cuda"},
+               "The image's LibTorch: cpu (the Dockerfile's default) or cuda (--build-arg VARIANT=cuda); only a "
+               "cuda image gets GPUs.");
   flags.Int("worker_gpus", &o.worker_gpus,
-            "GPUs per worker pod; -1: 1 when train.device is cuda (or auto, on gke), else 0.", -1, 16);
+            "GPUs per worker pod; -1: 1 with a cuda image when train.device is cuda (or auto, on gke), else 0.", -1,
+            16);
+  flags.String("gcs_bucket", &o.gcs_bucket, "BUCKET",
+               "gke: mount this GCS bucket read-only at /mnt/gcs in the loader and workers (Cloud Storage FUSE); "
+               "data paths may then be under /mnt/gcs/.");
+  flags.String("image_data_dir", &o.image_data_dir, "DIR",
+               "Data baked into an image derived from hyrec's: data paths may be under DIR.");
+  flags.String("service_account", &o.service_account, "NAME",
+               "The pods' Kubernetes service account (with --gcs_bucket: one that may read the bucket).");
   flags.String("out", &f.out, "DIR", "Write DIR/NAME.yaml instead of printing the manifests.");
   if (std::optional<int> code = flags.ParseOrExit(argc - 1, argv + 1)) return *code;
   const absl::Status status = Render(f);

@@ -461,7 +461,7 @@ class Planner {
     }
   }
 
-  // The PS machines: as many shards a node as fit in its memory, and no more than a core each.
+  // The PS machines: PlacePsShards.
   absl::Status FitMachines() {
     uint64_t largest = 0;
     int largest_shard = 0;
@@ -488,9 +488,10 @@ class Planner {
           largest_shard, static_cast<double>(largest) / kGiB, c_.ps_machine.name, allocatable, more_shards));
     }
     HYREC_RETURN_IF_ERROR(stripes_error_);
-    c_.shards_per_machine =
-        std::max(1, std::min(c_.ps_machine.cpus, static_cast<int>(std::floor(allocatable * kGiB / largest))));
-    c_.ps_machines = (shards_ + c_.shards_per_machine - 1) / c_.shards_per_machine;
+    const int threads = plan_.ps.empty() ? 0 : plan_.ps[0].threads;
+    c_.placement = PlacePsShards(c_.ps_machine, shards_, largest, threads > 0 ? threads : kPsMinCpus);
+    c_.shards_per_machine = c_.placement.shards_per_machine;
+    c_.ps_machines = c_.placement.machines;
     return absl::OkStatus();
   }
 
@@ -531,6 +532,23 @@ class Planner {
 absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const CapacityOptions& options) {
   HYREC_ASSIGN_OR_RETURN(const JobPlan plan, Rescaled(original, options));
   return Planner(plan, options).Run();
+}
+
+double AllocatableCpus(const MachineType& machine) { return std::max(1.0, std::floor(machine.cpus * 0.9)); }
+
+PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus) {
+  PsPlacement p;
+  const double cpus = AllocatableCpus(machine);
+  const double memory = AllocatableGiB(machine) * static_cast<double>(kGiB);
+  const double by_memory = largest_request_bytes > 0 ? std::floor(memory / static_cast<double>(largest_request_bytes))
+                                                     : static_cast<double>(shards);
+  const double by_cpu = std::floor(cpus / std::max(min_cpus, 0.001));
+  p.shards_per_machine = static_cast<int>(std::max(1.0, std::min({by_memory, by_cpu, static_cast<double>(shards)})));
+  p.machines = (shards + p.shards_per_machine - 1) / p.shards_per_machine;
+  p.pods_per_machine = (shards + p.machines - 1) / p.machines;
+  p.cpus_per_pod = std::floor(cpus * 1000 / p.pods_per_machine) / 1000;
+  p.memory_per_pod = largest_request_bytes;
+  return p;
 }
 
 uint64_t PodRequestBytes(const JobPlan& plan, int shard) {
@@ -798,9 +816,12 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
                           Bytes(s.store_bytes), Bytes(s.process_bytes), Bytes(s.serving_bytes), Bytes(s.memory_bytes),
                           Bytes(s.request_bytes));
   }
-  absl::StrAppendFormat(&out, "\nPS machines: %d x %s (%d cpus, %.0f GiB, %.0f GiB allocatable), %d shard(s) each\n",
+  absl::StrAppendFormat(&out,
+                        "\nPS machines: %d x %s (%d cpus, %.0f GiB; %.0f cpus, %.0f GiB allocatable), %d shard(s) each "
+                        "(at most %d); a PS pod requests %.3f cpus and %s (hyrec k8s render asks the same)\n",
                         c.ps_machines, c.ps_machine.name, c.ps_machine.cpus, c.ps_machine.memory_gib,
-                        AllocatableGiB(c.ps_machine), c.shards_per_machine);
+                        AllocatableCpus(c.ps_machine), AllocatableGiB(c.ps_machine), c.placement.pods_per_machine,
+                        c.shards_per_machine, c.placement.cpus_per_pod, Bytes(c.placement.memory_per_pod));
   absl::StrAppendFormat(&out, "\nper step (a batch on each of %d worker(s)); ids per sample and dedup %s:\n", c.workers,
                         c.ids_source);
   for (const CapacityPlan::Table& t : c.tables) {
@@ -843,6 +864,8 @@ std::string CapacityPlanJson(const CapacityPlan& c, const ThroughputPlan* t) {
       ",\"cpus\":", c.ps_machine.cpus, ",\"memory_gib\":", Num(c.ps_machine.memory_gib),
       ",\"allocatable_gib\":", Num(AllocatableGiB(c.ps_machine)), ",\"network_gbps\":", Num(c.ps_machine.network_gbps),
       "},\"shards_per_machine\":", c.shards_per_machine, ",\"ps_machines\":", c.ps_machines,
+      ",\"ps_pod\":{\"cpus\":", c.placement.cpus_per_pod, ",\"memory_bytes\":", c.placement.memory_per_pod,
+      ",\"pods_per_machine\":", c.placement.pods_per_machine, "}",
       ",\"per_step\":{\"id_bytes\":", Num(c.id_bytes_per_step), ",\"row_bytes_fp32\":", Num(c.row_bytes_per_step_fp32),
       ",\"gradient_bytes_fp32\":", Num(c.gradient_bytes_per_step_fp32),
       ",\"loader_bytes\":", Num(c.loader_bytes_per_step), ",\"ids_source\":", Quote(c.ids_source),

@@ -5,6 +5,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -118,6 +119,9 @@ class Renderer {
     return jobset_ && Count(K8sRole::kWorker) > 1 && plan_.workers[0].heal_timeout_seconds > 0;
   }
   const Pool& PoolOf(K8sRole role) const;
+  // Whether `role`'s pods mount the data bucket (--gcs_bucket): the loader and the workers, who
+  // read the sources, the held-out files and the module.
+  bool ReadsData(K8sRole role) const { return !options_.gcs_bucket.empty() && role != K8sRole::kPs; }
   absl::Status PreparePools();
 
   const JobSpec& spec_;
@@ -164,8 +168,16 @@ std::string Renderer::PodHost(K8sRole role, int index) const {
 absl::Status Renderer::PreparePools() {
   const bool gke = options_.overlay == "gke";
   const std::string device = absl::AsciiStrToLower(spec_.train.device);
-  // A worker per GPU: cuda asks for one; auto for one where the overlay has GPU pools (gke).
-  const int default_gpus = device == "cuda" || (device == "auto" && gke) ? 1 : 0;
+  const bool cuda_image = options_.image_variant == "cuda";
+  if (!cuda_image && (device == "cuda" || options_.worker_gpus > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
+        " needs the CUDA image: build it with `docker build --build-arg VARIANT=cuda` and render with "
+        "--image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
+  }
+  // A worker per GPU, and only on a CUDA image: cuda asks for one; auto for one where the overlay
+  // has GPU pools (gke).
+  const int default_gpus = cuda_image && (device == "cuda" || (device == "auto" && gke)) ? 1 : 0;
   worker_pool_.gpus = options_.worker_gpus >= 0 ? options_.worker_gpus : default_gpus;
   if (gke) {
     HYREC_ASSIGN_OR_RETURN(
@@ -200,9 +212,10 @@ absl::Status Renderer::PreparePools() {
     const int per_node = std::max(1, worker_pool_.gpus > 0 ? w.gpus / worker_pool_.gpus : 1);
     worker_pool_.cpu_request = std::max(1.0, std::floor(w.cpus * 0.9 / per_node));
     worker_pool_.memory_request = static_cast<uint64_t>(AllocatableGiB(w) / per_node) * kGiB;
-    loader_pool_.cpu_request = std::max(1.0, std::floor(loader_pool_.machine.cpus * 0.9));
-    loader_pool_.memory_request = static_cast<uint64_t>(AllocatableGiB(loader_pool_.machine)) * kGiB;
-    ps_pool_.cpu_request = std::max(1.0, std::floor(ps_pool_.machine.cpus * 0.9));
+    // The loader: a core per parsing thread and one for serving the streams, within a node.
+    loader_pool_.cpu_request =
+        std::min(AllocatableCpus(loader_pool_.machine), static_cast<double>(plan_.loader.options.threads + 1));
+    loader_pool_.memory_request = std::min<uint64_t>(static_cast<uint64_t>(AllocatableGiB(loader_pool_.machine)), 4) * kGiB;
   } else {
     worker_pool_.cpu_request = 1;
     worker_pool_.memory_request = 2 * kGiB;
@@ -246,6 +259,12 @@ absl::Status Renderer::Prepare() {
         options_.overlay == "gke" ? ", or choose a larger --ps_machine" : ""));
   }
   ps_pool_.memory_request = ps_pool_.memory_limit = (largest + kMiB - 1) / kMiB * kMiB;
+  if (options_.overlay == "gke") {  // As `hyrec plan` places them: several shards may share a node.
+    const int threads = plan_.ps.empty() ? 0 : plan_.ps[0].threads;
+    const PsPlacement placement = PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest,
+                                                threads > 0 ? threads : kPsMinCpus);
+    ps_pool_.cpu_request = ps_pool_.cpu_limit = placement.cpus_per_pod;
+  }
   // A restore reads the shard's rows and their optimizer state; the startup probe allows for it
   // at 50 MB/s, and never less than 10 minutes.
   const double restore_seconds = static_cast<double>(largest) / 50e6;
@@ -408,6 +427,7 @@ KValue Renderer::Container(K8sRole role) const {
   mounts.Append(certs);
   mounts.Append(KValue::Map({{"name", "state"}, {"mountPath", kK8sStateDir}}));
   mounts.Append(KValue::Map({{"name", "tmp"}, {"mountPath", "/tmp"}}));
+  if (ReadsData(role)) mounts.Append(KValue::Map({{"name", "gcs"}, {"mountPath", kK8sGcsDir}, {"readOnly", true}}));
   c.Set("volumeMounts", mounts);
   return c;
 }
@@ -442,6 +462,7 @@ KValue Renderer::PodSpec(K8sRole role) const {
   const int grace = static_cast<int>(std::ceil(spec_.checkpoint.timeout_seconds)) + 60;
   spec.Set("terminationGracePeriodSeconds", grace);
   spec.Set("enableServiceLinks", false);
+  if (!options_.service_account.empty()) spec.Set("serviceAccountName", options_.service_account);
   spec.Set("automountServiceAccountToken", false);
   spec.Set("securityContext", KValue::Map({{"runAsNonRoot", true},
                                            {"runAsUser", 10001},
@@ -471,6 +492,14 @@ KValue Renderer::PodSpec(K8sRole role) const {
         {{"name", "state"}, {"persistentVolumeClaim", KValue::Map({{"claimName", "state-" + options_.name}})}}));
   }
   volumes.Append(KValue::Map({{"name", "tmp"}, {"emptyDir", KValue::Map({{"sizeLimit", "1Gi"}})}}));
+  if (ReadsData(role)) {
+    volumes.Append(KValue::Map(
+        {{"name", "gcs"},
+         {"csi", KValue::Map({{"driver", "gcsfuse.csi.storage.gke.io"},
+                              {"readOnly", true},
+                              {"volumeAttributes", KValue::Map({{"bucketName", options_.gcs_bucket},
+                                                                {"mountOptions", "implicit-dirs"}})}})}}));
+  }
   spec.Set("volumes", volumes);
   return spec;
 }
@@ -482,6 +511,8 @@ KValue Renderer::PodTemplate(K8sRole role) const {
   KValue annotations = KValue::Map({{"prometheus.io/scrape", "true"},
                                     {"prometheus.io/port", std::to_string(kK8sMetricsPort)},
                                     {"prometheus.io/path", "/metrics"}});
+  // GKE injects the Cloud Storage FUSE sidecar into pods that ask for it.
+  if (ReadsData(role)) annotations.Set("gke-gcsfuse/volumes", "true");
   return KValue::Map(
       {{"metadata", KValue::Map({{"labels", labels}, {"annotations", annotations}})}, {"spec", PodSpec(role)}});
 }
@@ -662,6 +693,78 @@ absl::Status CheckOptions(const K8sOptions& o) {
   if (o.max_restarts < 0 || o.max_restarts > 1000) {
     return absl::InvalidArgumentError("--max_restarts must be in [0, 1000]");
   }
+  if (o.image_variant != "cpu" && o.image_variant != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--image_variant=", o.image_variant, ": cpu (the Dockerfile's default) or cuda"));
+  }
+  if (!o.gcs_bucket.empty()) {
+    static const std::regex kBucket("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$");
+    if (o.overlay != "gke") {
+      return absl::InvalidArgumentError(
+          "--gcs_bucket needs --overlay=gke (the bucket is mounted by GKE's Cloud Storage FUSE CSI driver)");
+    }
+    if (!std::regex_match(o.gcs_bucket, kBucket)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gcs_bucket=", o.gcs_bucket, ": a bucket's name (lower-case letters, digits, '.', '_' and '-'), not a URL"));
+    }
+  }
+  if (!o.image_data_dir.empty() && (o.image_data_dir[0] != '/' || o.image_data_dir == "/")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--image_data_dir=", o.image_data_dir, ": the absolute folder the derived image holds the data in, not /"));
+  }
+  static const std::regex kAccount("^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$");
+  if (!o.service_account.empty() && !std::regex_match(o.service_account, kAccount)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--service_account=", o.service_account, ": a Kubernetes name (lower-case letters, digits, '.', '-')"));
+  }
+  return absl::OkStatus();
+}
+
+// Whether `path` is `dir` or below it, as strings ("/a/b" is below "/a", "/ab" is not).
+bool Below(const std::string& path, const std::string& dir) {
+  if (dir.empty() || path.size() <= dir.size() || path.compare(0, dir.size(), dir) != 0) return false;
+  return dir.back() == '/' || path[dir.size()] == '/';
+}
+
+// A data file of the job must be reachable from a pod: an absolute path on the state volume, in
+// the mounted bucket or in the derived image's data folder; `key` names where the job says it.
+absl::Status CheckPodPath(const std::string& key, const std::string& path, const K8sOptions& o) {
+  const bool normal = !path.empty() && path[0] == '/' && path.find("/../") == std::string::npos &&
+                      !absl::EndsWith(path, "/..");
+  if (normal && (Below(path, kK8sStateDir) || (!o.gcs_bucket.empty() && Below(path, kK8sGcsDir)) ||
+                 (!o.image_data_dir.empty() && Below(path, o.image_data_dir)))) {
+    return absl::OkStatus();
+  }
+  std::string where = path.empty() || path[0] != '/' ? "a relative path, which a pod would look for under its working "
+                                                       "directory in the image"
+                                                     : "a path on no volume the pods mount";
+  std::vector<std::string> choices = {absl::StrCat("copy it onto the state volume and name it under ", kK8sStateDir,
+                                                   "/ (docs/deploy-gke.md, \"Your own data\")")};
+  if (o.gcs_bucket.empty()) {
+    choices.push_back(absl::StrCat("put it in a GCS bucket and render with --gcs_bucket=BUCKET (gke), naming it under ",
+                                   kK8sGcsDir, "/"));
+  } else {
+    choices.push_back(absl::StrCat("name it under ", kK8sGcsDir, "/ (the bucket ", o.gcs_bucket, ")"));
+  }
+  choices.push_back(o.image_data_dir.empty()
+                        ? std::string("bake it into an image derived from hyrec's and render with --image_data_dir=DIR")
+                        : absl::StrCat("name it under ", o.image_data_dir, "/ (--image_data_dir)"));
+  return absl::InvalidArgumentError(absl::StrCat(key, " '", path, "': ", where, ". On a cluster a data file must be ",
+                                                 "reachable from the pods: ", absl::StrJoin(choices, "; or ")));
+}
+
+// Every file the job reads besides its own state: the sources' and the torchscript module.
+absl::Status CheckPodPaths(const JobSpec& spec, const K8sOptions& o) {
+  const std::vector<std::pair<std::string, const std::vector<std::string>*>> lists = {
+      {"loader.source.files", &spec.loader.source.files},
+      {"eval.files", &spec.eval.files},
+      {"eval.test_files", &spec.eval.test_files}};
+  for (const auto& [key, files] : lists) {
+    for (size_t i = 0; i < files->size(); ++i) {
+      HYREC_RETURN_IF_ERROR(CheckPodPath(absl::StrCat(key, "[", i, "]"), (*files)[i], o));
+    }
+  }
+  if (!spec.model.path.empty()) HYREC_RETURN_IF_ERROR(CheckPodPath("model.path", spec.model.path, o));
   return absl::OkStatus();
 }
 
@@ -715,6 +818,7 @@ absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::strin
 
 absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& options) {
   HYREC_RETURN_IF_ERROR(CheckOptions(options));
+  HYREC_RETURN_IF_ERROR(CheckPodPaths(spec, options));
   HYREC_ASSIGN_OR_RETURN(const JobPlan plan, Plan(spec));
   Renderer renderer(spec, plan, options);
   HYREC_RETURN_IF_ERROR(renderer.Prepare());

@@ -48,6 +48,25 @@ absl::StatusOr<MachineType> FindMachineType(const std::vector<MachineType>& type
 // file, the entry and its line.
 absl::StatusOr<std::vector<MachineType>> LoadMachineTypes(const std::string& path);
 
+// What pods of a node may request in CPU: nine tenths of its vCPUs, whole ones (at least 1).
+double AllocatableCpus(const MachineType& machine);
+
+// How a job's PS shards are placed on machines of one type, as `hyrec plan` prints it and `hyrec
+// k8s render` requests it: a node holds as many shards as its allocatable memory fits at the
+// largest shard's request, and as its allocatable CPUs give each at least `min_cpus`, never more
+// than the job has; the shards spread evenly over `machines` nodes, and each pod requests an equal
+// share of its node's allocatable CPUs (millicores) and its shard's memory.
+struct PsPlacement {
+  int shards_per_machine = 0;  // The most one node holds.
+  int machines = 0;
+  int pods_per_machine = 0;  // Spread evenly: ceil(shards / machines).
+  double cpus_per_pod = 0;
+  uint64_t memory_per_pod = 0;  // The largest shard's request.
+};
+// The CPU a PS shard is given at least: ps.threads when the job sets it, else kPsMinCpus.
+inline constexpr double kPsMinCpus = 2;
+PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus);
+
 // A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument
 // naming `key` for anything else, or a count that is not positive.
 absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key);
@@ -116,8 +135,9 @@ struct CapacityPlan {
   int workers = 0;
   int batch_size = 0;
   MachineType ps_machine;
-  int shards_per_machine = 0;  // As many as fit in its allocatable memory, at most one a core.
-  int ps_machines = 0;
+  PsPlacement placement;       // The PS pods on ps_machine (PlacePsShards).
+  int shards_per_machine = 0;  // placement.shards_per_machine.
+  int ps_machines = 0;         // placement.machines.
   // One training step (a batch on every worker), between the workers and the PS: the ids sent,
   // the rows that come back, and the gradients (with their ids) sent after, in fp32 and with fp16
   // rows; and the loader's batches to the workers (ids 8 bytes each, dense features and label 4).

@@ -38,6 +38,8 @@ inline constexpr char kK8sBinary[] = "/opt/hyrec/bin/hyrec";
 inline constexpr char kK8sJobDir[] = "/etc/hyrec/job";      // The ConfigMap: job.yaml.
 inline constexpr char kK8sCertsDir[] = "/etc/hyrec/certs";  // This pod's identity and ca.pem.
 inline constexpr char kK8sStateDir[] = "/var/lib/hyrec";    // The shared volume: checkpoints, exports.
+// Where the loader and the workers see K8sOptions::gcs_bucket (read-only, GKE's Cloud Storage FUSE).
+inline constexpr char kK8sGcsDir[] = "/mnt/gcs";
 inline constexpr int kK8sHealthPort = 8081;
 inline constexpr int kK8sMetricsPort = 9090;
 
@@ -59,8 +61,25 @@ struct K8sOptions {
   std::string ps_machine;
   std::string loader_machine;
   std::string worker_machine;
-  // GPUs per worker pod; -1: 1 when train.device is cuda (or auto, on gke), else 0.
+  // The image's variant: "cpu" (the Dockerfile's default: Debian's CPU LibTorch) or "cuda" (built
+  // with `--build-arg VARIANT=cuda`). Only a cuda image is given GPUs: train.device cuda with a
+  // cpu image is refused.
+  std::string image_variant = "cpu";
+  // GPUs per worker pod; -1: 1 when the image is cuda and train.device is cuda (or auto, on gke),
+  // else 0.
   int worker_gpus = -1;
+  // Where the pods find the job's data files (loader.source.files, eval.files, eval.test_files,
+  // model.path). Each must be an absolute path under one of: kK8sStateDir (files copied onto the
+  // state volume), kK8sGcsDir when gcs_bucket names a bucket (mounted read-only into the loader
+  // and the workers through GKE's Cloud Storage FUSE CSI driver; gke only), or image_data_dir
+  // (files baked into an image derived from hyrec's). Anything else, a relative path above all,
+  // is refused naming the key, since a pod does not see the machine the render ran on.
+  std::string gcs_bucket;
+  std::string image_data_dir;
+  // The Kubernetes service account the pods run as (empty: the namespace's default). With
+  // gcs_bucket, one bound to a Google service account that may read the bucket (Workload
+  // Identity).
+  std::string service_account;
 };
 
 struct K8sRender {
@@ -74,7 +93,8 @@ struct K8sRender {
 // InvalidArgument naming the option or the job's key when the job cannot run on a cluster as
 // asked: an image not pinned by digest, security.mode none, a PS whose capacity needs more
 // memory than a node of its pool has (or that has no capacity to size it by), an unknown overlay
-// or machine type, a name that is not a DNS label.
+// or machine type, a name that is not a DNS label, a data path the pods cannot reach, GPUs for
+// a cpu image.
 absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& options);
 
 // The Secret holding `role`'s certificates for job `name` ("<name>-certs-ps", ...-loader,
