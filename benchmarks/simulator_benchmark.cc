@@ -3,14 +3,17 @@
 // 0 and 4, added PS round trip 0-20 ms). The floor of each prediction is the measured run itself:
 // the ratio is predicted / measured (docs/benchmarks.md, docs/capacity.md).
 //
-//   build/benchmarks/simulator_benchmark [--shape=small|heavy] [--rounds=3]
+//   build/benchmarks/simulator_benchmark [--shape=small|heavy] [--rounds=3] [--record=DIR]
 // Each round measures the step costs (one calibration run) and then runs every configuration
-// once; the table shows the medians over the rounds and each round's ratio.
+// once; the table shows the medians over the rounds and each round's ratio. --record writes the
+// step costs and the measured rates to DIR (simulator_validation.h says how), as
+// tests/data/simulator/ holds them for simulator_recorded_test.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "benchmarks/simulator_validation.h"
 
@@ -18,7 +21,7 @@ namespace {
 
 using namespace hyrec;
 
-int Run(const std::string& only, int rounds) {
+int Run(const std::string& only, int rounds, const std::string& record) {
   const std::string dir = absl::StrCat("/tmp/hyrec_simulator_benchmark_", ::getpid());
   std::filesystem::create_directories(dir);
   absl::StatusOr<job::Calibration> machine = job::Calibrate(HYREC_PS_BINARY, dir);
@@ -33,8 +36,12 @@ int Run(const std::string& only, int rounds) {
                                                  {1, 1, 0, 20}, {4, 2, 4, 5}};
   int worst = 0;
   double worst_error = 0;
+  std::vector<bench::RecordedRun> recorded;
+  std::vector<bench::ModelShape> recorded_shapes;
+  if (!record.empty()) std::filesystem::create_directories(record);
   for (const bench::ModelShape& shape : shapes) {
     if (!only.empty() && shape.name != only) continue;
+    recorded_shapes.push_back(shape);
     // Per configuration and round: measured and predicted samples/s. Each round calibrates anew:
     // a shared machine's speed drifts over minutes (docs/benchmarks.md).
     std::vector<std::vector<double>> measured(configs.size()), predicted(configs.size());
@@ -53,6 +60,18 @@ int Run(const std::string& only, int rounds) {
           c->costs.lookup_server_ms + c->costs.update_server_ms, c->costs.loader_ms, c->costs.relay_ms,
           c->costs.cores_used, c->usable_cores);
       std::fflush(stdout);
+      if (!record.empty()) {
+        job::Calibration calibration = *machine;
+        calibration.machine = "recording";
+        calibration.job = c->job.substr(c->job.rfind('/') + 1);
+        calibration.step = c->costs;
+        const absl::Status written =
+            job::WriteCalibration(calibration, bench::RecordedCalibrationPath(record, shape.name, round + 1));
+        if (!written.ok()) {
+          std::fprintf(stderr, "simulator_benchmark: %s\n", written.ToString().c_str());
+          return 1;
+        }
+      }
       for (size_t k = 0; k < configs.size(); ++k) {
         absl::StatusOr<bench::Measured> m = bench::MeasureRun(HYREC_TRAIN_BINARY, c->job, configs[k]);
         if (!m.ok()) {
@@ -62,6 +81,7 @@ int Run(const std::string& only, int rounds) {
         last_prediction[k] = bench::Predict(*c, configs[k], shape.batches);
         last[k] = *m;
         measured[k].push_back(m->samples_per_second);
+        recorded.push_back({shape.name, round + 1, configs[k], m->samples_per_second});
         predicted[k].push_back(last_prediction[k].samples_per_second);
       }
     }
@@ -95,6 +115,11 @@ int Run(const std::string& only, int rounds) {
       "%d configuration(s) besides the calibration's off by more than 15%% (median of the rounds); the worst "
       "off by %.0f%%\n",
       worst, worst_error * 100);
+  if (!record.empty()) {
+    std::ofstream(record + "/runs.yaml") << bench::RecordedRunsYaml(static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN)),
+                                                                    recorded_shapes, recorded);
+    std::printf("recorded in %s\n", record.c_str());
+  }
   std::filesystem::remove_all(dir);
   return 0;
 }
@@ -102,11 +127,15 @@ int Run(const std::string& only, int rounds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string only;
+  std::string only, record;
   int rounds = 3;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--rounds=", 9) == 0 && std::atoi(argv[i] + 9) >= 1) {
       rounds = std::atoi(argv[i] + 9);
+      continue;
+    }
+    if (std::strncmp(argv[i], "--record=", 9) == 0 && argv[i][9] != '\0') {
+      record = argv[i] + 9;
       continue;
     }
     if (std::strncmp(argv[i], "--shape=", 8) == 0 &&
@@ -114,8 +143,10 @@ int main(int argc, char** argv) {
       only = argv[i] + 8;
       continue;
     }
-    std::fprintf(stderr, "simulator_benchmark: %s: not --shape=small, --shape=heavy or --rounds=N (N >= 1)\n", argv[i]);
+    std::fprintf(stderr,
+                 "simulator_benchmark: %s: not --shape=small, --shape=heavy, --rounds=N (N >= 1) or --record=DIR\n",
+                 argv[i]);
     return 2;
   }
-  return Run(only, rounds);
+  return Run(only, rounds, record);
 }

@@ -1,8 +1,8 @@
 // The simulator (include/hyrec/job/simulator.h) against measured runs: `hyrec train --processes`
 // on this machine for a configuration (shards, workers, staleness, added PS latency) of a model
 // shape, beside Simulate's prediction for it from the step costs `hyrec plan --calibrate
-// --config` measures on the shape's own job. simulator_benchmark prints the full table;
-// simulator_validation_test checks a short one.
+// --config` measures on the shape's own job. simulator_benchmark prints the table and records
+// it; simulator_recorded_test checks the simulator against the recording.
 #ifndef HYREC_BENCHMARKS_SIMULATOR_VALIDATION_H_
 #define HYREC_BENCHMARKS_SIMULATOR_VALIDATION_H_
 
@@ -111,8 +111,10 @@ inline absl::StatusOr<Measured> MeasureRun(const std::string& train_binary, cons
   return m;
 }
 
-// `config` of the job `plan` (`batches` in all), every role on this machine, through the relays.
-inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches) {
+// `config` of the job `plan` (`batches` in all), every role on one machine of `machine_cores`
+// cores (0: this one's), through the relays.
+inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches,
+                                      int machine_cores = 0) {
   job::SimulationOptions o;
   o.workers = config.workers;
   o.shards = config.shards;
@@ -122,7 +124,7 @@ inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig&
   o.loader_threads = plan.loader.options.threads;
   o.prefetch_batches = plan.loader.options.prefetch_batches;
   o.one_machine = true;
-  o.machine_cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  o.machine_cores = machine_cores > 0 ? machine_cores : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   o.relay = true;
   return o;
 }
@@ -207,10 +209,50 @@ inline absl::StatusOr<Measured> MeasureMedian(const std::string& train_binary, c
 }
 
 // What Simulate predicts for `config` of the calibrated shape.
-inline job::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches) {
-  job::SimulationOptions o = Options(shape.plan, config, batches);
+inline job::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches,
+                                     int machine_cores = 0) {
+  job::SimulationOptions o = Options(shape.plan, config, batches, machine_cores);
   o.usable_cores = shape.usable_cores;
   return job::Simulate(shape.costs, o);
+}
+
+// A recording of simulator_benchmark's runs (--record=DIR), which simulator_recorded_test checks
+// the simulator against without running anything: DIR/<shape>-<round>.yaml, the step costs each
+// round measured (a calibration file: WriteCalibration, with its job's step), and DIR/runs.yaml,
+// the machine's cores, the shapes and every measured run:
+//   machine_cores: 2
+//   shapes:
+//     - {name: small, dim: 16, ids_per_sample: 1, batch: 512, mlp: "[64, 32]", batches: 300}
+//   runs:
+//     - {shape: small, round: 1, shards: 2, workers: 1, staleness: 4, added_rtt_ms: 0,
+//        samples_per_second: 5123.4}
+inline std::string RecordedCalibrationPath(const std::string& dir, const std::string& shape, int round) {
+  return absl::StrCat(dir, "/", shape, "-", round, ".yaml");
+}
+struct RecordedRun {
+  std::string shape;
+  int round = 0;
+  RunConfig config;
+  double samples_per_second = 0;
+};
+inline std::string RecordedRunsYaml(int machine_cores, const std::vector<ModelShape>& shapes,
+                                    const std::vector<RecordedRun>& runs) {
+  std::string out = absl::StrCat(
+      "# simulator_benchmark --record: hyrec train --processes runs measured on one machine, and the step costs\n"
+      "# each round measured before them (<shape>-<round>.yaml). simulator_recorded_test predicts these runs.\n",
+      "machine_cores: ", machine_cores, "\nshapes:\n");
+  for (const ModelShape& s : shapes) {
+    absl::StrAppend(&out, "  - {name: ", s.name, ", dim: ", s.dim, ", ids_per_sample: ", s.ids_per_sample,
+                    ", batch: ", s.batch, ", mlp: \"", s.mlp, "\", batches: ", s.batches, "}\n");
+  }
+  out += "runs:\n";
+  for (const RecordedRun& r : runs) {
+    absl::StrAppend(&out, "  - {shape: ", r.shape, ", round: ", r.round, ", shards: ", r.config.shards,
+                    ", workers: ", r.config.workers, ", staleness: ", r.config.staleness,
+                    ", added_rtt_ms: ", r.config.added_rtt_ms,
+                    ", samples_per_second: ", absl::StrFormat("%.1f", r.samples_per_second), "}\n");
+  }
+  return out;
 }
 
 }  // namespace hyrec::bench
