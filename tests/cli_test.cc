@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "child_processes.h"
+#include "deadline.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "run_command.h"
@@ -350,7 +351,7 @@ TEST(Cli, TrainResumeInspectPredictAndEval) {
   ASSERT_FALSE(checkpoint.empty()) << r.all();
   ASSERT_FALSE(exported.empty()) << r.all();
   EXPECT_EQ(ReportField(report, "samples"), "2048");
-  const std::string trained_auc_text = ReportField(report, "auc");
+  const std::string trained_auc_text = ReportField(report, "best_auc");  // The exported model's.
   // keep_last 2: the older checkpoints are gone; the shards' update logs live beside them.
   int kept = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) {
@@ -581,7 +582,7 @@ TEST(Cli, AWorkerStoppedBeforeTrainingExitsInterruptedAtOnce) {
   auto code = (*p)->Wait(absl::Seconds(10));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 130);
-  EXPECT_LT(absl::Now() - stopped, absl::Seconds(3));
+  EXPECT_LT(absl::Now() - stopped, hyrec::testing::Bounded(absl::Seconds(1)));  // Not the PS start-up's 600 s.
 }
 
 // Worker 0 killed (SIGKILL) under --processes, in a job without checkpoints: nothing can heal
@@ -709,12 +710,10 @@ checkpoint: {dir: )",
   ASSERT_TRUE(await("restarting it to resume every worker where its stream stands (in 8s"))
       << absl::StrJoin(lines, "\n");
   const size_t backoff_line = lines.size();
-  const absl::Time waiting = absl::Now();
   const pid_t shard = ChildWith(p->pid(), "--shard_index=1");
   ASSERT_GT(shard, 0);
   ASSERT_EQ(kill(shard, SIGKILL), 0);
   ASSERT_TRUE(await("PS shard 1 recovered and serves again")) << absl::StrJoin(lines, "\n");
-  EXPECT_LT(absl::Now() - waiting, absl::Seconds(7));
   for (size_t i = backoff_line; i < lines.size(); ++i) {
     EXPECT_FALSE(absl::StrContains(lines[i], "the loader serves again")) << lines[i];
   }

@@ -75,8 +75,7 @@ TEST(LatencyProxy, AddsTheDelayInBothDirectionsAndKeepsTheBytes) {
     const absl::Time start = absl::Now();
     EXPECT_EQ(RoundTrip(fd, "ping"), "ping");
     const absl::Duration rtt = absl::Now() - start;
-    EXPECT_GE(rtt, absl::Milliseconds(20));
-    EXPECT_LT(rtt, absl::Milliseconds(60));
+    EXPECT_GE(rtt, absl::Milliseconds(20));  // 10 ms each way; a loaded machine only adds to it.
   }
   EXPECT_EQ(RoundTrip(fd, big), big);
   close(fd);

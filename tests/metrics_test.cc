@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "deadline.h"
 #include "gtest/gtest.h"
 #include "http_get.h"
 #include "hyrec/common/metrics.h"
@@ -99,7 +100,7 @@ TEST(MetricsHttpServer, SlowClientsDoNotKeepAScrapeWaiting) {
   const absl::Time start = absl::Now();
   const HttpResponse r = HttpGet((*server)->port(), "/metrics");
   EXPECT_EQ(r.status, 200);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  EXPECT_LT(absl::Now() - start, hyrec::testing::Bounded(absl::Seconds(1)));  // Not held by the slow clients.
   for (int fd : slow) close(fd);
 }
 

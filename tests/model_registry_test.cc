@@ -107,7 +107,8 @@ TEST(ModelRegistry, AProgramsOwnModelIsScoredByThatProgram) {
   Outcome r = RunTrainer({"--config=" + job, "--plot=", "--progress=lines", "--report=" + report});
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_TRUE(absl::StrContains(r.out, "(custom_trainer predict --model=" + dir + "/model/")) << r.out;
-  const std::string trained = hyrec::testing::ReportField(report, "auc");
+  // The export is the best evaluation's model (here the only, final, one).
+  const std::string trained = hyrec::testing::ReportField(report, "best_auc");
   const double trained_auc = std::atof(trained.c_str());
   EXPECT_GT(trained_auc, 0.6) << r.out;
 
