@@ -11,8 +11,8 @@
 #include <fstream>
 #include <random>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
@@ -205,9 +205,9 @@ TEST(Quality, EarlyStoppingStopsOncePatienceRunsOut) {
   // (its checkpoint outlives keep_last: 1), and the report says so.
   const std::string dir = Path("best_export");
   std::filesystem::remove_all(dir);
-  absl::StatusOr<TrainReport> kept = Train(absl::StrCat(
-      absl::StrReplaceAll(text, {{", patience: 2", ""}}), "checkpoint: {dir: ", dir,
-      "/ckpt, every_steps: 40, keep_last: 1}\nexport: {dir: ", dir, "/model}\n"));
+  absl::StatusOr<TrainReport> kept =
+      Train(absl::StrCat(absl::StrReplaceAll(text, {{", patience: 2", ""}}), "checkpoint: {dir: ", dir,
+                         "/ckpt, every_steps: 40, keep_last: 1}\nexport: {dir: ", dir, "/model}\n"));
   ASSERT_TRUE(kept.ok()) << kept.status();
   ASSERT_TRUE(kept->has_best_eval);
   EXPECT_LT(kept->best_eval_samples, kept->samples);  // The model overfits: the best is not the last.

@@ -477,8 +477,9 @@ TEST(K8sRender, GpusOnlyForACudaImage) {
   r = RenderK8s(Example(), Options("gke"));
   ASSERT_TRUE(r.ok()) << r.status();
   const YAML::Node cpu = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"][2];
-  EXPECT_EQ(cpu["template"]["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"].as<std::string>(),
-            "hyrec-cpu");
+  EXPECT_EQ(
+      cpu["template"]["spec"]["template"]["spec"]["nodeSelector"]["cloud.google.com/gke-nodepool"].as<std::string>(),
+      "hyrec-cpu");
   const std::string cuda_job = absl::StrReplaceAll(Slurp(kExample), {{"device: auto", "device: cuda"}});
   const absl::Status refused = RenderError(cuda_job, Options("gke"));
   EXPECT_TRUE(absl::StrContains(refused.message(), "train.device: cuda needs the CUDA image")) << refused;
@@ -515,8 +516,9 @@ TEST(K8sRender, DataPathsMustBeReachableFromThePods) {
     EXPECT_TRUE(absl::StrContains(s.message(), "--image_data_dir")) << s;
   }
   // The state volume, the bucket, the image's folder.
-  auto spec = ParseJobSpecText(SourceWithFiles(base, "[/var/lib/hyrec/data/train.tsv, /mnt/gcs/day_1.tsv.gz, "
-                                                     "/opt/data/day_2.tsv]"),
+  auto spec = ParseJobSpecText(SourceWithFiles(base,
+                                               "[/var/lib/hyrec/data/train.tsv, /mnt/gcs/day_1.tsv.gz, "
+                                               "/opt/data/day_2.tsv]"),
                                "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   K8sOptions o = Options("gke");

@@ -12,6 +12,8 @@ hyrec_install_debs ${HYREC_EXTRA_DEBS:-}
 # ccache: paths relative to the checkout, so a fresh clone (CI) reuses an earlier build's objects.
 export CCACHE_BASEDIR="$HYREC_ROOT"
 export CCACHE_NOHASHDIR=1
+# The LibTorch targets' precompiled header (CMakeLists.txt, HYREC_TORCH_PCH) is cacheable only so.
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}"
 if [ ! -f "$HYREC_BUILD_DIR/build.ninja" ]; then
   cmake -S "$HYREC_ROOT" -B "$HYREC_BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "hyrec/dense_worker/worker.h"
+#include "hyrec/dense_worker/report.h"
 
 namespace hyrec::cli {
 

@@ -103,8 +103,8 @@ absl::Status WriteReport(const TrainReport& r, const std::string& path) {
       r.final_eval.samples, r.teacher_auc, r.dense_fingerprint, r.dense_sum, r.dense_parameters, r.stats.batches,
       r.stats.observed_staleness, r.last_checkpoint, r.export_dir, r.checkpoints, r.resumed_step, r.heals,
       r.has_test_eval ? "true" : "false", r.test_eval.auc, r.test_eval.log_loss, r.test_eval.samples,
-      r.has_best_eval ? "true" : "false", r.best_eval.auc, r.best_eval.log_loss, r.best_eval_samples,
-      r.best_checkpoint, r.export_checkpoint, r.export_samples, ExportReasonName(r.export_reason));
+      r.has_best_eval ? "true" : "false", r.best_eval.auc, r.best_eval.log_loss, r.best_eval_samples, r.best_checkpoint,
+      r.export_checkpoint, r.export_samples, ExportReasonName(r.export_reason));
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --report '", path, "'"));
   return absl::OkStatus();

@@ -95,10 +95,10 @@ void EventWriter::OnFinish(const TrainReport& r) {
       " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
       " dense_sum=", Num(r.dense_sum), " dense_parameters=", r.dense_parameters, " checkpoint=", r.last_checkpoint,
       " best_checkpoint=", r.best_checkpoint, " export=", r.export_dir, " export_checkpoint=", r.export_checkpoint,
-      " export_at=", r.export_samples, " export_reason=", ExportReasonName(r.export_reason), " checkpoints=", r.checkpoints,
-      " checkpoint_failures=", r.checkpoint_failures, " pause=", Num(r.checkpoint_pause_seconds),
-      " write=", Num(r.checkpoint_write_seconds), " resumed_step=", r.resumed_step,
-      " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
+      " export_at=", r.export_samples, " export_reason=", ExportReasonName(r.export_reason),
+      " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
+      " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
+      " resumed_step=", r.resumed_step, " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
   AppendStats(r.stats, &line);
   Write(line);
 }

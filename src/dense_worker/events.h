@@ -15,7 +15,9 @@
 #include <ostream>
 #include <string>
 
-#include "hyrec/dense_worker/worker.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "hyrec/dense_worker/report.h"
 
 namespace hyrec::dense_worker {
 

@@ -747,11 +747,11 @@ class WorkerLoop {
     if (batches >= kMinWindowsPerEpoch * static_cast<uint64_t>(staleness)) return;
     std::cerr << "hyrec: note: an epoch is " << batches << " steps, only " << batches / staleness
               << " staleness windows of " << staleness
-              << " (train.embedding_staleness): on data this small the window's delay costs accuracy; "
-                 "staleness 0 trains it best (docs/architecture.md, \"Choosing the staleness\")"
+              << " (train.embedding_staleness): on data this small the window's delay may cost accuracy; "
+                 "compare a run at 0 (docs/architecture.md, \"Choosing the staleness\")"
               << std::endl;
   }
-  static constexpr uint64_t kMinWindowsPerEpoch = 50;
+  static constexpr uint64_t kMinWindowsPerEpoch = 25;
 
   // Worker 0: the last progress report and the evaluation at the end.
   absl::Status FinalEvaluation(const TrainerStats& st) {
@@ -821,9 +821,9 @@ class WorkerLoop {
     report_.export_dir = *out;
     report_.export_checkpoint = from;
     report_.export_samples = best ? report_.best_eval_samples : report_.samples;
-    report_.export_reason = best                     ? TrainReport::ExportReason::kBestEvaluation
+    report_.export_reason = best                    ? TrainReport::ExportReason::kBestEvaluation
                             : report_.has_best_eval ? TrainReport::ExportReason::kBestNotCommitted
-                                                     : TrainReport::ExportReason::kNoEvaluation;
+                                                    : TrainReport::ExportReason::kNoEvaluation;
     return absl::OkStatus();
   }
 
@@ -972,32 +972,6 @@ absl::StatusOr<TrainReport> RunWorker(const job::WorkerPlan& plan, const job::En
   });
   if (!guarded.ok()) return guarded;
   return report;
-}
-
-namespace {
-constexpr std::pair<TrainReport::ExportReason, const char*> kExportReasons[] = {
-    {TrainReport::ExportReason::kNone, "none"},
-    {TrainReport::ExportReason::kBestEvaluation, "best_evaluation"},
-    {TrainReport::ExportReason::kNoEvaluation, "no_evaluation"},
-    {TrainReport::ExportReason::kBestNotCommitted, "best_not_committed"},
-};
-}  // namespace
-
-const char* ExportReasonName(TrainReport::ExportReason reason) {
-  for (const auto& [r, name] : kExportReasons) {
-    if (r == reason) return name;
-  }
-  return "none";
-}
-
-bool ParseExportReason(const std::string& name, TrainReport::ExportReason* reason) {
-  for (const auto& [r, n] : kExportReasons) {
-    if (n == name) {
-      *reason = r;
-      return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace hyrec::dense_worker

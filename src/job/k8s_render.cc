@@ -170,10 +170,10 @@ absl::Status Renderer::PreparePools() {
   const std::string device = absl::AsciiStrToLower(spec_.train.device);
   const bool cuda_image = options_.image_variant == "cuda";
   if (!cuda_image && (device == "cuda" || options_.worker_gpus > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
-        " needs the CUDA image: build it with `docker build --build-arg VARIANT=cuda` and render with "
-        "--image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
+                     " needs the CUDA image: build it with `docker build --build-arg VARIANT=cuda` and render with "
+                     "--image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
   }
   // A worker per GPU, and only on a CUDA image: cuda asks for one; auto for one where the overlay
   // has GPU pools (gke).
@@ -215,7 +215,8 @@ absl::Status Renderer::PreparePools() {
     // The loader: a core per parsing thread and one for serving the streams, within a node.
     loader_pool_.cpu_request =
         std::min(AllocatableCpus(loader_pool_.machine), static_cast<double>(plan_.loader.options.threads + 1));
-    loader_pool_.memory_request = std::min<uint64_t>(static_cast<uint64_t>(AllocatableGiB(loader_pool_.machine)), 4) * kGiB;
+    loader_pool_.memory_request =
+        std::min<uint64_t>(static_cast<uint64_t>(AllocatableGiB(loader_pool_.machine)), 4) * kGiB;
   } else {
     worker_pool_.cpu_request = 1;
     worker_pool_.memory_request = 2 * kGiB;
@@ -261,8 +262,8 @@ absl::Status Renderer::Prepare() {
   ps_pool_.memory_request = ps_pool_.memory_limit = (largest + kMiB - 1) / kMiB * kMiB;
   if (options_.overlay == "gke") {  // As `hyrec plan` places them: several shards may share a node.
     const int threads = plan_.ps.empty() ? 0 : plan_.ps[0].threads;
-    const PsPlacement placement = PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest,
-                                                threads > 0 ? threads : kPsMinCpus);
+    const PsPlacement placement =
+        PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, threads > 0 ? threads : kPsMinCpus);
     ps_pool_.cpu_request = ps_pool_.cpu_limit = placement.cpus_per_pod;
   }
   // A restore reads the shard's rows and their optimizer state; the startup probe allows for it
@@ -493,12 +494,12 @@ KValue Renderer::PodSpec(K8sRole role) const {
   }
   volumes.Append(KValue::Map({{"name", "tmp"}, {"emptyDir", KValue::Map({{"sizeLimit", "1Gi"}})}}));
   if (ReadsData(role)) {
-    volumes.Append(KValue::Map(
-        {{"name", "gcs"},
-         {"csi", KValue::Map({{"driver", "gcsfuse.csi.storage.gke.io"},
-                              {"readOnly", true},
-                              {"volumeAttributes", KValue::Map({{"bucketName", options_.gcs_bucket},
-                                                                {"mountOptions", "implicit-dirs"}})}})}}));
+    volumes.Append(
+        KValue::Map({{"name", "gcs"},
+                     {"csi", KValue::Map({{"driver", "gcsfuse.csi.storage.gke.io"},
+                                          {"readOnly", true},
+                                          {"volumeAttributes", KValue::Map({{"bucketName", options_.gcs_bucket},
+                                                                            {"mountOptions", "implicit-dirs"}})}})}}));
   }
   spec.Set("volumes", volumes);
   return spec;
@@ -704,18 +705,19 @@ absl::Status CheckOptions(const K8sOptions& o) {
           "--gcs_bucket needs --overlay=gke (the bucket is mounted by GKE's Cloud Storage FUSE CSI driver)");
     }
     if (!std::regex_match(o.gcs_bucket, kBucket)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--gcs_bucket=", o.gcs_bucket, ": a bucket's name (lower-case letters, digits, '.', '_' and '-'), not a URL"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gcs_bucket=", o.gcs_bucket,
+                       ": a bucket's name (lower-case letters, digits, '.', '_' and '-'), not a URL"));
     }
   }
   if (!o.image_data_dir.empty() && (o.image_data_dir[0] != '/' || o.image_data_dir == "/")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--image_data_dir=", o.image_data_dir, ": the absolute folder the derived image holds the data in, not /"));
+    return absl::InvalidArgumentError(absl::StrCat("--image_data_dir=", o.image_data_dir,
+                                                   ": the absolute folder the derived image holds the data in, not /"));
   }
   static const std::regex kAccount("^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$");
   if (!o.service_account.empty() && !std::regex_match(o.service_account, kAccount)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--service_account=", o.service_account, ": a Kubernetes name (lower-case letters, digits, '.', '-')"));
+    return absl::InvalidArgumentError(absl::StrCat("--service_account=", o.service_account,
+                                                   ": a Kubernetes name (lower-case letters, digits, '.', '-')"));
   }
   return absl::OkStatus();
 }
@@ -729,8 +731,8 @@ bool Below(const std::string& path, const std::string& dir) {
 // A data file of the job must be reachable from a pod: an absolute path on the state volume, in
 // the mounted bucket or in the derived image's data folder; `key` names where the job says it.
 absl::Status CheckPodPath(const std::string& key, const std::string& path, const K8sOptions& o) {
-  const bool normal = !path.empty() && path[0] == '/' && path.find("/../") == std::string::npos &&
-                      !absl::EndsWith(path, "/..");
+  const bool normal =
+      !path.empty() && path[0] == '/' && path.find("/../") == std::string::npos && !absl::EndsWith(path, "/..");
   if (normal && (Below(path, kK8sStateDir) || (!o.gcs_bucket.empty() && Below(path, kK8sGcsDir)) ||
                  (!o.image_data_dir.empty() && Below(path, o.image_data_dir)))) {
     return absl::OkStatus();

@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "hyrec/common/metrics.h"
-#include "hyrec/dense_worker/worker.h"
+#include "hyrec/dense_worker/report.h"
 #include "hyrec/embedding_ps/client.h"
 
 namespace hyrec::dense_worker {

@@ -52,6 +52,7 @@
 #include "hyrec/common/thread_priority.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/model.h"
+#include "hyrec/dense_worker/report.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/job/job_spec.h"
 #include "hyrec/nn_sync/dense_sync.h"
@@ -107,21 +108,6 @@ struct TrainBatch {
   std::vector<Bags> bags;
   // Set by Pool: per row group, the leaf tensor whose gradient goes back to the PS.
   std::vector<torch::Tensor> row_tensors;
-};
-
-struct TrainerStats {
-  uint64_t batches = 0;
-  uint64_t samples = 0;
-  double lookup_ms = 0;         // Mean wall time of a batch's lookups.
-  double update_ms = 0;         // Mean wall time of a batch's update (until acknowledged).
-  double wait_for_rows_ms = 0;  // Mean time Next waited for rows (latency not hidden).
-  // Mean over lookups of (batch looked up - 1 - newest batch whose update was acknowledged when the
-  // lookup was issued): the batches of updates the rows may miss, counting batches not yet trained.
-  // 0 when synchronous; between 1 (the lookahead runs one batch ahead at least) and the staleness
-  // bound when hybrid, near the bound when updates are slow to apply.
-  double observed_staleness = 0;
-  uint64_t lookup_count = 0;  // Batches looked up (the means' denominators).
-  uint64_t update_count = 0;  // Batches whose update was acknowledged.
 };
 
 class TrainingContext {
@@ -238,11 +224,6 @@ class TrainingContext {
 // Exact AUC and mean log loss of a model over a stream (no training, no PS updates), with the
 // model in evaluation mode (no dropout) for the pass. When given, `scores` and `labels` receive
 // every sample's logit and label, in stream order.
-struct Evaluation {
-  double auc = 0;
-  double log_loss = 0;
-  uint64_t samples = 0;
-};
 absl::StatusOr<Evaluation> Evaluate(data_loader::BatchStream* stream, embedding_ps::EmbeddingClient* ps,
                                     const TrainerOptions& options, DenseModelImpl& model,
                                     std::vector<float>* scores = nullptr, std::vector<float>* labels = nullptr);
