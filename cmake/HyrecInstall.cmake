@@ -44,3 +44,26 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/hyrecConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_BINARY_DIR}/hyrecConfig.cmake ${CMAKE_BINARY_DIR}/hyrecConfigVersion.cmake
   DESTINATION ${HYREC_CMAKE_DIR})
+
+# The build tree keeps its debug information (RelWithDebInfo, for debugging and profiling); the
+# installed binaries and static libraries are stripped of it, so that an install is small (the
+# image's, and a prefix one builds against). HYREC_INSTALL_DEBUG=ON keeps it.
+option(HYREC_INSTALL_DEBUG "Install the binaries and libraries with their debug information" OFF)
+if(NOT HYREC_INSTALL_DEBUG AND CMAKE_STRIP)
+  set(HYREC_STRIPPED_FILES)
+  foreach(target ${HYREC_INSTALLED_BINARIES})
+    list(APPEND HYREC_STRIPPED_FILES "${CMAKE_INSTALL_BINDIR}/$<TARGET_FILE_NAME:${target}>")
+  endforeach()
+  foreach(target ${HYREC_INSTALLED_TARGETS})
+    list(APPEND HYREC_STRIPPED_FILES "${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:${target}>")
+  endforeach()
+  install(CODE "
+    foreach(file ${HYREC_STRIPPED_FILES})
+      set(path \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${file}\")
+      execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug \"\${path}\" RESULT_VARIABLE result)
+      if(NOT result EQUAL 0)
+        message(FATAL_ERROR \"strip --strip-debug \${path} failed (\${result})\")
+      endif()
+    endforeach()
+  ")
+endif()

@@ -10,6 +10,13 @@ work="$build/out_of_tree"
 rm -rf "$work/prefix"
 mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" > "$work/install.log"
+# The install is stripped of debug information (cmake/HyrecInstall.cmake): at most 150 MB.
+installed_kb=$(du -sk "$work/prefix" | cut -f1)
+[ "$installed_kb" -le 153600 ] || { echo "the install takes $((installed_kb / 1024)) MB, more than 150"; exit 1; }
+if readelf -S "$work/prefix/bin/hyrec-train" | grep -q '\.debug_info'; then
+  echo "bin/hyrec-train was installed with its debug information"
+  exit 1
+fi
 launcher=()
 if command -v ccache > /dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 cmake -S "$source/examples/custom_model" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
