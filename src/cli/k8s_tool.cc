@@ -74,9 +74,10 @@ int K8sMain(int argc, char** argv) {
   flags.String("loader_machine", &o.loader_machine, "TYPE", "gke: the loader pool's (default c3-standard-22).");
   flags.String("worker_machine", &o.worker_machine, "TYPE",
                "gke: the workers' (default a2-highgpu-8g with GPUs, c3-standard-44 without).");
-  flags.Choice("image_variant", &o.image_variant, {"cpu", "cuda"},
-               "The image's LibTorch: cpu (the Dockerfile's default) or cuda (--build-arg VARIANT=cuda); only a "
-               "cuda image gets GPUs.");
+  flags.Choice(
+      "image_variant", &o.image_variant, {"cpu", "cuda"},
+      "The image's LibTorch: cpu (the Dockerfile's default) or cuda (docs/deploy-gke.md, \"GPU image\"); only a "
+      "cuda image gets GPUs.");
   flags.Int("worker_gpus", &o.worker_gpus,
             "GPUs per worker pod; -1: 1 with a cuda image when train.device is cuda (or auto, on gke), else 0.", -1,
             16);

@@ -488,8 +488,7 @@ class Planner {
           largest_shard, static_cast<double>(largest) / kGiB, c_.ps_machine.name, allocatable, more_shards));
     }
     HYREC_RETURN_IF_ERROR(stripes_error_);
-    const int threads = plan_.ps.empty() ? 0 : plan_.ps[0].threads;
-    c_.placement = PlacePsShards(c_.ps_machine, shards_, largest, threads > 0 ? threads : kPsMinCpus);
+    c_.placement = PlacePsShards(c_.ps_machine, shards_, largest, PsMinCpus(plan_));
     c_.shards_per_machine = c_.placement.shards_per_machine;
     c_.ps_machines = c_.placement.machines;
     return absl::OkStatus();
@@ -535,6 +534,10 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& original, const Capacit
 }
 
 double AllocatableCpus(const MachineType& machine) { return std::max(1.0, std::floor(machine.cpus * 0.9)); }
+
+double PsMinCpus(const JobPlan& plan) {
+  return !plan.ps.empty() && plan.ps[0].threads > 0 ? plan.ps[0].threads : kPsMinCpus;
+}
 
 PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus) {
   PsPlacement p;

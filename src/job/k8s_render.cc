@@ -170,10 +170,10 @@ absl::Status Renderer::PreparePools() {
   const std::string device = absl::AsciiStrToLower(spec_.train.device);
   const bool cuda_image = options_.image_variant == "cuda";
   if (!cuda_image && (device == "cuda" || options_.worker_gpus > 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
-                     " needs the CUDA image: build it with `docker build --build-arg VARIANT=cuda` and render with "
-                     "--image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
+        " needs the CUDA image (built against a CUDA LibTorch: docs/deploy-gke.md, \"GPU image\") "
+        "rendered with --image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
   }
   // A worker per GPU, and only on a CUDA image: cuda asks for one; auto for one where the overlay
   // has GPU pools (gke).
@@ -261,9 +261,8 @@ absl::Status Renderer::Prepare() {
   }
   ps_pool_.memory_request = ps_pool_.memory_limit = (largest + kMiB - 1) / kMiB * kMiB;
   if (options_.overlay == "gke") {  // As `hyrec plan` places them: several shards may share a node.
-    const int threads = plan_.ps.empty() ? 0 : plan_.ps[0].threads;
     const PsPlacement placement =
-        PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, threads > 0 ? threads : kPsMinCpus);
+        PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, PsMinCpus(plan_));
     ps_pool_.cpu_request = ps_pool_.cpu_limit = placement.cpus_per_pod;
   }
   // A restore reads the shard's rows and their optimizer state; the startup probe allows for it

@@ -65,6 +65,7 @@ struct PsPlacement {
 };
 // The CPU a PS shard is given at least: ps.threads when the job sets it, else kPsMinCpus.
 inline constexpr double kPsMinCpus = 2;
+double PsMinCpus(const JobPlan& plan);
 PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus);
 
 // A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument

@@ -62,8 +62,8 @@ struct K8sOptions {
   std::string loader_machine;
   std::string worker_machine;
   // The image's variant: "cpu" (the Dockerfile's default: Debian's CPU LibTorch) or "cuda" (built
-  // with `--build-arg VARIANT=cuda`). Only a cuda image is given GPUs: train.device cuda with a
-  // cpu image is refused.
+  // against a CUDA LibTorch, docs/deploy-gke.md "GPU image"). Only a cuda image is given GPUs:
+  // train.device cuda with a cpu image is refused.
   std::string image_variant = "cpu";
   // GPUs per worker pod; -1: 1 when the image is cuda and train.device is cuda (or auto, on gke),
   // else 0.
