@@ -29,7 +29,9 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/dense_worker/process_tuning.h"
+#include "hyrec/dense_worker/model.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/dense_worker/worker.h"
 #include "hyrec/job/job_plan.h"
 
 namespace {

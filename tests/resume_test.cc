@@ -52,7 +52,7 @@ std::string Job(const std::string& dir, const std::string& source, int shards, i
                       "checkpoint: {dir: ", dir, "/ckpt, every_steps: 10, keep_last: 20}\n", extra);
 }
 
-absl::StatusOr<TrainReport> Train(const std::string& text, const std::string& resume = "", Env* env = nullptr) {
+absl::StatusOr<TrainReport> RunJob(const std::string& text, const std::string& resume = "", Env* env = nullptr) {
   absl::StatusOr<job::JobSpec> spec = job::ParseJobSpecText(text, "job.yaml");
   if (!spec.ok()) return spec.status();
   absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
@@ -98,13 +98,13 @@ TEST(Resume, ContinuesExactlyAsTheUninterruptedRun) {
   const std::string dir = FreshDir("exact");
   const std::string data = WriteData(dir + "/train.svm", 800, 1);  // 25 batches an epoch, 50 in all.
   const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");
-  absl::StatusOr<TrainReport> full = Train(job);
+  absl::StatusOr<TrainReport> full = RunJob(job);
   ASSERT_TRUE(full.ok()) << full.status();
   EXPECT_EQ(full->samples, 1600u);
   ASSERT_FALSE(full->last_checkpoint.empty());
   const std::string at20 = CheckpointAt(dir + "/ckpt", 20);
   ASSERT_FALSE(at20.empty());
-  absl::StatusOr<TrainReport> resumed = Train(job, at20);
+  absl::StatusOr<TrainReport> resumed = RunJob(job, at20);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   EXPECT_EQ(resumed->resumed_step, 20u);
   EXPECT_EQ(resumed->samples, 1600u);              // 640 before the cut, 960 after: none twice, none lost.
@@ -128,7 +128,7 @@ TEST(Resume, AFailedCutRemovesWhatItWrote) {
       const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");  // 5 cuts.
       FaultInjectionEnv env(Env::Default());
       env.FailAfter(FaultInjectionEnv::kAppend, skip, failing);
-      absl::StatusOr<TrainReport> report = Train(job, "", &env);
+      absl::StatusOr<TrainReport> report = RunJob(job, "", &env);
       ASSERT_TRUE(report.ok()) << report.status();
       EXPECT_EQ(report->samples, 1600u);
       EXPECT_GT(report->checkpoint_failures, 0);
@@ -147,7 +147,7 @@ TEST(Resume, ReshardsPsShardsAndWorkers) {
   const std::string dir = FreshDir("reshard");
   const std::string data = WriteData(dir + "/train.svm", 1024, 2);  // 32 batches an epoch.
   const std::string source = "format: libsvm, files: [" + data + "]";
-  absl::StatusOr<TrainReport> two = Train(Job(dir, source, 4, 2, ""));
+  absl::StatusOr<TrainReport> two = RunJob(Job(dir, source, 4, 2, ""));
   ASSERT_TRUE(two.ok()) << two.status();
   EXPECT_EQ(two->samples, 2048u);
   const std::string at10 = CheckpointAt(dir + "/ckpt", 10);  // 10 steps of 2 workers: 640 samples.
@@ -155,14 +155,14 @@ TEST(Resume, ReshardsPsShardsAndWorkers) {
   const auto saved = CheckpointRows(at10, Job(dir, source, 4, 2, ""));
   // 4 shards -> 3, 2 workers -> 1: every row of the checkpoint is in the new shards.
   EXPECT_EQ(CheckpointRows(at10, Job(dir, source, 3, 1, "")), saved);
-  absl::StatusOr<TrainReport> one = Train(Job(dir, source, 3, 1, ""), at10);
+  absl::StatusOr<TrainReport> one = RunJob(Job(dir, source, 3, 1, ""), at10);
   ASSERT_TRUE(one.ok()) << one.status();
   EXPECT_EQ(one->samples, 2048u);
   EXPECT_EQ(one->stats.samples, 2048u - 640);
   // 2 shards -> 5 shards, 1 worker -> 2 workers.
   const std::string at20 = CheckpointAt(dir + "/ckpt", 20);
   ASSERT_FALSE(at20.empty());
-  absl::StatusOr<TrainReport> five = Train(Job(dir, source, 5, 2, ""), at20);
+  absl::StatusOr<TrainReport> five = RunJob(Job(dir, source, 5, 2, ""), at20);
   ASSERT_TRUE(five.ok()) << five.status();
   EXPECT_EQ(five->samples, 2048u);
 }
@@ -174,7 +174,7 @@ TEST(Export, PredictGivesTheTrainedModelsScoresAndDeltasReachTheFinalExport) {
   const std::string job =
       Job(dir, "format: libsvm, files: [" + data + "]", 2, 1,
           absl::StrCat("eval: {files: [", heldout, "]}\nexport: {dir: ", dir, "/model, delta_every_steps: 10}\n"));
-  absl::StatusOr<TrainReport> r = Train(job);  // 57 steps: the last checkpoint is the one at the end.
+  absl::StatusOr<TrainReport> r = RunJob(job);  // 57 steps: the last checkpoint is the one at the end.
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_TRUE(r->has_final_eval);
   ASSERT_FALSE(r->export_dir.empty());
@@ -215,15 +215,15 @@ TEST(Resume, RefusesACorruptCheckpointAndLatestFallsBack) {
   const std::string dir = FreshDir("corrupt");
   const std::string data = WriteData(dir + "/train.svm", 640, 5);
   const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");
-  ASSERT_TRUE(Train(job).ok());
+  ASSERT_TRUE(RunJob(job).ok());
   const std::string newest = ListCheckpointDirs(Env::Default(), dir + "/ckpt", kCheckpointPrefix).back();
   const std::string dense = JoinPath(JoinPath(dir + "/ckpt", newest), kDenseFileName);
   std::string bytes = *ReadFileToString(Env::Default(), dense, 1 << 30);
   bytes[bytes.size() / 2] ^= 0x20;
   ASSERT_TRUE(WriteFileAtomically(Env::Default(), dense, bytes).ok());
-  absl::StatusOr<TrainReport> direct = Train(job, JoinPath(dir + "/ckpt", newest));
+  absl::StatusOr<TrainReport> direct = RunJob(job, JoinPath(dir + "/ckpt", newest));
   EXPECT_TRUE(absl::IsDataLoss(direct.status())) << direct.status();
-  absl::StatusOr<TrainReport> latest = Train(job, "latest");
+  absl::StatusOr<TrainReport> latest = RunJob(job, "latest");
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_LT(latest->resumed_step, 40u);  // The checkpoint before the corrupt one.
   EXPECT_GT(latest->resumed_step, 0u);

@@ -1,6 +1,7 @@
 // Hybrid training end to end on the synthetic teacher (embedded: PS, loader and workers in one
 // process): hybrid and synchronous embedding updates reach the same AUC, close to the teacher's.
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/dense_worker/worker.h"
 
 #include <cmath>
 #include <string>

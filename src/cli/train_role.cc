@@ -32,6 +32,7 @@
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/train_job.h"
+#include "hyrec/dense_worker/worker.h"
 #include "hyrec/embedding_ps/job_done.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"

@@ -31,8 +31,6 @@ constexpr uint64_t kMaxDenseBytes = 64ull << 30;
 
 Env* EnvOr(Env* env) { return env != nullptr ? env : Env::Default(); }
 
-absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
-
 std::string EncodeState(const TrainState& s) {
   Encoder e;
   e.U64(s.step);
@@ -429,7 +427,7 @@ JobCuts::~JobCuts() {
 absl::StatusOr<bool> JobCuts::Agree(bool ok) {
   if (options_.sync == nullptr) return ok;
   HYREC_ASSIGN_OR_RETURN(const int all,
-                         options_.sync->AllMin(ok ? 1 : 0, Seconds(options_.plan->checkpoint.timeout_seconds)));
+                         options_.sync->AllMin(ok ? 1 : 0, absl::Seconds(options_.plan->checkpoint.timeout_seconds)));
   return all == 1;
 }
 
@@ -476,7 +474,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   // full disk does not stay full of it.
   auto discard = [&](bool begun) {
     if (!leader_) return;
-    if (begun) (void)options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds));
+    if (begun) (void)options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds));
     (void)DeleteDirAndFiles(env, dir);
   };
   // The agreement failed (a peer lost): the cut is abandoned, what it wrote removed.
@@ -510,7 +508,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     s.best_checkpoint = best && checkpoint ? dir : best_checkpoint();
     if (local.ok()) {
       local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta,
-                                    name, id, Seconds(plan.checkpoint.timeout_seconds));
+                                    name, id, absl::Seconds(plan.checkpoint.timeout_seconds));
       begun = local.ok();
     }
     if (local.ok()) {
@@ -555,7 +553,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
                                                               : WriteRawFile(env, dir, kModelFileName, state.model));
       awaited = true;
       HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
-                             options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds)));
+                             options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds)));
       m.files.push_back(dense_file);
       for (size_t t = 0; t < plan.table_names.size(); ++t) {
         CheckpointManifest::Table table;
@@ -585,7 +583,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
       return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir);
     }();
     if (!s.ok() && !committed) {  // What the failed cut wrote, once the shards wrote theirs.
-      if (!awaited) (void)options_.ps->AwaitCut(id, Seconds(plan.checkpoint.timeout_seconds));
+      if (!awaited) (void)options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds));
       (void)DeleteDirAndFiles(env, dir);
     }
     std::lock_guard<std::mutex> lock(shared_->mu);

@@ -10,6 +10,7 @@
 #include "hyrec/common/thread_priority.h"
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
+#include "hyrec/dense_worker/worker.h"
 #include "hyrec/embedding_ps/client.h"
 
 namespace hyrec::dense_worker {

@@ -20,8 +20,6 @@
 namespace hyrec::dense_worker {
 namespace {
 
-absl::Duration Seconds(double s) { return absl::Milliseconds(static_cast<int64_t>(s * 1000)); }
-
 // Module initialization draws from LibTorch's global generator: workers that are threads of one
 // process seed it and build their models one at a time, so every replica starts the same.
 std::mutex& ModelInitMutex() {
@@ -111,7 +109,7 @@ class WorkerLoop {
       sync.world_size = plan_.world_size;
       sync.master_addr = endpoints_.master_addr;
       sync.master_port = endpoints_.master_port;
-      sync.timeout = Seconds(plan_.sync_timeout_seconds);
+      sync.timeout = absl::Seconds(plan_.sync_timeout_seconds);
       sync.device_is_cuda = device_.is_cuda();
       sync.security = options_.security;
       HYREC_ASSIGN_OR_RETURN(sync_, nn_sync::DenseSync::Create(sync));
@@ -170,7 +168,7 @@ class WorkerLoop {
   absl::StatusOr<uint32_t> AgreeRunTag() {
     int tag = static_cast<int>(absl::ToUnixSeconds(absl::Now()) & 0x7fffffff);
     if (HasCuts() && sync_ != nullptr) {
-      HYREC_ASSIGN_OR_RETURN(tag, sync_->AllMin(leader_ ? tag : INT_MAX, Seconds(plan_.sync_timeout_seconds)));
+      HYREC_ASSIGN_OR_RETURN(tag, sync_->AllMin(leader_ ? tag : INT_MAX, absl::Seconds(plan_.sync_timeout_seconds)));
     }
     return static_cast<uint32_t>(tag);
   }
@@ -283,11 +281,11 @@ class WorkerLoop {
     if (!leader_ || cuts_ == nullptr || plan_.checkpoint.dir.empty()) return false;
     bool asked = options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false);
     const double every = plan_.checkpoint.every_seconds;
-    return asked || (every > 0 && absl::Now() - last_cut_at_ >= Seconds(every));
+    return asked || (every > 0 && absl::Now() - last_cut_at_ >= absl::Seconds(every));
   }
   bool WantsDelta() const {
     const double every = plan_.serving.delta_every_seconds;
-    return leader_ && cuts_ != nullptr && every > 0 && absl::Now() - last_delta_at_ >= Seconds(every);
+    return leader_ && cuts_ != nullptr && every > 0 && absl::Now() - last_delta_at_ >= absl::Seconds(every);
   }
 
   // What the loop keeps of a batch once it trained (read before the step: once trained, the
@@ -378,7 +376,7 @@ class WorkerLoop {
     // In slices, so that a stop request (the launcher stops the survivors when worker 0, the
     // rendezvous's host, was lost) ends the wait; a slice that times out is repeated (joining a
     // generation again is harmless), until the heal timeout.
-    const absl::Time deadline = began + Seconds(plan_.heal_timeout_seconds);
+    const absl::Time deadline = began + absl::Seconds(plan_.heal_timeout_seconds);
     absl::Status regrouped;
     for (;;) {
       regrouped = sync_->Regroup(std::min(absl::Seconds(2), std::max(deadline - absl::Now(), absl::Milliseconds(1))));
@@ -464,7 +462,7 @@ class WorkerLoop {
     HYREC_RETURN_IF_ERROR(OpenStream(last_batch_id_));
     if (last_batch_id_ >= 0) {
       data_loader::Batch last;
-      HYREC_RETURN_IF_ERROR(Annotate(stream_->Next(&last, Seconds(plan_.batch_timeout_seconds)),
+      HYREC_RETURN_IF_ERROR(Annotate(stream_->Next(&last, absl::Seconds(plan_.batch_timeout_seconds)),
                                      absl::StrCat("replaying batch ", last_batch_id_, " of the lost worker")));
       if (static_cast<int64_t>(last.batch_id) != last_batch_id_) {
         return absl::DataLossError(absl::StrCat("the loader sent batch ", last.batch_id, " for batch ", last_batch_id_,
@@ -569,7 +567,7 @@ class WorkerLoop {
     const bool delta = vote >= kVoteEvaluate && WantsDelta();
     vote = vote * 4 + (ckpt ? 0 : 2) + (delta ? 0 : 1);
     if (sync_ != nullptr) {
-      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.batch_timeout_seconds)));
+      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, absl::Seconds(plan_.batch_timeout_seconds)));
     }
     if (!ctx.status().ok()) return ctx.status();  // The others stop with this worker.
     cut_checkpoint_now_ = (vote & 2) == 0;
@@ -666,7 +664,7 @@ class WorkerLoop {
     const bool keep_best = improved && KeepsBest() && cuts_ != nullptr;
     int vote = (stopped_early_ ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
     if (sync_ != nullptr) {
-      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, Seconds(plan_.eval.timeout_seconds)));
+      HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, absl::Seconds(plan_.eval.timeout_seconds)));
     }
     if ((vote & 1) == 0) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, leader_ ? &e : nullptr));
     stopped_early_ = vote / 2 == kVoteEnd;
@@ -914,7 +912,7 @@ TrainerOptions TrainerOptionsFor(const job::WorkerPlan& plan, torch::Device devi
   o.pooling = plan.pooling;
   o.embedding_staleness = plan.embedding_staleness;
   o.worker_id = static_cast<uint32_t>(plan.rank);
-  o.batch_timeout = Seconds(plan.batch_timeout_seconds);
+  o.batch_timeout = absl::Seconds(plan.batch_timeout_seconds);
   o.device = device;
   return o;
 }

@@ -17,9 +17,10 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/metrics.h"
 #include "hyrec/data_loader/loader.h"
-#include "hyrec/dense_worker/worker.h"
+#include "hyrec/dense_worker/report.h"
 #include "hyrec/job/job_plan.h"
 
 namespace hyrec::dense_worker {
