@@ -4,7 +4,7 @@
 #   find_package(hyrec REQUIRED)
 #   target_link_libraries(my_trainer PRIVATE hyrec::train_main)   # or hyrec::dense_worker, ...
 #
-# examples/custom_model is such a project; tests/out_of_tree_test.sh builds it against an install.
+# examples/custom_model is such a project; tests/readme_test.sh builds it against an install, as README.md says.
 include(CMakePackageConfigHelpers)
 
 set(HYREC_EXPORTED_LIBRARIES

@@ -175,6 +175,26 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
   EXPECT_TRUE(absl::StrContains(r.out, "throughput: not predicted; hyrec plan --calibrate --config=JOB")) << r.out;
 }
 
+// `hyrec certs --k8s` into a folder made for a smaller job names the missing identity and the
+// ways out, instead of failing on the file it cannot read; with --add it signs them.
+TEST(Cli, CertsForKubernetesFromAnotherJobsFolderNameWhatIsMissing) {
+  const std::string dir = ::testing::TempDir() + "/cli_certs_smaller_job";
+  std::filesystem::remove_all(dir);
+  const std::string one = WriteFile("one_worker.yaml", "loader:\n  source: {format: synthetic}\n");
+  const std::string cluster = HYREC_SOURCE_DIR "/examples/configs/cluster.yaml";  // Two workers.
+  Outcome r = Hyrec({"certs", "--dir=" + dir, "--config=" + one});
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Hyrec({"certs", "--dir=" + dir, "--config=" + cluster, "--k8s=user-item"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "holds a CA but no " + dir + "/worker-1.pem")) << r.err;
+  EXPECT_TRUE(absl::StrContains(r.err, "--add, or give a new --dir")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/k8s-secrets.yaml"));
+  r = Hyrec({"certs", "--dir=" + dir, "--config=" + cluster, "--k8s=user-item", "--add"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/k8s-secrets.yaml"));
+  std::filesystem::remove_all(dir);
+}
+
 // hyrec plan takes a PS process's memory from a calibration file, and --process_bytes over it.
 TEST(Cli, PlanTakesTheCalibrationAndAFlagOverIt) {
   const std::string job = HYREC_SOURCE_DIR "/examples/configs/synthetic.yaml";

@@ -84,7 +84,18 @@ absl::Status Write(const CertsFlags& f) {
   if (workers < 0 && ps < 0) return absl::InvalidArgumentError("give --config=JOB.yaml, or --workers and --ps");
   request.identities = JobIdentities(std::max(workers, 0), std::max(ps, 0), f.loaders);
   const bool existing = Env::Default()->FileExists(JoinPath(f.dir, "ca.pem"));
-  if (!f.k8s.empty() && existing && !f.add) return WriteSecrets(f, workers, ps);  // From the files already there.
+  if (!f.k8s.empty() && existing && !f.add) {  // From the files already there, when they are the job's.
+    for (const Identity& identity : request.identities) {
+      const std::string pem = JoinPath(f.dir, IdentityName(identity) + ".pem");
+      if (!Env::Default()->FileExists(pem)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(f.dir, " holds a CA but no ", pem, ": it was made for a job with fewer roles than this one (",
+                         std::max(workers, 0), " workers, ", std::max(ps, 0),
+                         " PS). Add the missing ones under the same CA with ", "--add, or give a new --dir"));
+      }
+    }
+    return WriteSecrets(f, workers, ps);
+  }
   HYREC_RETURN_IF_ERROR(WriteJobCertificates(request));
   if (!f.k8s.empty()) HYREC_RETURN_IF_ERROR(WriteSecrets(f, workers, ps));
   std::cout << "wrote " << request.identities.size() << " identities (" << std::max(workers, 0) << " workers, "
