@@ -44,7 +44,7 @@ run() {
 }
 # expect_in LOG TEXT COMMAND: LOG or LOG.err has a line with TEXT.
 expect_in() {
-  cat "$1" "$1.err" 2> /dev/null | grep -q -- "$2" || {
+  grep -q -s -- "$2" "$1" "$1.err" || {
     tail -n 30 "$1" "$1.err" >&2
     fail "no '$2' in the output of $3"
   }
