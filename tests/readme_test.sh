@@ -259,7 +259,8 @@ echo "README commands run or accounted for: ${#seen[@]}"
 # program built against it trains with --processes and refuses a bad model option naming it.
 installed_kb=$(du -sk "$HOME/hyrec" | cut -f1)
 [ "$installed_kb" -le 153600 ] || fail "the install takes $((installed_kb / 1024)) MB, more than 150"
-if readelf -S "$HOME/hyrec/bin/hyrec-train" | grep -q '\.debug_info'; then
+sections=$(readelf -S "$HOME/hyrec/bin/hyrec-train")
+if grep -q '\.debug_info' <<< "$sections"; then
   fail "bin/hyrec-train was installed with its debug information"
 fi
 run processes.log build-custom/two_tower_trainer --config=examples/custom_model/job.yaml --processes $short_synthetic
