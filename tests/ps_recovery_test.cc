@@ -151,6 +151,49 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   EXPECT_NE(refused.message().find("restarted without recovering its rows"), std::string::npos) << refused;
 }
 
+// A second `hyrec ps` for a shard that serves (the same job, any port) is refused before it
+// touches the shard's update log, naming the process that owns it; the live shard goes on
+// logging, and after a kill -9 it recovers every update it acknowledged, before the second
+// start and after it.
+TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpdate) {
+  const int port0 = StartShard(0, 0, false);
+  const int port1 = StartShard(1, 0, false);
+  auto client =
+      ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)}, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = Ids();
+  const std::vector<float> ones(ids.size(), 1.0f);
+  auto update = [&](uint64_t sequence) { return (*client)->Update("counts", ids, ones, UpdateId{0, sequence}); };
+  for (uint64_t s = 1; s <= 100; ++s) ASSERT_TRUE(update(s).ok());
+
+  for (const bool recover : {false, true}) {
+    SCOPED_TRACE(recover ? "--recover" : "a fresh start");
+    std::vector<std::string> argv = {HYREC_PS_BINARY, "--config=" + job_, "--shard_index=1", "--port=0"};
+    if (recover) argv.push_back("--recover");
+    SpawnOptions capture;
+    capture.capture_stderr = true;
+    auto second = Subprocess::Spawn(argv, capture);
+    ASSERT_TRUE(second.ok()) << second.status();
+    std::string err;
+    for (absl::StatusOr<std::string> line; (line = (*second)->ReadErrorLine(absl::Seconds(30))).ok();) {
+      err += *line + "\n";
+    }
+    const absl::StatusOr<int> code = (*second)->Wait(absl::Seconds(10));
+    if (!code.ok()) (*second)->Signal(SIGKILL);  // It serves: the shard has two owners.
+    EXPECT_EQ(code.ok() ? *code : -1, 2) << err;
+    EXPECT_NE(err.find("the update log " + dir_ + "/ckpt/update-log/ps-1 belongs to a shard that runs"),
+              std::string::npos)
+        << err;
+    EXPECT_NE(err.find(absl::StrCat("pid ", shards_[1]->pid())), std::string::npos) << err;
+  }
+  for (uint64_t s = 101; s <= 200; ++s) ASSERT_TRUE(update(s).ok());
+  Kill(1);
+  ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
+  std::vector<float> rows(ids.size());
+  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -200.0f) << "id " << ids[i];
+}
+
 // A shard whose store passes 64 MiB cuts its checkpoint by forking, inside the serving process:
 // the files hold the rows as they were at the cut, while the shards go on updating every row
 // before the writes are awaited.

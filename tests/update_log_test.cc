@@ -3,13 +3,19 @@
 // sync policy keeps across a simulated power loss, and where a recovery starts.
 #include "hyrec/embedding_ps/update_log.h"
 
+#include <unistd.h>
+
+#include <cmath>
 #include <filesystem>
 #include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "embedding.pb.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/env.h"
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "src/embedding_ps/handlers.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -83,6 +89,126 @@ TEST(UpdateLog, GroupCommitKeepsEveryRecordOfManyWriters) {
   EXPECT_EQ(stats.updates, 1600u);
   EXPECT_GT(stats.segments, 2u);
   EXPECT_EQ(stats.torn_bytes, 0u);
+}
+
+// One owner per log: a second Open of a directory whose log is open is refused, naming the
+// holder; once the first is closed (or its process is gone) the directory opens again.
+TEST(UpdateLog, ADirectoryHasOneOwnerUntilItsLogIsClosed) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("owner");
+  options.lock_wait = absl::Milliseconds(100);
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_TRUE((*log)->Reset("").ok());
+  ASSERT_TRUE((*log)->Append(Record(1, 1).view()).ok());
+  const absl::Status second = UpdateLog::Open(options).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(second)) << second;
+  EXPECT_NE(second.message().find("belongs to a shard that runs"), std::string::npos) << second;
+  EXPECT_NE(second.message().find(absl::StrCat("pid ", getpid(), " on ")), std::string::npos) << second;
+  ASSERT_TRUE((*log)->Close().ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*log)->Reset(""))) << "a closed log deletes nothing";
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**reopened, 1, &stats).size(), 1u);
+}
+
+// One part of an UpdateTables call: table `table`, one id, one gradient (dim 1, fp32).
+proto::UpdateRequest Part(const std::string& table, uint64_t id, float grad, uint64_t sequence) {
+  proto::UpdateRequest r;
+  r.set_table(table);
+  r.set_worker_id(0);
+  r.set_sequence(sequence);
+  r.set_precision(proto::PRECISION_FP32);
+  r.set_ids(std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+  r.set_grads(std::string(reinterpret_cast<const char*>(&grad), sizeof(grad)));
+  return r;
+}
+
+std::unique_ptr<EmbeddingShardStore> CountingStore() {
+  StoreOptions options;
+  for (const char* name : {"t", "u"}) {
+    TableConfig t;
+    t.name = name;
+    t.dim = 1;
+    t.initializer.kind = InitializerKind::kZeros;
+    t.optimizer.kind = OptimizerKind::kSgd;
+    t.optimizer.learning_rate = 1.0f;
+    options.tables.push_back(t);
+  }
+  auto store = EmbeddingShardStore::Create(options);
+  EXPECT_TRUE(store.ok()) << store.status();
+  return std::move(*store);
+}
+
+float RowOf(EmbeddingShardStore& store, int table, uint64_t id) {
+  float row = 0;
+  EXPECT_TRUE(store.Lookup(table, absl::MakeConstSpan(&id, 1), absl::MakeSpan(&row, 1), nullptr).ok());
+  return row;
+}
+
+// A refused UpdateTables call is refused whole, whichever of its parts the store would refuse:
+// no row moves, no dedup window marks its sequences, and the log holds no record of it, so the
+// shard a recovery replays equals the live one row for row after every kind of refusal.
+TEST(UpdateLog, ARefusedCallChangesNothingAndLeavesNoRecord) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("refusals");
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_TRUE((*log)->Reset("").ok());
+  std::unique_ptr<EmbeddingShardStore> live = CountingStore();
+  const RequestLimits limits;
+  const auto call = [&](std::vector<proto::UpdateRequest> parts) {
+    proto::UpdateTablesRequest request;
+    for (proto::UpdateRequest& p : parts) *request.add_updates() = std::move(p);
+    proto::UpdateTablesResponse response;
+    return HandleUpdateTables(*live, limits, request, &response, log->get());
+  };
+  ASSERT_TRUE(call({Part("t", 7, 1, 1), Part("u", 7, 1, 5000)}).ok());
+  const struct {
+    const char* what;
+    std::vector<proto::UpdateRequest> parts;
+    absl::StatusCode code;
+  } refusals[] = {
+      {"a NaN in the second part",
+       {Part("t", 7, 1, 30), Part("u", 7, std::nanf(""), 30)},
+       absl::StatusCode::kInvalidArgument},
+      {"an infinite gradient in the second part",
+       {Part("t", 7, 1, 31), Part("u", 7, INFINITY, 31)},
+       absl::StatusCode::kInvalidArgument},
+      {"a sequence too old for its window in the second part",
+       {Part("t", 7, 1, 32), Part("u", 7, 1, 5000 - 2000)},
+       absl::StatusCode::kFailedPrecondition},
+      {"an unknown table in the second part", {Part("t", 7, 1, 33), Part("v", 7, 1, 33)}, absl::StatusCode::kNotFound},
+  };
+  for (const auto& r : refusals) {
+    SCOPED_TRACE(r.what);
+    const absl::Status refused = call(r.parts);
+    EXPECT_EQ(refused.code(), r.code) << refused;
+    EXPECT_NE(refused.message().find("update 1 (table '"), std::string::npos) << refused;
+    EXPECT_NE(refused.message().find("nothing was applied"), std::string::npos) << refused;
+    EXPECT_EQ(RowOf(*live, 0, 7), -1.0f);
+    EXPECT_EQ(RowOf(*live, 1, 7), -1.0f);
+  }
+  // The refused calls' sequences were not consumed: sent again, valid, each is applied once.
+  proto::UpdateTablesRequest again;
+  for (uint64_t s = 30; s <= 33; ++s) *again.add_updates() = Part("t", 7, 1, s);
+  proto::UpdateTablesResponse response;
+  ASSERT_TRUE(HandleUpdateTables(*live, limits, again, &response, log->get()).ok());
+  for (const proto::UpdateResponse& u : response.updates()) EXPECT_FALSE(u.duplicate());
+  EXPECT_EQ(RowOf(*live, 0, 7), -5.0f);
+
+  // What a recovery replays: the same rows, and no refused record was logged to be refused again.
+  ASSERT_TRUE((*log)->Close().ok());
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  std::unique_ptr<EmbeddingShardStore> recovered = CountingStore();
+  ReplayStats stats;
+  ASSERT_TRUE(ReplayInto(**reopened, 1, recovered.get(), &stats).ok());
+  EXPECT_EQ(stats.records, 2u);
+  EXPECT_EQ(stats.refused, 0u);
+  EXPECT_EQ(RowOf(*recovered, 0, 7), RowOf(*live, 0, 7));
+  EXPECT_EQ(RowOf(*recovered, 1, 7), RowOf(*live, 1, 7));
 }
 
 TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {

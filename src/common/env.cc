@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -268,7 +269,39 @@ class PosixEnv final : public Env {
     if (::truncate(path.c_str(), static_cast<off_t>(size)) != 0) return PosixError("truncating", path, errno);
     return absl::OkStatus();
   }
+
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) override;
 };
+
+class PosixFileLock final : public FileLock {
+ public:
+  explicit PosixFileLock(int fd) : fd_(fd) {}
+  ~PosixFileLock() override { ::close(fd_); }  // Closing the last descriptor releases the flock.
+
+ private:
+  const int fd_;
+};
+
+absl::StatusOr<std::unique_ptr<FileLock>> PosixEnv::LockFile(const std::string& path, absl::string_view holder) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return PosixError("opening the lock file", path, errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char note[512];
+    const ssize_t n = error == EWOULDBLOCK ? ::pread(fd, note, sizeof(note) - 1, 0) : -1;
+    ::close(fd);
+    if (error != EWOULDBLOCK) return PosixError("locking", path, error);
+    const std::string who(note, n > 0 ? static_cast<size_t>(n) : 0);
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is locked by ", who.empty() ? std::string("another process") : who));
+  }
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, holder.data(), holder.size(), 0) != static_cast<ssize_t>(holder.size())) {
+    const int error = errno;
+    ::close(fd);
+    return PosixError("writing the holder into the lock file", path, error);
+  }
+  return std::unique_ptr<FileLock>(new PosixFileLock(fd));
+}
 
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -416,6 +449,34 @@ absl::StatusOr<std::unique_ptr<WritableFile>> FaultInjectionEnv::NewLogFile(cons
   return std::unique_ptr<WritableFile>(new FaultInjectionFile(this, path, std::move(base)));
 }
 
+namespace {
+
+// A lock of the FaultInjectionEnv: its base lock lives in a slot the Env can empty.
+class FaultInjectionLock final : public FileLock {
+ public:
+  FaultInjectionLock(absl::Mutex* mu, std::shared_ptr<std::unique_ptr<FileLock>> slot)
+      : mu_(mu), slot_(std::move(slot)) {}
+  ~FaultInjectionLock() override {
+    absl::MutexLock lock(mu_);
+    slot_->reset();
+  }
+
+ private:
+  absl::Mutex* const mu_;
+  const std::shared_ptr<std::unique_ptr<FileLock>> slot_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FileLock>> FaultInjectionEnv::LockFile(const std::string& path,
+                                                                      absl::string_view holder) {
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> base, base_->LockFile(path, holder));
+  auto slot = std::make_shared<std::unique_ptr<FileLock>>(std::move(base));
+  absl::MutexLock lock(&mu_);
+  locks_.push_back(slot);
+  return std::unique_ptr<FileLock>(new FaultInjectionLock(&mu_, std::move(slot)));
+}
+
 absl::Status FaultInjectionEnv::TruncateFile(const std::string& path, uint64_t size) {
   HYREC_RETURN_IF_ERROR(base_->TruncateFile(path, size));
   absl::MutexLock lock(&mu_);
@@ -470,6 +531,8 @@ absl::Status FaultInjectionEnv::DropUnsyncedData() {
     synced = synced_;
     entries = unsynced_entries_;
     unsynced_entries_.clear();
+    for (const auto& slot : locks_) slot->reset();  // The crashed process holds nothing.
+    locks_.clear();
   }
   for (const auto& [path, length] : synced) {
     if (!base_->FileExists(path)) continue;

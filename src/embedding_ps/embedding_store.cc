@@ -207,6 +207,13 @@ class SequenceWindow {
     ++applied_;
     return kNew;
   }
+  // What Mark would answer, marking nothing.
+  Verdict Peek(uint64_t sequence) const {
+    if (sequence > highest_) return kNew;
+    const uint64_t distance = highest_ - sequence;
+    if (distance >= kDedupWindow) return kTooOld;
+    return seen_.test(distance) ? kRepeat : kNew;
+  }
   uint64_t highest() const { return highest_; }
   // Updates marked new since the job began (what checkpoints kept, and replays, included).
   uint64_t applied() const { return applied_; }
@@ -446,15 +453,28 @@ class StripedStore final : public EmbeddingShardStore {
     return absl::OkStatus();
   }
 
+  absl::Status CheckUpdate(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                           UpdateId update_id) override {
+    HYREC_CHECK_TABLE(t);
+    HYREC_RETURN_IF_ERROR(CheckGradientLength(t, ids, grads));
+    if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
+      return NonFiniteGradient(t, ids, grads, k);
+    }
+    if (update_id.sequence == 0) return absl::OkStatus();
+    absl::MutexLock lock(&dedup_mu_);
+    auto it = dedup_.find(update_id.worker_id);
+    if (it == dedup_.end()) return dedup_.size() >= kMaxDedupWorkers ? TooManyWorkers() : absl::OkStatus();
+    const SequenceWindow& window = it->second[t];
+    if (window.Peek(update_id.sequence) == SequenceWindow::kTooOld) return TooOld(t, update_id, window);
+    return absl::OkStatus();
+  }
+
   absl::Status Update(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads, UpdateId update_id,
                       UpdateResult* result) override {
     HYREC_CHECK_TABLE(t);
     const TableLayout& layout = layouts_[t];
     const TableConfig& config = table(t);
-    if (grads.size() != ids.size() * static_cast<size_t>(layout.dim)) {
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient holds ", grads.size(),
-                                                     " floats, expected ", ids.size(), " ids x dim ", layout.dim));
-    }
+    HYREC_RETURN_IF_ERROR(CheckGradientLength(t, ids, grads));
     std::vector<uint64_t> unique_ids;
     std::vector<float> summed;
     GroupByStripe(t, ids);
@@ -465,31 +485,19 @@ class StripedStore final : public EmbeddingShardStore {
       GroupByStripe(t, ids);
     }
     if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
-      rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
-      const size_t row = k / layout.dim;
-      return absl::InvalidArgumentError(absl::StrCat("table '", config.name, "': gradient of id ", ids[row], " (row ",
-                                                     row, ", element ", k % layout.dim, ") is ", grads[k],
-                                                     "; the update was rejected and nothing written"));
+      return NonFiniteGradient(t, ids, grads, k);
     }
     UpdateResult local;
     if (update_id.sequence != 0) {
       absl::MutexLock lock(&dedup_mu_);
       auto it = dedup_.find(update_id.worker_id);
       if (it == dedup_.end()) {
-        if (dedup_.size() >= kMaxDedupWorkers) {
-          return absl::ResourceExhaustedError(
-              absl::StrCat("more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
-        }
+        if (dedup_.size() >= kMaxDedupWorkers) return TooManyWorkers();
         it = dedup_.emplace(update_id.worker_id, std::vector<SequenceWindow>(layouts_.size())).first;
       }
       SequenceWindow& window = it->second[t];
       const SequenceWindow::Verdict verdict = window.Mark(update_id.sequence);
-      if (verdict == SequenceWindow::kTooOld) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("table '", config.name, "': update sequence ", update_id.sequence, " of worker ",
-                         update_id.worker_id, " is ", kDedupWindow, " or more below its newest (", window.highest(),
-                         "), too old to tell whether it was applied; nothing written"));
-      }
+      if (verdict == SequenceWindow::kTooOld) return TooOld(t, update_id, window);
       if (verdict == SequenceWindow::kRepeat) {
         duplicates_[t].fetch_add(1, std::memory_order_relaxed);
         local.duplicate = true;
@@ -522,6 +530,32 @@ class StripedStore final : public EmbeddingShardStore {
     if (local.nonfinite > 0) nonfinite_results_[t].fetch_add(local.nonfinite, std::memory_order_relaxed);
     if (result != nullptr) *result = local;
     return absl::OkStatus();
+  }
+
+  // Update's refusals, shared with CheckUpdate.
+  absl::Status CheckGradientLength(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads) const {
+    const int dim = layouts_[t].dim;
+    if (grads.size() == ids.size() * static_cast<size_t>(dim)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': gradient holds ", grads.size(),
+                                                   " floats, expected ", ids.size(), " ids x dim ", dim));
+  }
+  absl::Status NonFiniteGradient(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads, size_t k) {
+    rejected_nonfinite_[t].fetch_add(1, std::memory_order_relaxed);
+    const int dim = layouts_[t].dim;
+    const size_t row = k / dim;
+    return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': gradient of id ", ids[row], " (row ",
+                                                   row, ", element ", k % dim, ") is ", grads[k],
+                                                   "; the update was rejected and nothing written"));
+  }
+  absl::Status TooOld(int t, UpdateId update_id, const SequenceWindow& window) const {
+    return absl::FailedPreconditionError(absl::StrCat("table '", table(t).name, "': update sequence ",
+                                                      update_id.sequence, " of worker ", update_id.worker_id, " is ",
+                                                      kDedupWindow, " or more below its newest (", window.highest(),
+                                                      "), too old to tell whether it was applied; nothing written"));
+  }
+  static absl::Status TooManyWorkers() {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("more than ", kMaxDedupWorkers, " distinct worker ids sent updates"));
   }
 
   void AdvanceDataTime(int t, uint64_t seconds) override {

@@ -134,8 +134,16 @@ absl::Status ApplyUpdates(EmbeddingShardStore& store, const RequestLimits& limit
                           absl::Span<const proto::UpdateRequest* const> requests, std::vector<ParsedUpdate>* parsed,
                           UpdateLog* log) {
   parsed->resize(requests.size());
+  // What the store would refuse is refused here, for every part before any is applied or logged:
+  // a refused call changes no row and no dedup window, and leaves no record to replay. (One
+  // unlogged update needs no check apart: the store validates it whole before it writes.)
+  const bool check = log != nullptr || requests.size() > 1;
   for (size_t k = 0; k < requests.size(); ++k) {
-    absl::Status status = ParseUpdate(store, limits, *requests[k], &(*parsed)[k]);
+    ParsedUpdate& p = (*parsed)[k];
+    absl::Status status = ParseUpdate(store, limits, *requests[k], &p);
+    if (status.ok() && check) {
+      status = store.CheckUpdate(p.table, p.ids, p.grads, UpdateId{requests[k]->worker_id(), requests[k]->sequence()});
+    }
     if (!status.ok()) {
       if (requests.size() == 1) return status;
       return absl::Status(status.code(), absl::StrCat("update ", k, " (table '", requests[k]->table().substr(0, 64),

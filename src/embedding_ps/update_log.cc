@@ -1,5 +1,7 @@
 #include "hyrec/embedding_ps/update_log.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -8,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/crc32c.h"
 #include "hyrec/common/status_macros.h"
@@ -258,6 +261,31 @@ struct UpdateLog::Turn {
   }
 };
 
+namespace {
+
+// The directory's LOCK, waiting up to options.lock_wait for another holder to go.
+absl::StatusOr<std::unique_ptr<FileLock>> LockLogDir(Env* env, const UpdateLogOptions& options) {
+  char host[256] = {};
+  (void)::gethostname(host, sizeof(host) - 1);
+  const std::string holder = absl::StrCat("pid ", ::getpid(), " on ", host, " since ",
+                                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()));
+  const std::string path = JoinPath(options.dir, "LOCK");
+  const absl::Time deadline = absl::Now() + options.lock_wait;
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(path, holder);
+    if (lock.ok() || !absl::IsFailedPrecondition(lock.status())) return lock;
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the update log ", options.dir, " belongs to a shard that runs: ", lock.status().message(),
+                       ". One process owns a shard's log; two would lose acknowledged updates. Stop that one first "
+                       "(a shard that crashed holds nothing), or start this one on another checkpoint.dir"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+}  // namespace
+
 UpdateLog::UpdateLog(const UpdateLogOptions& options)
     : options_(options), env_(options.env != nullptr ? options.env : Env::Default()) {}
 
@@ -267,6 +295,11 @@ absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOption
   if (options.dir.empty()) return absl::InvalidArgumentError("the update log needs a directory");
   std::unique_ptr<UpdateLog> log(new UpdateLog(options));
   HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
+  {
+    HYREC_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> owned, LockLogDir(log->env_, options));
+    absl::MutexLock lock(&log->file_mu_);
+    log->lock_ = std::move(owned);
+  }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
   log->lineage_ = segments.empty() ? RandomId() : segments.back().lineage;
   return log;
@@ -352,7 +385,15 @@ absl::Status UpdateLog::Replay(uint64_t first, const std::function<absl::Status(
   return absl::OkStatus();
 }
 
+absl::Status UpdateLog::CheckOwned() const {
+  if (lock_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("the update log ", options_.dir, " was closed"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint) {
+  HYREC_RETURN_IF_ERROR(CheckOwned());
   if (file_ != nullptr) {
     HYREC_RETURN_IF_ERROR(file_->Sync());
     HYREC_RETURN_IF_ERROR(file_->Close());
@@ -374,6 +415,7 @@ absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::s
 
 absl::Status UpdateLog::Reset(const std::string& checkpoint) {
   absl::MutexLock lock(&file_mu_);
+  HYREC_RETURN_IF_ERROR(CheckOwned());
   if (file_ != nullptr) {
     (void)file_->Close();
     file_.reset();
@@ -389,6 +431,10 @@ absl::Status UpdateLog::Reset(const std::string& checkpoint) {
 }
 
 absl::Status UpdateLog::StartWriting() {
+  {
+    absl::MutexLock lock(&file_mu_);
+    HYREC_RETURN_IF_ERROR(CheckOwned());
+  }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
   if (segments.empty()) return absl::FailedPreconditionError("an empty update log starts with Reset");
   const std::string last = SegmentPath(segments.back().number);
@@ -497,6 +543,10 @@ absl::StatusOr<uint64_t> UpdateLog::Rotate(const std::string& name) {
 }
 
 absl::Status UpdateLog::Truncate(const std::function<bool(const std::string&)>& committed) {
+  {
+    absl::MutexLock lock(&file_mu_);
+    HYREC_RETURN_IF_ERROR(CheckOwned());
+  }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
   uint64_t keep_from = 0;
   for (const Segment& s : segments) {
@@ -511,10 +561,13 @@ absl::Status UpdateLog::Truncate(const std::function<bool(const std::string&)>& 
 
 absl::Status UpdateLog::Close() {
   absl::MutexLock lock(&file_mu_);
-  if (file_ == nullptr) return absl::OkStatus();
-  absl::Status s = file_->Sync();
-  absl::Status c = file_->Close();
-  file_.reset();
+  absl::Status s, c;
+  if (file_ != nullptr) {
+    s = file_->Sync();
+    c = file_->Close();
+    file_.reset();
+  }
+  lock_.reset();  // Closed, the log owns its directory no more.
   return s.ok() ? c : s;
 }
 

@@ -46,6 +46,12 @@ class SequentialFile {
   virtual absl::StatusOr<size_t> Read(char* dst, size_t n) = 0;
 };
 
+// An exclusive lock on a file (Env::LockFile), released when destroyed.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+};
+
 class Env {
  public:
   virtual ~Env() = default;
@@ -81,6 +87,12 @@ class Env {
   virtual absl::StatusOr<uint64_t> GetFileSize(const std::string& path) = 0;
   // Cuts `path` to `size` bytes (not synced: SyncFile makes it durable).
   virtual absl::Status TruncateFile(const std::string& path, uint64_t size) = 0;
+  // Takes an exclusive lock on `path` (flock(2); the file is created when missing) and writes
+  // `holder` into it, so that a refused taker can say who holds it. The lock lasts until the
+  // returned object is destroyed or its process ends, however it ends (a killed process holds
+  // nothing); exec'd children do not inherit it. Never waits: FAILED_PRECONDITION naming `path`
+  // and the holder's text when another holder has it.
+  virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) = 0;
 };
 
 // The block of NewLogFile's direct writes: their offsets and lengths are multiples of it.
@@ -118,7 +130,8 @@ class FaultInjectionEnv final : public Env {
   // Stops failing anything.
   void Heal();
   // Truncates every file written through this Env to its last synced length, and removes the
-  // files created (or renamed into place) after the last SyncDir of their directory.
+  // files created (or renamed into place) after the last SyncDir of their directory. Releases
+  // every lock taken through it.
   absl::Status DropUnsyncedData();
   int64_t calls(Op op) const;
 
@@ -139,6 +152,8 @@ class FaultInjectionEnv final : public Env {
   bool FileExists(const std::string& path) override { return base_->FileExists(path); }
   absl::StatusOr<uint64_t> GetFileSize(const std::string& path) override { return base_->GetFileSize(path); }
   absl::Status TruncateFile(const std::string& path, uint64_t size) override;
+  // The base Env's lock, which DropUnsyncedData releases: a crash leaves no process to hold it.
+  absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) override;
 
   // Called by this Env's files.
   absl::Status Check(Op op, const std::string& path);
@@ -157,6 +172,8 @@ class FaultInjectionEnv final : public Env {
   std::vector<std::pair<std::string, uint64_t>> synced_ ABSL_GUARDED_BY(mu_);
   // Entries created or renamed into a directory since its last SyncDir.
   std::vector<std::string> unsynced_entries_ ABSL_GUARDED_BY(mu_);
+  // The base locks of the FileLocks handed out; DropUnsyncedData releases them.
+  std::vector<std::shared_ptr<std::unique_ptr<FileLock>>> locks_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace hyrec

@@ -242,6 +242,14 @@ class EmbeddingShardStore {
   // make non-finite is left as it was and counted (UpdateResult::nonfinite).
   virtual absl::Status Update(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
                               UpdateId update_id, UpdateResult* result) = 0;
+  // The refusals Update would answer for these arguments now (a bad table, a wrong gradient
+  // length, a NaN/Inf gradient, a sequence too old for its window, one worker id too many),
+  // writing nothing: a call of several updates checks them all before it applies or logs any,
+  // so that a refused call changes no row, no dedup window and no log. A refusal is counted as
+  // Update counts it. (A gradient that only its repeated id's sum makes infinite is left to
+  // Update.)
+  virtual absl::Status CheckUpdate(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
+                                   UpdateId update_id) = 0;
 
   // Raises table t's data time to `seconds` when that is newer (a time never goes back; a bad
   // index is ignored). Rows of a ttl table used before its first data time count as used at that

@@ -11,6 +11,11 @@
 //   HYREC_RETURN_IF_ERROR(log->StartWriting());
 //   HYREC_RETURN_IF_ERROR(log->Append(update, [&] { Apply(update); }));  // durable on return
 //
+// Ownership: one process owns a shard's log. Open locks the directory's LOCK file (which says
+// which process holds it) before it reads or writes anything there, and holds it until the log is
+// destroyed or the process ends (a killed shard releases it at once, so its --recover finds it
+// free); a second Open of the same directory, from this or another process, fails.
+//
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
 // header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, a
 // CRC-32C) and holds records: u32 payload length | u32 CRC-32C of the payload | payload, the
@@ -76,6 +81,9 @@ struct UpdateLogOptions {
   // With kEveryGroup, a leader alone in the queue waits this long for others to share its sync.
   absl::Duration group_linger = absl::Microseconds(200);
   Env* env = nullptr;  // nullptr: Env::Default().
+  // Open takes the directory's LOCK file for the log's lifetime; while another process holds it
+  // (a second PS started for a shard that serves), Open retries for this long, then refuses.
+  absl::Duration lock_wait = absl::Seconds(5);
 };
 
 // One logged Update, as the request carried it (the gradients in their wire precision). Its
@@ -151,7 +159,8 @@ class UpdateLog {
   // Deletes the segments before the newest one that starts from a checkpoint `committed` accepts.
   absl::Status Truncate(const std::function<bool(const std::string&)>& committed);
 
-  // Syncs and closes the current segment.
+  // Syncs and closes the current segment and gives the directory up (its LOCK): afterwards the
+  // log reads (Segments, Replay) but no longer writes or deletes.
   absl::Status Close();
 
   struct Segment {
@@ -168,6 +177,8 @@ class UpdateLog {
   explicit UpdateLog(const UpdateLogOptions& options);
   absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // FAILED_PRECONDITION once the log was closed: it writes and deletes only while it owns the directory.
+  absl::Status CheckOwned() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   std::string SegmentPath(uint64_t number) const;
   absl::Status WriteGroup(const std::vector<absl::string_view>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // Writes the queued records (up to max_group_bytes) as one group and marks their writers done.
@@ -175,6 +186,7 @@ class UpdateLog {
 
   const UpdateLogOptions options_;
   Env* const env_;
+  std::unique_ptr<FileLock> lock_ ABSL_GUARDED_BY(file_mu_);  // The directory's LOCK, from Open to Close.
 
   struct Writer;
   struct Turn;
