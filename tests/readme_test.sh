@@ -115,11 +115,16 @@ handle() {
       criteo_lines 500 2 > data/criteo/test.tsv
       run "$log" "$cmd"
       expect_in "$log" "^summary: 6000 samples" "$cmd"
+      # At staleness 0 (what criteo-sample.yaml runs) there is no window to note.
+      if grep -q -s "staleness windows" "$log" "$log.err"; then fail "$cmd: a staleness note at staleness 0"; fi
       ;;
     "build/hyrec train --config=examples/configs/clicks-csv.yaml")
       run "$log" "$cmd"
       expect_in "$log" "^summary: " "$cmd"
       [ -d clicks-model ] || fail "$cmd left no clicks-model/"
+      # Its epoch of 32 batches is only 8 windows of its staleness 4: the log says so
+      # (docs/architecture.md, "Choosing the staleness").
+      expect_in "$log" "hyrec: note: an epoch is 32 steps, only 8 staleness windows of 4" "$cmd"
       ;;
     "build/hyrec ps-demo")
       run "$log" "$cmd"
