@@ -195,6 +195,27 @@ TEST(Cli, CertsForKubernetesFromAnotherJobsFolderNameWhatIsMissing) {
   std::filesystem::remove_all(dir);
 }
 
+// `hyrec certs --add` under a CA whose files were damaged is invalid input naming the file, not
+// an unexpected failure (exit 1) quoting OpenSSL alone.
+TEST(Cli, CertsAddUnderADamagedCaNamesTheFile) {
+  const std::string dir = ::testing::TempDir() + "/cli_certs_damaged_ca";
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(Hyrec({"certs", "--dir=" + dir, "--workers=1", "--ps=1"}).code, 0);
+  for (const std::string name : {"ca.key", "ca.pem"}) {
+    SCOPED_TRACE(name);
+    const std::string path = dir + "/" + name;
+    std::ifstream in(path);
+    const std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::ofstream(path, std::ios::trunc) << "garbage";
+    const Outcome r = Hyrec({"certs", "--dir=" + dir, "--add", "--workers=2", "--ps=1"});
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_TRUE(absl::StrContains(r.err, path + " is not a PEM")) << r.err;
+    std::ofstream(path, std::ios::trunc) << kept;
+  }
+  EXPECT_EQ(Hyrec({"certs", "--dir=" + dir, "--add", "--workers=2", "--ps=1"}).code, 0);
+  std::filesystem::remove_all(dir);
+}
+
 // hyrec plan takes a PS process's memory from a calibration file, and --process_bytes over it.
 TEST(Cli, PlanTakesTheCalibrationAndAFlagOverIt) {
   const std::string job = HYREC_SOURCE_DIR "/examples/configs/synthetic.yaml";

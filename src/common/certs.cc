@@ -171,7 +171,18 @@ absl::Status LoadCa(const std::string& dir, Key* key, Cert* cert) {
   Bio cert_bio(BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size())));
   key->reset(PEM_read_bio_PrivateKey(key_bio.get(), nullptr, nullptr, nullptr));
   cert->reset(PEM_read_bio_X509(cert_bio.get(), nullptr, nullptr, nullptr));
-  if (*key == nullptr || *cert == nullptr) return OpenSslError(absl::StrCat("reading the CA in ", dir));
+  // Files that do not parse are the operator's input, named with what they should hold.
+  if (*key == nullptr) {
+    const absl::Status error = OpenSslError("");
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/ca.key is not a PEM private key (OpenSSL", error.message(),
+                                                   "); restore the CA's key, or make a new CA in another --dir"));
+  }
+  if (*cert == nullptr) {
+    const absl::Status error = OpenSslError("");
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/ca.pem is not a PEM certificate (OpenSSL", error.message(),
+                     "); restore the CA's certificate, or make a new CA in another --dir"));
+  }
   if (X509_check_private_key(cert->get(), key->get()) != 1) {
     return absl::InvalidArgumentError(absl::StrCat(dir, "/ca.key is not the key of ", dir, "/ca.pem"));
   }
