@@ -20,12 +20,15 @@ trap 'jobs -p | xargs -r kill 2> /dev/null || true; rm -rf "$work"' EXIT
 cd "$work"
 ln -s "$build" build
 ln -s "$source/examples" examples
+if command -v ccache > /dev/null; then
+  # The user's cache, not one under the scratch HOME below.
+  CCACHE_DIR=${CCACHE_DIR:-$(ccache -k cache_dir 2> /dev/null || true)}
+  if [ -n "$CCACHE_DIR" ]; then export CCACHE_DIR; fi
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$work" CCACHE_NOHASHDIR=1
+fi
 export HOME="$work"
 # Debian's python3 (with python3-torch, which tools/test installs), before any other on PATH.
 export PATH="/usr/bin:/bin:$PATH"
-if command -v ccache > /dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$work" CCACHE_NOHASHDIR=1
-fi
 
 fail() {
   echo "readme_test: $*" >&2
