@@ -52,6 +52,14 @@ class PsRecoveryTest : public ::testing::Test {
     return listening.ok() ? *listening : 0;
   }
 
+  // Starts both shards fresh (addresses_ then names them); returns shard 1's port.
+  int StartBoth() {
+    const int port0 = StartShard(0, 0, false);
+    const int port1 = StartShard(1, 0, false);
+    addresses_ = {absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)};
+    return port1;
+  }
+
   void Kill(int i) {
     shards_[i]->Signal(SIGKILL);
     (void)shards_[i]->Wait(absl::Seconds(10));
@@ -78,6 +86,7 @@ class PsRecoveryTest : public ::testing::Test {
 
   std::string dir_, job_;
   std::unique_ptr<Subprocess> shards_[2];
+  std::vector<std::string> addresses_;
 };
 
 ClientOptions WaitingClient() {
@@ -94,10 +103,8 @@ std::vector<uint64_t> Ids() {
 }
 
 TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppliedTwice) {
-  const int port0 = StartShard(0, 0, false);
-  const int port1 = StartShard(1, 0, false);
-  auto client =
-      ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)}, WaitingClient());
+  const int port1 = StartBoth();
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<uint64_t> ids = Ids();
   const std::vector<float> ones(ids.size(), 1.0f);
@@ -156,10 +163,8 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
 // logging, and after a kill -9 it recovers every update it acknowledged, before the second
 // start and after it.
 TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpdate) {
-  const int port0 = StartShard(0, 0, false);
-  const int port1 = StartShard(1, 0, false);
-  auto client =
-      ConnectEmbeddingClient({absl::StrCat("127.0.0.1:", port0), absl::StrCat("127.0.0.1:", port1)}, WaitingClient());
+  const int port1 = StartBoth();
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
   const std::vector<uint64_t> ids = Ids();
   const std::vector<float> ones(ids.size(), 1.0f);
