@@ -19,6 +19,7 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
+#include "run_command.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -197,6 +198,40 @@ TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpda
   std::vector<float> rows(ids.size());
   ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -200.0f) << "id " << ids[i];
+}
+
+// One flipped byte in the middle of a killed shard's log, with acknowledged records after it:
+// `hyrec checkpoint verify` names the segment, record and offset, and --recover refuses (exit 2)
+// with the same words instead of serving without the updates after it; the log is left as it was.
+TEST_F(PsRecoveryTest, DamageInTheMiddleOfTheLogRefusesRecoveryAndVerifyNamesIt) {
+  StartBoth();
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = Ids();
+  const std::vector<float> ones(ids.size(), 1.0f);
+  for (uint64_t s = 1; s <= 300; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  Kill(1);
+  const std::string log1 = dir_ + "/ckpt/update-log/ps-1";
+  const std::string segment = log1 + "/log-00000000000000000001.wal";
+  const testing::CommandResult intact = testing::RunCommand({HYREC_CHECKPOINT_BINARY, "verify", log1});
+  EXPECT_EQ(intact.code, 0) << intact.all();
+  EXPECT_NE(intact.out.find("intact (update log: 1 segment(s), 300 record(s)"), std::string::npos) << intact.all();
+
+  std::string bytes = *ReadFileToString(Env::Default(), segment, 1 << 24);
+  bytes[bytes.size() / 2] ^= 0x40;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), segment, bytes).ok());
+  const testing::CommandResult verify = testing::RunCommand({HYREC_CHECKPOINT_BINARY, "verify", log1});
+  EXPECT_EQ(verify.code, 5) << verify.all();
+  EXPECT_NE(verify.err.find(segment + ": record 1"), std::string::npos) << verify.all();
+  EXPECT_NE(verify.err.find("is damaged, and whole records of later groups follow it"), std::string::npos)
+      << verify.all();
+  const testing::CommandResult recover = testing::RunCommand(
+      {HYREC_PS_BINARY, "--config=" + job_, "--shard_index=1", "--port=0", "--recover", "--log_level=info"});
+  EXPECT_EQ(recover.code, 2) << recover.all();
+  EXPECT_NE(recover.err.find("is damaged, and whole records of later groups follow it"), std::string::npos)
+      << recover.all();
+  EXPECT_EQ(recover.out.find("listening on"), std::string::npos) << recover.all();
+  EXPECT_EQ(*ReadFileToString(Env::Default(), segment, 1 << 24), bytes) << "the log is left as it was";
 }
 
 // A shard whose store passes 64 MiB cuts its checkpoint by forking, inside the serving process:

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <set>
 #include <thread>
 
@@ -260,6 +261,131 @@ TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {
       1, [](const LoggedUpdate&) { return absl::OkStatus(); }, nullptr);
   EXPECT_TRUE(absl::IsDataLoss(damaged)) << damaged;
   EXPECT_NE(damaged.message().find("log-00000000000000000001.wal"), std::string::npos) << damaged;
+}
+
+// Damage followed by whole records of later groups is no torn tail, whichever byte of the
+// record it hits: the records after it were acknowledged. The replay and StartWriting both
+// refuse, naming the segment, the record and its offset, and cut nothing.
+TEST(UpdateLog, DamageBeforeWholeRecordsOfLaterGroupsIsAnErrorNotATornTail) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("damage");
+  options.sync = LogSync::kOff;  // Each record its own group, written at once.
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok());
+  ASSERT_TRUE((*log)->Reset("").ok());
+  const std::string path = options.dir + "/log-00000000000000000001.wal";
+  std::vector<uint64_t> ends;  // The file's size after each record.
+  for (uint64_t s = 1; s <= 300; ++s) {
+    ASSERT_TRUE((*log)->Append(Record(1, s).view()).ok());
+    ends.push_back(*Env::Default()->GetFileSize(path));
+  }
+  ASSERT_TRUE((*log)->Close().ok());
+  const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 24);
+  const uint64_t start = ends[148];  // Where record 149 (the 150th) begins.
+  for (const uint64_t at : {start + 1, start + 12, start + 27, start + 40, ends[149] - 1}) {
+    SCOPED_TRACE(at - start);
+    std::string flipped = whole;
+    flipped[at] ^= 0x40;
+    ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, flipped).ok());
+    auto reopened = UpdateLog::Open(options);
+    ASSERT_TRUE(reopened.ok());
+    const absl::Status replay = (*reopened)->Replay(
+        1, [](const LoggedUpdate&) { return absl::OkStatus(); }, nullptr);
+    EXPECT_TRUE(absl::IsDataLoss(replay)) << replay;
+    EXPECT_NE(replay.message().find(absl::StrCat(path, ": record 149 at offset ", start, " is damaged")),
+              std::string::npos)
+        << replay;
+    EXPECT_NE(replay.message().find(absl::StrCat("(record 150 at offset ", ends[149], ")")), std::string::npos)
+        << replay;
+    const absl::Status start_writing = (*reopened)->StartWriting();
+    EXPECT_TRUE(absl::IsDataLoss(start_writing)) << start_writing;
+    EXPECT_EQ(*Env::Default()->GetFileSize(path), whole.size()) << "nothing is cut";
+  }
+  // The same byte flipped in the last record: nothing whole follows, so it is the torn tail.
+  std::string flipped = whole;
+  flipped[ends[298] + 40] ^= 0x40;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), path, flipped).ok());
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok());
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**reopened, 1, &stats).size(), 299u);
+  EXPECT_EQ(stats.torn_bytes, whole.size() - ends[298]);
+}
+
+// Each segment names the lineage, record count and size of the one before it: a deleted, cut,
+// renamed or foreign segment in the middle of the log refuses the replay, named, where the log
+// before held every record.
+TEST(UpdateLog, AMissingCutRenamedOrForeignSegmentRefusesTheReplayNamed) {
+  const auto write_log = [](const std::string& dir) {
+    UpdateLogOptions options;
+    options.dir = dir;
+    options.sync = LogSync::kOff;
+    options.segment_bytes = 1;  // A new segment after every group: segments 1 to 5, the last empty.
+    auto log = UpdateLog::Open(options);
+    EXPECT_TRUE(log.ok());
+    EXPECT_TRUE((*log)->Reset("").ok());
+    for (uint64_t s = 1; s <= 4; ++s) EXPECT_TRUE((*log)->Append(Record(1, s).view()).ok());
+    EXPECT_TRUE((*log)->Close().ok());
+  };
+  const std::string original = FreshDir("links"), foreign = FreshDir("links_foreign");
+  write_log(original);
+  write_log(foreign);
+  const auto segment = [](const std::string& dir, int n) {
+    return absl::StrCat(dir, "/log-0000000000000000000", n, ".wal");
+  };
+  const struct {
+    const char* what;
+    std::function<void(const std::string&)> damage;
+    std::string message;
+  } cases[] = {
+      {"intact", [](const std::string&) {}, ""},
+      {"segment 2 deleted", [&](const std::string& d) { std::filesystem::remove(segment(d, 2)); },
+       "the update log is missing segment(s) 2 between"},
+      {"segments 2 and 3 deleted",
+       [&](const std::string& d) {
+         std::filesystem::remove(segment(d, 2));
+         std::filesystem::remove(segment(d, 3));
+       },
+       "the update log is missing segment(s) 2 to 3 between"},
+      {"segment 2 cut after its header (a record boundary)",
+       [&](const std::string& d) {  // Segment 5 is a header alone, as long as segment 2's.
+         std::filesystem::resize_file(segment(d, 2), *Env::Default()->GetFileSize(segment(d, 5)));
+       },
+       "was cut, extended or replaced"},
+      {"segment 2 of another log",
+       [&](const std::string& d) {
+         std::filesystem::copy_file(segment(foreign, 2), segment(d, 2),
+                                    std::filesystem::copy_options::overwrite_existing);
+       },
+       "does not continue"},
+      {"segments 2 and 3 swapped",
+       [&](const std::string& d) {
+         std::filesystem::rename(segment(d, 2), d + "/swap");
+         std::filesystem::rename(segment(d, 3), segment(d, 2));
+         std::filesystem::rename(d + "/swap", segment(d, 3));
+       },
+       "holds segment 3 of the log"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string dir = FreshDir("links_case");
+    std::filesystem::copy(original, dir);
+    c.damage(dir);
+    UpdateLogOptions options;
+    options.dir = dir;
+    auto log = UpdateLog::Open(options);
+    absl::Status replay = log.status();
+    ReplayStats stats;
+    if (log.ok()) replay = (*log)->Replay(1, nullptr, &stats);
+    if (c.message.empty()) {
+      EXPECT_TRUE(replay.ok()) << replay;
+      EXPECT_EQ(stats.records, 4u);
+      EXPECT_EQ(stats.segments, 5u);
+    } else {
+      EXPECT_TRUE(absl::IsDataLoss(replay)) << replay;
+      EXPECT_NE(replay.message().find(c.message), std::string::npos) << replay;
+    }
+  }
 }
 
 TEST(UpdateLog, ARecordOfSeveralUpdatesIsReplayedWholeOrNotAtAll) {

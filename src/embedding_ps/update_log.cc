@@ -19,12 +19,15 @@ namespace hyrec::embedding_ps {
 namespace {
 
 constexpr char kMagic[] = "HYRECWAL";  // 8 bytes, without the terminator.
-constexpr uint32_t kVersion = 2;       // 1: crc32 (zlib), one update a record.
+constexpr uint32_t kVersion = 3;       // 2: records not numbered, segments not linked; 1: crc32 (zlib).
 constexpr uint32_t kFresh = 1;         // Starts from an empty store.
 constexpr uint32_t kCheckpoint = 2;    // Starts from a checkpoint's snapshot.
 constexpr uint32_t kContinue = 3;      // Continues the segment before it.
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 31;
 constexpr uint64_t kMaxCheckpointName = 4096;
+// A record's header: u32 payload length | u32 CRC-32C of the payload | u64 the record's index in
+// the log | u64 the index of the first record of its group | u32 CRC-32C of those 24 bytes.
+constexpr size_t kRecordHeader = 28;
 
 void PutU32(std::string* out, uint32_t v) {
   char b[4];
@@ -67,26 +70,58 @@ class Reader {
   absl::string_view data_;
 };
 
-std::string EncodeHeader(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t lineage) {
+struct Header {
+  uint32_t version = 0;  // Set once the magic reads, whatever the rest.
+  uint64_t number = 0;
+  uint32_t kind = 0;
+  uint64_t lineage = 0;
+  uint64_t first_record = 0;  // The log-wide index of the segment's first record.
+  uint64_t prev_end = 0;      // The size of the segment before it, when this one opened (0: none).
+  std::string checkpoint;
+  size_t size = 0;  // Bytes the header takes.
+};
+
+std::string EncodeHeader(const Header& s) {
   std::string h(kMagic, 8);
   PutU32(&h, kVersion);
-  PutU64(&h, number);
-  PutU32(&h, kind);
-  PutU64(&h, lineage);
-  PutBytes(&h, checkpoint);
+  PutU64(&h, s.number);
+  PutU32(&h, s.kind);
+  PutU64(&h, s.lineage);
+  PutU64(&h, s.first_record);
+  PutU64(&h, s.prev_end);
+  PutBytes(&h, s.checkpoint);
   PutU32(&h, Crc32c(h));
   return h;
 }
 
+// The header at the start of `data`; false when it does not read (short, bad magic or crc).
+bool DecodeHeader(absl::string_view data, Header* h) {
+  if (data.size() < 8 || data.substr(0, 8) != absl::string_view(kMagic, 8)) return false;
+  Reader r(data.substr(8));
+  uint32_t crc = 0;
+  absl::string_view checkpoint;
+  if (!r.U32(&h->version) || h->version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
+      !r.U64(&h->first_record) || !r.U64(&h->prev_end) || !r.Bytes(&checkpoint, kMaxCheckpointName)) {
+    return false;
+  }
+  h->checkpoint = std::string(checkpoint);
+  const size_t body = 8 + 4 + 8 + 4 + 8 + 8 + 8 + 4 + h->checkpoint.size();
+  if (data.size() < body + 4) return false;
+  std::memcpy(&crc, data.data() + body, 4);
+  h->size = body + 4;
+  return crc == Crc32c(data.substr(0, body)) && h->kind >= kFresh && h->kind <= kContinue;
+}
+
 // Encodes the record of `updates` into *buffer (grown when too small, never shrunk here) and
-// returns it: one pass over the ids and gradients copies them and computes the crc.
-absl::string_view EncodeRecord(absl::Span<const LoggedUpdate> updates, std::string* buffer) {
+// returns it: one pass over the ids and gradients copies them and computes the crc. Its index and
+// group are stamped when its group is written (StampRecord).
+absl::Span<char> EncodeRecord(absl::Span<const LoggedUpdate> updates, std::string* buffer) {
   size_t payload = 4;
   for (const LoggedUpdate& u : updates) {
     payload += 4 + u.table.size() + 4 + 8 + 4 + 4 + u.ids.size() + 4 + u.grads.size();
   }
-  if (buffer->size() < 8 + payload) buffer->resize(8 + payload);
-  char* out = buffer->data() + 8;
+  if (buffer->size() < kRecordHeader + payload) buffer->resize(kRecordHeader + payload);
+  char* out = buffer->data() + kRecordHeader;
   uint32_t crc = 0;
   const auto put = [&](const void* data, size_t n) {
     crc = Crc32cCopy(out, absl::string_view(static_cast<const char*>(data), n), crc);
@@ -110,7 +145,15 @@ absl::string_view EncodeRecord(absl::Span<const LoggedUpdate> updates, std::stri
   const uint32_t length = static_cast<uint32_t>(payload);
   std::memcpy(buffer->data(), &length, 4);
   std::memcpy(buffer->data() + 4, &crc, 4);
-  return absl::string_view(buffer->data(), 8 + payload);
+  return absl::Span<char>(buffer->data(), kRecordHeader + payload);
+}
+
+// Sets the record's index in the log and its group's first index, and seals its header.
+void StampRecord(absl::Span<char> record, uint64_t index, uint64_t group_first) {
+  std::memcpy(record.data() + 8, &index, 8);
+  std::memcpy(record.data() + 16, &group_first, 8);
+  const uint32_t crc = Crc32c(absl::string_view(record.data(), 24));
+  std::memcpy(record.data() + 24, &crc, 4);
 }
 
 // The updates of a record's payload, all or none.
@@ -128,66 +171,81 @@ bool DecodePayload(absl::string_view payload, std::vector<LoggedUpdate>* updates
   return r.done();
 }
 
-// Walks the records of a segment's `data` from `at` (past its header), calling `apply` on each
-// update of each whole one and counting the records in *records. Returns where the whole records
-// end; *tail says what follows them: nothing, zeros of a direct write's padding (fewer than a
-// block), or something else (a torn or damaged record).
-enum class Tail { kNone, kPadding, kDamaged };
-absl::StatusOr<size_t> WalkRecords(absl::string_view data, size_t at,
-                                   const std::function<absl::Status(const LoggedUpdate&)>& apply, Tail* tail,
-                                   uint64_t* records = nullptr) {
-  std::vector<LoggedUpdate> updates;
-  while (at < data.size()) {
-    uint32_t length = 0, crc = 0;
-    const bool whole = data.size() - at >= 8;
-    if (whole) {
-      std::memcpy(&length, data.data() + at, 4);
-      std::memcpy(&crc, data.data() + at + 4, 4);
-    }
-    const bool fits = whole && length <= data.size() - at - 8;
-    const bool good =
-        fits && Crc32c(data.substr(at + 8, length)) == crc && DecodePayload(data.substr(at + 8, length), &updates);
-    if (!good) {
-      const absl::string_view rest = data.substr(at);
-      const bool zeros = rest.size() < kLogFileBlock && rest.find_first_not_of('\0') == absl::string_view::npos;
-      *tail = zeros ? Tail::kPadding : Tail::kDamaged;
-      return at;
-    }
-    if (apply) {
-      for (const LoggedUpdate& u : updates) HYREC_RETURN_IF_ERROR(apply(u));
-    }
-    if (records != nullptr) ++*records;
-    at += 8 + length;
-  }
-  *tail = Tail::kNone;
-  return at;
+// The record at `at` of `data`, when it is whole: its header's crc and its payload's match, and
+// its payload decodes (into *updates). Sets *length (of its payload), *index and *group_first.
+bool ReadRecord(absl::string_view data, size_t at, uint32_t* length, uint64_t* index, uint64_t* group_first,
+                std::vector<LoggedUpdate>* updates) {
+  if (data.size() - at < kRecordHeader) return false;
+  uint32_t crc = 0, header_crc = 0;
+  std::memcpy(&header_crc, data.data() + at + 24, 4);
+  if (Crc32c(data.substr(at, 24)) != header_crc) return false;
+  std::memcpy(length, data.data() + at, 4);
+  std::memcpy(&crc, data.data() + at + 4, 4);
+  std::memcpy(index, data.data() + at + 8, 8);
+  std::memcpy(group_first, data.data() + at + 16, 8);
+  if (*length > data.size() - at - kRecordHeader || *group_first > *index) return false;
+  const absl::string_view payload = data.substr(at + kRecordHeader, *length);
+  return Crc32c(payload) == crc && DecodePayload(payload, updates);
 }
 
-struct Header {
-  uint32_t version = 0;  // Set once the magic reads, whatever the rest.
-  uint64_t number = 0;
-  uint32_t kind = 0;
-  uint64_t lineage = 0;
-  std::string checkpoint;
-  size_t size = 0;  // Bytes the header takes.
+// What follows a segment's whole records: nothing, zeros of a direct write's padding (fewer than
+// a block), or a torn tail (the last group, cut short: never acknowledged).
+enum class Tail { kNone, kPadding, kTorn };
+
+struct Walk {
+  size_t end = 0;  // Where the whole records end.
+  uint64_t records = 0;
+  Tail tail = Tail::kNone;
 };
 
-// The header at the start of `data`; false when it does not read (short, bad magic or crc).
-bool DecodeHeader(absl::string_view data, Header* h) {
-  if (data.size() < 8 || data.substr(0, 8) != absl::string_view(kMagic, 8)) return false;
-  Reader r(data.substr(8));
-  uint32_t crc = 0;
-  absl::string_view checkpoint;
-  if (!r.U32(&h->version) || h->version != kVersion || !r.U64(&h->number) || !r.U32(&h->kind) || !r.U64(&h->lineage) ||
-      !r.Bytes(&checkpoint, kMaxCheckpointName)) {
-    return false;
+// Walks the records of segment `path`'s `data` from `at` (past its header), the first numbered
+// `first_record`, calling `apply` on each update of each whole one. A record that is not whole is
+// a torn tail only when no whole record of a later group follows it anywhere in the segment
+// (groups are written one after the other, so a later group's record means that this one's group
+// was written, synced and acknowledged before): otherwise DATA_LOSS naming it.
+absl::StatusOr<Walk> WalkRecords(const std::string& path, absl::string_view data, size_t at, uint64_t first_record,
+                                 const std::function<absl::Status(const LoggedUpdate&)>& apply) {
+  std::vector<LoggedUpdate> updates;
+  Walk walk;
+  uint64_t expected = first_record;
+  while (at < data.size()) {
+    uint32_t length = 0;
+    uint64_t index = 0, group_first = 0;
+    if (ReadRecord(data, at, &length, &index, &group_first, &updates) && index == expected) {
+      if (apply) {
+        for (const LoggedUpdate& u : updates) HYREC_RETURN_IF_ERROR(apply(u));
+      }
+      ++walk.records;
+      ++expected;
+      at += kRecordHeader + length;
+      continue;
+    }
+    walk.end = at;
+    const absl::string_view rest = data.substr(at);
+    if (rest.size() < kLogFileBlock && rest.find_first_not_of('\0') == absl::string_view::npos) {
+      walk.tail = Tail::kPadding;
+      return walk;
+    }
+    for (size_t p = at + 1; p + kRecordHeader <= data.size();) {
+      if (!ReadRecord(data, p, &length, &index, &group_first, &updates)) {
+        ++p;
+        continue;
+      }
+      if (group_first > expected) {
+        return absl::DataLossError(absl::StrCat(path, ": record ", expected, " at offset ", at,
+                                                " is damaged, and whole records of later groups follow it ", "(record ",
+                                                index, " at offset ", p,
+                                                "): the log is damaged, not torn by a crash, and the updates from "
+                                                "record ",
+                                                expected, " on were acknowledged"));
+      }
+      p += kRecordHeader + length;
+    }
+    walk.tail = Tail::kTorn;
+    return walk;
   }
-  h->checkpoint = std::string(checkpoint);
-  const size_t body = 8 + 4 + 8 + 4 + 8 + 4 + h->checkpoint.size();
-  if (data.size() < body + 4) return false;
-  std::memcpy(&crc, data.data() + body, 4);
-  h->size = body + 4;
-  return crc == Crc32c(data.substr(0, body)) && h->kind >= kFresh && h->kind <= kContinue;
+  walk.end = at;
+  return walk;
 }
 
 absl::StatusOr<std::string> ReadAll(Env* env, const std::string& path) {
@@ -197,7 +255,7 @@ absl::StatusOr<std::string> ReadAll(Env* env, const std::string& path) {
 // The first bytes of a segment, as many as the longest header takes: what listing the segments
 // reads, rather than every segment whole.
 absl::StatusOr<std::string> ReadHead(Env* env, const std::string& path) {
-  constexpr size_t kMaxHeaderBytes = 8 + 4 + 8 + 4 + 8 + 4 + kMaxCheckpointName + 4;
+  constexpr size_t kMaxHeaderBytes = 8 + 4 + 8 + 4 + 8 + 8 + 8 + 4 + kMaxCheckpointName + 4;
   HYREC_ASSIGN_OR_RETURN(std::unique_ptr<SequentialFile> file, env->NewSequentialFile(path));
   std::string head(kMaxHeaderBytes, '\0');
   size_t got = 0;
@@ -239,8 +297,8 @@ const char* LogSyncName(LogSync sync) {
 }
 
 struct UpdateLog::Writer {
-  explicit Writer(absl::string_view b) : bytes(b) {}
-  absl::string_view bytes;
+  explicit Writer(absl::Span<char> b) : bytes(b) {}
+  absl::Span<char> bytes;  // Its record, stamped by the leader that writes it.
   absl::Status status;
   bool done = false;
   bool waiting = false;  // Past its `meanwhile`: it can lead.
@@ -294,11 +352,10 @@ UpdateLog::~UpdateLog() { (void)Close(); }
 absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOptions& options) {
   if (options.dir.empty()) return absl::InvalidArgumentError("the update log needs a directory");
   std::unique_ptr<UpdateLog> log(new UpdateLog(options));
-  HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
-  {
-    HYREC_ASSIGN_OR_RETURN(std::unique_ptr<FileLock> owned, LockLogDir(log->env_, options));
+  if (!options.read_only) {
+    HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
     absl::MutexLock lock(&log->file_mu_);
-    log->lock_ = std::move(owned);
+    HYREC_ASSIGN_OR_RETURN(log->lock_, LockLogDir(log->env_, options));
   }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
   log->lineage_ = segments.empty() ? RandomId() : segments.back().lineage;
@@ -325,7 +382,13 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
     const std::string path = SegmentPath(numbers[i]);
     HYREC_ASSIGN_OR_RETURN(const std::string head, ReadHead(env_, path));
     Header h;
-    if (!DecodeHeader(head, &h) || h.number != numbers[i]) {
+    const bool read = DecodeHeader(head, &h);
+    if (read && h.number != numbers[i]) {
+      return absl::DataLossError(absl::StrCat(path, " holds segment ", h.number,
+                                              " of the log: segments were renamed, "
+                                              "moved or copied between logs"));
+    }
+    if (!read) {
       if (h.version != 0 && h.version != kVersion) {
         return absl::FailedPreconditionError(
             absl::StrCat(path, ": an update log segment of format ", h.version, "; this hyrec reads format ", kVersion,
@@ -334,7 +397,7 @@ absl::StatusOr<std::vector<UpdateLog::Segment>> UpdateLog::Segments() const {
       if (i + 1 == numbers.size()) break;  // Created, but its header never written whole.
       return absl::DataLossError(absl::StrCat(path, ": not an update log segment, or its header is damaged"));
     }
-    out.push_back(Segment{h.number, h.kind, h.checkpoint, h.lineage});
+    out.push_back(Segment{h.number, h.kind, h.checkpoint, h.lineage, h.first_record, h.prev_end});
   }
   return out;
 }
@@ -357,42 +420,86 @@ absl::StatusOr<LogRecovery> UpdateLog::FindRecovery(const std::function<bool(con
                          "replayed onto anything"));
 }
 
+namespace {
+
+// DATA_LOSS unless segment `next` continues `prev` (the segment before it in the log, whose whole
+// records `walk` found in its `size` bytes): the next number, the same lineage, and the end and
+// record count `next` saw `prev` have when it opened.
+absl::Status CheckLink(const UpdateLog::Segment& prev, const Walk& walk, uint64_t size, const UpdateLog::Segment& next,
+                       const std::string& prev_path, const std::string& next_path) {
+  if (next.number != prev.number + 1) {
+    return absl::DataLossError(absl::StrCat(
+        "the update log is missing segment(s) ", prev.number + 1, next.number > prev.number + 2 ? " to " : "",
+        next.number > prev.number + 2 ? absl::StrCat(next.number - 1) : "", " between ", prev_path, " and ", next_path,
+        ": the updates they held were acknowledged"));
+  }
+  if (next.lineage != prev.lineage) {
+    return absl::DataLossError(absl::StrFormat(
+        "%s (lineage %016x) does not continue %s (lineage %016x): a segment of another log, or of an earlier run "
+        "of this one",
+        next_path, next.lineage, prev_path, prev.lineage));
+  }
+  if (next.kind == kFresh || next.prev_end != size || next.prev_end != walk.end ||
+      next.first_record != prev.first_record + walk.records) {
+    return absl::DataLossError(absl::StrCat(prev_path, " holds ", walk.records, " record(s) in ", size,
+                                            " bytes, but when ", next_path, " was opened after it, it held ",
+                                            next.first_record - prev.first_record, " record(s) in ", next.prev_end,
+                                            " bytes: the segment was cut, extended or replaced"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status UpdateLog::Replay(uint64_t first, const std::function<absl::Status(const LoggedUpdate&)>& apply,
                                ReplayStats* stats) const {
   ReplayStats local;
   ReplayStats& s = stats != nullptr ? *stats : local;
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, Segments());
+  const std::function<absl::Status(const LoggedUpdate&)> count = [&](const LoggedUpdate& u) {
+    if (apply) HYREC_RETURN_IF_ERROR(apply(u));
+    ++s.updates;
+    return absl::OkStatus();
+  };
+  const Segment* prev = nullptr;
+  Walk prev_walk;
+  uint64_t prev_size = 0;
   for (size_t i = 0; i < segments.size(); ++i) {
     if (segments[i].number < first) continue;
     const bool last = i + 1 == segments.size();
     const std::string path = SegmentPath(segments[i].number);
+    if (prev != nullptr) {
+      HYREC_RETURN_IF_ERROR(CheckLink(*prev, prev_walk, prev_size, segments[i], SegmentPath(prev->number), path));
+    }
     HYREC_ASSIGN_OR_RETURN(const std::string data, ReadAll(env_, path));
     Header h;
     DecodeHeader(data, &h);
     ++s.segments;
-    Tail tail = Tail::kNone;
-    const std::function<absl::Status(const LoggedUpdate&)> count = [&](const LoggedUpdate& u) {
-      HYREC_RETURN_IF_ERROR(apply(u));
-      ++s.updates;
-      return absl::OkStatus();
-    };
-    HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, count, &tail, &s.records));
-    if (tail == Tail::kDamaged) {
-      if (!last) return absl::DataLossError(absl::StrCat(path, ": record at offset ", end, " is damaged"));
-      s.torn_bytes = data.size() - end;  // A torn tail: the record whose Append never returned.
+    HYREC_ASSIGN_OR_RETURN(const Walk walk, WalkRecords(path, data, h.size, h.first_record, count));
+    s.records += walk.records;
+    if (walk.tail == Tail::kTorn) {
+      if (!last) {
+        return absl::DataLossError(absl::StrCat(path, ": record ", h.first_record + walk.records, " at offset ",
+                                                walk.end, " is damaged, and segments follow it"));
+      }
+      s.torn_bytes = data.size() - walk.end;  // A torn tail: the group whose Appends never returned.
     }
+    prev = &segments[i];
+    prev_walk = walk;
+    prev_size = data.size();
   }
   return absl::OkStatus();
 }
 
 absl::Status UpdateLog::CheckOwned() const {
   if (lock_ == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat("the update log ", options_.dir, " was closed"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the update log ", options_.dir, options_.read_only ? " is open read-only" : " was closed"));
   }
   return absl::OkStatus();
 }
 
-absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint) {
+absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t prev_end) {
   HYREC_RETURN_IF_ERROR(CheckOwned());
   if (file_ != nullptr) {
     HYREC_RETURN_IF_ERROR(file_->Sync());
@@ -403,12 +510,21 @@ absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::s
   // Every group waits for its sync: direct writes, which skip the page cache's write-back.
   HYREC_ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> file,
                          options_.sync == LogSync::kEveryGroup ? env_->NewLogFile(path) : env_->NewWritableFile(path));
-  HYREC_RETURN_IF_ERROR(file->Append(EncodeHeader(number, kind, checkpoint, lineage_)));
+  Header h;
+  h.number = number;
+  h.kind = kind;
+  h.lineage = lineage_;
+  h.first_record = next_record_;
+  h.prev_end = prev_end;
+  h.checkpoint = checkpoint;
+  const std::string header = EncodeHeader(h);
+  HYREC_RETURN_IF_ERROR(file->Append(header));
   HYREC_RETURN_IF_ERROR(file->Sync());
   HYREC_RETURN_IF_ERROR(env_->SyncDir(options_.dir));  // The segment exists after a crash.
   file_ = std::move(file);
   segment_ = number;
   segment_size_ = 0;
+  segment_end_ = header.size();
   last_sync_ = absl::Now();
   return absl::OkStatus();
 }
@@ -427,7 +543,8 @@ absl::Status UpdateLog::Reset(const std::string& checkpoint) {
     }
   }
   lineage_ = RandomId();
-  return OpenSegment(1, checkpoint.empty() ? kFresh : kCheckpoint, checkpoint);
+  next_record_ = 0;
+  return OpenSegment(1, checkpoint.empty() ? kFresh : kCheckpoint, checkpoint, 0);
 }
 
 absl::Status UpdateLog::StartWriting() {
@@ -441,21 +558,24 @@ absl::Status UpdateLog::StartWriting() {
   HYREC_ASSIGN_OR_RETURN(const std::string data, ReadAll(env_, last));
   Header h;
   DecodeHeader(data, &h);
-  Tail tail = Tail::kNone;
-  HYREC_ASSIGN_OR_RETURN(const size_t end, WalkRecords(data, h.size, nullptr, &tail));
-  if (end < data.size()) {
-    HYREC_RETURN_IF_ERROR(env_->TruncateFile(last, end));
+  HYREC_ASSIGN_OR_RETURN(const Walk walk, WalkRecords(last, data, h.size, h.first_record, nullptr));
+  if (walk.end < data.size()) {
+    HYREC_RETURN_IF_ERROR(env_->TruncateFile(last, walk.end));
     HYREC_RETURN_IF_ERROR(env_->SyncFile(last));
   }
   absl::MutexLock lock(&file_mu_);
-  return OpenSegment(segments.back().number + 1, kContinue, "");
+  next_record_ = h.first_record + walk.records;
+  return OpenSegment(segments.back().number + 1, kContinue, "", walk.end);
 }
 
-absl::Status UpdateLog::WriteGroup(const std::vector<absl::string_view>& records) {
+absl::Status UpdateLog::WriteGroup(const std::vector<absl::Span<char>>& records) {
   if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
-  for (absl::string_view record : records) {
-    HYREC_RETURN_IF_ERROR(file_->Append(record));
+  const uint64_t group_first = next_record_;
+  for (absl::Span<char> record : records) {
+    StampRecord(record, next_record_++, group_first);
+    HYREC_RETURN_IF_ERROR(file_->Append(absl::string_view(record.data(), record.size())));
     segment_size_ += record.size();
+    segment_end_ += record.size();
   }
   const bool sync = options_.sync == LogSync::kEveryGroup ||
                     (options_.sync == LogSync::kInterval && absl::Now() - last_sync_ >= options_.sync_interval);
@@ -463,7 +583,9 @@ absl::Status UpdateLog::WriteGroup(const std::vector<absl::string_view>& records
     HYREC_RETURN_IF_ERROR(file_->Sync());
     last_sync_ = absl::Now();
   }
-  if (segment_size_ >= options_.segment_bytes) HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kContinue, ""));
+  if (segment_size_ >= options_.segment_bytes) {
+    HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kContinue, "", segment_end_));
+  }
   return absl::OkStatus();
 }
 
@@ -510,7 +632,7 @@ void UpdateLog::LeadGroup() {
   // Everything queued, up to max_group_bytes, whether or not its writer is still applying its
   // update: its bytes are final, and it waits for `done` before it returns. The records stay
   // where their writers keep them.
-  std::vector<absl::string_view> group;
+  std::vector<absl::Span<char>> group;
   size_t count = 0, bytes = 0;
   while (count < queue_.size() && (count == 0 || bytes + queue_[count]->bytes.size() <= options_.max_group_bytes)) {
     group.push_back(queue_[count]->bytes);
@@ -538,7 +660,8 @@ void UpdateLog::LeadGroup() {
 
 absl::StatusOr<uint64_t> UpdateLog::Rotate(const std::string& name) {
   absl::MutexLock lock(&file_mu_);
-  HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kCheckpoint, name));
+  if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
+  HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kCheckpoint, name, segment_end_));
   return segment_;
 }
 

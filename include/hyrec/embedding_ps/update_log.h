@@ -17,9 +17,10 @@
 // free); a second Open of the same directory, from this or another process, fails.
 //
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
-// header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, a
-// CRC-32C) and holds records: u32 payload length | u32 CRC-32C of the payload | payload, the
-// payload holding one or more updates (docs/checkpoint-format.md, "Update log segments"). A segment
+// header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, the index
+// of its first record and the size of the segment before it, a CRC-32C) and holds records, each
+// numbered in the log and naming the first record of the group it was written in, the payload
+// holding one or more updates (docs/checkpoint-format.md, "Update log segments"). A segment
 // starts from one of: nothing (the shard's first, over an empty store), a checkpoint (the cut
 // whose snapshot was taken when it was opened: its updates are the ones after that snapshot), or
 // the segment before it (a segment opened after a restart or a rotation by size).
@@ -33,11 +34,13 @@
 // kEveryGroup the segments are Env::NewLogFile's files (direct I/O), so a segment of a crashed
 // shard may end in fewer than kLogFileBlock zeros: padding, not a record.
 //
-// A record cut short or with a bad crc at the end of the last segment is a torn tail (a crash
-// while writing it, whose Append never returned): replay stops there and counts the bytes, and
-// StartWriting cuts it off before a new segment follows, so a shard that crashes again later
-// still replays that segment whole. Any other damage is DATA_LOSS naming the segment and offset.
-// All file access goes through `env`. Thread-safe.
+// A record that is not whole at the end of the last segment, with no whole record of a later
+// group after it, is a torn tail (a crash while its group was written, whose Appends never
+// returned): replay stops there and counts the bytes, and StartWriting cuts it off before a new
+// segment follows, so a shard that crashes again later still replays that segment whole. Any
+// other damage, and a segment that does not continue the one before it (missing, cut, renamed,
+// another log's), is DATA_LOSS naming the segment (and the record and offset). All file access
+// goes through `env`. Thread-safe.
 #ifndef HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 #define HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 
@@ -84,6 +87,9 @@ struct UpdateLogOptions {
   // Open takes the directory's LOCK file for the log's lifetime; while another process holds it
   // (a second PS started for a shard that serves), Open retries for this long, then refuses.
   absl::Duration lock_wait = absl::Seconds(5);
+  // Reads only (`hyrec checkpoint verify`): takes no lock and creates nothing; every write and
+  // deletion refuses.
+  bool read_only = false;
 };
 
 // One logged Update, as the request carried it (the gradients in their wire precision). Its
@@ -168,6 +174,8 @@ class UpdateLog {
     uint32_t kind = 0;  // kFresh, kCheckpoint or kContinue (update_log.cc).
     std::string checkpoint;
     uint64_t lineage = 0;
+    uint64_t first_record = 0;  // The log-wide index of its first record.
+    uint64_t prev_end = 0;      // The size of the segment before it when it opened (0: none).
   };
   // The segments on disk, oldest first (headers that do not read: only a last, torn one is
   // passed over).
@@ -175,12 +183,15 @@ class UpdateLog {
 
  private:
   explicit UpdateLog(const UpdateLogOptions& options);
-  absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint)
+  // Opens segment `number` after the current one (or after one that ended at `prev_end` bytes),
+  // its first record numbered next_record_.
+  absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t prev_end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // FAILED_PRECONDITION once the log was closed: it writes and deletes only while it owns the directory.
   absl::Status CheckOwned() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   std::string SegmentPath(uint64_t number) const;
-  absl::Status WriteGroup(const std::vector<absl::string_view>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
+  // Numbers the records (next_record_ on, as one group) and writes them.
+  absl::Status WriteGroup(const std::vector<absl::Span<char>>& records) ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   // Writes the queued records (up to max_group_bytes) as one group and marks their writers done.
   void LeadGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -198,7 +209,9 @@ class UpdateLog {
   mutable absl::Mutex file_mu_ ABSL_ACQUIRED_AFTER(mu_);  // The open segment, held while writing.
   std::unique_ptr<WritableFile> file_ ABSL_GUARDED_BY(file_mu_);
   uint64_t segment_ ABSL_GUARDED_BY(file_mu_) = 0;
-  uint64_t segment_size_ ABSL_GUARDED_BY(file_mu_) = 0;
+  uint64_t segment_size_ ABSL_GUARDED_BY(file_mu_) = 0;  // Its records' bytes.
+  uint64_t segment_end_ ABSL_GUARDED_BY(file_mu_) = 0;   // Its size, header included.
+  uint64_t next_record_ ABSL_GUARDED_BY(file_mu_) = 0;   // The index the next record gets.
   absl::Time last_sync_ ABSL_GUARDED_BY(file_mu_);
   uint64_t lineage_ = 0;
 };
