@@ -2,6 +2,8 @@
 // flipped byte and every truncation, manifests commit atomically under injected faults, shards
 // restore exactly and reshard (4 -> 3, 2 -> 5) with their optimizer state, deltas bring an
 // export's rows to a later snapshot, and loader positions remap to other worker counts.
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 
@@ -190,8 +192,9 @@ std::map<std::pair<int, uint64_t>, std::vector<float>> Rows(const EmbeddingShard
 // Writes a checkpoint of `stores` (shard k of stores.size()) into dir and commits its manifest.
 CheckpointManifest WriteCheckpoint(Env* env, const std::string& dir,
                                    const std::vector<std::unique_ptr<EmbeddingShardStore>>& stores,
-                                   absl::Status* status = nullptr) {
+                                   absl::Status* status = nullptr, const std::string& job_id = "") {
   CheckpointManifest m;
+  m.job_id = job_id;
   m.num_shards = static_cast<uint32_t>(stores.size());
   m.num_workers = 1;
   absl::Status s = env->CreateDirs(dir);
@@ -514,6 +517,51 @@ TEST(CheckpointTest, RetiringKeepsACutInProgressThatSortsBeforeAnotherRunsLaterO
   ASSERT_TRUE(RetireCheckpoints(Env::Default(), root, kCheckpointPrefix, 20, "", JoinPath(root, mine)).ok());
   EXPECT_EQ(ListCheckpointDirs(Env::Default(), root, kCheckpointPrefix),
             (std::vector<std::string>{mine, writing, later}));
+}
+
+// One run holds a checkpoint.dir at a time (its LOCK, naming the holder); the directory's JOB
+// says whose checkpoints it holds: retention deletes only that job's, and "latest" and "auto"
+// resume only from that job's, while a directory named explicitly resumes whatever job it is of.
+TEST(CheckpointTest, ACheckpointDirHasOneRunAndRetentionAndLatestKeepToTheirJob) {
+  Env* env = Env::Default();
+  const std::string root = FreshDir("job_ids");
+  auto first = ClaimCheckpointDir(env, root, "aaaa", absl::Milliseconds(100));
+  ASSERT_TRUE(first.ok()) << first.status();
+  const absl::Status second = ClaimCheckpointDir(env, root, "bbbb", absl::Milliseconds(100)).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(second)) << second;
+  EXPECT_NE(second.message().find(absl::StrCat("checkpoint.dir ", root, " is taken by another run")), std::string::npos)
+      << second;
+  EXPECT_NE(second.message().find(absl::StrCat("a run of job aaaa: pid ", getpid())), std::string::npos) << second;
+  EXPECT_EQ(CheckpointDirJob(env, root), "aaaa") << "the refused run changed nothing";
+
+  std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
+  stores.push_back(*EmbeddingShardStore::Create(Options()));
+  const std::string a1 = CheckpointDirName(kCheckpointPrefix, 10, 1), a2 = CheckpointDirName(kCheckpointPrefix, 20, 2);
+  WriteCheckpoint(env, JoinPath(root, a1), stores, nullptr, "aaaa");
+  WriteCheckpoint(env, JoinPath(root, a2), stores, nullptr, "aaaa");
+  first->lock.reset();  // Job aaaa's run ends; a run of a new job takes the directory.
+  auto next = ClaimCheckpointDir(env, root, "bbbb", absl::Milliseconds(100));
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(CheckpointDirJob(env, root), "bbbb");
+  std::string note;
+  EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "auto", &note), "") << "aaaa's are not bbbb's";
+  EXPECT_NE(note.find("no checkpoint of the directory's job"), std::string::npos) << note;
+  CheckpointManifest m;
+  const absl::Status none = ResolveCheckpoint(env, root, kCheckpointPrefix, "latest", &m).status();
+  EXPECT_TRUE(absl::IsNotFound(none)) << none;
+  EXPECT_NE(none.message().find("2 belong to another job than the directory's (bbbb"), std::string::npos) << none;
+  auto named = ResolveCheckpoint(env, root, kCheckpointPrefix, JoinPath(root, a2), &m);
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ(m.job_id, "aaaa");
+
+  const std::string b1 = CheckpointDirName(kCheckpointPrefix, 5, 3), b2 = CheckpointDirName(kCheckpointPrefix, 6, 4);
+  WriteCheckpoint(env, JoinPath(root, b1), stores, nullptr, "bbbb");
+  WriteCheckpoint(env, JoinPath(root, b2), stores, nullptr, "bbbb");
+  auto latest = ResolveCheckpoint(env, root, kCheckpointPrefix, "latest", &m);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(*latest, JoinPath(root, b2)) << "aaaa's sort later but are another job's";
+  ASSERT_TRUE(RetireCheckpoints(env, root, kCheckpointPrefix, 1, "", JoinPath(root, b2), "bbbb").ok());
+  EXPECT_EQ(ListCheckpointDirs(env, root, kCheckpointPrefix), (std::vector<std::string>{b2, a1, a2}));
 }
 
 TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {

@@ -26,6 +26,8 @@
 #include "child_processes.h"
 #include "deadline.h"
 #include "gtest/gtest.h"
+#include "hyrec/common/checkpoint_dir.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/subprocess.h"
 #include "run_command.h"
 
@@ -858,6 +860,37 @@ TEST(Cli, ALostWorkerHealsFromItsLivePeerWithoutARollback) {
 
 // A checkpoint on demand: SIGUSR1 to `hyrec train`, embedded and with --processes (the launcher
 // passes it to worker 0), cuts one at the next step while training goes on.
+// Two runs of one job on one checkpoint.dir: the second (embedded or --processes) is refused with
+// exit 2 naming the first, and deletes, resets and writes nothing there; the first keeps its
+// checkpoint and stops as usual.
+TEST(Cli, ASecondRunOnACheckpointDirIsRefusedNamingTheFirst) {
+  const std::string dir = ::testing::TempDir() + "/cli_two_runs";
+  std::filesystem::remove_all(dir);
+  const std::string job =
+      LongJob(absl::StrCat("checkpoint: {dir: ", dir, ", keep_last: 1, on_interrupt: false}\n"), "two_runs.yaml");
+  auto first = StartTraining({}, job);
+  kill(first->pid(), SIGUSR1);
+  ASSERT_TRUE(AwaitCommittedCheckpoint(dir, absl::Seconds(60)));
+  const std::vector<std::string> before = hyrec::ListCheckpointDirs(hyrec::Env::Default(), dir, "ckpt");
+  const std::string job_id = hyrec::CheckpointDirJob(hyrec::Env::Default(), dir);
+  EXPECT_EQ(job_id.size(), 16u) << job_id;
+  for (const bool processes : {false, true}) {
+    SCOPED_TRACE(processes ? "--processes" : "embedded");
+    std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--progress=lines", "--plot="};
+    if (processes) argv.push_back("--processes");
+    const hyrec::testing::CommandResult second = hyrec::testing::RunCommand(argv);
+    EXPECT_EQ(second.code, 2) << second.all();
+    EXPECT_NE(second.err.find(absl::StrCat("checkpoint.dir ", dir, " is taken by another run: ")), std::string::npos)
+        << second.all();
+    EXPECT_NE(second.err.find(absl::StrCat("a run of job ", job_id, ": pid ", first->pid())), std::string::npos)
+        << second.all();
+    EXPECT_EQ(hyrec::CheckpointDirJob(hyrec::Env::Default(), dir), job_id);
+  }
+  EXPECT_EQ(hyrec::ListCheckpointDirs(hyrec::Env::Default(), dir, "ckpt"), before);
+  ControlC(*first);
+  ExpectInterruptedSummary(*first);
+}
+
 TEST(Cli, SigusrOneCutsACheckpoint) {
   for (const bool processes : {false, true}) {
     SCOPED_TRACE(processes ? "--processes" : "embedded");

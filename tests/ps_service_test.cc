@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <thread>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "deadline.h"
 #include "embedding.grpc.pb.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "http_get.h"
@@ -441,6 +444,65 @@ TEST_F(PsServiceBadInput, LookupTablesAnswersEachOrRefusesTheCall) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   status = call(proto::LookupTablesRequest(), &response);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+}
+
+// The peak resident memory of process `pid` (VmHWM), in bytes; 0 when it cannot be read.
+uint64_t PeakResidentBytes(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "VmHWM:")) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+// A 250 MB LookupTables or UpdateTables call of tiny parts (an empty part is 2 bytes on the wire,
+// 125 million of them) is refused by counting its parts before any is decoded: the shard's peak
+// memory grows by about the message, not by an object per part, and it serves on.
+TEST_F(PsServiceBadInput, AManyPartCallIsRefusedBeforeItsPartsAreDecoded) {
+  grpc::GenericStub generic(grpc::CreateChannel(cluster_->addresses()[0], grpc::InsecureChannelCredentials()));
+  constexpr size_t kBytes = 250u << 20;
+  std::string tiny_parts;
+  tiny_parts.reserve(kBytes);
+  while (tiny_parts.size() < kBytes) tiny_parts.append("\x0a\x00", 2);  // Field 1, an empty message.
+  const uint64_t before = PeakResidentBytes(cluster_->shard(0).pid());
+  ASSERT_GT(before, 0u);
+  for (const char* method :
+       {"/hyrec.proto.EmbeddingService/LookupTables", "/hyrec.proto.EmbeddingService/UpdateTables"}) {
+    SCOPED_TRACE(method);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    grpc::Slice slice(tiny_parts);
+    grpc::ByteBuffer request(&slice, 1), response;
+    std::mutex mu;
+    std::condition_variable done;
+    bool finished = false;
+    grpc::Status status;
+    generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status s) {
+      std::lock_guard<std::mutex> lock(mu);
+      status = std::move(s);
+      finished = true;
+      done.notify_all();
+    });
+    std::unique_lock<std::mutex> lock(mu);
+    done.wait(lock, [&] { return finished; });
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+    EXPECT_NE(status.error_message().find("parts (at most 4 per table of the shard, and 16)"), std::string::npos)
+        << status.error_message();
+  }
+  const uint64_t after = PeakResidentBytes(cluster_->shard(0).pid());
+  RecordProperty("peak_growth_mb", static_cast<int>((after - before) >> 20));
+  EXPECT_LT(after - before, uint64_t{1} << 30) << "peak " << before << " -> " << after << " bytes";
+  EXPECT_EQ(Row(11).size(), 3u);   // It serves on.
+  proto::LookupTablesRequest two;  // A call of a part per table is answered as before.
+  for (const char* table : {"wide", "emb"}) {
+    proto::LookupRequest* l = two.add_lookups();
+    l->set_table(table);
+    l->set_ids(Ids({11}));
+  }
+  grpc::ClientContext context;
+  proto::LookupTablesResponse answer;
+  EXPECT_TRUE(stub_->LookupTables(&context, two, &answer).ok());
+  EXPECT_EQ(answer.lookups_size(), 2);
 }
 
 TEST(PsService, KilledShardGivesAnErrorWithinTheDeadline) {

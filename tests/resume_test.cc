@@ -127,7 +127,7 @@ TEST(Resume, AFailedCutRemovesWhatItWrote) {
       const std::string data = WriteData(dir + "/train.svm", 800, 1);
       const std::string job = Job(dir, "format: libsvm, files: [" + data + "]", 2, 1, "");  // 5 cuts.
       FaultInjectionEnv env(Env::Default());
-      env.FailAfter(FaultInjectionEnv::kAppend, skip, failing);
+      env.FailAfter(FaultInjectionEnv::kAppend, skip + 1, failing);  // The first: the run's JOB file.
       absl::StatusOr<TrainReport> report = RunJob(job, "", &env);
       ASSERT_TRUE(report.ok()) << report.status();
       EXPECT_EQ(report->samples, 1600u);
@@ -135,6 +135,7 @@ TEST(Resume, AFailedCutRemovesWhatItWrote) {
       EXPECT_EQ(report->checkpoints > 0, failing >= 0);
       int dirs = 0;
       for (const auto& e : std::filesystem::directory_iterator(dir + "/ckpt")) {
+        if (!e.is_directory()) continue;  // The run's LOCK and JOB.
         ++dirs;
         EXPECT_TRUE(VerifyCheckpoint(Env::Default(), e.path().string()).ok()) << e.path() << " was left behind";
       }

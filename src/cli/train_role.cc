@@ -437,8 +437,14 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
     HYREC_ASSIGN_OR_RETURN(resume,
                            dense_worker::LoadResumePoint(Env::Default(), plan.spec.checkpoint.dir, which, world));
   }
+  CheckpointDirClaim claim;  // Worker 0 holds the run's checkpoint.dir until it exits.
+  if (rank == 0) {
+    HYREC_ASSIGN_OR_RETURN(claim, dense_worker::ClaimRunCheckpointDir(Env::Default(), plan.spec.checkpoint.dir,
+                                                                      resume ? &*resume : nullptr));
+  }
   dense_worker::WorkerOptions options;
   options.open_stream = open_stream;
+  options.job_id = claim.job_id;
   options.ps = ps.get();
   options.observer = observer.get();
   options.stop = signals.flag();

@@ -1,10 +1,15 @@
 #include "hyrec/common/checkpoint_dir.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec {
@@ -14,6 +19,7 @@ namespace {
 constexpr uint32_t kMetaBlock = 1;
 constexpr uint32_t kTableBlock = 2;
 constexpr uint32_t kFileBlock = 3;
+constexpr uint32_t kJobBlock = 4;  // The job id; absent in manifests written before job ids.
 // Caps of what a manifest may list.
 constexpr uint64_t kMaxNameBytes = 4096;
 constexpr uint64_t kMaxJobYamlBytes = 16 << 20;
@@ -46,6 +52,11 @@ std::string EncodeManifest(const CheckpointManifest& m) {
   meta.F64(m.log_loss);
   meta.Bytes(m.job_yaml);
   blocks.emplace_back(kMetaBlock, std::move(meta.str()));
+  if (!m.job_id.empty()) {
+    Encoder job;
+    job.Bytes(m.job_id);
+    blocks.emplace_back(kJobBlock, std::move(job.str()));
+  }
   for (const CheckpointManifest::Table& t : m.tables) {
     Encoder e;
     e.Bytes(t.name);
@@ -96,6 +107,10 @@ absl::StatusOr<CheckpointManifest> DecodeManifest(const std::string& name, std::
       }
       if (m.job_yaml.size() > kMaxJobYamlBytes) return bad("job text over its cap");
       if (m.num_shards > (1u << 16) || m.num_workers > (1u << 16)) return bad("implausible shard or worker count");
+    } else if (b.type == kJobBlock) {
+      if (!m.job_id.empty()) return bad("a second job block");
+      m.job_id = d.Bytes();
+      if (!d.done() || m.job_id.empty() || m.job_id.size() > 64) return bad("malformed job block");
     } else if (b.type == kTableBlock) {
       CheckpointManifest::Table t;
       t.name = d.Bytes();
@@ -186,14 +201,19 @@ std::string ResolveResumeFlag(Env* env, const std::string& root, const std::stri
   // A directory without a MANIFEST is a cut that never committed (a crash while writing), not a
   // checkpoint to resume from.
   bool any = false;
+  const std::string job = root.empty() ? "" : CheckpointDirJob(env, root);
   if (!root.empty()) {
     for (const std::string& dir : ListCheckpointDirs(env, root, prefix)) {
-      any = any || env->FileExists(JoinPath(JoinPath(root, dir), kManifestName));
+      const std::string path = JoinPath(root, dir);
+      if (!env->FileExists(JoinPath(path, kManifestName))) continue;
+      absl::StatusOr<CheckpointManifest> m = ReadManifest(env, path);
+      any = any || !m.ok() || OfJob(*m, job);  // One that does not read is named by ResolveCheckpoint.
     }
   }
   if (note != nullptr) {
     *note = any ? absl::StrCat("--resume=auto: resuming from the newest checkpoint under ", root)
-                : absl::StrCat("--resume=auto: no checkpoint under '", root, "'; starting fresh");
+                : absl::StrCat("--resume=auto: no checkpoint", job.empty() ? "" : " of the directory's job", " under '",
+                               root, "'; starting fresh");
   }
   return any ? "latest" : "";
 }
@@ -216,28 +236,42 @@ absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root,
   }
   if (root.empty()) return absl::InvalidArgumentError("'latest' needs a checkpoint directory (checkpoint.dir)");
   const std::vector<std::string> dirs = ListCheckpointDirs(env, root, prefix);
+  const std::string job = prefix == kCheckpointPrefix ? CheckpointDirJob(env, root) : "";
+  size_t other_jobs = 0;
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) {
     const std::string dir = JoinPath(root, *it);
     absl::StatusOr<CheckpointManifest> m = VerifyCheckpoint(env, dir);
+    if (m.ok() && !OfJob(*m, job)) {
+      ++other_jobs;
+      continue;
+    }
     if (m.ok()) {
       *manifest = std::move(*m);
       return dir;
     }
     if (skipped != nullptr) skipped->push_back(absl::StrCat(dir, ": ", m.status().message()));
   }
-  return absl::NotFoundError(absl::StrCat("no valid checkpoint under '", root, "'",
-                                          dirs.empty() ? "" : absl::StrCat(" (", dirs.size(), " tried)")));
+  return absl::NotFoundError(absl::StrCat(
+      "no valid checkpoint under '", root, "'", dirs.empty() ? "" : absl::StrCat(" (", dirs.size(), " tried)"),
+      other_jobs == 0 ? ""
+                      : absl::StrCat("; ", other_jobs, " belong to another job than the directory's (", job,
+                                     ", its JOB file): name one (--resume=DIR) to start from it")));
 }
 
 absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
-                               const std::string& keep, const std::string& just_committed) {
+                               const std::string& keep, const std::string& just_committed, const std::string& job_id) {
   const std::vector<std::string> dirs = ListCheckpointDirs(env, root, prefix);
-  std::vector<bool> committed(dirs.size());
+  std::vector<bool> committed(dirs.size()), others(dirs.size());
   int newest_committed = -1;
   for (size_t i = 0; i < dirs.size(); ++i) {
-    committed[i] = env->FileExists(JoinPath(JoinPath(root, dirs[i]), kManifestName));
-    if (committed[i] && just_committed.empty()) newest_committed = static_cast<int>(i);
-    if (!just_committed.empty() && (dirs[i] == just_committed || JoinPath(root, dirs[i]) == just_committed)) {
+    const std::string path = JoinPath(root, dirs[i]);
+    committed[i] = env->FileExists(JoinPath(path, kManifestName));
+    if (committed[i] && !job_id.empty()) {
+      absl::StatusOr<CheckpointManifest> m = ReadManifest(env, path);
+      others[i] = !m.ok() || m->job_id != job_id;  // Another job's (or unreadable): neither counted nor deleted.
+    }
+    if (committed[i] && just_committed.empty() && !others[i]) newest_committed = static_cast<int>(i);
+    if (!just_committed.empty() && (dirs[i] == just_committed || path == just_committed)) {
       newest_committed = static_cast<int>(i);
     }
   }
@@ -246,6 +280,7 @@ absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::str
   for (int i = static_cast<int>(dirs.size()) - 1; i >= 0; --i) {
     const std::string dir = JoinPath(root, dirs[i]);
     bool remove = false;
+    if (others[i]) continue;
     if (committed[i]) {
       if (dir == keep || dirs[i] == keep) continue;  // Kept beside the newest keep_last.
       remove = kept >= keep_last;
@@ -261,6 +296,53 @@ absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::str
     if (!s.ok() && first_error.ok()) first_error = s;
   }
   return first_error;
+}
+
+std::string NewJobId() {
+  std::random_device device;
+  const uint64_t id =
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return absl::StrFormat("%016x", id);
+}
+
+std::string CheckpointDirJob(Env* env, const std::string& root) {
+  absl::StatusOr<std::string> text = ReadFileToString(env, JoinPath(root, kJobFileName), 256);
+  if (!text.ok()) return "";
+  return std::string(absl::StripAsciiWhitespace(*text));
+}
+
+bool OfJob(const CheckpointManifest& m, const std::string& job_id) {
+  return job_id.empty() || m.job_id.empty() || m.job_id == job_id;
+}
+
+absl::StatusOr<CheckpointDirClaim> ClaimCheckpointDir(Env* env, const std::string& root, const std::string& job_id,
+                                                      absl::Duration wait) {
+  HYREC_RETURN_IF_ERROR(Annotate(env->CreateDirs(root), "checkpoint.dir"));
+  char host[256] = {};
+  (void)::gethostname(host, sizeof(host) - 1);
+  const std::string holder = absl::StrCat("a run of job ", job_id, ": pid ", ::getpid(), " on ", host, " since ",
+                                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()));
+  const absl::Time deadline = absl::Now() + wait;
+  CheckpointDirClaim claim;
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(JoinPath(root, kLockFileName), holder);
+    if (lock.ok()) {
+      claim.lock = std::move(*lock);
+      break;
+    }
+    if (!absl::IsFailedPrecondition(lock.status())) return lock.status();
+    if (absl::Now() >= deadline) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint.dir ", root, " is taken by another run: ", lock.status().message(),
+          ". One run writes a checkpoint directory at a time; two would delete each other's checkpoints and reset "
+          "each other's update logs. Stop that run first, or give this one another checkpoint.dir"));
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  HYREC_RETURN_IF_ERROR(
+      Annotate(WriteFileAtomically(env, JoinPath(root, kJobFileName), job_id + "\n"), "checkpoint.dir's JOB file"));
+  claim.job_id = job_id;
+  return claim;
 }
 
 }  // namespace hyrec

@@ -327,6 +327,13 @@ absl::StatusOr<DenseState> ReadDenseFile(Env* env, const std::string& dir, const
   return d;
 }
 
+absl::StatusOr<CheckpointDirClaim> ClaimRunCheckpointDir(Env* env, const std::string& checkpoint_dir,
+                                                         const ResumePoint* resume) {
+  if (checkpoint_dir.empty()) return CheckpointDirClaim{};
+  const bool resumed = resume != nullptr && !resume->manifest.job_id.empty();
+  return ClaimCheckpointDir(EnvOr(env), checkpoint_dir, resumed ? resume->manifest.job_id : NewJobId());
+}
+
 absl::StatusOr<ResumePoint> LoadResumePoint(Env* env, const std::string& root, const std::string& which, int workers) {
   env = EnvOr(env);
   ResumePoint p;
@@ -541,6 +548,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
     m.log_loss = eval->log_loss;
   }
   m.job_yaml = options_.job_text;
+  m.job_id = options_.job_id;
   const absl::Time cut_at = absl::Now();
   commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, cut_at, m = std::move(m),
                          dense = std::move(dense)]() mutable {
@@ -580,7 +588,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
         if (best) shared_->best_checkpoint = dir;
         keep = shared_->best_checkpoint;
       }
-      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir);
+      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir, m.job_id);
     }();
     if (!s.ok() && !committed) {  // What the failed cut wrote, once the shards wrote theirs.
       if (!awaited) (void)options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds));

@@ -90,6 +90,8 @@ absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJob
   if (!options.resume.empty()) {
     HYREC_ASSIGN_OR_RETURN(resume, LoadResumePoint(options.env, plan.spec.checkpoint.dir, options.resume, workers));
   }
+  HYREC_ASSIGN_OR_RETURN(const CheckpointDirClaim claim,
+                         ClaimRunCheckpointDir(options.env, plan.spec.checkpoint.dir, resume ? &*resume : nullptr));
   HYREC_ASSIGN_OR_RETURN(auto ps, InProcessShards(plan, resume ? &*resume : nullptr, options.env));
   // The loader shares the machine with the dense step: its threads run on the cores it leaves idle.
   std::unique_ptr<data_loader::Loader> loader;
@@ -119,6 +121,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJob
       worker.resume = resume ? &resume->dense : nullptr;
       worker.checkpoint_request = w == 0 ? options.checkpoint_request : nullptr;
       worker.job_text = plan.spec.text;
+      worker.job_id = claim.job_id;
       worker.env = options.env;
       // Workers that are threads share the cores: one intra-op thread each. One worker keeps
       // LibTorch's default.

@@ -184,6 +184,7 @@ class WorkerLoop {
     o.sync = sync_.get();
     o.env = options_.env;
     o.run_tag = tag;
+    o.job_id = options_.job_id;
     cuts_ = std::make_unique<JobCuts>(std::move(o));
     last_cut_at_ = absl::Now();
     last_delta_at_ = absl::Now();

@@ -15,6 +15,7 @@
 #include "hyrec/embedding_ps/shard_checkpoint.h"
 #include "spdlog/spdlog.h"
 #include "src/common/rpc.h"
+#include "src/embedding_ps/bounded_request.h"
 #include "src/embedding_ps/handlers.h"
 
 namespace hyrec::embedding_ps {
@@ -65,7 +66,22 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
         options_(std::move(options)),
         authorizer_(options_.security),
         cutter_(store_, options_.shard_index, options_.num_shards),
-        incarnation_(RandomId()) {}
+        incarnation_(RandomId()) {
+    // The multi-part calls read their requests through BoundedRequest: parts counted before
+    // any is decoded. (Streamed unary is the server's view of a unary call: one read, one write.)
+    MarkMethodStreamed(kLookupTablesMethod,
+                       new grpc::internal::StreamedUnaryHandler<BoundedRequest<proto::LookupTablesRequest>,
+                                                                proto::LookupTablesResponse>(
+                           [this](grpc::ServerContext* context, auto* streamer) {
+                             return Bounded(context, streamer, "LookupTables", &EmbeddingServiceImpl::LookupTables);
+                           }));
+    MarkMethodStreamed(kUpdateTablesMethod,
+                       new grpc::internal::StreamedUnaryHandler<BoundedRequest<proto::UpdateTablesRequest>,
+                                                                proto::UpdateTablesResponse>(
+                           [this](grpc::ServerContext* context, auto* streamer) {
+                             return Bounded(context, streamer, "UpdateTables", &EmbeddingServiceImpl::UpdateTables);
+                           }));
+  }
 
   void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
 
@@ -200,6 +216,28 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     HYREC_ASSIGN_OR_RETURN(const uint64_t segment, log->Rotate(name));
     spdlog::info("update log: segment {} starts from checkpoint {}", segment, name);
     return absl::OkStatus();
+  }
+
+  // The indices of LookupTables and UpdateTables in proto/embedding.proto's EmbeddingService.
+  static constexpr int kLookupTablesMethod = 1;
+  static constexpr int kUpdateTablesMethod = 3;
+
+  // Reads a multi-part call's request with its parts bounded (4 per table of the shard, and 16),
+  // then answers it with `handle`.
+  template <typename Request, typename Response>
+  grpc::Status Bounded(grpc::ServerContext* context, grpc::ServerUnaryStreamer<BoundedRequest<Request>, Response>* call,
+                       absl::string_view method,
+                       grpc::Status (EmbeddingServiceImpl::*handle)(grpc::ServerContext*, const Request*, Response*)) {
+    BoundedRequest<Request> in;
+    in.max_parts = 4 * store_->tables().size() + 16;
+    if (!call->Read(&in)) return grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its request");
+    if (!in.refusal.ok()) return Refused(method, in.refusal);
+    Response response;
+    const grpc::Status status = (this->*handle)(context, &in.request, &response);
+    if (status.ok() && !call->Write(response)) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call ended before its answer");
+    }
+    return status;
   }
 
   RequestLimits Limits() const { return RequestLimits{options_.max_ids_per_request, options_.max_message_bytes}; }

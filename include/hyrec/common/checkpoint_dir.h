@@ -16,10 +16,12 @@
 #define HYREC_COMMON_CHECKPOINT_DIR_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/env.h"
 
@@ -31,6 +33,9 @@ inline constexpr char kCheckpointPrefix[] = "ckpt";
 inline constexpr char kExportPrefix[] = "model";
 inline constexpr char kDeltaPrefix[] = "delta";
 inline constexpr uint64_t kMaxManifestBytes = 64 << 20;
+// In checkpoint.dir: the lock of the run that writes it, and the id of the job it belongs to.
+inline constexpr char kLockFileName[] = "LOCK";
+inline constexpr char kJobFileName[] = "JOB";
 
 struct CheckpointManifest {
   std::string kind = "checkpoint";  // checkpoint | export | delta
@@ -46,6 +51,7 @@ struct CheckpointManifest {
   double auc = 0;
   double log_loss = 0;
   std::string job_yaml;  // The job file the run was started with.
+  std::string job_id;    // The job it belongs to (NewJobId); empty in manifests written before job ids.
   struct Table {
     std::string name;
     uint32_t dim = 0;
@@ -88,7 +94,8 @@ std::string ResolveResumeFlag(Env* env, const std::string& root, const std::stri
                               std::string* note);
 
 // `which` is "latest" (the newest directory under `root` with the prefix whose checkpoint
-// verifies; each newer one that does not is logged to `skipped` and passed over) or a directory
+// verifies and belongs to the directory's job, its JOB file, when it has one; each newer one that
+// does not verify is logged to `skipped` and passed over) or a directory, of any job
 // (its manifest must read and its files have their lengths; their contents are checked by
 // whoever reads them, before use). NotFound when there is none.
 absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root, const std::string& prefix,
@@ -99,10 +106,31 @@ absl::StatusOr<std::string> ResolveCheckpoint(Env* env, const std::string& root,
 // `keep` (e.g. the best evaluation's, kept beside them), and directories without a manifest that
 // are older than `committed`, the checkpoint just committed (what failed writes left). Newer ones
 // may still be being written, by this run or, after a resume into the same root, beside another
-// run's later checkpoints that sort after them. Empty `committed`: the newest committed one. Call
-// only once the newest manifest is durable.
+// run's later checkpoints that sort after them. Empty `committed`: the newest committed one. With
+// a `job_id`, the committed checkpoints of other jobs (and those whose manifest does not read) are
+// neither counted nor deleted. Call only once the newest manifest is durable.
 absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::string& prefix, int keep_last,
-                               const std::string& keep, const std::string& committed = "");
+                               const std::string& keep, const std::string& committed = "",
+                               const std::string& job_id = "");
+
+// A new random job id: 16 hex digits.
+std::string NewJobId();
+// The job checkpoint.dir `root` belongs to (its JOB file); empty when it has none.
+std::string CheckpointDirJob(Env* env, const std::string& root);
+// Whether checkpoint `m` may be resumed as one of job `job_id`: the same job, or either unknown.
+bool OfJob(const CheckpointManifest& m, const std::string& job_id);
+
+// A run's hold on its checkpoint.dir: its LOCK, held until destroyed (or the process ends, however
+// it ends), and the job id it wrote into JOB.
+struct CheckpointDirClaim {
+  std::unique_ptr<FileLock> lock;
+  std::string job_id;
+};
+// Takes checkpoint.dir `root` (created when missing) for this run of job `job_id`: locks its LOCK
+// (saying who holds it), waiting up to `wait` for a holder to go, then writes `job_id` into JOB.
+// FAILED_PRECONDITION naming the holder when another run keeps it.
+absl::StatusOr<CheckpointDirClaim> ClaimCheckpointDir(Env* env, const std::string& root, const std::string& job_id,
+                                                      absl::Duration wait = absl::Seconds(5));
 
 }  // namespace hyrec
 

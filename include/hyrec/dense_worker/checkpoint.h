@@ -105,6 +105,12 @@ struct ResumePoint {
 // "latest" passes over it to the previous one (logged).
 absl::StatusOr<ResumePoint> LoadResumePoint(Env* env, const std::string& root, const std::string& which, int workers);
 
+// Worker 0 of a run (the process that commits checkpoints), before the workers form their group:
+// takes checkpoint.dir for the run (ClaimCheckpointDir), as a run of the job of `resume` (the
+// checkpoint it resumes from), or of a new job. No claim (and no job id) without checkpoint.dir.
+absl::StatusOr<CheckpointDirClaim> ClaimRunCheckpointDir(Env* env, const std::string& checkpoint_dir,
+                                                         const ResumePoint* resume);
+
 // Builds the PS shard `shard` of a plan from a checkpoint (resharding when the counts differ).
 absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardStore(Env* env, const std::string& dir,
                                                                                      const CheckpointManifest& manifest,
@@ -127,6 +133,9 @@ class JobCuts {
     nn_sync::DenseSync* sync = nullptr;  // Null with one worker.
     Env* env = nullptr;
     uint32_t run_tag = 0;  // The same on every worker; names this run's cuts.
+    // Worker 0: the job its checkpoints belong to (ClaimRunCheckpointDir); its retention deletes
+    // only that job's.
+    std::string job_id;
   };
   explicit JobCuts(Options options);
   ~JobCuts();

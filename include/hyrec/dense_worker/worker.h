@@ -96,6 +96,7 @@ struct WorkerOptions {
   // may be null.
   std::atomic<bool>* checkpoint_request = nullptr;
   std::string job_text;  // The job file's text, kept in checkpoints.
+  std::string job_id;    // Worker 0: the job its checkpoints belong to (ClaimRunCheckpointDir).
   Env* env = nullptr;    // Checkpoint files; nullptr: Env::Default().
   // This worker's identity for the dense rendezvous (worker 0 hosts it); off by default, for
   // workers that are threads of one process.
