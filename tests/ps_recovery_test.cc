@@ -200,6 +200,31 @@ TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpda
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -200.0f) << "id " << ids[i];
 }
 
+// A shard lost while its run goes on (worker 0 holds checkpoint.dir) and restarted by hand
+// without --recover is refused (exit 2) naming its log and --recover, instead of deleting the
+// updates it acknowledged; restarted with --recover it serves them all.
+TEST_F(PsRecoveryTest, AFreshStartOverALiveRunsLogIsRefusedNamingRecover) {
+  const int port1 = StartBoth();
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = Ids();
+  const std::vector<float> ones(ids.size(), 1.0f);
+  for (uint64_t s = 1; s <= 50; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  auto run = ClaimCheckpointDir(Env::Default(), dir_ + "/ckpt", "0123456789abcdef");  // As worker 0 does.
+  ASSERT_TRUE(run.ok()) << run.status();
+  Kill(1);
+  const testing::CommandResult fresh =
+      testing::RunCommand({HYREC_PS_BINARY, "--config=" + job_, "--shard_index=1", absl::StrCat("--port=", port1)});
+  EXPECT_EQ(fresh.code, 2) << fresh.all();
+  EXPECT_NE(fresh.err.find("the update log " + dir_ + "/ckpt/update-log/ps-1 holds"), std::string::npos) << fresh.all();
+  EXPECT_NE(fresh.err.find("restart this shard with --recover"), std::string::npos) << fresh.all();
+  EXPECT_NE(fresh.err.find("a run of job 0123456789abcdef"), std::string::npos) << fresh.all();
+  ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
+  std::vector<float> rows(ids.size());
+  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -50.0f) << "id " << ids[i];
+}
+
 // One flipped byte in the middle of a killed shard's log, with acknowledged records after it:
 // `hyrec checkpoint verify` names the segment, record and offset, and --recover refuses (exit 2)
 // with the same words instead of serving without the updates after it; the log is left as it was.

@@ -164,6 +164,27 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
   return ShardLog{std::shared_ptr<embedding_ps::UpdateLog>(std::move(log)), shard.checkpoint_root};
 }
 
+// A start that is not a recovery deletes the shard's log. Refused while a run of the job holds
+// checkpoint.dir (its worker 0 runs: this is a lost shard restarted alone) and the log holds
+// acknowledged updates: those are in no checkpoint, and only --recover keeps them.
+absl::Status RefuseToResetALiveRunsLog(const ShardLog& shard) {
+  if (shard.log == nullptr || shard.checkpoint_root.empty()) return absl::OkStatus();
+  const std::string lock_path = JoinPath(shard.checkpoint_root, kLockFileName);
+  if (!Env::Default()->FileExists(lock_path)) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<FileLock>> probe =
+      Env::Default()->LockFile(lock_path, "a PS shard checking for a run");
+  if (probe.ok() || !absl::IsFailedPrecondition(probe.status())) return absl::OkStatus();  // No run holds it.
+  embedding_ps::ReplayStats stats;
+  absl::Status read = shard.log->Replay(0, nullptr, &stats);
+  if (read.ok() && stats.updates == 0) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the update log ", shard.log->dir(), " holds ",
+      read.ok() ? absl::StrCat(stats.updates, " acknowledged update(s)") : std::string("updates"),
+      " of the run in progress (", probe.status().message(),
+      "), which a fresh start would delete: restart this shard with --recover to keep them (or stop the run first "
+      "to start over)"));
+}
+
 // Fills a planned shard's store from a checkpoint (resharding when it was cut with other counts).
 absl::Status RestoreFromCheckpoint(const std::string& which, const embedding_ps::ServerOptions& server,
                                    embedding_ps::EmbeddingShardStore* store, std::string* restored) {
@@ -243,6 +264,7 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
     }
     HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));
   } else {
+    HYREC_RETURN_IF_ERROR(RefuseToResetALiveRunsLog(shard_log));
     std::string restored;
     if (!f.resume.empty()) {
       if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");

@@ -129,6 +129,7 @@ class UpdateLog {
   // A random id the log keeps across restarts (recoveries) and a Reset renews: a shard that
   // recovered from its log has the lineage it had before.
   uint64_t lineage() const;
+  const std::string& dir() const { return options_.dir; }
 
   // The latest start this log can recover from: the newest segment that starts from a checkpoint
   // `committed` says is usable (committed and intact), else the first segment when it starts from
