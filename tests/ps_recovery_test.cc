@@ -12,6 +12,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "embedding.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
@@ -223,6 +225,48 @@ TEST_F(PsRecoveryTest, AFreshStartOverALiveRunsLogIsRefusedNamingRecover) {
   std::vector<float> rows(ids.size());
   ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
   for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -50.0f) << "id " << ids[i];
+}
+
+// A shard frozen (SIGSTOP) and replaced where the lock does not reach (another host: here its
+// LOCK file is removed) stops (exit 2) at the first update it is sent after it wakes, before it
+// logs or answers it; the shard that took over holds every acknowledged update.
+TEST_F(PsRecoveryTest, AShardReplacedWhileFrozenStopsAtItsNextUpdate) {
+  const int port1 = StartBoth();
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::vector<uint64_t> ids = Ids();
+  const std::vector<float> ones(ids.size(), 1.0f);
+  for (uint64_t s = 1; s <= 20; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  std::unique_ptr<Subprocess> old = std::move(shards_[1]);
+  old->Signal(SIGSTOP);
+  std::filesystem::remove(dir_ + "/ckpt/update-log/ps-1/LOCK");
+  const int port = StartShard(1, 0, /*recover=*/true);
+  ASSERT_NE(port, 0);
+  old->Signal(SIGCONT);
+
+  proto::UpdateRequest stale;  // From a worker that still calls the old address.
+  stale.set_table("counts");
+  stale.set_worker_id(0);
+  stale.set_sequence(21);
+  const std::vector<uint64_t> one_id = {ids[0]};
+  const float grad = 1.0f;
+  stale.set_ids(std::string(reinterpret_cast<const char*>(one_id.data()), 8));
+  stale.set_grads(std::string(reinterpret_cast<const char*>(&grad), 4));
+  auto stub = proto::EmbeddingService::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port1), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  proto::UpdateResponse response;
+  EXPECT_FALSE(stub->Update(&context, stale, &response).ok()) << "the old shard acknowledged an update";
+  const absl::StatusOr<int> code = old->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 2);
+
+  auto now = ConnectEmbeddingClient({addresses_[0], absl::StrCat("127.0.0.1:", port)}, WaitingClient());
+  ASSERT_TRUE(now.ok()) << now.status();
+  std::vector<float> rows(ids.size());
+  ASSERT_TRUE((*now)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -20.0f) << "id " << ids[i];
 }
 
 // One flipped byte in the middle of a killed shard's log, with acknowledged records after it:

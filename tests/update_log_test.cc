@@ -151,6 +151,47 @@ float RowOf(EmbeddingShardStore& store, int table, uint64_t id) {
 // A refused UpdateTables call is refused whole, whichever of its parts the store would refuse:
 // no row moves, no dedup window marks its sequences, and the log holds no record of it, so the
 // shard a recovery replays equals the live one row for row after every kind of refusal.
+// Where the lock does not reach (another host on a volume without flock: here, the LOCK file is
+// replaced under the owner), the process that takes the log over raises its epoch, and the old
+// owner stops at its next write, rotation or deletion, saying so, without touching the log.
+TEST(UpdateLog, AnOwnerReplacedWhereLocksDoNotReachStopsAtItsNextWrite) {
+  UpdateLogOptions options;
+  options.dir = FreshDir("fence");
+  options.sync = LogSync::kOff;
+  absl::Status fenced;
+  int calls = 0;
+  UpdateLogOptions first = options;
+  first.on_fenced = [&](const absl::Status& s) {
+    fenced = s;
+    ++calls;
+  };
+  auto old = UpdateLog::Open(first);
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE((*old)->Reset("").ok());
+  ASSERT_TRUE((*old)->Append(Record(1, 1).view()).ok());
+  std::filesystem::remove(options.dir + "/LOCK");
+  auto now = UpdateLog::Open(options);
+  ASSERT_TRUE(now.ok()) << now.status();
+  EXPECT_EQ(Replayed(**now, 1, nullptr).size(), 1u);
+  ASSERT_TRUE((*now)->StartWriting().ok());
+  ASSERT_TRUE((*now)->Append(Record(2, 1).view()).ok());
+
+  const absl::Status stale = (*old)->Append(Record(1, 2).view());
+  EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
+  EXPECT_NE(stale.message().find("was taken over by another process for this shard (its epoch is 2, this process's 1)"),
+            std::string::npos)
+      << stale;
+  EXPECT_EQ(calls, 1);
+  EXPECT_NE(stale.message().find(fenced.message()), std::string::npos) << fenced;
+  EXPECT_FALSE((*old)->Rotate("ckpt-x").ok());
+  EXPECT_FALSE((*old)->Truncate([](const std::string&) { return true; }).ok());
+  EXPECT_FALSE((*old)->Reset("").ok());
+  EXPECT_EQ(calls, 1);
+  ReplayStats stats;
+  EXPECT_EQ(Replayed(**now, 1, &stats), (std::set<std::pair<uint32_t, uint64_t>>{{1, 1}, {2, 1}}));
+  EXPECT_EQ(stats.segments, 2u);
+}
+
 TEST(UpdateLog, ARefusedCallChangesNothingAndLeavesNoRecord) {
   UpdateLogOptions options;
   options.dir = FreshDir("refusals");

@@ -160,6 +160,13 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
   options.dir = shard.update_log_dir;
   HYREC_ASSIGN_OR_RETURN(options.sync, embedding_ps::ParseLogSync(shard.update_log_sync));
   options.sync_interval = absl::Seconds(shard.update_log_sync_interval_seconds);
+  // Replaced by another process for this shard while frozen or cut off: it serves the shard now,
+  // so this one stops at once rather than answering from rows it can no longer log.
+  options.on_fenced = [](const absl::Status& fenced) {
+    spdlog::critical("{}", std::string(fenced.message()));
+    std::cerr << "hyrec ps: " << fenced.message() << std::endl;
+    std::_Exit(kExitInvalidInput);
+  };
   HYREC_ASSIGN_OR_RETURN(auto log, embedding_ps::UpdateLog::Open(options));
   return ShardLog{std::shared_ptr<embedding_ps::UpdateLog>(std::move(log)), shard.checkpoint_root};
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/crc32c.h"
@@ -321,6 +322,21 @@ struct UpdateLog::Turn {
 
 namespace {
 
+constexpr char kEpochFile[] = "EPOCH";
+
+// The epoch in `dir`'s EPOCH file (0 when there is none).
+absl::StatusOr<uint64_t> ReadEpoch(Env* env, const std::string& dir) {
+  const std::string path = JoinPath(dir, kEpochFile);
+  absl::StatusOr<std::string> text = ReadFileToString(env, path, 64);
+  if (absl::IsNotFound(text.status())) return 0;
+  HYREC_RETURN_IF_ERROR(text.status());
+  uint64_t epoch = 0;
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &epoch)) {
+    return absl::DataLossError(absl::StrCat(path, " does not hold an epoch"));
+  }
+  return epoch;
+}
+
 // The directory's LOCK, waiting up to options.lock_wait for another holder to go.
 absl::StatusOr<std::unique_ptr<FileLock>> LockLogDir(Env* env, const UpdateLogOptions& options) {
   char host[256] = {};
@@ -356,6 +372,14 @@ absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOption
     HYREC_RETURN_IF_ERROR(Annotate(log->env_->CreateDirs(options.dir), "the update log's directory"));
     absl::MutexLock lock(&log->file_mu_);
     HYREC_ASSIGN_OR_RETURN(log->lock_, LockLogDir(log->env_, options));
+    // Ownership is also an epoch in the directory, raised by every owner before it reads or
+    // writes the log and checked before each write or deletion: on a file system that does not
+    // carry locks between hosts, the owner that a newer one replaced stops at its next write.
+    HYREC_ASSIGN_OR_RETURN(const uint64_t epoch, ReadEpoch(log->env_, options.dir));
+    log->epoch_ = epoch + 1;
+    HYREC_RETURN_IF_ERROR(
+        Annotate(WriteFileAtomically(log->env_, JoinPath(options.dir, kEpochFile), absl::StrCat(log->epoch_, "\n")),
+                 "the update log's EPOCH"));
   }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
   log->lineage_ = segments.empty() ? RandomId() : segments.back().lineage;
@@ -496,7 +520,15 @@ absl::Status UpdateLog::CheckOwned() const {
     return absl::FailedPreconditionError(
         absl::StrCat("the update log ", options_.dir, options_.read_only ? " is open read-only" : " was closed"));
   }
-  return absl::OkStatus();
+  if (!fenced_.ok()) return fenced_;
+  const absl::StatusOr<uint64_t> epoch = ReadEpoch(env_, options_.dir);
+  if (epoch.ok() && *epoch == epoch_) return absl::OkStatus();
+  fenced_ = absl::FailedPreconditionError(
+      absl::StrCat("the update log ", options_.dir, " was taken over by another process for this shard (its epoch is ",
+                   epoch.ok() ? absl::StrCat(*epoch) : std::string(epoch.status().message()), ", this process's ",
+                   epoch_, "): this process no longer owns the shard and stops writing to it"));
+  if (options_.on_fenced) options_.on_fenced(fenced_);
+  return fenced_;
 }
 
 absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t prev_end) {
@@ -570,6 +602,7 @@ absl::Status UpdateLog::StartWriting() {
 
 absl::Status UpdateLog::WriteGroup(const std::vector<absl::Span<char>>& records) {
   if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
+  HYREC_RETURN_IF_ERROR(CheckOwned());  // The fence: no record of a process that lost the shard.
   const uint64_t group_first = next_record_;
   for (absl::Span<char> record : records) {
     StampRecord(record, next_record_++, group_first);

@@ -14,7 +14,11 @@
 // Ownership: one process owns a shard's log. Open locks the directory's LOCK file (which says
 // which process holds it) before it reads or writes anything there, and holds it until the log is
 // destroyed or the process ends (a killed shard releases it at once, so its --recover finds it
-// free); a second Open of the same directory, from this or another process, fails.
+// free); a second Open of the same directory, from this or another process, fails. Open then
+// raises the directory's epoch (its EPOCH file), and every write, rotation and deletion first
+// checks that the epoch is still its own: where locks do not reach (two hosts sharing a volume
+// that does not carry flock), an owner that was replaced while it was frozen or cut off stops at
+// its next write (on_fenced), rather than appending to a log that another process now owns.
 //
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
 // header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, the index
@@ -90,6 +94,10 @@ struct UpdateLogOptions {
   // Reads only (`hyrec checkpoint verify`): takes no lock and creates nothing; every write and
   // deletion refuses.
   bool read_only = false;
+  // Called once (with the log's lock held; it must not call the log) when the log finds that
+  // another process raised the directory's epoch: it owns the shard now. Every later write
+  // fails. Empty: only the writes fail.
+  std::function<void(const absl::Status&)> on_fenced;
 };
 
 // One logged Update, as the request carried it (the gradients in their wire precision). Its
@@ -188,7 +196,8 @@ class UpdateLog {
   // its first record numbered next_record_.
   absl::Status OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t prev_end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
-  // FAILED_PRECONDITION once the log was closed: it writes and deletes only while it owns the directory.
+  // FAILED_PRECONDITION once the log was closed, or once another process raised the directory's
+  // epoch past this one's: it writes and deletes only while it owns the directory.
   absl::Status CheckOwned() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(file_mu_);
   std::string SegmentPath(uint64_t number) const;
   // Numbers the records (next_record_ on, as one group) and writes them.
@@ -215,6 +224,8 @@ class UpdateLog {
   uint64_t next_record_ ABSL_GUARDED_BY(file_mu_) = 0;   // The index the next record gets.
   absl::Time last_sync_ ABSL_GUARDED_BY(file_mu_);
   uint64_t lineage_ = 0;
+  uint64_t epoch_ = 0;                                     // Raised in EPOCH when this log took the directory.
+  mutable absl::Status fenced_ ABSL_GUARDED_BY(file_mu_);  // Another process took the directory.
 };
 
 class EmbeddingShardStore;
