@@ -686,6 +686,33 @@ model: {embedding_dim: 8, bottom: [16], top: [16]}
                                       rest));
 }
 
+// ps.update_log.max_bytes bounds what a recovery replays: with no other checkpoint schedule,
+// worker 0 cuts a checkpoint whenever a shard says its log passed the bound, and each cut starts
+// the logs over.
+TEST(Cli, AShardsLogPastItsBoundCutsACheckpoint) {
+  const std::string dir = ::testing::TempDir() + "/cli_log_bound";
+  std::filesystem::remove_all(dir);
+  const std::string job =
+      TwoWorkerJob("log_bound.yaml",
+                   absl::StrCat("train: {workers: 2}\nps: {update_log: {max_bytes: 1048576}}\ncheckpoint: {dir: ", dir,
+                                "/ckpt, at_end: false, on_interrupt: false}\n"));
+  const std::string report = dir + "/report.yaml";
+  std::filesystem::create_directories(dir);
+  const Outcome r =
+      Hyrec({"train", "--config=" + job, "--processes", "--progress=lines", "--plot=", "--report=" + report});
+  ASSERT_EQ(r.code, 0) << r.all();
+  EXPECT_NE(r.all().find("update log holds"), std::string::npos) << r.all();
+  EXPECT_NE(r.all().find("(ps.update_log.max_bytes 1048576): cutting one"), std::string::npos) << r.all();
+  EXPECT_GE(std::stoi(ReportField(report, "checkpoints")), 2) << r.all();
+  for (int shard = 0; shard < 2; ++shard) {  // What a recovery would replay now: about twice the bound at most.
+    uint64_t logged = 0;
+    for (const auto& e : std::filesystem::directory_iterator(absl::StrCat(dir, "/ckpt/update-log/ps-", shard))) {
+      if (absl::EndsWith(e.path().string(), ".wal")) logged += e.file_size();
+    }
+    EXPECT_LT(logged, 3u * 1048576) << "shard " << shard;
+  }
+}
+
 // A loader killed (SIGKILL) or frozen (SIGSTOP) under --processes: the launcher restarts it on
 // its port (the watchdog first kills a frozen one), the workers' streams reopen and report where
 // they stand, and the job trains every sample once: the summary counts exactly the data's

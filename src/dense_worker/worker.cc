@@ -282,7 +282,13 @@ class WorkerLoop {
     if (!leader_ || cuts_ == nullptr || plan_.checkpoint.dir.empty()) return false;
     bool asked = options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false);
     const double every = plan_.checkpoint.every_seconds;
-    return asked || (every > 0 && absl::Now() - last_cut_at_ >= absl::Seconds(every));
+    if (asked || (every > 0 && absl::Now() - last_cut_at_ >= absl::Seconds(every))) return true;
+    const uint64_t bound = plan_.update_log_max_bytes;
+    const uint64_t logged = bound > 0 ? options_.ps->LargestLogBytes() : 0;
+    if (logged < bound || logged == 0) return false;
+    std::cerr << "hyrec worker 0: a PS shard's update log holds " << logged
+              << " bytes since the last checkpoint (ps.update_log.max_bytes " << bound << "): cutting one" << std::endl;
+    return true;
   }
   bool WantsDelta() const {
     const double every = plan_.serving.delta_every_seconds;

@@ -2,6 +2,7 @@
 // ShardForId, reassembly. They differ only in how a set of per-shard requests is carried out.
 #include "hyrec/embedding_ps/client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <functional>
@@ -357,7 +358,8 @@ class GrpcClient final : public ShardedClient {
         stubs_(std::move(stubs)),
         options_(options),
         precision_(options.precision == Precision::kFp16 ? proto::PRECISION_FP16 : proto::PRECISION_FP32),
-        incarnations_(health.size()) {
+        incarnations_(health.size()),
+        log_bytes_(health.size()) {
     for (size_t s = 0; s < health.size(); ++s) {
       incarnations_[s].store(health[s].incarnation());
       lineages_.push_back(health[s].lineage());
@@ -418,6 +420,9 @@ class GrpcClient final : public ShardedClient {
   absl::Status BeginCut(CutKind kind, const std::string& name, uint64_t id, absl::Duration timeout) override {
     proto::BeginCutRequest request;
     request.set_kind(kind == CutKind::kCheckpoint ? proto::CUT_CHECKPOINT : proto::CUT_DELTA);
+    if (kind == CutKind::kCheckpoint) {  // The logs start over at the cut.
+      for (std::atomic<uint64_t>& b : log_bytes_) b.store(0, std::memory_order_relaxed);
+    }
     request.set_name(name);
     request.set_id(id);
     std::vector<proto::BeginCutResponse> responses(num_shards_);
@@ -712,8 +717,15 @@ class GrpcClient final : public ShardedClient {
         &labels));
     for (size_t k = 0; k < responses.size(); ++k) {
       HYREC_RETURN_IF_ERROR(CheckIncarnation(g.shards[k], responses[k].incarnation()));
+      log_bytes_[g.shards[k]].store(responses[k].log_bytes(), std::memory_order_relaxed);
     }
     return absl::OkStatus();
+  }
+
+  uint64_t LargestLogBytes() const override {
+    uint64_t largest = 0;
+    for (const std::atomic<uint64_t>& b : log_bytes_) largest = std::max(largest, b.load(std::memory_order_relaxed));
+    return largest;
   }
 
   const std::vector<std::string> addresses_;
@@ -723,6 +735,7 @@ class GrpcClient final : public ShardedClient {
   // Per shard: the process last seen answering, and the lineage of its state at connect.
   std::vector<std::atomic<uint64_t>> incarnations_;
   std::vector<uint64_t> lineages_;
+  std::vector<std::atomic<uint64_t>> log_bytes_;  // Per shard: its log's bytes since its last cut.
 };
 
 }  // namespace

@@ -172,6 +172,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
     if (status.ok()) status = HandleUpdateTables(*store_, Limits(), *request, response, options_.update_log.get());
     if (!status.ok()) return Refused("UpdateTables", status);
     response->set_incarnation(incarnation_);
+    if (options_.update_log != nullptr) response->set_log_bytes(options_.update_log->bytes_since_cut());
     return grpc::Status::OK;
   }
 

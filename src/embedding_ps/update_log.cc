@@ -576,6 +576,7 @@ absl::Status UpdateLog::Reset(const std::string& checkpoint) {
   }
   lineage_ = RandomId();
   next_record_ = 0;
+  bytes_since_cut_ = 0;
   return OpenSegment(1, checkpoint.empty() ? kFresh : kCheckpoint, checkpoint, 0);
 }
 
@@ -595,6 +596,12 @@ absl::Status UpdateLog::StartWriting() {
     HYREC_RETURN_IF_ERROR(env_->TruncateFile(last, walk.end));
     HYREC_RETURN_IF_ERROR(env_->SyncFile(last));
   }
+  uint64_t since_cut = walk.end;  // The segments from the newest that starts from a cut.
+  for (size_t i = segments.size() - 1; i > 0 && segments[i].kind == kContinue; --i) {
+    HYREC_ASSIGN_OR_RETURN(const uint64_t size, env_->GetFileSize(SegmentPath(segments[i - 1].number)));
+    since_cut += size;
+  }
+  bytes_since_cut_ = since_cut;
   absl::MutexLock lock(&file_mu_);
   next_record_ = h.first_record + walk.records;
   return OpenSegment(segments.back().number + 1, kContinue, "", walk.end);
@@ -609,6 +616,7 @@ absl::Status UpdateLog::WriteGroup(const std::vector<absl::Span<char>>& records)
     HYREC_RETURN_IF_ERROR(file_->Append(absl::string_view(record.data(), record.size())));
     segment_size_ += record.size();
     segment_end_ += record.size();
+    bytes_since_cut_.fetch_add(record.size(), std::memory_order_relaxed);
   }
   const bool sync = options_.sync == LogSync::kEveryGroup ||
                     (options_.sync == LogSync::kInterval && absl::Now() - last_sync_ >= options_.sync_interval);
@@ -695,6 +703,7 @@ absl::StatusOr<uint64_t> UpdateLog::Rotate(const std::string& name) {
   absl::MutexLock lock(&file_mu_);
   if (file_ == nullptr) return absl::FailedPreconditionError("the update log is not open for writing");
   HYREC_RETURN_IF_ERROR(OpenSegment(segment_ + 1, kCheckpoint, name, segment_end_));
+  bytes_since_cut_ = 0;
   return segment_;
 }
 

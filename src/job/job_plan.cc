@@ -251,6 +251,7 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.heal_timeout_seconds = spec.train.workers > 1 ? spec.train.heal_timeout_seconds : 0;
   if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
     worker.ps_recovery_timeout_seconds = spec.ps.recovery_timeout_seconds;
+    worker.update_log_max_bytes = spec.ps.update_log_max_bytes;
   }
   worker.planned_steps = steps;
   worker.planned_samples = samples;

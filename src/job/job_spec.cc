@@ -82,7 +82,8 @@ absl::Status ReadModel(const YAML::Node& node, ModelSpec* model, TableDefaults* 
 
 // ps.update_log as a mapping: {enabled, dir, sync, sync_interval_seconds}.
 absl::Status ReadUpdateLog(const YAML::Node& node, PsSpec* ps) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "ps.update_log", {"enabled", "dir", "sync", "sync_interval_seconds"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "ps.update_log", {"enabled", "dir", "sync", "sync_interval_seconds", "max_bytes"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "enabled", "ps.update_log", &ps->update_log));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "ps.update_log", &ps->update_log_dir));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync", "ps.update_log", &ps->update_log_sync));
@@ -93,6 +94,10 @@ absl::Status ReadUpdateLog(const YAML::Node& node, PsSpec* ps) {
   }
   if (!(ps->update_log_sync_interval_seconds > 0 && ps->update_log_sync_interval_seconds <= 3600)) {
     return Invalid("ps.update_log.sync_interval_seconds", node["sync_interval_seconds"], "must be in (0, 3600]");
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "max_bytes", "ps.update_log", &ps->update_log_max_bytes));
+  if (ps->update_log_max_bytes != 0 && ps->update_log_max_bytes < (uint64_t{1} << 20)) {
+    return Invalid("ps.update_log.max_bytes", node["max_bytes"], "must be 0 (no bound) or at least 1048576 (1 MiB)");
   }
   return absl::OkStatus();
 }

@@ -136,6 +136,11 @@ class EmbeddingClient {
   // Statistics of every shard, in shard order.
   virtual absl::StatusOr<std::vector<ShardStats>> Stats() = 0;
 
+  // The largest update log among the shards, in bytes since its last checkpoint cut, as their
+  // latest UpdateTables answers said (0 after a checkpoint's BeginCut until they say again, and
+  // for clients whose shards keep no log).
+  virtual uint64_t LargestLogBytes() const { return 0; }
+
   // Cuts (shard_checkpoint.h). BeginCut: every shard cuts its store now (kCheckpoint: rows with
   // optimizer state, admission and dedup state; kDelta: its changes since the last delta) and
   // writes the cut in the background, into the directory `name` (a plain name) under its

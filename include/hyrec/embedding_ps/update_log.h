@@ -48,6 +48,7 @@
 #ifndef HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 #define HYREC_EMBEDDING_PS_UPDATE_LOG_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -138,6 +139,9 @@ class UpdateLog {
   // recovered from its log has the lineage it had before.
   uint64_t lineage() const;
   const std::string& dir() const { return options_.dir; }
+  // Bytes in the segments since the newest one that starts from a checkpoint (or from nothing):
+  // what a recovery would replay once that checkpoint commits.
+  uint64_t bytes_since_cut() const { return bytes_since_cut_.load(std::memory_order_relaxed); }
 
   // The latest start this log can recover from: the newest segment that starts from a checkpoint
   // `committed` says is usable (committed and intact), else the first segment when it starts from
@@ -224,6 +228,7 @@ class UpdateLog {
   uint64_t next_record_ ABSL_GUARDED_BY(file_mu_) = 0;   // The index the next record gets.
   absl::Time last_sync_ ABSL_GUARDED_BY(file_mu_);
   uint64_t lineage_ = 0;
+  std::atomic<uint64_t> bytes_since_cut_{0};
   uint64_t epoch_ = 0;                                     // Raised in EPOCH when this log took the directory.
   mutable absl::Status fenced_ ABSL_GUARDED_BY(file_mu_);  // Another process took the directory.
 };

@@ -92,6 +92,9 @@ struct WorkerPlan {
   // With the shards' update logs: how long a PS call waits for a shard to come back (0: the
   // client's default deadline; a lost shard then fails the worker at once).
   double ps_recovery_timeout_seconds = 0;
+  // With the shards' update logs, worker 0 cuts a checkpoint once one passes this many bytes
+  // (ps.update_log.max_bytes); 0: no bound.
+  uint64_t update_log_max_bytes = 0;
   // Optimizer steps this worker takes and samples the whole job trains, when the source says
   // (synthetic data, a set number of epochs); 0: unknown.
   int64_t planned_steps = 0;

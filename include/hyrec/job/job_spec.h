@@ -132,6 +132,9 @@ struct PsSpec {
   std::string update_log_dir;                   // Empty: <checkpoint.dir>/update-log.
   std::string update_log_sync = "every_group";  // every_group | interval | off
   double update_log_sync_interval_seconds = 0.1;
+  // When a shard's log passes this many bytes since the last checkpoint, worker 0 cuts one at
+  // the next step: what a recovery replays stays bounded. 0: no bound.
+  uint64_t update_log_max_bytes = uint64_t{1} << 30;
   // How long a worker's call waits for a shard that is down before it fails: a restarted shard
   // recovers within it (used only when the shards have update logs).
   double recovery_timeout_seconds = 120;
