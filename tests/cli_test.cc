@@ -2,9 +2,11 @@
 // codes (0 success, 2 invalid configuration or input, 3 transient, 130 interrupted), misspelled
 // flags and bad values, job files of every wrong shape, and Ctrl-C on a running `hyrec train`.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -711,6 +713,78 @@ TEST(Cli, AShardsLogPastItsBoundCutsACheckpoint) {
     }
     EXPECT_LT(logged, 3u * 1048576) << "shard " << shard;
   }
+}
+
+// `hyrec train` with its stdout into a pipe of one page that no one reads (a stopped `| tee`,
+// Ctrl-S), in a process group of its own, its stderr into `err_path`.
+struct UnreadOutput {
+  pid_t pid = -1;
+  int read_end = -1;  // Held open and never read.
+  ~UnreadOutput() {
+    if (read_end >= 0) close(read_end);
+  }
+  // The exit code within `timeout` (128 + the signal that ended it), or -1.
+  int Wait(absl::Duration timeout) {
+    for (const absl::Time until = absl::Now() + timeout; absl::Now() < until;) {
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    kill(-pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+  }
+};
+std::unique_ptr<UnreadOutput> TrainWithUnreadStdout(std::vector<std::string> args, const std::string& err_path) {
+  auto run = std::make_unique<UnreadOutput>();
+  int fds[2];
+  if (pipe(fds) != 0) return run;
+  fcntl(fds[0], F_SETPIPE_SZ, 4096);
+  args.insert(args.begin(), HYREC_TRAIN_BINARY);
+  run->pid = fork();
+  if (run->pid == 0) {
+    setpgid(0, 0);
+    dup2(fds[1], 1);
+    const int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(err, 2);
+    close(fds[0]);
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fds[1]);
+  run->read_end = fds[0];
+  return run;
+}
+
+// An unread stdout holds nothing back: a --processes job trains every sample and exits 0,
+// saying on stderr how many lines it dropped; an endless one stops on SIGINT within its grace.
+TEST(Cli, AnUnreadStdoutFreezesNeitherTrainingNorTheStop) {
+  const std::string dir = ::testing::TempDir() + "/cli_unread";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string job = TwoWorkerJob("unread.yaml", "train: {workers: 2, log_every_batches: 1}\n");
+  auto finite = TrainWithUnreadStdout(
+      {"--config=" + job, "--processes", "--progress=lines", "--plot=", "--report=" + dir + "/report.yaml"},
+      dir + "/err1");
+  ASSERT_GT(finite->pid, 0);
+  EXPECT_EQ(finite->Wait(absl::Seconds(300)), 0);
+  EXPECT_EQ(ReportField(dir + "/report.yaml", "samples"), "153600");
+  std::ifstream err1(dir + "/err1");
+  const std::string said((std::istreambuf_iterator<char>(err1)), {});
+  EXPECT_NE(said.find("line(s) of output were dropped: stdout or stderr was not being read"), std::string::npos)
+      << said;
+
+  auto endless =
+      TrainWithUnreadStdout({"--config=" + LongJob(), "--processes", "--progress=lines", "--plot="}, dir + "/err2");
+  ASSERT_GT(endless->pid, 0);
+  absl::SleepFor(absl::Seconds(15));  // Its stdout has long been full.
+  kill(-endless->pid, SIGINT);
+  EXPECT_EQ(endless->Wait(absl::Seconds(60)), 130);
 }
 
 // A loader killed (SIGKILL) or frozen (SIGSTOP) under --processes: the launcher restarts it on

@@ -34,6 +34,7 @@
 #include "hyrec/dense_worker/train_job.h"
 #include "hyrec/dense_worker/worker.h"
 #include "hyrec/embedding_ps/job_done.h"
+#include "src/cli/detached_output.h"
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/job_flags.h"
@@ -522,7 +523,12 @@ int TrainMainWith(int argc, char** argv, const RoleCommands& roles) {
     return kExitInvalidInput;
   }
   SetUpServerLogging("train", f.training.common.log_level);
-  return FinishLogging(Finish("hyrec train", Train(f, roles)));
+  // Progress, the summary and the roles' lines never hold training, the watchdog or a stop
+  // signal back: a reader that stops reading costs dropped lines, not a frozen job.
+  DetachedOutput::Install();
+  const int code = Finish("hyrec train", Train(f, roles));
+  DetachedOutput::Finish(absl::Seconds(2));
+  return FinishLogging(code);
 }
 
 int WorkerMain(int argc, char** argv) {
