@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 #include "gtest/gtest.h"
 #include "hyrec/data_loader/sample.h"
@@ -339,6 +341,15 @@ TEST(CsvParser, ATimeColumnGivesTheSampleTime) {
   for (const std::string bad : {"-5", "1.5", "soon", "99999999999999999999"}) {
     EXPECT_NE(ParseCsvLine(bad + ",1,2", o, &s).message().find("is not a time in whole seconds"), std::string::npos)
         << bad;
+  }
+  // A time more than a day after the clock is a bad line: raised to it, a ttl table would expire
+  // every row it holds. A day ahead (clocks differ) is a time.
+  const uint64_t now = static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now()));
+  ASSERT_TRUE(ParseCsvLine(absl::StrCat(now + 86000, ",1,2"), o, &s).ok());
+  for (const uint64_t ahead : {now + 2 * 86400, uint64_t{1} << 62}) {
+    const absl::Status far = ParseCsvLine(absl::StrCat(ahead, ",1,2"), o, &s);
+    EXPECT_NE(far.message().find("s after this machine's clock"), std::string::npos) << far;
+    EXPECT_NE(far.message().find("the column at index 0"), std::string::npos) << far;
   }
   CsvOptions two = Positional({{0, CsvColumn::Kind::kTime}, {1, CsvColumn::Kind::kLabel}, {2, CsvColumn::Kind::kTime}});
   EXPECT_NE(two.Validate().message().find("at most one column may be the time"), std::string::npos);

@@ -424,6 +424,21 @@ TEST_F(PsServiceBadInput, LookupTablesAnswersEachOrRefusesTheCall) {
       EXPECT_EQ(t.eviction_policy(), "lru");
     }
   }
+  // A data time more than a day ahead of the shard's clock refuses the call and moves no table's.
+  const uint64_t now = static_cast<uint64_t>(absl::ToUnixSeconds(absl::Now()));
+  request.mutable_lookups(1)->set_data_time(now + 3 * 86400);
+  proto::LookupTablesResponse refused;
+  const grpc::Status ahead = call(request, &refused);
+  EXPECT_EQ(ahead.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << ahead.error_message();
+  EXPECT_NE(ahead.error_message().find("lookup 1: data_time"), std::string::npos) << ahead.error_message();
+  {
+    grpc::ClientContext context;
+    proto::StatsResponse stats;
+    ASSERT_TRUE(stub_->Stats(&context, proto::StatsRequest(), &stats).ok());
+    for (const proto::TableStats& t : stats.tables()) {
+      EXPECT_EQ(t.data_time(), t.name() == "emb" ? 1'700'000'000u : 0u) << t.name();
+    }
+  }
   request.mutable_lookups(1)->set_data_time(0);
   ASSERT_EQ(response.lookups_size(), 2);
   EXPECT_EQ(response.lookups(0).dim(), 3u);

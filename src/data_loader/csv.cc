@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "hyrec/common/data_time.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/parsers.h"
 #include "src/data_loader/parse_util.h"
@@ -132,6 +133,11 @@ absl::Status ParseTimeField(const CsvColumn& c, absl::string_view v, uint64_t* o
   if (v.empty()) return absl::OkStatus();
   if (!absl::SimpleAtoi(v, out) || *out > (1ull << 62)) {
     return FieldError(c, v, "is not a time in whole seconds (a non-negative integer)");
+  }
+  if (const uint64_t now = UnixSecondsNow(); DataTimeTooFarAhead(*out, now)) {
+    return FieldError(c, v,
+                      absl::StrCat("is more than ", kMaxDataTimeAheadSeconds, " s after this machine's clock (", now,
+                                   "): a bad line, so that one wrong time cannot expire a ttl table's rows"));
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/data_time.h"
 #include "hyrec/common/status_macros.h"
 #include "src/embedding_ps/wire.h"
 
@@ -33,6 +34,16 @@ absl::StatusOr<int> ParseCommon(const EmbeddingShardStore& store, const RequestL
   return table;
 }
 
+// INVALID_ARGUMENT for a data time more than kMaxDataTimeAheadSeconds after this shard's clock:
+// raised to it, a ttl table would expire every row it holds.
+absl::Status CheckDataTime(uint64_t data_time) {
+  const uint64_t now = UnixSecondsNow();
+  if (!DataTimeTooFarAhead(data_time, now)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("data_time ", data_time, " is more than ", kMaxDataTimeAheadSeconds,
+                                                 " s after this shard's clock (", now,
+                                                 "): refused, so that no table's rows expire by it"));
+}
+
 }  // namespace
 
 absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limits, const proto::LookupRequest& request,
@@ -40,6 +51,7 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
   std::vector<uint64_t> ids;
   absl::StatusOr<int> table = ParseCommon(store, limits, request.table(), request.precision(), request.ids(), &ids);
   if (!table.ok()) return table.status();
+  HYREC_RETURN_IF_ERROR(CheckDataTime(request.data_time()));
   if (request.data_time() != 0) store.AdvanceDataTime(*table, request.data_time());
   absl::Status status;
   const int dim = store.table(*table).dim;
@@ -81,6 +93,9 @@ absl::Status HandleLookupTables(EmbeddingShardStore& store, const RequestLimits&
     absl::StatusOr<int> table = store.TableIndex(l.table());
     if (!table.ok()) {
       return absl::Status(table.status().code(), absl::StrCat("lookup ", k, ": ", table.status().message()));
+    }
+    if (absl::Status time = CheckDataTime(l.data_time()); !time.ok()) {
+      return absl::Status(time.code(), absl::StrCat("lookup ", k, ": ", time.message()));
     }
     const size_t width = wire::ValidPrecision(l.precision()) ? wire::BytesPerValue(l.precision()) : 0;
     answer_bytes += l.ids().size() / sizeof(uint64_t) * store.table(*table).dim * width + kResponseSlack;
