@@ -253,6 +253,8 @@ TEST(Cli, BadJobFilesAreInvalidInputNamingTheKeyAndLine) {
        "train.device (line 3): 'gpu' is not cpu, cuda or auto"},
       {"loader:\n  source: {format: synthetic}\nmodel: {embeding_dim: 8}\n",
        "model.embeding_dim (line 3): unknown key; did you mean 'embedding_dim'?"},
+      {"loader:\n  source: {format: synthetic}\nps: {learning_rate: .inf}\n",
+       "ps.learning_rate (line 3): must be finite and > 0"},
   };
   for (size_t k = 0; k < std::size(cases); ++k) {
     const auto& [text, expected] = cases[k];
@@ -266,6 +268,12 @@ TEST(Cli, BadJobFilesAreInvalidInputNamingTheKeyAndLine) {
       EXPECT_TRUE(absl::StrContains(r.err, expected)) << role << ": " << text << "\n" << r.err;
       EXPECT_TRUE(absl::StrContains(r.err, path) || absl::StrContains(r.err, "cli_bad.yaml")) << r.err;
     }
+  }
+  // A path to something that is not a job file is read only so far.
+  for (const std::string role : {"train", "plan", "ps"}) {
+    Outcome r = Hyrec({role, "--config=/dev/zero"});
+    EXPECT_EQ(r.code, 2) << role << ": " << r.all();
+    EXPECT_TRUE(absl::StrContains(r.err, "config file '/dev/zero' holds more than 16777216 bytes")) << r.all();
   }
 }
 

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "hyrec/common/status_macros.h"
 
 namespace hyrec {
 namespace {
@@ -154,17 +155,27 @@ absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view 
   }
 }
 
-absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
+absl::StatusOr<std::string> ReadConfigText(const std::string& path) {
   std::error_code error;
   if (std::filesystem::is_directory(path, error)) {
     return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' is a directory, not a YAML file"));
   }
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open config file '", path, "'"));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read config file '", path, "'"));
-  return ParseYaml(buffer.str(), path);
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("config file '", path, "' holds more than ", kMaxConfigBytes,
+                                                   " bytes; a job file is a few KB: is it the right file?"));
+  }
+  return text;
+}
+
+absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path) {
+  HYREC_ASSIGN_OR_RETURN(const std::string text, ReadConfigText(path));
+  return ParseYaml(text, path);
 }
 
 }  // namespace hyrec

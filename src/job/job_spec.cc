@@ -127,6 +127,10 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
     HYREC_RETURN_IF_ERROR(embedding_ps::ReadOptimizerConfig(optimizer, "ps.optimizer", &defaults->optimizer));
   }
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", "ps", &defaults->optimizer.learning_rate));
+  if (node["learning_rate"] &&
+      !(defaults->optimizer.learning_rate > 0 && std::isfinite(defaults->optimizer.learning_rate))) {
+    return Invalid("ps.learning_rate", node["learning_rate"], "must be finite and > 0");
+  }
   if (node["init_stddev"]) {
     defaults->initializer.kind = embedding_ps::InitializerKind::kNormal;
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "init_stddev", "ps", &defaults->initializer.stddev));
@@ -679,7 +683,8 @@ absl::Status ApplyOverride(const std::string& assignment, YAML::Node* root) {
 }  // namespace
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides) {
-  HYREC_ASSIGN_OR_RETURN(YAML::Node root, LoadYamlFile(path));
+  HYREC_ASSIGN_OR_RETURN(const std::string file_text, ReadConfigText(path));
+  HYREC_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(file_text, path));
   if (!overrides.empty() && (!root.IsDefined() || root.IsNull())) root = YAML::Node(YAML::NodeType::Map);
   for (const std::string& o : overrides) HYREC_RETURN_IF_ERROR(ApplyOverride(o, &root));
   const std::string source =
@@ -687,10 +692,7 @@ absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const std::vector<s
   HYREC_ASSIGN_OR_RETURN(JobSpec spec, ParseJobSpec(root, source));
   spec.overrides = overrides;
   if (overrides.empty()) {
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    spec.text = text.str();
+    spec.text = file_text;
   } else {
     YAML::Emitter out;
     out << root;

@@ -75,7 +75,15 @@ absl::Status CatchYamlErrors(absl::string_view what, const std::function<absl::S
 // Parses YAML text; a syntax error is InvalidArgument with `source_name:line`.
 absl::StatusOr<YAML::Node> ParseYaml(const std::string& text, absl::string_view source_name);
 
-// Reads and parses a YAML file; an unreadable file is NotFound/InvalidArgument naming it.
+// The most a config file may hold: reading one stops there (a path to /dev/zero or a data file
+// by mistake is an error, not an exhausted memory).
+inline constexpr size_t kMaxConfigBytes = 16 << 20;
+
+// A config file's text: NotFound when it cannot be opened, InvalidArgument when it is a directory
+// or holds more than kMaxConfigBytes, each naming it.
+absl::StatusOr<std::string> ReadConfigText(const std::string& path);
+
+// Reads (ReadConfigText) and parses a YAML file.
 absl::StatusOr<YAML::Node> LoadYamlFile(const std::string& path);
 
 }  // namespace hyrec
