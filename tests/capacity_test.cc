@@ -46,6 +46,12 @@ TEST(ParseCount, ReadsSuffixesAndRefusesTheRest) {
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(absl::StrContains(r.status().message(), "--parameters")) << r.status();
   }
+  // Past its bound (a row count past 2^62, any count past 1e21) is an error, never "not given".
+  const absl::Status rows = ParseCount("1e30", "--rows_per_table", 0x1p62).status();
+  EXPECT_TRUE(absl::StrContains(rows.message(), "--rows_per_table=1e30: more than")) << rows;
+  EXPECT_FALSE(ParseCount("20000000000000000000", "--rows_per_table", 0x1p62).ok());
+  EXPECT_FALSE(ParseCount("1e22", "--parameters").ok());
+  EXPECT_TRUE(ParseCount("4e18", "--rows_per_table", 0x1p62).ok());
 }
 
 // Rows, memory and machines of a sized job: resident rows are the capacities; each shard's

@@ -106,7 +106,7 @@ absl::Status RunPlan(PlanFlags& f) {
     HYREC_ASSIGN_OR_RETURN(f.options.parameters, job::ParseCount(f.parameters, "--parameters"));
   }
   if (!f.rows_per_table.empty()) {
-    HYREC_ASSIGN_OR_RETURN(const double rows, job::ParseCount(f.rows_per_table, "--rows_per_table"));
+    HYREC_ASSIGN_OR_RETURN(const double rows, job::ParseCount(f.rows_per_table, "--rows_per_table", 0x1p62));
     f.options.rows_per_table = static_cast<uint64_t>(rows);
   }
   if (f.machines != "gke") {

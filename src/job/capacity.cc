@@ -119,7 +119,7 @@ absl::StatusOr<std::vector<MachineType>> LoadMachineTypes(const std::string& pat
   return types;
 }
 
-absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key) {
+absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key, double max) {
   std::string s(absl::StripAsciiWhitespace(text));
   double scale = 1;
   if (!s.empty()) {
@@ -149,6 +149,9 @@ absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key)
   if (!absl::SimpleAtod(s, &value) || !std::isfinite(value) || value <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(key, "=", text, ": expected a positive count, with an optional K, M, G, T or P (1e3 .. 1e15)"));
+  }
+  if (value * scale > max) {
+    return absl::InvalidArgumentError(absl::StrCat(key, "=", text, ": more than ", max, ", the most it may be"));
   }
   return value * scale;
 }

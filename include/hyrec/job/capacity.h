@@ -69,8 +69,8 @@ double PsMinCpus(const JobPlan& plan);
 PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus);
 
 // A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument
-// naming `key` for anything else, or a count that is not positive.
-absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key);
+// naming `key` for anything else, or a count that is not positive or passes `max`.
+absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key, double max = 1e21);
 
 struct CapacityOptions {
   // Each table's logical rows: the ids it will see over the job. 0: from `parameters`, else the
