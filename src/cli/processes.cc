@@ -266,7 +266,7 @@ class Cluster {
       absl::StatusOr<int> code = ps_[i]->Wait(absl::ZeroDuration());
       if (!code.ok()) continue;                                                 // Running.
       if (*code == 0 && plan().spec.cluster.services_exit_when_done) continue;  // Worker 0 said the job is done.
-      const std::string what = absl::StrCat("PS shard ", i, " exited (", ExitDescription(*code), ")");
+      const std::string what = absl::StrCat("PS shard ", i, " exited (", ExitDescription(*ps_[i], *code), ")");
       if (plan().ps[i].update_log_dir.empty()) {
         monitor_->Note(what + "; the job keeps no update log (ps.update_log, checkpoint.dir) to recover it from");
         return false;
@@ -297,7 +297,7 @@ class Cluster {
       }
       if (!plan().spec.checkpoint.dir.empty()) args.push_back("--resume=auto");
       const Restarted restarted =
-          Restart(absl::StrCat("the loader exited (", ExitDescription(*code),
+          Restart(absl::StrCat("the loader exited (", ExitDescription(*loader_, *code),
                                "); restarting it to resume every worker where its stream stands"),
                   options_.roles.loader, std::move(args), loader_port_, "loader", {"loader", "0"}, &loader_);
       if (restarted == Restarted::kNo) return false;
@@ -348,7 +348,7 @@ class Cluster {
           code.ok() && *code > 128 && *code != kExitInterrupted && !(options_.stop != nullptr && options_.stop->load());
       if (!lost) return listening.status();
       const std::string cause =
-          absl::StrCat(name, " was lost while it started (", ExitDescription(*code), "); starting it again");
+          absl::StrCat(name, " was lost while it started (", ExitDescription(**process, *code), "); starting it again");
       if (!TakeRestartNow(cause, label)) {
         return absl::UnavailableError(absl::StrCat(cause, ": the restart budget is spent"));
       }
@@ -369,8 +369,8 @@ class Cluster {
   // group as a replacement. kLater until then, kNo (noted) when the budget is spent or it cannot
   // start.
   Restarted RestartWorker(size_t r, int code) {
-    const std::string why =
-        absl::StrCat("worker ", r, " exited (", ExitDescription(code), "); restarting it to heal from its live peers");
+    const std::string why = absl::StrCat("worker ", r, " exited (", ExitDescription(*workers_[r], code),
+                                         "); restarting it to heal from its live peers");
     if (const Restarted due = TakeRestart(why, {"worker", std::to_string(r)}); due != Restarted::kYes) return due;
     // It heals from its peers' state; a --resume of this attempt (the run's, or a fallback's
     // checkpoint) names a checkpoint that the checkpoints' retention may have deleted since, so
@@ -453,8 +453,10 @@ class Cluster {
     out << line << std::endl;
   }
 
-  static std::string ExitDescription(int code) {
-    return code > 128 ? absl::StrCat("killed by signal ", code - 128) : absl::StrCat("exit code ", code);
+  // How `process` ended with `code` (its Wait's): killed by a signal, or an exit code of its own.
+  static std::string ExitDescription(const Subprocess& process, int code) {
+    return process.term_signal() > 0 ? absl::StrCat("killed by signal ", process.term_signal())
+                                     : absl::StrCat("exit code ", code);
   }
 
   // The watchdog: a child whose heartbeat is stale (stopped or frozen) is killed. A PS shard with
@@ -510,7 +512,9 @@ class Cluster {
           running = true;
           continue;
         }
-        if (*code == kExitOk || (*code == kExitInterrupted && result == kExitOk)) {
+        // Interrupted (SIGINT or SIGTERM, its batch finished): the run stops, and that is no failure.
+        if (*code == kExitOk || (*code == kExitInterrupted && workers_[r]->term_signal() == 0 &&
+                                 (result == kExitOk || result == kExitInterrupted))) {
           if (*code == kExitInterrupted) result = kExitInterrupted;
           continue;
         }
@@ -522,7 +526,8 @@ class Cluster {
           // A worker killed by a signal lost its peer role, not its input: transient.
           result = *code > 128 && *code != kExitInterrupted ? kExitTransient : *code;
           worker_lost_ = result == kExitTransient;
-          monitor_->Note(absl::StrCat("worker ", r, " failed (", ExitDescription(*code), "); stopping the others"));
+          monitor_->Note(
+              absl::StrCat("worker ", r, " failed (", ExitDescription(*workers_[r], *code), "); stopping the others"));
           for (auto& w : workers_) w->Signal(SIGTERM);
           kill_at = absl::Now() + absl::Seconds(plan().workers[0].sync_timeout_seconds) + kStopTimeout;
         }

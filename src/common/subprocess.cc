@@ -128,6 +128,7 @@ absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
     if (r == pid_) {
       running_ = false;
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      term_signal_ = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
       return exit_code_;
     }
     if (r < 0 && errno != EINTR) return absl::InternalError(absl::StrCat("waitpid: ", std::strerror(errno)));

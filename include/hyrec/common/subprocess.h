@@ -58,6 +58,9 @@ class Subprocess {
   absl::StatusOr<int> Wait(absl::Duration timeout);
 
   bool running() const { return running_; }
+  // After Wait returned: the signal that ended the child, 0 when it exited (an exit code of
+  // 128 + N is then its own, as hyrec's 130 after SIGINT or SIGTERM).
+  int term_signal() const { return term_signal_; }
 
  private:
   Subprocess(pid_t pid, int stdout_fd, int stderr_fd) : pid_(pid), stdout_fd_(stdout_fd), stderr_fd_(stderr_fd) {}
@@ -67,6 +70,7 @@ class Subprocess {
   int stderr_fd_;  // -1: inherited.
   bool running_ = true;
   int exit_code_ = -1;
+  int term_signal_ = 0;
   std::string buffer_;
   std::string error_buffer_;
 };
