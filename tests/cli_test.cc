@@ -234,6 +234,31 @@ TEST(Cli, PlanTakesTheCalibrationAndAFlagOverIt) {
   EXPECT_FALSE(absl::StrContains(r.out, "\"process_bytes\":23000000,")) << r.out;
 }
 
+// `hyrec k8s render --out` writes its file whole or not at all: a write that fails (a full disk;
+// here the temporary file cannot be made) leaves the previous render as it was.
+TEST(Cli, AFailedRenderLeavesThePreviousFileWhole) {
+  const std::string dir = ::testing::TempDir() + "/cli_render_out";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/user-item.yaml.tmp");
+  std::ofstream(dir + "/user-item.yaml") << "the previous render\n";
+  const std::vector<std::string> render = {"k8s",
+                                           "render",
+                                           "--config=" HYREC_SOURCE_DIR "/examples/configs/cluster.yaml",
+                                           "--name=user-item",
+                                           "--image=registry.example/hyrec@sha256:" + std::string(64, '0'),
+                                           "--out=" + dir};
+  Outcome r = Hyrec(render);
+  EXPECT_NE(r.code, 0) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "--out")) << r.all();
+  std::ifstream previous(dir + "/user-item.yaml");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(previous), {}), "the previous render\n");
+  std::filesystem::remove_all(dir + "/user-item.yaml.tmp");
+  r = Hyrec(render);
+  EXPECT_EQ(r.code, 0) << r.all();
+  std::ifstream rendered(dir + "/user-item.yaml");
+  EXPECT_TRUE(absl::StartsWith(std::string(std::istreambuf_iterator<char>(rendered), {}), "# hyrec job 'user-item'"));
+}
+
 // Job files that once aborted `hyrec train` (exit 134) or trained on a file named "null".
 TEST(Cli, BadJobFilesAreInvalidInputNamingTheKeyAndLine) {
   const std::pair<std::string, std::string> cases[] = {

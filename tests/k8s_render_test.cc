@@ -4,6 +4,7 @@
 // but a pod's own); the pods' job file plans the same job; bad input names its key.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -398,6 +399,20 @@ TEST(K8sRender, BadInputNamesTheKey) {
                    absl::StrReplaceAll(job, {{"capacity_rows: 5000000", "capacity_rows: 90000000"}}), Options("local"),
                    "more than a local node offers"});
   cases.push_back({"security off", absl::StrCat(job, "security: {mode: none}\n"), Options(), "security.mode"});
+  // Values Kubernetes refuses are refused at render time, naming the flag.
+  const std::vector<std::pair<std::function<void(K8sOptions*)>, std::string>> refused = {
+      {[](K8sOptions* k) { k->namespace_name = "My_Team"; }, "--namespace=My_Team: Kubernetes would refuse it"},
+      {[](K8sOptions* k) { k->queue = "team queue"; }, "--queue=team queue: Kubernetes would refuse it"},
+      {[](K8sOptions* k) { k->storage_size = "10GB"; }, "--storage_size=10GB: Kubernetes would refuse it"},
+      {[](K8sOptions* k) { k->storage_size = "0Gi"; }, "--storage_size=0Gi: the volume needs a size above 0"},
+      {[](K8sOptions* k) { k->storage_class = "Fast SSD"; }, "--storage_class=Fast SSD: Kubernetes would refuse it"},
+      {[](K8sOptions* k) { k->worker_machine = "a2/highgpu"; }, "--worker_machine=a2/highgpu: Kubernetes would"},
+  };
+  for (const auto& [set, message] : refused) {
+    o = Options("gke");
+    set(&o);
+    cases.push_back({message, job, o, message});
+  }
   for (const Case& c : cases) {
     const absl::Status s = RenderError(c.job, c.options);
     EXPECT_FALSE(s.ok()) << c.what;

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
@@ -37,10 +38,8 @@ absl::Status Render(const K8sFlags& f) {
   std::error_code error;
   std::filesystem::create_directories(f.out, error);
   const std::string path = absl::StrCat(f.out, "/", f.options.name, ".yaml");
-  std::ofstream file(path, std::ios::trunc);
-  file << rendered.yaml;
-  file.close();
-  if (!file) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  // Whole or not at all: a full disk leaves the previous file as it was, never half of this one.
+  HYREC_RETURN_IF_ERROR(Annotate(WriteFileAtomically(Env::Default(), path, rendered.yaml), "--out"));
   std::cout << "wrote " << path << "\n";
   return absl::OkStatus();
 }

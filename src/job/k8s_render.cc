@@ -713,6 +713,36 @@ absl::Status CheckOptions(const K8sOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--image_data_dir=", o.image_data_dir,
                                                    ": the absolute folder the derived image holds the data in, not /"));
   }
+  // The values Kubernetes would reject, refused here with the flag that gave them.
+  static const std::regex kDnsLabel("^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$");
+  static const std::regex kLabelValue("^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$");
+  static const std::regex kQuantity("^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$");
+  static const std::regex kSubdomain("^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$");
+  const struct {
+    const char* flag;
+    const std::string& value;
+    const std::regex& pattern;
+    const char* what;
+  } values[] = {
+      {"namespace", o.namespace_name, kDnsLabel,
+       "a namespace is a DNS label (lower-case letters, digits, '-'; 63 at most)"},
+      {"queue", o.queue, kLabelValue, "a label value (letters, digits, '.', '_', '-'; 63 at most)"},
+      {"storage_size", o.storage_size, kQuantity, "a quantity such as 10Gi or 1Ti"},
+      {"storage_class", o.storage_class, kSubdomain, "a Kubernetes name (lower-case letters, digits, '.', '-')"},
+      {"ps_machine", o.ps_machine, kLabelValue, "a machine type (a node label value)"},
+      {"loader_machine", o.loader_machine, kLabelValue, "a machine type (a node label value)"},
+      {"worker_machine", o.worker_machine, kLabelValue, "a machine type (a node label value)"},
+  };
+  for (const auto& v : values) {
+    if (!v.value.empty() && !std::regex_match(v.value, v.pattern)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", v.flag, "=", v.value, ": Kubernetes would refuse it; ", v.what));
+    }
+  }
+  if (!o.storage_size.empty() && std::regex_match(o.storage_size, std::regex("^[0.]+[A-Za-z]*$"))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--storage_size=", o.storage_size, ": the volume needs a size above 0"));
+  }
   static const std::regex kAccount("^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$");
   if (!o.service_account.empty() && !std::regex_match(o.service_account, kAccount)) {
     return absl::InvalidArgumentError(absl::StrCat("--service_account=", o.service_account,
