@@ -611,6 +611,32 @@ TEST(SecurityTest, AWorkerOfAnotherCaSaysSoAndExitsAsInvalidInput) {
   ps.process->Signal(SIGTERM);
   EXPECT_EQ(*ps.process->Wait(absl::Seconds(10)), 0);
 }
+
+// The same with the loader: a loader holding another job's certificates refuses the worker's
+// handshake, and the worker says so and exits 2 within its first connect, instead of waiting
+// out cluster.startup_timeout_seconds saying only "Deadline Exceeded".
+TEST(SecurityTest, AWorkerWhoseLoaderHoldsAnotherCaSaysSoAtOnce) {
+  const std::string certs = WriteCerts("ca_job_loader");
+  const std::string stranger = WriteCerts("ca_stranger_loader");
+  Server ps = StartPs(Job(certs, /*tokens=*/false));
+  ASSERT_NE(ps.process, nullptr);
+  Server loader = Start(
+      {HYREC_LOADER_BINARY, "--config=" + Job(certs, false), "--port=0", "--log_level=error", "--certs=" + stranger});
+  ASSERT_NE(loader.process, nullptr);
+  const absl::Time start = absl::Now();
+  const testing::CommandResult r = testing::RunCommand(
+      {HYREC_WORKER_BINARY, "--config=" + Job(certs, false), "--rank=0", "--ps=" + ps.address,
+       "--loader=" + loader.address, "--master_addr=127.0.0.1", absl::StrCat("--master_port=", PickFreeLoopbackPort()),
+       "--progress=none", "--plot=", "--log_level=warn", "--set=train.workers=1"});
+  EXPECT_EQ(r.code, 2) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "the loader at " + loader.address)) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.err, "certificate not signed by this job's CA")) << r.all();
+  EXPECT_LT(absl::Now() - start, hyrec::testing::Bounded(absl::Seconds(20)));
+  for (Server* s : {&ps, &loader}) {
+    s->process->Signal(SIGTERM);
+    EXPECT_EQ(*s->process->Wait(absl::Seconds(10)), 0);
+  }
+}
 #endif
 
 }  // namespace

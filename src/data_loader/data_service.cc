@@ -579,12 +579,20 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
                          rpc::ChannelCredentials(options.security));
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
   auto stub = proto::DataService::NewStub(channel);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + options.connect_timeout));
-  context.set_wait_for_ready(true);
   proto::LoaderInfoResponse info;
-  grpc::Status status = stub->Info(&context, proto::LoaderInfoRequest(), &info);
-  HYREC_RETURN_IF_ERROR(CertificateRefusal(status, absl::StrCat("the loader at ", address)));
+  grpc::Status status;
+  // Attempts without wait_for_ready, so that a failed TLS handshake comes back as what it is (a
+  // certificate of another CA, which waiting cannot mend) rather than as the deadline.
+  const absl::Time deadline = absl::Now() + options.connect_timeout;
+  for (absl::Duration backoff = absl::Milliseconds(50);;) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    status = stub->Info(&context, proto::LoaderInfoRequest(), &info);
+    HYREC_RETURN_IF_ERROR(CertificateRefusal(status, absl::StrCat("the loader at ", address)));
+    if (status.error_code() != grpc::StatusCode::UNAVAILABLE || absl::Now() + backoff >= deadline) break;
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+  }
   if (!status.ok()) {
     return absl::Status(FromGrpcStatus(status).code(),
                         absl::StrCat("loader at ", address, " did not answer: ", status.error_message()));
