@@ -105,14 +105,31 @@ std::vector<uint64_t> Ids() {
   return ids;
 }
 
+// Worker 0's update `sequence`: a gradient of 1 to every id of Ids().
+absl::Status UpdateEvery(EmbeddingClient& client, uint64_t sequence) {
+  const std::vector<uint64_t> ids = Ids();
+  return client.Update("counts", ids, std::vector<float>(ids.size(), 1.0f), UpdateId{0, sequence});
+}
+
+// Worker 0's updates `first` to `last`, each acknowledged.
+void UpdateEvery(EmbeddingClient& client, uint64_t first, uint64_t last) {
+  for (uint64_t s = first; s <= last; ++s) ASSERT_TRUE(UpdateEvery(client, s).ok()) << "update " << s;
+}
+
+// Every id of Ids() reads `value`: minus the updates applied to it (SGD at learning rate 1).
+void ExpectEveryRow(EmbeddingClient& client, float value) {
+  const std::vector<uint64_t> ids = Ids();
+  std::vector<float> rows(ids.size());
+  ASSERT_TRUE(client.Lookup("counts", ids, absl::MakeSpan(rows)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], value) << "id " << ids[i];
+}
+
 TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppliedTwice) {
   const int port1 = StartBoth();
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> ids = Ids();
-  const std::vector<float> ones(ids.size(), 1.0f);
-  auto update = [&](uint64_t sequence) { return (*client)->Update("counts", ids, ones, UpdateId{0, sequence}); };
-  for (uint64_t s = 1; s <= 100; ++s) ASSERT_TRUE(update(s).ok());
+  auto update = [&](uint64_t sequence) { return UpdateEvery(**client, sequence); };
+  UpdateEvery(**client, 1, 100);
   Checkpoint(**client, 1);  // The log's next segment starts from it.
 
   // Updates 101..400 stream while shard 1 is killed and restarted; each call waits and resends.
@@ -131,14 +148,11 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   stream.join();
   ASSERT_EQ(acknowledged.load(), 400u);
 
-  std::vector<float> rows(ids.size());
-  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -400.0f) << "id " << ids[i];
+  ExpectEveryRow(**client, -400.0f);
   // A resend of an applied update after the crash is recognized and not applied again.
   ASSERT_TRUE(update(400).ok());
   ASSERT_TRUE(update(399).ok());
-  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -400.0f) << "id " << ids[i];
+  ExpectEveryRow(**client, -400.0f);
 
   // A second checkpoint truncates the log at the first: the segment that started from nothing goes.
   const std::string log1 = dir_ + "/ckpt/update-log/ps-1";
@@ -150,8 +164,7 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   // Killed again after the truncation: it recovers from the second checkpoint and what followed.
   Kill(1);
   ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
-  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -401.0f) << "id " << ids[i];
+  ExpectEveryRow(**client, -401.0f);
 
   // Restarted without --recover, the shard starts afresh: the client refuses to go on with it.
   Kill(1);
@@ -169,10 +182,7 @@ TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpda
   const int port1 = StartBoth();
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> ids = Ids();
-  const std::vector<float> ones(ids.size(), 1.0f);
-  auto update = [&](uint64_t sequence) { return (*client)->Update("counts", ids, ones, UpdateId{0, sequence}); };
-  for (uint64_t s = 1; s <= 100; ++s) ASSERT_TRUE(update(s).ok());
+  UpdateEvery(**client, 1, 100);
 
   for (const bool recover : {false, true}) {
     SCOPED_TRACE(recover ? "--recover" : "a fresh start");
@@ -194,12 +204,10 @@ TEST_F(PsRecoveryTest, ASecondPsForAServingShardIsRefusedAndTheLogKeepsEveryUpda
         << err;
     EXPECT_NE(err.find(absl::StrCat("pid ", shards_[1]->pid())), std::string::npos) << err;
   }
-  for (uint64_t s = 101; s <= 200; ++s) ASSERT_TRUE(update(s).ok());
+  UpdateEvery(**client, 101, 200);
   Kill(1);
   ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
-  std::vector<float> rows(ids.size());
-  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -200.0f) << "id " << ids[i];
+  ExpectEveryRow(**client, -200.0f);
 }
 
 // A shard lost while its run goes on (worker 0 holds checkpoint.dir) and restarted by hand
@@ -209,9 +217,7 @@ TEST_F(PsRecoveryTest, AFreshStartOverALiveRunsLogIsRefusedNamingRecover) {
   const int port1 = StartBoth();
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> ids = Ids();
-  const std::vector<float> ones(ids.size(), 1.0f);
-  for (uint64_t s = 1; s <= 50; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  UpdateEvery(**client, 1, 50);
   auto run = ClaimCheckpointDir(Env::Default(), dir_ + "/ckpt", "0123456789abcdef");  // As worker 0 does.
   ASSERT_TRUE(run.ok()) << run.status();
   Kill(1);
@@ -222,9 +228,7 @@ TEST_F(PsRecoveryTest, AFreshStartOverALiveRunsLogIsRefusedNamingRecover) {
   EXPECT_NE(fresh.err.find("restart this shard with --recover"), std::string::npos) << fresh.all();
   EXPECT_NE(fresh.err.find("a run of job 0123456789abcdef"), std::string::npos) << fresh.all();
   ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
-  std::vector<float> rows(ids.size());
-  ASSERT_TRUE((*client)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -50.0f) << "id " << ids[i];
+  ExpectEveryRow(**client, -50.0f);
 }
 
 // A shard frozen (SIGSTOP) and replaced where the lock does not reach (another host: here its
@@ -234,9 +238,7 @@ TEST_F(PsRecoveryTest, AShardReplacedWhileFrozenStopsAtItsNextUpdate) {
   const int port1 = StartBoth();
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> ids = Ids();
-  const std::vector<float> ones(ids.size(), 1.0f);
-  for (uint64_t s = 1; s <= 20; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  UpdateEvery(**client, 1, 20);
   std::unique_ptr<Subprocess> old = std::move(shards_[1]);
   old->Signal(SIGSTOP);
   std::filesystem::remove(dir_ + "/ckpt/update-log/ps-1/LOCK");
@@ -248,7 +250,7 @@ TEST_F(PsRecoveryTest, AShardReplacedWhileFrozenStopsAtItsNextUpdate) {
   stale.set_table("counts");
   stale.set_worker_id(0);
   stale.set_sequence(21);
-  const std::vector<uint64_t> one_id = {ids[0]};
+  const std::vector<uint64_t> one_id = {Ids()[0]};
   const float grad = 1.0f;
   stale.set_ids(std::string(reinterpret_cast<const char*>(one_id.data()), 8));
   stale.set_grads(std::string(reinterpret_cast<const char*>(&grad), 4));
@@ -264,9 +266,7 @@ TEST_F(PsRecoveryTest, AShardReplacedWhileFrozenStopsAtItsNextUpdate) {
 
   auto now = ConnectEmbeddingClient({addresses_[0], absl::StrCat("127.0.0.1:", port)}, WaitingClient());
   ASSERT_TRUE(now.ok()) << now.status();
-  std::vector<float> rows(ids.size());
-  ASSERT_TRUE((*now)->Lookup("counts", ids, absl::MakeSpan(rows)).ok());
-  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(rows[i], -20.0f) << "id " << ids[i];
+  ExpectEveryRow(**now, -20.0f);
 }
 
 // One flipped byte in the middle of a killed shard's log, with acknowledged records after it:
@@ -276,9 +276,7 @@ TEST_F(PsRecoveryTest, DamageInTheMiddleOfTheLogRefusesRecoveryAndVerifyNamesIt)
   StartBoth();
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
-  const std::vector<uint64_t> ids = Ids();
-  const std::vector<float> ones(ids.size(), 1.0f);
-  for (uint64_t s = 1; s <= 300; ++s) ASSERT_TRUE((*client)->Update("counts", ids, ones, UpdateId{0, s}).ok());
+  UpdateEvery(**client, 1, 300);
   Kill(1);
   const std::string log1 = dir_ + "/ckpt/update-log/ps-1";
   const std::string segment = log1 + "/log-00000000000000000001.wal";

@@ -52,6 +52,17 @@ std::string CrashCopy(const std::string& dir, const std::string& name) {
   return copy;
 }
 
+// Appends worker 1's records 1 to `n` to `log` (whose groups are written at once: sync off),
+// returning the size of its segment `path` after each.
+std::vector<uint64_t> AppendNoting(UpdateLog& log, const std::string& path, uint64_t n) {
+  std::vector<uint64_t> ends;
+  for (uint64_t s = 1; s <= n; ++s) {
+    EXPECT_TRUE(log.Append(Record(1, s).view()).ok()) << s;
+    ends.push_back(*Env::Default()->GetFileSize(path));
+  }
+  return ends;
+}
+
 std::set<std::pair<uint32_t, uint64_t>> Replayed(const UpdateLog& log, uint64_t first, ReplayStats* stats) {
   ReplayStats local;
   if (stats == nullptr) stats = &local;
@@ -262,11 +273,7 @@ TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {
   ASSERT_TRUE((*log)->Reset("").ok());
   const std::string path = options.dir + "/log-00000000000000000001.wal";
   const uint64_t header = *Env::Default()->GetFileSize(path);
-  std::vector<uint64_t> ends;  // The file's size after each record.
-  for (uint64_t s = 1; s <= 3; ++s) {
-    ASSERT_TRUE((*log)->Append(Record(1, s).view()).ok());
-    ends.push_back(*Env::Default()->GetFileSize(path));
-  }
+  const std::vector<uint64_t> ends = AppendNoting(**log, path, 3);  // The file's size after each.
   ASSERT_TRUE((*log)->Close().ok());
   const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 20);
   for (uint64_t size = header; size <= whole.size(); ++size) {
@@ -315,11 +322,7 @@ TEST(UpdateLog, DamageBeforeWholeRecordsOfLaterGroupsIsAnErrorNotATornTail) {
   ASSERT_TRUE(log.ok());
   ASSERT_TRUE((*log)->Reset("").ok());
   const std::string path = options.dir + "/log-00000000000000000001.wal";
-  std::vector<uint64_t> ends;  // The file's size after each record.
-  for (uint64_t s = 1; s <= 300; ++s) {
-    ASSERT_TRUE((*log)->Append(Record(1, s).view()).ok());
-    ends.push_back(*Env::Default()->GetFileSize(path));
-  }
+  const std::vector<uint64_t> ends = AppendNoting(**log, path, 300);  // The file's size after each.
   ASSERT_TRUE((*log)->Close().ok());
   const std::string whole = *ReadFileToString(Env::Default(), path, 1 << 24);
   const uint64_t start = ends[148];  // Where record 149 (the 150th) begins.

@@ -1,9 +1,6 @@
 #include "hyrec/common/checkpoint_dir.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -298,12 +295,7 @@ absl::Status RetireCheckpoints(Env* env, const std::string& root, const std::str
   return first_error;
 }
 
-std::string NewJobId() {
-  std::random_device device;
-  const uint64_t id =
-      (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-  return absl::StrFormat("%016x", id);
-}
+std::string NewJobId() { return absl::StrFormat("%016x", RandomId()); }
 
 std::string CheckpointDirJob(Env* env, const std::string& root) {
   absl::StatusOr<std::string> text = ReadFileToString(env, JoinPath(root, kJobFileName), 256);
@@ -318,27 +310,17 @@ bool OfJob(const CheckpointManifest& m, const std::string& job_id) {
 absl::StatusOr<CheckpointDirClaim> ClaimCheckpointDir(Env* env, const std::string& root, const std::string& job_id,
                                                       absl::Duration wait) {
   HYREC_RETURN_IF_ERROR(Annotate(env->CreateDirs(root), "checkpoint.dir"));
-  char host[256] = {};
-  (void)::gethostname(host, sizeof(host) - 1);
-  const std::string holder = absl::StrCat("a run of job ", job_id, ": pid ", ::getpid(), " on ", host, " since ",
-                                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()));
-  const absl::Time deadline = absl::Now() + wait;
-  CheckpointDirClaim claim;
-  for (;;) {
-    absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(JoinPath(root, kLockFileName), holder);
-    if (lock.ok()) {
-      claim.lock = std::move(*lock);
-      break;
-    }
-    if (!absl::IsFailedPrecondition(lock.status())) return lock.status();
-    if (absl::Now() >= deadline) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint.dir ", root, " is taken by another run: ", lock.status().message(),
-          ". One run writes a checkpoint directory at a time; two would delete each other's checkpoints and reset "
-          "each other's update logs. Stop that run first, or give this one another checkpoint.dir"));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
+  absl::StatusOr<std::unique_ptr<FileLock>> lock =
+      LockFileWithin(env, JoinPath(root, kLockFileName), absl::StrCat("a run of job ", job_id), wait);
+  if (absl::IsFailedPrecondition(lock.status())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.dir ", root, " is taken by another run: ", lock.status().message(),
+        ". One run writes a checkpoint directory at a time; two would delete each other's checkpoints and reset "
+        "each other's update logs. Stop that run first, or give this one another checkpoint.dir"));
   }
+  HYREC_RETURN_IF_ERROR(lock.status());
+  CheckpointDirClaim claim;
+  claim.lock = std::move(*lock);
   HYREC_RETURN_IF_ERROR(
       Annotate(WriteFileAtomically(env, JoinPath(root, kJobFileName), job_id + "\n"), "checkpoint.dir's JOB file"));
   claim.job_id = job_id;

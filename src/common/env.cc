@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec {
@@ -353,6 +355,27 @@ absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, 
   if (got > size) return absl::FailedPreconditionError(absl::StrCat("'", path, "' grew while it was read"));
   data.resize(got);
   return data;
+}
+
+absl::StatusOr<std::unique_ptr<FileLock>> LockFileWithin(Env* env, const std::string& path, absl::string_view what,
+                                                         absl::Duration wait) {
+  char host[256] = {};
+  (void)::gethostname(host, sizeof(host) - 1);
+  const std::string holder = absl::StrCat(what, what.empty() ? "" : ": ", "pid ", ::getpid(), " on ", host, " since ",
+                                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()));
+  const absl::Time deadline = absl::Now() + wait;
+  for (;;) {
+    absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(path, holder);
+    if (lock.ok() || !absl::IsFailedPrecondition(lock.status()) || absl::Now() >= deadline) return lock;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+uint64_t RandomId() {
+  std::random_device device;
+  const uint64_t id =
+      (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return id | 1;
 }
 
 absl::Status WriteFileAtomically(Env* env, const std::string& path, absl::string_view data, bool sync_dir) {

@@ -1,10 +1,7 @@
 #include "hyrec/embedding_ps/update_log.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -271,13 +268,6 @@ absl::StatusOr<std::string> ReadHead(Env* env, const std::string& path) {
 
 }  // namespace
 
-uint64_t RandomId() {
-  std::random_device device;
-  const uint64_t id =
-      (static_cast<uint64_t>(device()) << 32) ^ device() ^ static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
-  return id | 1;
-}
-
 absl::StatusOr<LogSync> ParseLogSync(const std::string& name) {
   if (name == "every_group") return LogSync::kEveryGroup;
   if (name == "interval") return LogSync::kInterval;
@@ -339,23 +329,13 @@ absl::StatusOr<uint64_t> ReadEpoch(Env* env, const std::string& dir) {
 
 // The directory's LOCK, waiting up to options.lock_wait for another holder to go.
 absl::StatusOr<std::unique_ptr<FileLock>> LockLogDir(Env* env, const UpdateLogOptions& options) {
-  char host[256] = {};
-  (void)::gethostname(host, sizeof(host) - 1);
-  const std::string holder = absl::StrCat("pid ", ::getpid(), " on ", host, " since ",
-                                          absl::FormatTime("%Y-%m-%d %H:%M:%S UTC", absl::Now(), absl::UTCTimeZone()));
-  const std::string path = JoinPath(options.dir, "LOCK");
-  const absl::Time deadline = absl::Now() + options.lock_wait;
-  for (;;) {
-    absl::StatusOr<std::unique_ptr<FileLock>> lock = env->LockFile(path, holder);
-    if (lock.ok() || !absl::IsFailedPrecondition(lock.status())) return lock;
-    if (absl::Now() >= deadline) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the update log ", options.dir, " belongs to a shard that runs: ", lock.status().message(),
-                       ". One process owns a shard's log; two would lose acknowledged updates. Stop that one first "
-                       "(a shard that crashed holds nothing), or start this one on another checkpoint.dir"));
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  absl::StatusOr<std::unique_ptr<FileLock>> lock =
+      LockFileWithin(env, JoinPath(options.dir, "LOCK"), "", options.lock_wait);
+  if (lock.ok() || !absl::IsFailedPrecondition(lock.status())) return lock;
+  return absl::FailedPreconditionError(
+      absl::StrCat("the update log ", options.dir, " belongs to a shard that runs: ", lock.status().message(),
+                   ". One process owns a shard's log; two would lose acknowledged updates. Stop that one first "
+                   "(a shard that crashed holds nothing), or start this one on another checkpoint.dir"));
 }
 
 }  // namespace

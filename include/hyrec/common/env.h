@@ -98,6 +98,16 @@ class Env {
 // The block of NewLogFile's direct writes: their offsets and lengths are multiples of it.
 inline constexpr size_t kLogFileBlock = 4096;
 
+// Env::LockFile for a process that owns something (`what`, say "a run of job 1234"): its holder
+// text is "WHAT: pid N on HOST since TIME" ("pid N ..." without `what`), and while another holder
+// has the lock it retries for up to `wait`, then returns that FAILED_PRECONDITION (which names the
+// holder) for the caller to say what it could not take.
+absl::StatusOr<std::unique_ptr<FileLock>> LockFileWithin(Env* env, const std::string& path, absl::string_view what,
+                                                         absl::Duration wait);
+
+// A random non-zero 64-bit id: a log's lineage, a server's incarnation, a job's id.
+uint64_t RandomId();
+
 // Reads a whole file; FailedPrecondition when it holds more than `max_bytes`.
 absl::StatusOr<std::string> ReadFileToString(Env* env, const std::string& path, uint64_t max_bytes);
 

@@ -73,9 +73,6 @@ enum class LogSync {
                 // written, a power loss what the kernel had not written.
 };
 
-// A random non-zero 64-bit id: a log's lineage, a server's incarnation.
-uint64_t RandomId();
-
 // "every_group", "interval", "off".
 absl::StatusOr<LogSync> ParseLogSync(const std::string& name);
 const char* LogSyncName(LogSync sync);
