@@ -271,7 +271,9 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
     }
     HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));
   } else {
-    HYREC_RETURN_IF_ERROR(RefuseToResetALiveRunsLog(shard_log));
+    // With --restart_attempt the attempt decides: a later attempt restarts every role from a
+    // checkpoint, whichever of its roles (worker 0 among them) started first.
+    if (attempt_file.empty()) HYREC_RETURN_IF_ERROR(RefuseToResetALiveRunsLog(shard_log));
     std::string restored;
     if (!f.resume.empty()) {
       if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
