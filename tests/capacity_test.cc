@@ -67,12 +67,12 @@ TEST(PlanCapacity, SizesTablesShardsAndMachines) {
   EXPECT_EQ(c->tables[0].resident_rows, 400000u);
   EXPECT_EQ(c->tables[1].resident_rows, 100000u);
   EXPECT_EQ(c->resident_parameters, 400000.0 * 16 + 100000.0 * 8);
-  // Adagrad at dim 16: a 16-byte header, 16 weights and 16 accumulators.
+  // Adagrad at dim 16: the 8-byte id, 16 weights and 16 accumulators.
   EXPECT_EQ(c->tables[0].value_bytes, 64u);
   EXPECT_EQ(c->tables[0].state_bytes, 64u);
   EXPECT_GT(c->tables[0].index_bytes, 5.0);
   EXPECT_LT(c->tables[0].index_bytes, 12.0);
-  EXPECT_GT(c->tables[0].bytes_per_row, 144 + 5.0);
+  EXPECT_GT(c->tables[0].bytes_per_row, 136 + 5.0);
   ASSERT_EQ(c->shards.size(), 2u);
   for (const CapacityPlan::Shard& s : c->shards) {
     EXPECT_EQ(s.resident_rows, 250000u);

@@ -1,5 +1,7 @@
 #include "src/embedding_ps/huge_page_arena.h"
 
+#include "src/embedding_ps/slab.h"
+
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -11,58 +13,48 @@ namespace hyrec::embedding_ps {
 namespace {
 
 constexpr size_t kHugePage = 2u << 20;
-constexpr size_t kMinBlock = 2u << 20;
-constexpr size_t kMaxBlock = 64u << 20;
+// Linux 6.1's synchronous collapse into huge pages; glibc's headers may not name it yet.
+#ifdef MADV_COLLAPSE
+constexpr int kMadvCollapse = MADV_COLLAPSE;
+#else
+constexpr int kMadvCollapse = 25;
+#endif
 
-// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised for huge pages.
-char* MapAligned(size_t bytes) {
+// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised for huge pages
+// (`advice`), or against them.
+char* MapAligned(size_t bytes, int flags = 0, int advice = MADV_HUGEPAGE) {
   const size_t padded = bytes + kHugePage;
-  void* raw = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* raw = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
   const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
   const uintptr_t aligned = (start + kHugePage - 1) & ~(kHugePage - 1);
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t end = start + padded;
   if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
-#ifdef MADV_HUGEPAGE
-  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
-#endif
+  madvise(reinterpret_cast<void*>(aligned), bytes, advice);
   return reinterpret_cast<char*>(aligned);
 }
 
 }  // namespace
 
-HugePageArena::~HugePageArena() {
-  for (const Block& block : blocks_) munmap(block.base, block.size);
+RowArena::RowArena(uint64_t reserve_bytes) {
+  reserved_ = std::min<uint64_t>(reserve_bytes, kMaxBytes) & ~(kHugePage - 1);
+  if (reserved_ == 0) reserved_ = kHugePage;
+  // Small pages until a 2 MiB extent is full (CollapseFilled): a huge page faulted in at the
+  // cursor would hold up to 2 MiB of nothing in every stripe.
+  base_ = MapAligned(reserved_, MAP_NORESERVE, MADV_NOHUGEPAGE);
 }
 
-char* HugePageArena::Allocate(size_t bytes) {
-  bytes = (bytes + 63) & ~size_t{63};
-  std::lock_guard<std::mutex> lock(mu_);
-  if (cursor_ == nullptr || static_cast<size_t>(limit_ - cursor_) < bytes) {
-    size_t size = blocks_.empty() ? kMinBlock : std::min(kMaxBlock, blocks_.back().size * 2);
-    size = std::max(size, (bytes + kHugePage - 1) & ~(kHugePage - 1));
-    char* base = MapAligned(size);
-    blocks_.push_back({base, size});
-    mapped_ += size;
-    cursor_ = base;
-    limit_ = base + size;
-  }
-  char* out = cursor_;
-  cursor_ += bytes;
-  allocated_ += bytes;
-  return out;
+void RowArena::CollapseFilled(uint64_t before) {
+  const uint64_t from = before & ~(kHugePage - 1);
+  const uint64_t to = used_ & ~(kHugePage - 1);
+  if (to <= from) return;
+  char* start = base_ + from;
+  madvise(start, to - from, MADV_HUGEPAGE);
+  madvise(start, to - from, kMadvCollapse);  // Best effort: kernels before 6.1 leave small pages.
 }
 
-size_t HugePageArena::allocated_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return allocated_;
-}
-
-size_t HugePageArena::mapped_bytes() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return mapped_;
-}
+RowArena::~RowArena() { munmap(base_, reserved_); }
 
 void* AllocateLargeArray(size_t bytes) {
   if (bytes < kHugePage) {

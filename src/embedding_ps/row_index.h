@@ -1,14 +1,19 @@
-// RowIndex: the hash index of one store stripe, mapping (table, id) to a 32-bit slot handle.
+// RowIndex: the hash index of one table's rows in one store stripe, mapping an id's hash to the
+// row's slot and keeping each row's eviction score.
 //
-// Open addressing over 64-byte buckets, each one cache line: 12 handles, 12 one-byte tags (7
-// hash bits with the high bit set; 0 marks an empty entry) and an overflow count. A key lives in
-// its home bucket or, when that is full, in the next bucket with room; every bucket passed on the
-// way counts the overflow, so a lookup stops at the first bucket whose overflow count is zero and
-// an erase needs no tombstones (the scheme of folly's F14 tables). One lookup costs one cache
-// line of index plus the row it finds; tag collisions cost 1/128 of a row read per occupied entry.
+// Open addressing over 64-byte buckets, each one cache line: 8 slot numbers, their 16-bit scores,
+// 8 one-byte tags (7 hash bits with the high bit set; 0 marks an empty entry), an overflow
+// count and a mark bit per entry. A key lives in its home bucket or, when that is full, in the next bucket with room;
+// every bucket passed on the way counts the overflow, so a lookup stops at the first bucket whose overflow count is
+// zero and an erase needs no tombstones (the scheme of folly's F14 tables).
+//
+// The scores live beside the slots, not in the rows: a use rewrites its own entry's score in the
+// line the lookup has just read, and eviction (Victim) compares the scores of one bucket without
+// reading a row. One lookup costs one cache line of index plus the row it finds; tag collisions
+// cost 1/128 of a row read per occupied entry.
 //
 // Not thread-safe: the owning stripe's lock guards it. The index never reads rows itself: the
-// caller passes a predicate that recognizes a handle's key and a function that rehashes a handle.
+// caller passes a predicate that recognizes a slot's key and a function that rehashes a slot.
 #ifndef HYREC_EMBEDDING_PS_ROW_INDEX_H_
 #define HYREC_EMBEDDING_PS_ROW_INDEX_H_
 
@@ -19,14 +24,13 @@
 
 #include "hyrec/common/hash.h"
 #include "src/embedding_ps/huge_page_arena.h"
+#include "src/embedding_ps/slab.h"
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 namespace hyrec::embedding_ps {
-
-inline constexpr uint32_t kNoHandle = 0xffffffffu;
 
 // Prefetches the cache line at `p` into all cache levels. An asm statement rather than
 // __builtin_prefetch, which GCC 12 drops from loops whose only effect is the prefetch.
@@ -40,14 +44,25 @@ inline void PrefetchLine(const void* p) {
 
 class RowIndex {
  public:
-  static constexpr int kEntriesPerBucket = 12;
+  static constexpr int kEntriesPerBucket = 8;
   static constexpr double kMaxLoad = 0.9;
+  static constexpr uint64_t kExactBuckets = 16;
+  // An entry's place: bucket * kEntriesPerBucket + entry. Valid until the next Insert or Erase.
+  using Position = uint64_t;
+  static constexpr Position kNone = ~uint64_t{0};
 
   // Sized so that `expected_entries` fill it to at most ~85%.
   explicit RowIndex(uint64_t expected_entries) { Allocate(BucketsFor(expected_entries)); }
-  ~RowIndex() { FreeLargeArray(buckets_, num_buckets_ * sizeof(Bucket)); }
+  ~RowIndex() {
+    if (buckets_ != nullptr) FreeLargeArray(buckets_, num_buckets_ * sizeof(Bucket));
+  }
   RowIndex(const RowIndex&) = delete;
   RowIndex& operator=(const RowIndex&) = delete;
+  RowIndex(RowIndex&& other) noexcept : buckets_(other.buckets_), num_buckets_(other.num_buckets_), size_(other.size_) {
+    other.buckets_ = nullptr;
+    other.num_buckets_ = 0;
+    other.size_ = 0;
+  }
 
   uint64_t size() const { return size_; }
   uint64_t bytes() const { return num_buckets_ * sizeof(Bucket); }
@@ -55,23 +70,38 @@ class RowIndex {
   static uint64_t BytesHolding(uint64_t expected_entries, uint64_t entries) {
     uint64_t buckets = BucketsFor(expected_entries);
     while (static_cast<double>(entries) > kMaxLoad * static_cast<double>(buckets * kEntriesPerBucket)) buckets *= 2;
-    return buckets * 64;
+    return buckets * sizeof(Bucket);
   }
 
-  // Prefetches the home bucket of `hash` (a hint; safe to call with a stale index).
+  // Prefetches the home bucket of `hash` (a hint).
   void Prefetch(uint64_t hash) const { PrefetchLine(&buckets_[Home(hash)]); }
 
-  // The first handle of the home bucket of `hash` whose tag matches, unverified (kNoHandle when
-  // none does): a hint of where the key's row lies, to prefetch it before Find confirms it.
+  // The slot of the first entry of the home bucket of `hash` whose tag matches, unverified
+  // (kNoSlot when none does): a hint of where the key's row lies, to prefetch it before Find
+  // confirms it.
   uint32_t Candidate(uint64_t hash) const {
     const Bucket& bucket = buckets_[Home(hash)];
     const uint32_t mask = MatchTag(bucket, Tag(hash));
-    return mask == 0 ? kNoHandle : bucket.handles[__builtin_ctz(mask)];
+    return mask == 0 ? kNoSlot : bucket.slots[__builtin_ctz(mask)];
   }
 
-  // Returns the handle h with matches(h), or kNoHandle.
+  // The position of the first entry of the home bucket of `hash` whose tag matches, unverified
+  // (kNone when none does): where the key most likely is, for the caller to check (Holds) before
+  // it falls back to Find.
+  Position CandidatePosition(uint64_t hash) const {
+    const uint64_t b = Home(hash);
+    const uint32_t mask = MatchTag(buckets_[b], Tag(hash));
+    return mask == 0 ? kNone : b * kEntriesPerBucket + __builtin_ctz(mask);
+  }
+  // Whether `p` (any value a CandidatePosition returned, even before an Insert or Erase since)
+  // holds an entry now; its slot is then slot(p).
+  bool Holds(Position p) const {
+    return p < num_buckets_ * kEntriesPerBucket && buckets_[p / kEntriesPerBucket].tags[p % kEntriesPerBucket] != 0;
+  }
+
+  // The position of the entry whose slot s has matches(s), or kNone.
   template <typename Matches>
-  uint32_t Find(uint64_t hash, Matches&& matches) const {
+  Position Find(uint64_t hash, Matches&& matches) const {
     const uint8_t tag = Tag(hash);
     uint64_t b = Home(hash);
     // Every bucket may carry overflow after heavy churn; a full circle means "absent".
@@ -81,56 +111,97 @@ class RowIndex {
       while (mask != 0) {
         const int e = __builtin_ctz(mask);
         mask &= mask - 1;
-        if (matches(bucket.handles[e])) return bucket.handles[e];
+        if (matches(bucket.slots[e])) return b * kEntriesPerBucket + e;
       }
-      if (bucket.overflow == 0) return kNoHandle;
+      if (bucket.overflow == 0) return kNone;
       b = Next(b);
     }
-    return kNoHandle;
+    return kNone;
   }
 
-  // Adds a handle that is not present. `rehash(handle)` returns the hash of any stored handle and
-  // `prefetch_key(handle)` starts fetching what rehash(handle) reads; both are called only when
-  // the index grows (doubling), which rehashes every stored handle.
+  uint32_t slot(Position p) const { return buckets_[p / kEntriesPerBucket].slots[p % kEntriesPerBucket]; }
+  uint16_t score(Position p) const { return buckets_[p / kEntriesPerBucket].scores[p % kEntriesPerBucket]; }
+  void set_score(Position p, uint16_t score) { buckets_[p / kEntriesPerBucket].scores[p % kEntriesPerBucket] = score; }
+
+  // A bit per entry for the caller (the store marks rows changed since its last delta); cleared
+  // when the entry is made, carried when the index grows.
+  bool marked(Position p) const { return (buckets_[p / kEntriesPerBucket].marks >> (p % kEntriesPerBucket) & 1) != 0; }
+  void set_mark(Position p, bool mark) {
+    uint8_t& marks = buckets_[p / kEntriesPerBucket].marks;
+    const uint8_t bit = static_cast<uint8_t>(1u << (p % kEntriesPerBucket));
+    marks = mark ? static_cast<uint8_t>(marks | bit) : static_cast<uint8_t>(marks & ~bit);
+  }
+
+  // Adds a slot whose key is not present, with its score; returns its position. `rehash(slot)`
+  // returns the hash of any stored slot's key and `prefetch_key(slot)` starts fetching what
+  // rehash(slot) reads; both are called only when the index grows (doubling), which rehashes every
+  // stored entry.
   template <typename Rehash, typename PrefetchKey>
-  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash, PrefetchKey&& prefetch_key) {
+  Position Insert(uint64_t hash, uint32_t slot, uint16_t score, Rehash&& rehash, PrefetchKey&& prefetch_key) {
     if (static_cast<double>(size_ + 1) > kMaxLoad * static_cast<double>(num_buckets_ * kEntriesPerBucket)) {
       Grow(2 * num_buckets_, rehash, prefetch_key);
     }
-    Place(hash, handle);
     ++size_;
+    return Place(hash, slot, score, false);
   }
   template <typename Rehash>
-  void Insert(uint64_t hash, uint32_t handle, Rehash&& rehash) {
-    Insert(hash, handle, rehash, [](uint32_t) {});
+  Position Insert(uint64_t hash, uint32_t slot, uint16_t score, Rehash&& rehash) {
+    return Insert(hash, slot, score, rehash, [](uint32_t) {});
   }
 
-  // Removes a handle that is present, given its hash.
-  void Erase(uint64_t hash, uint32_t handle) {
-    const uint8_t tag = Tag(hash);
-    uint64_t b = Home(hash);
-    for (;;) {
-      Bucket& bucket = buckets_[b];
-      uint32_t mask = MatchTag(bucket, tag);
-      while (mask != 0) {
-        const int e = __builtin_ctz(mask);
-        mask &= mask - 1;
-        if (bucket.handles[e] == handle) {
-          bucket.tags[e] = 0;
-          --size_;
-          return;
+  // Removes the entry at `p`, whose key has `hash`.
+  void Erase(uint64_t hash, Position p) {
+    const uint64_t at = p / kEntriesPerBucket;
+    for (uint64_t b = Home(hash); b != at; b = Next(b)) --buckets_[b].overflow;
+    buckets_[at].tags[p % kEntriesPerBucket] = 0;
+    --size_;
+  }
+
+  // The entry to evict for a new key of `hash`: of the entries of its home bucket (or, when that
+  // is empty, of the next bucket that has any), the one with the highest rank(score), the first
+  // of equals; kNone when the index is empty. Rank is the eviction policy's comparator: the
+  // higher, the sooner evicted. An index of at most kExactBuckets buckets compares all its
+  // entries, so that small tables evict exactly by their policy.
+  template <typename Rank>
+  Position Victim(uint64_t hash, Rank&& rank) const {
+    if (size_ == 0) return kNone;
+    const bool all = num_buckets_ <= kExactBuckets;
+    uint64_t b = all ? 0 : Home(hash);
+    Position best = kNone;
+    uint32_t best_rank = 0;
+    for (uint64_t visited = 0; visited < num_buckets_; ++visited, b = Next(b)) {
+      const Bucket& bucket = buckets_[b];
+      for (int e = 0; e < kEntriesPerBucket; ++e) {
+        if (bucket.tags[e] == 0) continue;
+        const uint32_t r = rank(bucket.scores[e]);
+        if (best == kNone || r > best_rank) {
+          best = b * kEntriesPerBucket + e;
+          best_rank = r;
         }
       }
-      --bucket.overflow;
-      b = Next(b);
+      if (best != kNone && !all) break;
+    }
+    return best;
+  }
+
+  // Calls fn(position) for every entry, in bucket order. fn may change scores, not entries.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    for (uint64_t b = 0; b < num_buckets_; ++b) {
+      for (int e = 0; e < kEntriesPerBucket; ++e) {
+        if (buckets_[b].tags[e] != 0) fn(b * kEntriesPerBucket + e);
+      }
     }
   }
 
  private:
   struct alignas(64) Bucket {
-    uint32_t handles[kEntriesPerBucket];
+    uint32_t slots[kEntriesPerBucket];
+    uint16_t scores[kEntriesPerBucket];
     uint8_t tags[kEntriesPerBucket];
     uint32_t overflow;
+    uint8_t marks;  // Bit e: entry e's mark.
+    uint8_t unused[3];
   };
   static_assert(sizeof(Bucket) == 64, "a bucket is one cache line");
 
@@ -146,12 +217,12 @@ class RowIndex {
   uint64_t Home(uint64_t hash) const { return FastRange64(hash, num_buckets_); }
   uint64_t Next(uint64_t b) const { return b + 1 == num_buckets_ ? 0 : b + 1; }
 
+  // Bit e set when entry e's tag is `tag`.
   static uint32_t MatchTag(const Bucket& bucket, uint8_t tag) {
 #if defined(__SSE2__)
-    // Loads tags[0..11] plus the overflow count; the high 4 bits of the mask are dropped.
-    const __m128i tags = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bucket.tags));
+    const __m128i tags = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(bucket.tags));
     const __m128i eq = _mm_cmpeq_epi8(tags, _mm_set1_epi8(static_cast<char>(tag)));
-    return static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0xfffu;
+    return static_cast<uint32_t>(_mm_movemask_epi8(eq)) & 0xffu;
 #else
     uint32_t mask = 0;
     for (int e = 0; e < kEntriesPerBucket; ++e) mask |= (bucket.tags[e] == tag ? 1u : 0u) << e;
@@ -165,15 +236,18 @@ class RowIndex {
     num_buckets_ = buckets;
   }
 
-  void Place(uint64_t hash, uint32_t handle) {
+  Position Place(uint64_t hash, uint32_t slot, uint16_t score, bool mark) {
     uint64_t b = Home(hash);
     for (;;) {
       Bucket& bucket = buckets_[b];
       for (int e = 0; e < kEntriesPerBucket; ++e) {
         if (bucket.tags[e] == 0) {
           bucket.tags[e] = Tag(hash);
-          bucket.handles[e] = handle;
-          return;
+          bucket.slots[e] = slot;
+          bucket.scores[e] = score;
+          const Position p = b * kEntriesPerBucket + e;
+          set_mark(p, mark);
+          return p;
         }
       }
       ++bucket.overflow;
@@ -181,7 +255,7 @@ class RowIndex {
     }
   }
 
-  // Moves every entry into a new array of `buckets` buckets. Rehashing reads each handle's key, a
+  // Moves every entry into a new array of `buckets` buckets. Rehashing reads each slot's key, a
   // cache miss per entry (the rows lie all over the store), so the entries flow through a
   // pipeline in which the misses of many overlap: entry i's key is prefetched at step i, its hash
   // taken and its new home bucket prefetched at step i + kAhead, and it is placed at step
@@ -194,7 +268,9 @@ class RowIndex {
     constexpr uint64_t kAhead = 16;
     constexpr uint64_t kRing = 4 * kAhead;  // Holds entries i - 2 kAhead .. i.
     struct Entry {
-      uint32_t handle;
+      uint32_t slot;
+      uint16_t score;
+      bool mark;
       uint64_t hash;
     };
     Entry ring[kRing];
@@ -202,20 +278,22 @@ class RowIndex {
     const auto advance = [&](uint64_t i, uint64_t known) {
       if (i >= kAhead && i - kAhead < known) {
         Entry& e = ring[(i - kAhead) % kRing];
-        e.hash = rehash(e.handle);
+        e.hash = rehash(e.slot);
         Prefetch(e.hash);
       }
       if (i >= 2 * kAhead && i - 2 * kAhead < known) {
         const Entry& e = ring[(i - 2 * kAhead) % kRing];
-        Place(e.hash, e.handle);
+        Place(e.hash, e.slot, e.score, e.mark);
       }
     };
     uint64_t n = 0;
     for (uint64_t b = 0; b < old_count; ++b) {
       for (int e = 0; e < kEntriesPerBucket; ++e) {
         if (old[b].tags[e] == 0) continue;
-        ring[n % kRing].handle = old[b].handles[e];
-        prefetch_key(old[b].handles[e]);
+        ring[n % kRing].slot = old[b].slots[e];
+        ring[n % kRing].score = old[b].scores[e];
+        ring[n % kRing].mark = (old[b].marks >> e & 1) != 0;
+        prefetch_key(old[b].slots[e]);
         advance(n, n + 1);
         ++n;
       }

@@ -1,0 +1,49 @@
+// PlanStoreMemory: what a store of given options takes for given rows, by the store's own
+// accounting (EmbeddingShardStore::Stats), from the same layouts the store is built from.
+#include <algorithm>
+
+#include "hyrec/embedding_ps/embedding_store.h"
+#include "src/embedding_ps/count_min_sketch.h"
+#include "src/embedding_ps/row_index.h"
+#include "src/embedding_ps/store_layout.h"
+#include "src/embedding_ps/stripe.h"
+
+namespace hyrec::embedding_ps {
+
+uint64_t FixedStoreBytes(int num_stripes, int num_tables) {
+  constexpr uint64_t kStoreObjectBytes = 1024;  // The store's own members, rounded up.
+  return kStoreObjectBytes +
+         static_cast<uint64_t>(num_stripes) * (sizeof(Stripe) + static_cast<uint64_t>(num_tables) * sizeof(TablePart));
+}
+
+StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table) {
+  StoreMemoryPlan plan;
+  StoreOptions sized = options;
+  sized.num_stripes = std::max(options.num_stripes, 1);
+  const uint64_t stripes = static_cast<uint64_t>(sized.num_stripes);
+  const std::vector<TableLayout> layouts = MakeLayouts(sized);
+  for (size_t t = 0; t < layouts.size(); ++t) {
+    const TableLayout& layout = layouts[t];
+    StoreMemoryPlan::Table table;
+    table.rows = t < rows_per_table.size() ? rows_per_table[t] : 0;
+    table.slot_bytes = layout.slot_bytes;
+    table.value_bytes = static_cast<uint32_t>(4 * layout.dim);
+    table.state_bytes = static_cast<uint32_t>(4 * layout.state_floats);
+    const uint64_t per_stripe = (table.rows + stripes - 1) / stripes;
+    const uint64_t chunk_rows = uint64_t{1} << layout.chunk_shift;
+    table.slab_bytes = stripes * ((per_stripe + chunk_rows - 1) / chunk_rows) * (table.slot_bytes * chunk_rows);
+    plan.index_bytes += stripes * RowIndex::BytesHolding(layout.rows_per_stripe, per_stripe);
+    plan.rows += table.rows;
+    plan.payload_bytes += table.rows * (table.value_bytes + table.state_bytes);
+    if (options.tables[t].admission.min_count > 1) {
+      plan.sketch_bytes += stripes * CountMinSketch::kDepth * SketchWidth(sized);
+    }
+    plan.tables.push_back(table);
+  }
+  plan.fixed_bytes = FixedStoreBytes(sized.num_stripes, static_cast<int>(layouts.size()));
+  plan.bytes = plan.index_bytes + plan.sketch_bytes + plan.fixed_bytes;
+  for (const StoreMemoryPlan::Table& t : plan.tables) plan.bytes += t.slab_bytes;
+  return plan;
+}
+
+}  // namespace hyrec::embedding_ps
