@@ -69,12 +69,11 @@ uint64_t PhysicalMemoryBytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
 }
 
-// The address space a stripe reserves for its rows: twice its share of what the store may hold
-// (its byte capacity, else the machine's memory), at least 64 MiB, at most what a handle names.
-uint64_t ArenaBytesPerStripe(const StoreOptions& options) {
+// The address space a store reserves for its rows: twice what it may hold (its byte capacity,
+// else the machine's memory), at least 256 MiB, at most what a handle names.
+uint64_t ArenaBytes(const StoreOptions& options) {
   const uint64_t bound = options.capacity_bytes > 0 ? options.capacity_bytes : PhysicalMemoryBytes();
-  const uint64_t share = 2 * (bound / static_cast<uint64_t>(options.num_stripes));
-  return std::clamp<uint64_t>(share, uint64_t{64} << 20, RowArena::kMaxBytes);
+  return std::clamp<uint64_t>(2 * bound, uint64_t{256} << 20, RowArena::kMaxBytes);
 }
 
 class StripedStore final : public EmbeddingShardStore {
@@ -86,6 +85,7 @@ class StripedStore final : public EmbeddingShardStore {
         num_stripes_(options.num_stripes),
         track_changes_(options.track_changes),
         layouts_(std::move(layouts)),
+        arena_(ArenaBytes(options)),
         rejected_nonfinite_(layouts_.size()),
         duplicates_(layouts_.size()),
         nonfinite_results_(layouts_.size()),
@@ -93,11 +93,13 @@ class StripedStore final : public EmbeddingShardStore {
         data_time_(layouts_.size()),
         dedup_(layouts_.size()) {
     const uint32_t sketch_width = SketchWidth(options);
-    const uint64_t arena_bytes = ArenaBytesPerStripe(options);
     stripes_.reserve(num_stripes_);
     for (int s = 0; s < num_stripes_; ++s) {
-      stripes_.push_back(
-          std::make_unique<Stripe>(s, layouts_, options.tables, sketch_width, arena_bytes, Mix64(s + 1)));
+      stripes_.push_back(std::make_unique<Stripe>(s, layouts_, options.tables, sketch_width, Mix64(s + 1)));
+    }
+    const bool bounded = capacity_rows_ > 0 || capacity_bytes_ > 0;
+    for (const TableConfig& config : options.tables) {
+      scored_.push_back(bounded || config.capacity_rows > 0 || config.eviction.policy != EvictionPolicy::kLru);
     }
     indexes_.reserve(layouts_.size() * num_stripes_);
     for (const TableLayout& layout : layouts_) {
@@ -399,7 +401,7 @@ class StripedStore final : public EmbeddingShardStore {
               absl::StrCat("table '", table(t).name, "': a stripe is full while restoring"));
           continue;
         }
-        const uint32_t slot = r.index.slot(at);
+        const SlotHandle slot = r.index.slot(at);
         CopyFloats(values.data() + p * floats, r.floats(slot), static_cast<int>(floats));
         const uint16_t score = RestoredScoreLocked(
             stripe, t, scores.empty() ? std::optional<uint64_t>() : std::optional<uint64_t>(scores[p]), ttl_now);
@@ -471,7 +473,7 @@ class StripedStore final : public EmbeddingShardStore {
         TablePart& part = r.part;
         const int dim = layouts_[t].dim;
         r.index.ForEach([&](RowIndex::Position p) {
-          const uint32_t slot = r.index.slot(p);
+          const SlotHandle slot = r.index.slot(p);
           if (!r.index.marked(p)) return;
           r.index.set_mark(p, false);
           out.ids.push_back(r.id(slot));
@@ -562,7 +564,7 @@ class StripedStore final : public EmbeddingShardStore {
     r.index.ForEach([&](RowIndex::Position p) { order.emplace_back(part.scores.Rank(r.index.score(p), ttl_now), p); });
     std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     for (const auto& [rank, p] : order) {
-      const uint32_t slot = r.index.slot(p);
+      const SlotHandle slot = r.index.slot(p);
       std::optional<uint64_t> score;
       if (layout.policy == EvictionPolicy::kLfu) {
         score = r.index.score(p);
@@ -728,6 +730,7 @@ class StripedStore final : public EmbeddingShardStore {
     const uint32_t* starts = scratch.starts.data();
     const TableLayout& layout = layouts_[t];
     const bool ttl = layout.policy == EvictionPolicy::kTtl;
+    const bool scored = scored_[t];
     const uint16_t ttl_now = TtlNow(t);
     int locked_below = 0;  // Stripes below it with rows in this call are locked or done.
     auto lock_through = [&](uint32_t s) {
@@ -748,7 +751,7 @@ class StripedStore final : public EmbeddingShardStore {
         const RowIndex::Position candidate = indexes[s].CandidatePosition(hashes[order[i]]);
         candidates[i % kRing] = candidate;
         if (candidate != RowIndex::kNone) {
-          const char* slot = Slab::Slot(stripes_[s]->arena.base(), indexes[s].slot(candidate));
+          const char* slot = Slab::Slot(arena_.base(), indexes[s].slot(candidate));
           PrefetchLine(slot);
           for (uint32_t line = 64 - (reinterpret_cast<uintptr_t>(slot) & 63); line < touch_bytes; line += 64) {
             PrefetchLine(slot + line);
@@ -776,10 +779,12 @@ class StripedStore final : public EmbeddingShardStore {
         at = RowIndex::kNone;
       }
       if (at != RowIndex::kNone) {
-        RowScores::Upkeep upkeep = RowScores::Upkeep::kNone;
-        r.index.set_score(at, r.part.scores.Use(r.index.score(at), r.rows(), ttl_now, &upkeep));
+        if (scored) {
+          RowScores::Upkeep upkeep = RowScores::Upkeep::kNone;
+          r.index.set_score(at, r.part.scores.Use(r.index.score(at), r.rows(), ttl_now, &upkeep));
+          RunUpkeep(r, upkeep);
+        }
         row(p, r, at);
-        RunUpkeep(r, upkeep);
       } else {
         if (create && AdmitLocked(stripe, t, hashes[p])) at = InsertLocked(stripe, t, ids[p], hashes[p], /*init=*/true);
         row(p, r, at);
@@ -795,11 +800,11 @@ class StripedStore final : public EmbeddingShardStore {
     RowIndex& index;
     char* base;
     uint64_t rows() const { return index.size(); }
-    uint64_t id(uint32_t slot) const { return Slab::id(base, slot); }
-    float* floats(uint32_t slot) const { return Slab::floats(base, slot); }
+    uint64_t id(SlotHandle slot) const { return Slab::id(base, slot); }
+    float* floats(SlotHandle slot) const { return Slab::floats(base, slot); }
   };
   Rows RowsOf(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    return Rows{stripe.parts[t], IndexOf(stripe, t), stripe.arena.base()};
+    return Rows{stripe.parts[t], IndexOf(stripe, t), arena_.base()};
   }
   Rows RowsOf(const Stripe& stripe, int t) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     return const_cast<StripedStore*>(this)->RowsOf(const_cast<Stripe&>(stripe), t);
@@ -829,7 +834,7 @@ class StripedStore final : public EmbeddingShardStore {
   }
 
   static RowIndex::Position FindLocked(const Rows& r, uint64_t id, uint64_t hash) {
-    return r.index.Find(hash, [&](uint32_t slot) { return r.id(slot) == id; });
+    return r.index.Find(hash, [&](SlotHandle slot) { return r.id(slot) == id; });
   }
 
   bool AdmitLocked(Stripe& stripe, int t, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
@@ -925,7 +930,7 @@ class StripedStore final : public EmbeddingShardStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     Rows r = RowsOf(stripe, t);
     TablePart& part = r.part;
-    const uint32_t slot = r.index.slot(at);
+    const SlotHandle slot = r.index.slot(at);
     if (track_changes_) {
       part.tombstones.push_back(r.id(slot));
     }
@@ -954,7 +959,7 @@ class StripedStore final : public EmbeddingShardStore {
     for (int victim = 0; OverCapacity() && (victim = VictimTableLocked(stripe, t)) >= 0;) {
       EvictForLocked(stripe, victim, victim == t ? hash : Hash(victim, id));
     }
-    const uint32_t slot = part.slab.Allocate(stripe.arena, id);
+    const SlotHandle slot = part.slab.Allocate(arena_, id);
     if (slot == kNoSlot) {
       total_rows_.fetch_sub(1, std::memory_order_relaxed);
       table_rows_[t].fetch_sub(1, std::memory_order_relaxed);
@@ -971,8 +976,8 @@ class StripedStore final : public EmbeddingShardStore {
     const uint16_t score = part.scores.New(r.rows(), TtlNow(t), &upkeep);
     part.scores.Note(score, TtlNow(t));
     const RowIndex::Position at = r.index.Insert(
-        hash, slot, score, [&](uint32_t other) { return Hash(t, r.id(other)); },
-        [&](uint32_t other) { PrefetchLine(Slab::Slot(r.base, other)); });
+        hash, slot, score, [&](SlotHandle other) { return Hash(t, r.id(other)); },
+        [&](SlotHandle other) { PrefetchLine(Slab::Slot(r.base, other)); });
     RunUpkeep(r, upkeep);  // Scores only: `at` stays valid.
     if (track_changes_) r.index.set_mark(at, true);
     ++stripe.rows;
@@ -984,9 +989,14 @@ class StripedStore final : public EmbeddingShardStore {
   const int num_stripes_;
   const bool track_changes_;
   const std::vector<TableLayout> layouts_;
+  RowArena arena_;  // Every stripe's rows.
   std::vector<std::unique_ptr<Stripe>> stripes_;
   // Per (table, stripe), at t * num_stripes_ + s; stripe s's lock guards its indexes.
   std::vector<RowIndex> indexes_;
+  // Per table: whether a use renews its row's score. Not for an lru table that never evicts (no
+  // capacity bounds it), where nothing reads the scores but a snapshot's order: a lookup then
+  // writes nothing.
+  std::vector<uint8_t> scored_;
   std::atomic<uint64_t> total_rows_{0};
   std::atomic<uint64_t> total_charged_{0};
   std::atomic<uint64_t> rejected_requests_{0};

@@ -13,16 +13,9 @@ namespace hyrec::embedding_ps {
 namespace {
 
 constexpr size_t kHugePage = 2u << 20;
-// Linux 6.1's synchronous collapse into huge pages; glibc's headers may not name it yet.
-#ifdef MADV_COLLAPSE
-constexpr int kMadvCollapse = MADV_COLLAPSE;
-#else
-constexpr int kMadvCollapse = 25;
-#endif
 
-// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised for huge pages
-// (`advice`), or against them.
-char* MapAligned(size_t bytes, int flags = 0, int advice = MADV_HUGEPAGE) {
+// A 2 MiB-aligned anonymous mapping of `bytes` (a multiple of 2 MiB), advised for huge pages.
+char* MapAligned(size_t bytes, int flags = 0) {
   const size_t padded = bytes + kHugePage;
   void* raw = mmap(nullptr, padded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | flags, -1, 0);
   if (raw == MAP_FAILED) throw std::bad_alloc();
@@ -31,7 +24,7 @@ char* MapAligned(size_t bytes, int flags = 0, int advice = MADV_HUGEPAGE) {
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t end = start + padded;
   if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
-  madvise(reinterpret_cast<void*>(aligned), bytes, advice);
+  madvise(reinterpret_cast<void*>(aligned), bytes, MADV_HUGEPAGE);
   return reinterpret_cast<char*>(aligned);
 }
 
@@ -40,18 +33,7 @@ char* MapAligned(size_t bytes, int flags = 0, int advice = MADV_HUGEPAGE) {
 RowArena::RowArena(uint64_t reserve_bytes) {
   reserved_ = std::min<uint64_t>(reserve_bytes, kMaxBytes) & ~(kHugePage - 1);
   if (reserved_ == 0) reserved_ = kHugePage;
-  // Small pages until a 2 MiB extent is full (CollapseFilled): a huge page faulted in at the
-  // cursor would hold up to 2 MiB of nothing in every stripe.
-  base_ = MapAligned(reserved_, MAP_NORESERVE, MADV_NOHUGEPAGE);
-}
-
-void RowArena::CollapseFilled(uint64_t before) {
-  const uint64_t from = before & ~(kHugePage - 1);
-  const uint64_t to = used_ & ~(kHugePage - 1);
-  if (to <= from) return;
-  char* start = base_ + from;
-  madvise(start, to - from, MADV_HUGEPAGE);
-  madvise(start, to - from, kMadvCollapse);  // Best effort: kernels before 6.1 leave small pages.
+  base_ = MapAligned(reserved_, MAP_NORESERVE);
 }
 
 RowArena::~RowArena() { munmap(base_, reserved_); }

@@ -53,8 +53,10 @@ std::vector<TableLayout> MakeLayouts(const StoreOptions& options) {
     layout.lfu_aging = config.eviction.lfu_aging_touches;
     layouts.push_back(layout);
   }
-  // A table's rows: its own bound, else its share of the store's (the store's whole bound when it
-  // is the only table; an index sized for less grows when its table takes more).
+  // A table's index is sized for its own bound, or, when it is the store's only table, for the
+  // store's. A table that shares the store's bound with others starts small and grows with its
+  // rows: sizing each for a share would leave the indexes of tables that stay small empty, and
+  // sizing each for the whole bound would multiply the index by the number of tables.
   for (TableLayout& layout : layouts) {
     const size_t t = &layout - layouts.data();
     uint64_t store_rows = options.capacity_rows;
@@ -62,7 +64,7 @@ std::vector<TableLayout> MakeLayouts(const StoreOptions& options) {
       const uint64_t by_bytes = options.capacity_bytes / layout.charge;
       store_rows = store_rows == 0 ? by_bytes : std::min(store_rows, by_bytes);
     }
-    uint64_t rows = store_rows / layouts.size();
+    uint64_t rows = layouts.size() == 1 ? store_rows : 0;
     if (options.tables[t].capacity_rows > 0) {
       rows = store_rows == 0 ? options.tables[t].capacity_rows : std::min(options.tables[t].capacity_rows, store_rows);
     }

@@ -44,10 +44,10 @@ struct TablePart {
 };
 
 struct alignas(64) Stripe {
-  // Stripe `number` of its store; `arena_bytes`: the address space its rows may take.
+  // Stripe `number` of its store.
   Stripe(int number, const std::vector<TableLayout>& layouts, const std::vector<TableConfig>& configs,
-         uint32_t sketch_width, uint64_t arena_bytes, uint64_t seed)
-      : number(number), arena(arena_bytes), rng_state(seed) {
+         uint32_t sketch_width, uint64_t seed)
+      : number(number), rng_state(seed) {
     parts.reserve(layouts.size());
     for (size_t t = 0; t < layouts.size(); ++t) {
       parts.emplace_back(layouts[t], configs[t].admission.min_count > 1 ? sketch_width : 0);
@@ -56,7 +56,6 @@ struct alignas(64) Stripe {
 
   mutable StripeMutex mu;
   const int number;
-  RowArena arena ABSL_GUARDED_BY(mu);
   std::vector<TablePart> parts ABSL_GUARDED_BY(mu);  // Per table.
   uint64_t rows ABSL_GUARDED_BY(mu) = 0;
   uint64_t rng_state ABSL_GUARDED_BY(mu);  // The admission coin.

@@ -2,13 +2,14 @@
 //
 // The store maps (table, uint64 id) to a row of `dim` weights followed by the table's optimizer
 // state, contiguous in memory. The id space is unbounded; memory is bounded by a capacity in rows
-// and/or bytes for the whole store, and by a capacity in rows per table (TableConfig). Each
-// stripe keeps one list per table in the order of the table's eviction policy (TableConfig::
-// eviction: least recently used, least frequently used, or TTL by data time; a lookup or an
-// update uses a row). When an insert would exceed its table's capacity, the table's row at the
-// end of the list in the id's stripe is evicted; when it would exceed the store's, that row of
-// the same table in that stripe (or, when the table has none there, of the stripe's largest
-// table). Rows of a ttl table also expire once unused for the TTL of data time.
+// and/or bytes for the whole store, and by a capacity in rows per table (TableConfig). Each row
+// carries a score of its table's eviction policy (TableConfig::eviction: least recently used,
+// least frequently used, or TTL by data time; a lookup or an update uses a row). When an insert
+// would exceed its table's capacity, the row the policy ranks first among those of the new id's
+// index bucket in its stripe is evicted (not exact LRU: its hit rate is within a point of exact
+// LRU's, docs/architecture.md); when it would exceed the store's, such a row of the same table in
+// that stripe (or, when the table has none there, of the stripe's largest table). Rows of a ttl
+// table also expire once unused for the TTL of data time.
 //
 // New rows are initialized from (table seed, id) alone, so an id gets the same initial vector on
 // any PS, in any run, for any number of PS shards.
@@ -28,13 +29,13 @@
 //   HYREC_RETURN_IF_ERROR(store->Update(user, ids, grads, UpdateId{/*worker_id=*/0, /*sequence=*/1}, nullptr));
 //
 // Thread safety: all methods are safe for concurrent use. The store is split into
-// `num_stripes` stripes by a hash of (table, id), each with its own lock, lists and hash
+// `num_stripes` stripes by a hash of (table, id), each with its own lock and, per table, hash
 // index, so lookups and updates from many RPC threads proceed in parallel.
 //
 // Memory layout (docs/architecture.md has the details): each row is a slot of
-// 16 + 4 * (dim + state) bytes (id, two 24-bit list links and a 16-bit policy score, floats) in
-// per-(stripe, table) chunk arrays, found through an open-addressing index of 32-bit slot
-// handles. Slots are never moved.
+// 8 + 4 * (dim + state) bytes (the id, then the floats) in one huge-page arena per store, found
+// through a per-(stripe, table) open-addressing index whose 64-byte buckets hold 7 entries of a
+// 40-bit slot handle, a 16-bit policy score and a tag. Slots are never moved.
 #ifndef HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
 #define HYREC_EMBEDDING_PS_EMBEDDING_STORE_H_
 
@@ -54,8 +55,8 @@
 
 namespace hyrec::embedding_ps {
 
-// Rows one stripe holds of one table (slots are 24-bit); a store refuses a capacity that would
-// need more than half of this a stripe, for the hash's uneven spread.
+// Rows one stripe holds of one table; a store refuses a capacity that would need more than half
+// of this a stripe, for the hash's uneven spread.
 inline constexpr uint32_t kMaxRowsPerStripeAndTable = (1u << 24) - 1;
 
 struct StoreOptions {
@@ -73,7 +74,8 @@ struct StoreOptions {
 };
 
 // A store's state as a checkpoint holds it (shard_checkpoint.h writes and reads it). Rows are per
-// table, least recently used first, each `dim` weights followed by the optimizer's state floats.
+// table, within each stripe the next to be evicted first, each `dim` weights followed by the
+// optimizer's state floats.
 struct StoreSnapshot {
   struct Table {
     std::vector<uint64_t> ids;
@@ -155,7 +157,7 @@ struct TableStats {
   std::string optimizer;
   uint64_t rows = 0;
   uint64_t bytes = 0;          // Slot bytes held by this table's rows (allocated chunks).
-  uint64_t row_bytes = 0;      // Bytes of one slot: 16 + 4 * (dim + state floats).
+  uint64_t row_bytes = 0;      // Bytes of one slot: 8 + 4 * (dim + state floats).
   uint64_t capacity_rows = 0;  // The table's own bound (TableConfig::capacity_rows).
   uint64_t lookups = 0;        // Ids looked up.
   uint64_t updates = 0;        // Rows updated.
@@ -189,13 +191,13 @@ struct StoreStats {
 struct StoreMemoryPlan {
   struct Table {
     uint64_t rows = 0;
-    uint32_t slot_bytes = 0;   // A row's slot: id 8, eviction links and score 8, then its floats.
+    uint32_t slot_bytes = 0;   // A row's slot: the id (8 bytes), then its floats.
     uint32_t value_bytes = 0;  // 4 x dim.
     uint32_t state_bytes = 0;  // 4 x the optimizer's state floats.
     uint64_t slab_bytes = 0;   // Its slots, allocated in whole chunks, over every stripe.
   };
   std::vector<Table> tables;
-  uint64_t index_bytes = 0;   // The stripes' hash indexes (64-byte buckets of 12, at most 90% full).
+  uint64_t index_bytes = 0;   // The hash indexes (64-byte buckets of 7, at most 90% full).
   uint64_t sketch_bytes = 0;  // Admission count-min sketches.
   uint64_t fixed_bytes = 0;   // The store and its stripes' headers.
   uint64_t bytes = 0;         // All of the above: StoreStats::bytes.

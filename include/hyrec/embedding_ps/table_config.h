@@ -73,10 +73,11 @@ struct AdmissionConfig {
   bool AdmitsEverything() const { return probability >= 1.0 && min_count <= 1; }
 };
 
-// Which rows a bounded table gives up. Every policy keeps one list per (stripe, table), ordered
-// from the row to keep longest to the next to evict, and evicts from its end:
+// Which rows a bounded table gives up. Every policy keeps a 16-bit score per row and evicts, for a
+// new row, the row it ranks first among those of the new row's index bucket (all of a small
+// table's rows; docs/architecture.md):
 //   kLru: the least recently used row (a lookup or an update uses it).
-//   kLfu: the least frequently used row, ties going to the least recently used. A row's count
+//   kLfu: the least frequently used row (any one of equal counts). A row's count
 //         starts at 1 and grows by one per use (saturating at 65535); a stripe's counts of the
 //         table are halved after `lfu_aging_touches` uses per row it holds, so that what was
 //         popular long ago does not stay forever (aging).

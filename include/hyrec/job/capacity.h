@@ -108,10 +108,11 @@ struct CapacityPlan {
     uint64_t logical_rows = 0;   // 0: unknown (no size of its own, planned at its store's bound).
     uint64_t capacity_rows = 0;  // Over every shard; 0: unbounded.
     uint64_t resident_rows = 0;  // Over every shard: the logical rows, bounded by the capacities.
-    // Bytes of one resident row, by what holds them: its key (8), eviction links and score (8),
-    // values (4 dim), optimizer state, and its share of the index and of the slabs' last chunks.
+    // Bytes of one resident row, by what holds them: its key (8), eviction state beside the row
+    // (none: its score is in its index entry), values (4 dim), optimizer state, and its share of
+    // the index and of the slabs' last chunks.
     uint32_t key_bytes = 8;
-    uint32_t eviction_bytes = 8;
+    uint32_t eviction_bytes = 0;
     uint32_t value_bytes = 0;
     uint32_t state_bytes = 0;
     double index_bytes = 0;
