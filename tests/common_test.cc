@@ -1,4 +1,7 @@
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -55,6 +58,33 @@ TEST(EnvLogFile, WritesOnlyAtSyncInWholePaddedBlocksAndCloseCutsThePadding) {
   EXPECT_EQ(*ReadFileToString(env, path, 1 << 20), expected + "tail") << "Close writes the rest, unpadded";
   ASSERT_TRUE(env->TruncateFile(path, 10).ok());
   EXPECT_EQ(*env->GetFileSize(path), 10u);
+  std::filesystem::remove_all(dir);
+}
+
+// A probe sees a LockFile holder and names it, but not another probe: the shards of one job probe
+// checkpoint.dir's LOCK at the same time, and none may take the others for a run.
+TEST(EnvLock, AProbeSeesAHolderButNotAnotherProbe) {
+  const std::string dir = ::testing::TempDir() + "/env_probe_lock";
+  std::filesystem::remove_all(dir);
+  Env* env = Env::Default();
+  ASSERT_TRUE(env->CreateDirs(dir).ok());
+  const std::string path = dir + "/LOCK";
+  EXPECT_TRUE(env->ProbeLock(path).ok()) << "no file: nobody holds it";
+  {
+    auto held = env->LockFile(path, "a run of job 42");
+    ASSERT_TRUE(held.ok()) << held.status();
+    const absl::Status probe = env->ProbeLock(path);
+    EXPECT_TRUE(absl::IsFailedPrecondition(probe)) << probe;
+    EXPECT_NE(probe.message().find("a run of job 42"), absl::string_view::npos) << probe;
+  }
+  const int other = ::open(path.c_str(), O_RDONLY);  // Another probe, mid-probe.
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(::flock(other, LOCK_SH | LOCK_NB), 0);
+  EXPECT_TRUE(env->ProbeLock(path).ok()) << "probes do not see each other";
+  EXPECT_TRUE(absl::IsFailedPrecondition(env->LockFile(path, "x").status())) << "a taker waits out a probe";
+  ::close(other);
+  EXPECT_EQ(*ReadFileToString(env, path, 100), "a run of job 42") << "probes write nothing";
+  EXPECT_TRUE(env->LockFile(path, "x").ok());
   std::filesystem::remove_all(dir);
 }
 

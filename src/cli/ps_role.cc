@@ -176,18 +176,17 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
 // acknowledged updates: those are in no checkpoint, and only --recover keeps them.
 absl::Status RefuseToResetALiveRunsLog(const ShardLog& shard) {
   if (shard.log == nullptr || shard.checkpoint_root.empty()) return absl::OkStatus();
-  const std::string lock_path = JoinPath(shard.checkpoint_root, kLockFileName);
-  if (!Env::Default()->FileExists(lock_path)) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<FileLock>> probe =
-      Env::Default()->LockFile(lock_path, "a PS shard checking for a run");
-  if (probe.ok() || !absl::IsFailedPrecondition(probe.status())) return absl::OkStatus();  // No run holds it.
+  // A probe, not a lock: the job's other shards probe at the same time and must not take each
+  // other for a run.
+  const absl::Status probe = Env::Default()->ProbeLock(JoinPath(shard.checkpoint_root, kLockFileName));
+  if (probe.ok() || !absl::IsFailedPrecondition(probe)) return absl::OkStatus();  // No run holds it.
   embedding_ps::ReplayStats stats;
   absl::Status read = shard.log->Replay(0, nullptr, &stats);
   if (read.ok() && stats.updates == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "the update log ", shard.log->dir(), " holds ",
       read.ok() ? absl::StrCat(stats.updates, " acknowledged update(s)") : std::string("updates"),
-      " of the run in progress (", probe.status().message(),
+      " of the run in progress (", probe.message(),
       "), which a fresh start would delete: restart this shard with --recover to keep them (or stop the run first "
       "to start over)"));
 }

@@ -273,6 +273,7 @@ class PosixEnv final : public Env {
   }
 
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) override;
+  absl::Status ProbeLock(const std::string& path) override;
 };
 
 class PosixFileLock final : public FileLock {
@@ -303,6 +304,23 @@ absl::StatusOr<std::unique_ptr<FileLock>> PosixEnv::LockFile(const std::string& 
     return PosixError("writing the holder into the lock file", path, error);
   }
   return std::unique_ptr<FileLock>(new PosixFileLock(fd));
+}
+
+absl::Status PosixEnv::ProbeLock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno == ENOENT ? absl::OkStatus() : PosixError("opening the lock file", path, errno);
+  if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+    ::close(fd);  // Releases the shared lock.
+    return absl::OkStatus();
+  }
+  const int error = errno;
+  char note[512];
+  const ssize_t n = error == EWOULDBLOCK ? ::pread(fd, note, sizeof(note) - 1, 0) : -1;
+  ::close(fd);
+  if (error != EWOULDBLOCK) return PosixError("probing the lock of", path, error);
+  const std::string who(note, n > 0 ? static_cast<size_t>(n) : 0);
+  return absl::FailedPreconditionError(
+      absl::StrCat(path, " is locked by ", who.empty() ? std::string("another process") : who));
 }
 
 std::string DirName(const std::string& path) {

@@ -93,6 +93,12 @@ class Env {
   // nothing); exec'd children do not inherit it. Never waits: FAILED_PRECONDITION naming `path`
   // and the holder's text when another holder has it.
   virtual absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) = 0;
+  // Whether a LockFile holder has `path` now, without taking it from anyone: OK when none does
+  // (or the file does not exist), FAILED_PRECONDITION naming the holder when one does. Many
+  // processes may probe at once without seeing each other (flock(2) shared, then released); a
+  // LockFile taker that meets a probe in that instant is refused as by a holder, which
+  // LockFileWithin's wait rides out. Writes nothing.
+  virtual absl::Status ProbeLock(const std::string& path) = 0;
 };
 
 // The block of NewLogFile's direct writes: their offsets and lengths are multiples of it.
@@ -164,6 +170,7 @@ class FaultInjectionEnv final : public Env {
   absl::Status TruncateFile(const std::string& path, uint64_t size) override;
   // The base Env's lock, which DropUnsyncedData releases: a crash leaves no process to hold it.
   absl::StatusOr<std::unique_ptr<FileLock>> LockFile(const std::string& path, absl::string_view holder) override;
+  absl::Status ProbeLock(const std::string& path) override { return base_->ProbeLock(path); }
 
   // Called by this Env's files.
   absl::Status Check(Op op, const std::string& path);
