@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "hyrec/common/allocator.h"
 #include "hyrec/common/finite.h"
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/hash.h"
@@ -776,6 +777,7 @@ absl::StatusOr<std::string> CutDirectory(const CutRoots& roots, CutKind kind, co
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const std::vector<std::string>& addresses,
                                                                         const ClientOptions& options) {
   if (addresses.empty()) return absl::InvalidArgumentError("no PS addresses given");
+  KeepLargeBuffers();
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                          rpc::ChannelCredentials(options.security));
   std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;

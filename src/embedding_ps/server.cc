@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "embedding.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "hyrec/common/allocator.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/grpc_status.h"
@@ -292,6 +293,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingServer>> EmbeddingServer::Start(std::sha
     return absl::InvalidArgumentError(
         absl::StrCat("shard index ", options.shard_index, " is not in [0, ", options.num_shards, ")"));
   }
+  KeepLargeBuffers();
   auto impl = std::make_unique<Impl>();
   impl->service = std::make_unique<EmbeddingServiceImpl>(std::move(store), options);
   rpc::ServerConfig config;
