@@ -85,10 +85,10 @@ TEST(RowIndex, GrowsPastItsInitialSize) {
   EXPECT_EQ(index.Find(HashOf(123456), [](uint32_t) { return false; }), RowIndex::kNone);
 }
 
-// The one-byte tags must tell a bucket's keys apart: Find (and Candidate, which the store uses to
+// The one-byte tags must tell a bucket's keys apart: Find (and CandidatePosition, which the store uses to
 // prefetch a key's row) should rarely meet another key's tag before the key's own. When the tag
 // came from the same hash bits as the home bucket, every key of a bucket carried the same tag,
-// and only ~1 in 12 keys' Candidate was its own handle.
+// and only ~1 in 12 keys' candidate was its own slot.
 TEST(RowIndex, TagsTellTheKeysOfABucketApart) {
   constexpr uint32_t kKeys = 200000;  // ~20k buckets: the home bucket takes the top ~14 bits.
   RowIndex index(kKeys);
@@ -96,7 +96,8 @@ TEST(RowIndex, TagsTellTheKeysOfABucketApart) {
   for (uint32_t key = 0; key < kKeys; ++key) index.Insert(HashOf(key), key, 0, rehash);
   uint32_t own = 0, compared = 0;
   for (uint32_t key = 0; key < kKeys; ++key) {
-    if (index.Candidate(HashOf(key)) == key) ++own;
+    const RowIndex::Position candidate = index.CandidatePosition(HashOf(key));
+    if (candidate != RowIndex::kNone && index.slot(candidate) == key) ++own;
     const RowIndex::Position at = index.Find(HashOf(key), [&](uint32_t h) {
       ++compared;
       return h == key;

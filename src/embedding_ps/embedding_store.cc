@@ -18,7 +18,6 @@
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/optimizer.h"
-#include "src/embedding_ps/huge_page_arena.h"
 #include "src/embedding_ps/row_index.h"
 #include "src/embedding_ps/sequence_window.h"
 #include "src/embedding_ps/store_layout.h"
@@ -601,21 +600,13 @@ class StripedStore final : public EmbeddingShardStore {
   // finite; otherwise the row is put back as it was and false returned.
   static bool StepRow(float* weights, const TableLayout& layout, const TableConfig& config, const float* grad) {
     const size_t floats = static_cast<size_t>(layout.dim + layout.state_floats);
-    float before[1024];
-    const bool small = floats <= 1024;
-    thread_local std::vector<float> large;
-    float* saved = before;
-    if (!small) {
-      large.assign(weights, weights + floats);
-      saved = large.data();
-    } else {
-      std::memcpy(before, weights, floats * sizeof(float));
-    }
+    thread_local std::vector<float> before;
+    before.assign(weights, weights + floats);
     ApplyOptimizer(config.optimizer, layout.dim, grad, weights, weights + layout.dim);
     // Adam's last state float holds its step count, not a float.
     const size_t checked = static_cast<size_t>(layout.dim + std::min(layout.state_floats, 2 * layout.dim));
     if (FirstNonFinite(weights, checked) == checked) return true;
-    std::memcpy(weights, saved, floats * sizeof(float));
+    std::memcpy(weights, before.data(), floats * sizeof(float));
     return false;
   }
 
@@ -973,8 +964,9 @@ class StripedStore final : public EmbeddingShardStore {
       InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
     }
     RowScores::Upkeep upkeep = RowScores::Upkeep::kNone;
-    const uint16_t score = part.scores.New(r.rows(), TtlNow(t), &upkeep);
-    part.scores.Note(score, TtlNow(t));
+    const uint16_t ttl_now = TtlNow(t);
+    const uint16_t score = part.scores.New(r.rows(), ttl_now, &upkeep);
+    part.scores.Note(score, ttl_now);
     const RowIndex::Position at = r.index.Insert(
         hash, slot, score, [&](SlotHandle other) { return Hash(t, r.id(other)); },
         [&](SlotHandle other) { PrefetchLine(Slab::Slot(r.base, other)); });

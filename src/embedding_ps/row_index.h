@@ -81,18 +81,9 @@ class RowIndex {
   // Prefetches the home bucket of `hash` (a hint).
   void Prefetch(uint64_t hash) const { PrefetchLine(&buckets_[Home(hash)]); }
 
-  // The slot of the first entry of the home bucket of `hash` whose tag matches, unverified
-  // (kNoSlot when none does): a hint of where the key's row lies, to prefetch it before Find
-  // confirms it.
-  SlotHandle Candidate(uint64_t hash) const {
-    const Bucket& bucket = buckets_[Home(hash)];
-    const uint32_t mask = MatchTag(bucket, Tag(hash));
-    return mask == 0 ? kNoSlot : bucket.slot(__builtin_ctz(mask));
-  }
-
   // The position of the first entry of the home bucket of `hash` whose tag matches, unverified
-  // (kNone when none does): where the key most likely is, for the caller to check (Holds) before
-  // it falls back to Find.
+  // (kNone when none does): where the key most likely is, to prefetch its row and then check
+  // (Holds, and the row's key) before falling back to Find.
   Position CandidatePosition(uint64_t hash) const {
     const uint64_t b = Home(hash);
     const uint32_t mask = MatchTag(buckets_[b], Tag(hash));

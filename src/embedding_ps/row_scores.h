@@ -36,8 +36,6 @@ class RowScores {
   RowScores(EvictionPolicy policy, uint32_t lfu_aging, uint32_t ttl_granules)
       : policy_(policy), lfu_aging_(lfu_aging), ttl_granules_(ttl_granules) {}
 
-  EvictionPolicy policy() const { return policy_; }
-
   // The score of a row created now, with `rows` rows of the table in the stripe; `ttl_now`: the
   // table's data time in granules (kTtl).
   uint16_t New(uint64_t rows, uint16_t ttl_now, Upkeep* upkeep) {

@@ -104,7 +104,6 @@ class Slab {
     --live_;
   }
 
-  uint32_t slot_bytes() const { return slot_bytes_; }
   uint64_t bytes() const { return chunks_ * (static_cast<uint64_t>(slot_bytes_) << chunk_shift_); }
 
  private:
