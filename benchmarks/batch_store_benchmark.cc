@@ -3,7 +3,7 @@
 //
 //   build/benchmarks/batch_store_benchmark [--tables=26] [--vocabulary=100000] [--batch=2048]
 //                                          [--dim=16] [--batches=200] [--flush_mb=64]
-//                                          [--stripes=64]
+//                                          [--stripes=64] [--repeat=1]
 //
 // Each table holds `vocabulary` rows (scattered over memory in insertion order); each batch draws
 // `batch` ids per table from Zipf(1.05) and keeps the unique ones (~1,000 per table for the
@@ -13,6 +13,8 @@
 //                scattering, huge pages as the store's), into the same output
 //   lookup       EmbeddingShardStore::Lookup, one call per table
 //   update       EmbeddingShardStore::Update (Adagrad), one call per table
+// `repeat` runs each figure's batches that many times (the figure is their mean), so that a
+// profiler sees the timed calls above the setup.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -43,6 +45,7 @@ struct Options {
   int batches = 200;
   int flush_mb = 64;
   int stripes = hyrec::embedding_ps::StoreOptions().num_stripes;
+  int repeat = 1;
 };
 
 // One batch: per table, unique row indices (into the flat arrays) and their ids.
@@ -85,16 +88,18 @@ void Flush(std::vector<char>& buffer) {
 // Mean ns per row of op(batch) over all batches, each after prepare(batch) and a flush, both
 // untimed.
 template <typename Prepare, typename Op>
-double NsPerRow(const std::vector<Batch>& batches, std::vector<char>& flush, Prepare&& prepare, Op&& op) {
+double NsPerRow(const std::vector<Batch>& batches, int repeat, std::vector<char>& flush, Prepare&& prepare, Op&& op) {
   double ns = 0;
   size_t rows = 0;
-  for (const Batch& b : batches) {
-    prepare(b);
-    Flush(flush);
-    const auto start = Clock::now();
-    op(b);
-    ns += std::chrono::duration<double, std::nano>(Clock::now() - start).count();
-    rows += b.total;
+  for (int r = 0; r < repeat; ++r) {
+    for (const Batch& b : batches) {
+      prepare(b);
+      Flush(flush);
+      const auto start = Clock::now();
+      op(b);
+      ns += std::chrono::duration<double, std::nano>(Clock::now() - start).count();
+      rows += b.total;
+    }
   }
   return ns / static_cast<double>(rows);
 }
@@ -111,7 +116,8 @@ int main(int argc, char** argv) {
     };
     if (!(value("tables", &o.tables) || value("vocabulary", &o.vocabulary) || value("batch", &o.batch) ||
           value("dim", &o.dim) || value("batches", &o.batches) || value("flush_mb", &o.flush_mb) ||
-          value("stripes", &o.stripes))) {
+          value("stripes", &o.stripes) || value("repeat", &o.repeat)) ||
+        o.repeat < 1) {
       std::fprintf(stderr, "unknown or malformed argument: %s\n", argv[i]);
       return 2;
     }
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
     }
   };
 
-  const double floor = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
+  const double floor = NsPerRow(batches, o.repeat, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       float* dst = out[t].data();
       for (uint32_t row : b.rows[t]) {
@@ -170,12 +176,12 @@ int main(int argc, char** argv) {
       }
     }
   });
-  const double lookup = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
+  const double lookup = NsPerRow(batches, o.repeat, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       if (!store->Lookup(t, b.ids[t], absl::MakeSpan(out[t]), nullptr).ok()) std::abort();
     }
   });
-  const double update = NsPerRow(batches, flush, size_buffers, [&](const Batch& b) {
+  const double update = NsPerRow(batches, o.repeat, flush, size_buffers, [&](const Batch& b) {
     for (int t = 0; t < o.tables; ++t) {
       if (!store->Update(t, b.ids[t], grads[t], {}, nullptr).ok()) std::abort();
     }

@@ -13,9 +13,17 @@
 // Figures, per unique row:
 //   floor   copying the bytes a row moves through the client: its id out, its row in (and out of
 //           a receive buffer), its gradient out: memcpy between buffers of the batch's size
-//   client  the lookup and the update through the client
+//   socket  the same bytes through a loopback TCP connection to a child process that answers
+//           each shard's lookup with its rows and each update with 8 bytes, as the client's calls
+//           do: what the kernel alone charges the worker to move them
+//   client  the lookup and the update through the client, with its user and system shares
 // Target: client <= 8 x the floor's CPU.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -54,12 +62,91 @@ struct Batch {
   size_t rows = 0;
 };
 
-double CpuSeconds() {
+// CPU seconds of this process so far: user, system.
+struct Cpu {
+  double user = 0;
+  double system = 0;
+  double total() const { return user + system; }
+};
+Cpu CpuNow() {
   rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+  return {seconds(usage.ru_utime), seconds(usage.ru_stime)};
 }
+double CpuSeconds() { return CpuNow().total(); }
+
+bool SendAll(int fd, const char* data, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t n = send(fd, data, bytes, 0);
+    if (n <= 0) return false;
+    data += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+bool RecvAll(int fd, char* data, size_t bytes) {
+  while (bytes > 0) {
+    const ssize_t n = recv(fd, data, bytes, 0);
+    if (n <= 0) return false;
+    data += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+// A child process on the far end of a loopback TCP connection: reads a header (request bytes,
+// answer bytes), the request, and writes an answer of that size, until the connection closes.
+class EchoPeer {
+ public:
+  // Forks the peer; fd() < 0 when any step failed.
+  EchoPeer() {
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+        listen(listener, 1) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      return;
+    }
+    child_ = fork();
+    if (child_ == 0) {
+      const int peer = accept(listener, nullptr, nullptr);
+      std::vector<char> buffer;
+      uint64_t header[2];
+      while (peer >= 0 && RecvAll(peer, reinterpret_cast<char*>(header), sizeof(header))) {
+        buffer.resize(std::max(header[0], header[1]));
+        if (!RecvAll(peer, buffer.data(), header[0]) || !SendAll(peer, buffer.data(), header[1])) break;
+      }
+      _exit(0);
+    }
+    close(listener);
+    if (child_ < 0) return;
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    if (fd_ >= 0) setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+  ~EchoPeer() {
+    if (fd_ >= 0) close(fd_);
+    if (child_ > 0) waitpid(child_, nullptr, 0);
+  }
+  int fd() const { return fd_; }
+  // Sends `request` and receives `answer` (its size) back.
+  bool Call(const char* request, size_t request_bytes, char* answer, size_t answer_bytes) {
+    const uint64_t header[2] = {request_bytes, answer_bytes};
+    return SendAll(fd_, reinterpret_cast<const char*>(header), sizeof(header)) &&
+           SendAll(fd_, request, request_bytes) && RecvAll(fd_, answer, answer_bytes);
+  }
+
+ private:
+  pid_t child_ = -1;
+  int fd_ = -1;
+};
 
 uint64_t IdOf(int table, uint64_t row) { return hyrec::Mix64((static_cast<uint64_t>(table) << 40) | row); }
 
@@ -107,6 +194,43 @@ bool ParseArgs(int argc, char** argv, Options* o) {
   return true;
 }
 
+// CPU ns per row of this process sending each batch's bytes through a loopback TCP connection, as
+// the client's calls carry them (see the file comment); negative when the peer failed.
+double SocketNsPerRow(const Options& o, const std::vector<Batch>& batches, const std::vector<std::vector<float>>& grads,
+                      size_t total, EchoPeer& peer) {
+  const size_t row_bytes = (o.fp16 ? 2 : 4) * static_cast<size_t>(o.dim);
+  std::vector<char> request, answer;
+  auto socket_batch = [&](const Batch& b) {
+    for (int shard = 0; shard < o.shards; ++shard) {
+      request.clear();
+      size_t rows_in_shard = 0;
+      for (int t = 0; t < o.tables; ++t) {
+        const uint32_t begin = b.offsets[t][shard], end = b.offsets[t][shard + 1];
+        const char* ids = reinterpret_cast<const char*>(b.ids[t].data() + begin);
+        request.insert(request.end(), ids, ids + 8 * (end - begin));
+        rows_in_shard += end - begin;
+      }
+      answer.resize(rows_in_shard * row_bytes);
+      if (!peer.Call(request.data(), request.size(), answer.data(), answer.size())) return false;
+      for (int t = 0; t < o.tables; ++t) {
+        const uint32_t begin = b.offsets[t][shard], end = b.offsets[t][shard + 1];
+        const char* grads_of = reinterpret_cast<const char*>(grads[t].data() + begin * o.dim);
+        request.insert(request.end(), grads_of, grads_of + row_bytes * (end - begin));
+      }
+      if (!peer.Call(request.data(), request.size(), answer.data(), 8)) return false;
+    }
+    return true;
+  };
+  for (const Batch& b : batches) {  // Warm: the socket buffers grown.
+    if (!socket_batch(b)) return -1;
+  }
+  const double socket_start = CpuSeconds();
+  for (const Batch& b : batches) {
+    if (!socket_batch(b)) return -1;
+  }
+  return (CpuSeconds() - socket_start) * 1e9 / static_cast<double>(total);
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "client_benchmark: %s\n", s.ToString().c_str());
   return 1;
@@ -117,6 +241,9 @@ int Fail(const absl::Status& s) {
 int main(int argc, char** argv) {
   Options o;
   if (!ParseArgs(argc, argv, &o)) return 2;
+  // Forked first, before this process has threads or large buffers to share copy-on-write.
+  EchoPeer peer;
+  if (peer.fd() < 0) return Fail(absl::InternalError("cannot connect to a loopback TCP peer"));
   std::string specs;
   std::vector<std::string> names;
   for (int t = 0; t < o.tables; ++t) {
@@ -179,13 +306,20 @@ int main(int argc, char** argv) {
   }
   const double floor_ns = (CpuSeconds() - floor_start) * 1e9 / (10.0 * static_cast<double>(total));
 
-  const double cpu_start = CpuSeconds();
+  // The socket floor: per batch and shard, one call carrying every table's ids that answers with
+  // their rows, then one carrying the ids and gradients that answers with 8 bytes.
+  const double socket_ns = SocketNsPerRow(o, batches, grads, total, peer);
+  if (socket_ns < 0) return Fail(absl::InternalError("the loopback TCP peer failed"));
+
+  const Cpu cpu_start = CpuNow();
   const auto wall_start = std::chrono::steady_clock::now();
   for (const Batch& b : batches) {
     if (absl::Status s = run(b, ++sequence); !s.ok()) return Fail(s);
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  const double client_ns = (CpuSeconds() - cpu_start) * 1e9 / static_cast<double>(total);
+  const Cpu cpu_end = CpuNow();
+  const double client_ns = (cpu_end.total() - cpu_start.total()) * 1e9 / static_cast<double>(total);
+  const double client_system_ns = (cpu_end.system - cpu_start.system) * 1e9 / static_cast<double>(total);
 
   std::printf(
       "%d tables (dim %d, Adagrad), %d shard(s), %s; %d batches of %d draws a table: %.0f unique rows a "
@@ -194,7 +328,9 @@ int main(int argc, char** argv) {
       static_cast<double>(total) / batches.size());
   std::printf("\n%-44s %10s %10s\n", "worker CPU per unique row", "ns", "x floor");
   std::printf("%-44s %10.1f %10.2f\n", "floor: copy of its id, row and gradient", floor_ns, 1.0);
+  std::printf("%-44s %10.1f %10.2f\n", "the same bytes through a loopback TCP socket", socket_ns, socket_ns / floor_ns);
   std::printf("%-44s %10.1f %10.2f\n", "lookup + update through the gRPC client", client_ns, client_ns / floor_ns);
+  std::printf("%-44s %10.1f %10.2f\n", "  of which in the kernel", client_system_ns, client_system_ns / floor_ns);
   std::printf("(wall %.0f ns a row, with the servers on the same cores)\ntarget: client <= 8 x the floor\n",
               wall * 1e9 / static_cast<double>(total));
   client->reset();
