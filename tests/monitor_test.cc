@@ -309,5 +309,40 @@ TEST(Events, CarryWorkerReportsExactly) {
   EXPECT_FALSE(reader.Read("hyrec-event launch").ok());
 }
 
+TEST(Events, CarryPathsWithSpacesAndSeparatorsWhole) {
+  std::ostringstream wire;
+  EventWriter writer(&wire);
+  TrainReport r;
+  r.last_checkpoint = "/data/my runs/ckpt=7%/step 100";
+  r.best_checkpoint = "tab\there\nnewline";
+  r.best_checkpoint[3] = '\t';
+  r.export_dir = "ünïcode/exp ort";
+  r.export_reason = TrainReport::ExportReason::kBestEvaluation;
+  writer.OnFinish(r);
+  const std::string line = wire.str().substr(0, wire.str().size() - 1);
+  EXPECT_EQ(line.find('\n'), std::string::npos) << "one event, one line";
+  EventReader reader(nullptr);
+  auto read = reader.Read(line);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(reader.report().last_checkpoint, r.last_checkpoint);
+  EXPECT_EQ(reader.report().best_checkpoint, r.best_checkpoint);
+  EXPECT_EQ(reader.report().export_dir, r.export_dir);
+  EXPECT_EQ(reader.report().export_reason, r.export_reason);
+
+  // A broken escape or a bool that is neither 0 nor 1 is refused by name.
+  for (const std::string& bad :
+       {std::string(" checkpoint=/a%2"), std::string(" checkpoint=/a%zz"), std::string(" interrupted=yes")}) {
+    std::string edited = line;
+    const std::string key = bad.substr(0, bad.find('=') + 1);
+    const size_t at = edited.find(key);
+    ASSERT_NE(at, std::string::npos);
+    edited.replace(at, edited.find(' ', at + 1) - at, bad);
+    EventReader again(nullptr);
+    auto status = again.Read(edited);
+    ASSERT_FALSE(status.ok()) << edited;
+    EXPECT_NE(status.status().message().find(key.substr(1, key.size() - 2)), std::string::npos) << status.status();
+  }
+}
+
 }  // namespace
 }  // namespace hyrec::dense_worker

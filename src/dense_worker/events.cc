@@ -1,6 +1,7 @@
 #include "src/dense_worker/events.h"
 
 #include <map>
+#include <type_traits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -11,51 +12,192 @@
 namespace hyrec::dense_worker {
 namespace {
 
-std::string Num(double v) { return absl::StrFormat("%.17g", v); }
-
-void AppendStats(const TrainerStats& s, std::string* line) {
-  absl::StrAppend(line, " trained_batches=", s.batches, " trained_samples=", s.samples, " lookup_ms=", Num(s.lookup_ms),
-                  " update_ms=", Num(s.update_ms), " waited_ms=", Num(s.wait_for_rows_ms),
-                  " staleness=", Num(s.observed_staleness), " lookups=", s.lookup_count, " updates=", s.update_count);
+// A 64-bit value carried as 16 hex digits (the dense fingerprint); U is uint64_t or its const.
+template <typename U>
+struct Hex64 {
+  U* value;
+};
+template <typename U>
+Hex64<U> Hex(U& value) {
+  return {&value};
 }
 
-using Fields = std::map<std::string, std::string>;
+// The one list of each report's fields: visit(key, member) for every field, in the order written.
+// `S` is the struct or its const, so that the writer and the reader share the list.
+template <typename S, typename Visit>
+void StatsFields(S& s, Visit&& visit) {
+  visit("trained_batches", s.batches);
+  visit("trained_samples", s.samples);
+  visit("lookup_ms", s.lookup_ms);
+  visit("update_ms", s.update_ms);
+  visit("waited_ms", s.wait_for_rows_ms);
+  visit("staleness", s.observed_staleness);
+  visit("lookups", s.lookup_count);
+  visit("updates", s.update_count);
+}
 
+template <typename S, typename Visit>
+void ProgressFields(S& p, Visit&& visit) {
+  visit("samples", p.samples);
+  visit("planned", p.planned_samples);
+  visit("batches", p.batches);
+  visit("epoch", p.epoch);
+  visit("bytes_read", p.bytes_read);
+  visit("bytes_total", p.bytes_total);
+  visit("epochs", p.epochs);
+  visit("elapsed", p.elapsed_seconds);
+  visit("rate", p.samples_per_second);
+  visit("loss", p.loss);
+  visit("last", p.last);
+  StatsFields(p.stats, visit);
+}
+
+// An evaluation event: the samples trained when it was taken, and the evaluation.
+template <typename At, typename E, typename Visit>
+void EvaluationFields(At& at, E& e, Visit&& visit) {
+  visit("at", at);
+  visit("auc", e.auc);
+  visit("log_loss", e.log_loss);
+  visit("samples", e.samples);
+}
+
+template <typename R, typename Visit>
+void ReportFields(R& r, Visit&& visit) {
+  visit("samples", r.samples);
+  visit("planned", r.planned_samples);
+  visit("elapsed", r.elapsed_seconds);
+  visit("rate", r.samples_per_second);
+  visit("steady", r.steady_samples_per_second);
+  visit("first_loss", r.first_loss);
+  visit("mean_loss_last", r.mean_loss_last);
+  visit("has_final_eval", r.has_final_eval);
+  visit("auc", r.final_eval.auc);
+  visit("log_loss", r.final_eval.log_loss);
+  visit("eval_samples", r.final_eval.samples);
+  visit("teacher_auc", r.teacher_auc);
+  visit("interrupted", r.interrupted);
+  visit("has_best_eval", r.has_best_eval);
+  visit("best_at", r.best_eval_samples);
+  visit("best_auc", r.best_eval.auc);
+  visit("best_log_loss", r.best_eval.log_loss);
+  visit("best_samples", r.best_eval.samples);
+  visit("has_test_eval", r.has_test_eval);
+  visit("test_at", r.test_eval_samples);
+  visit("test_auc", r.test_eval.auc);
+  visit("test_log_loss", r.test_eval.log_loss);
+  visit("test_samples", r.test_eval.samples);
+  visit("stopped_early", r.stopped_early);
+  visit("fingerprint", Hex(r.dense_fingerprint));
+  visit("dense_sum", r.dense_sum);
+  visit("dense_parameters", r.dense_parameters);
+  visit("checkpoint", r.last_checkpoint);
+  visit("best_checkpoint", r.best_checkpoint);
+  visit("export", r.export_dir);
+  visit("export_checkpoint", r.export_checkpoint);
+  visit("export_at", r.export_samples);
+  visit("export_reason", r.export_reason);
+  visit("checkpoints", r.checkpoints);
+  visit("checkpoint_failures", r.checkpoint_failures);
+  visit("pause", r.checkpoint_pause_seconds);
+  visit("write", r.checkpoint_write_seconds);
+  visit("resumed_step", r.resumed_step);
+  visit("resumed_at_end", r.resumed_at_end);
+  visit("heals", r.heals);
+  StatsFields(r.stats, visit);
+}
+
+// A byte a value may carry as it is: anything printable but the separators and the escape.
+bool Plain(unsigned char c) { return c > ' ' && c < 0x7f && c != '%' && c != '='; }
+
+// `value` with every byte that is not Plain written as %XX, so that it is one word of an event.
+std::string Escape(const std::string& value) {
+  std::string out;
+  for (unsigned char c : value) {
+    if (Plain(c)) {
+      out.push_back(static_cast<char>(c));
+    } else {
+      absl::StrAppendFormat(&out, "%%%02X", c);
+    }
+  }
+  return out;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+// The inverse of Escape; false for a '%' not followed by two hex digits.
+bool Unescape(const std::string& text, std::string* value) {
+  value->clear();
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      value->push_back(text[i]);
+      continue;
+    }
+    const int high = i + 2 < text.size() ? HexDigit(text[i + 1]) : -1;
+    const int low = i + 2 < text.size() ? HexDigit(text[i + 2]) : -1;
+    if (high < 0 || low < 0) return false;
+    value->push_back(static_cast<char>(high * 16 + low));
+    i += 2;
+  }
+  return true;
+}
+
+// Writes "key=value" for each field.
+class FieldWriter {
+ public:
+  explicit FieldWriter(std::string* line) : line_(line) {}
+  template <typename T>
+  void operator()(const char* key, const T& value) {
+    absl::StrAppend(line_, " ", key, "=", Format(value));
+  }
+
+ private:
+  static std::string Format(double v) { return absl::StrFormat("%.17g", v); }
+  static std::string Format(bool v) { return v ? "1" : "0"; }
+  static std::string Format(const std::string& v) { return Escape(v); }
+  static std::string Format(TrainReport::ExportReason v) { return ExportReasonName(v); }
+  static std::string Format(const Hex64<const uint64_t>& v) { return absl::StrFormat("%016x", *v.value); }
+  template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+  static std::string Format(T v) {
+    return absl::StrCat(v);
+  }
+  std::string* line_;
+};
+
+// Sets each field from the event's "key=value" words; the first missing or bad one is the status.
 class FieldReader {
  public:
-  explicit FieldReader(const Fields& fields) : fields_(fields) {}
+  explicit FieldReader(const std::map<std::string, std::string>& fields) : fields_(fields) {}
   template <typename T>
-  void Get(const std::string& key, T* out) {
+  void operator()(const char* key, T& out) {
     auto it = fields_.find(key);
-    bool ok = it != fields_.end();
-    if (ok) {
-      if constexpr (std::is_same_v<T, double>) {
-        ok = absl::SimpleAtod(it->second, out);
-      } else if constexpr (std::is_same_v<T, bool>) {
-        *out = it->second == "1";
-      } else if constexpr (std::is_same_v<T, std::string>) {
-        *out = it->second;
-      } else {
-        ok = absl::SimpleAtoi(it->second, out);
-      }
-    }
-    if (!ok && status_.ok())
-      status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
+    if (it != fields_.end() && Parse(it->second, &out)) return;
+    if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
   }
-  void Stats(TrainerStats* s) {
-    Get("trained_batches", &s->batches);
-    Get("trained_samples", &s->samples);
-    Get("lookup_ms", &s->lookup_ms);
-    Get("update_ms", &s->update_ms);
-    Get("waited_ms", &s->wait_for_rows_ms);
-    Get("staleness", &s->observed_staleness);
-    Get("lookups", &s->lookup_count);
-    Get("updates", &s->update_count);
+  void operator()(const char* key, Hex64<uint64_t> out) {
+    auto it = fields_.find(key);
+    if (it != fields_.end() && absl::SimpleHexAtoi(it->second, out.value)) return;
+    if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
   }
   const absl::Status& status() const { return status_; }
 
  private:
-  const Fields& fields_;
+  static bool Parse(const std::string& text, double* v) { return absl::SimpleAtod(text, v); }
+  static bool Parse(const std::string& text, bool* v) {
+    *v = text == "1";
+    return text == "1" || text == "0";
+  }
+  static bool Parse(const std::string& text, std::string* v) { return Unescape(text, v); }
+  static bool Parse(const std::string& text, TrainReport::ExportReason* v) { return ParseExportReason(text, v); }
+  template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
+  static bool Parse(const std::string& text, T* v) {
+    return absl::SimpleAtoi(text, v);
+  }
+  const std::map<std::string, std::string>& fields_;
   absl::Status status_;
 };
 
@@ -67,39 +209,20 @@ void EventWriter::Write(const std::string& line) {
 }
 
 void EventWriter::OnProgress(const Progress& p) {
-  std::string line =
-      absl::StrCat("progress samples=", p.samples, " planned=", p.planned_samples, " batches=", p.batches,
-                   " epoch=", p.epoch, " bytes_read=", p.bytes_read, " bytes_total=", p.bytes_total,
-                   " epochs=", p.epochs, " elapsed=", Num(p.elapsed_seconds), " rate=", Num(p.samples_per_second),
-                   " loss=", Num(p.loss), " last=", p.last ? 1 : 0);
-  AppendStats(p.stats, &line);
+  std::string line = "progress";
+  ProgressFields(p, FieldWriter(&line));
   Write(line);
 }
 
 void EventWriter::OnEvaluation(uint64_t samples, const Evaluation& e) {
-  Write(absl::StrCat("eval at=", samples, " auc=", Num(e.auc), " log_loss=", Num(e.log_loss), " samples=", e.samples));
+  std::string line = "eval";
+  EvaluationFields(samples, e, FieldWriter(&line));
+  Write(line);
 }
 
 void EventWriter::OnFinish(const TrainReport& r) {
-  std::string line = absl::StrCat(
-      "finish samples=", r.samples, " planned=", r.planned_samples, " elapsed=", Num(r.elapsed_seconds),
-      " rate=", Num(r.samples_per_second), " steady=", Num(r.steady_samples_per_second),
-      " first_loss=", Num(r.first_loss), " mean_loss_last=", Num(r.mean_loss_last),
-      " has_final_eval=", r.has_final_eval ? 1 : 0, " auc=", Num(r.final_eval.auc),
-      " log_loss=", Num(r.final_eval.log_loss), " eval_samples=", r.final_eval.samples,
-      " teacher_auc=", Num(r.teacher_auc), " interrupted=", r.interrupted ? 1 : 0,
-      " has_best_eval=", r.has_best_eval ? 1 : 0, " best_at=", r.best_eval_samples, " best_auc=", Num(r.best_eval.auc),
-      " best_log_loss=", Num(r.best_eval.log_loss), " best_samples=", r.best_eval.samples,
-      " has_test_eval=", r.has_test_eval ? 1 : 0, " test_at=", r.test_eval_samples, " test_auc=", Num(r.test_eval.auc),
-      " test_log_loss=", Num(r.test_eval.log_loss), " test_samples=", r.test_eval.samples,
-      " stopped_early=", r.stopped_early ? 1 : 0, " fingerprint=", absl::StrFormat("%016x", r.dense_fingerprint),
-      " dense_sum=", Num(r.dense_sum), " dense_parameters=", r.dense_parameters, " checkpoint=", r.last_checkpoint,
-      " best_checkpoint=", r.best_checkpoint, " export=", r.export_dir, " export_checkpoint=", r.export_checkpoint,
-      " export_at=", r.export_samples, " export_reason=", ExportReasonName(r.export_reason),
-      " checkpoints=", r.checkpoints, " checkpoint_failures=", r.checkpoint_failures,
-      " pause=", Num(r.checkpoint_pause_seconds), " write=", Num(r.checkpoint_write_seconds),
-      " resumed_step=", r.resumed_step, " resumed_at_end=", r.resumed_at_end ? 1 : 0, " heals=", r.heals);
-  AppendStats(r.stats, &line);
+  std::string line = "finish";
+  ReportFields(r, FieldWriter(&line));
   Write(line);
 }
 
@@ -107,28 +230,17 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
   if (!absl::StartsWith(line, kEventPrefix)) return false;
   std::vector<std::string> words = absl::StrSplit(line.substr(sizeof(kEventPrefix) - 1), ' ', absl::SkipEmpty());
   if (words.empty()) return absl::InvalidArgumentError("an empty worker event");
-  Fields fields;
+  std::map<std::string, std::string> fields;
   for (size_t i = 1; i < words.size(); ++i) {
     std::pair<std::string, std::string> kv = absl::StrSplit(words[i], absl::MaxSplits('=', 1));
     fields[kv.first] = kv.second;
   }
-  FieldReader f(fields);
+  FieldReader reader(fields);
   const std::string& kind = words[0];
   if (kind == "progress") {
     Progress p;
-    f.Get("samples", &p.samples);
-    f.Get("planned", &p.planned_samples);
-    f.Get("batches", &p.batches);
-    f.Get("epoch", &p.epoch);
-    f.Get("bytes_read", &p.bytes_read);
-    f.Get("bytes_total", &p.bytes_total);
-    f.Get("epochs", &p.epochs);
-    f.Get("elapsed", &p.elapsed_seconds);
-    f.Get("rate", &p.samples_per_second);
-    f.Get("loss", &p.loss);
-    f.Get("last", &p.last);
-    f.Stats(&p.stats);
-    if (!f.status().ok()) return f.status();
+    ProgressFields(p, reader);
+    if (!reader.status().ok()) return reader.status();
     report_.losses.emplace_back(p.samples, p.loss);
     if (sink_ != nullptr) sink_->OnProgress(p);
     return true;
@@ -136,66 +248,15 @@ absl::StatusOr<bool> EventReader::Read(const std::string& line) {
   if (kind == "eval") {
     uint64_t at = 0;
     Evaluation e;
-    f.Get("at", &at);
-    f.Get("auc", &e.auc);
-    f.Get("log_loss", &e.log_loss);
-    f.Get("samples", &e.samples);
-    if (!f.status().ok()) return f.status();
+    EvaluationFields(at, e, reader);
+    if (!reader.status().ok()) return reader.status();
     report_.evals.emplace_back(at, e);
     if (sink_ != nullptr) sink_->OnEvaluation(at, e);
     return true;
   }
   if (kind == "finish") {
-    TrainReport& r = report_;
-    f.Get("samples", &r.samples);
-    f.Get("planned", &r.planned_samples);
-    f.Get("elapsed", &r.elapsed_seconds);
-    f.Get("rate", &r.samples_per_second);
-    f.Get("steady", &r.steady_samples_per_second);
-    f.Get("first_loss", &r.first_loss);
-    f.Get("mean_loss_last", &r.mean_loss_last);
-    f.Get("has_final_eval", &r.has_final_eval);
-    f.Get("auc", &r.final_eval.auc);
-    f.Get("log_loss", &r.final_eval.log_loss);
-    f.Get("eval_samples", &r.final_eval.samples);
-    f.Get("teacher_auc", &r.teacher_auc);
-    f.Get("interrupted", &r.interrupted);
-    f.Get("has_best_eval", &r.has_best_eval);
-    f.Get("best_at", &r.best_eval_samples);
-    f.Get("best_auc", &r.best_eval.auc);
-    f.Get("best_log_loss", &r.best_eval.log_loss);
-    f.Get("best_samples", &r.best_eval.samples);
-    f.Get("has_test_eval", &r.has_test_eval);
-    f.Get("test_at", &r.test_eval_samples);
-    f.Get("test_auc", &r.test_eval.auc);
-    f.Get("test_log_loss", &r.test_eval.log_loss);
-    f.Get("test_samples", &r.test_eval.samples);
-    f.Get("stopped_early", &r.stopped_early);
-    f.Get("checkpoint", &r.last_checkpoint);
-    f.Get("best_checkpoint", &r.best_checkpoint);
-    f.Get("export", &r.export_dir);
-    f.Get("export_checkpoint", &r.export_checkpoint);
-    f.Get("export_at", &r.export_samples);
-    std::string reason = ExportReasonName(r.export_reason);
-    f.Get("export_reason", &reason);
-    if (!ParseExportReason(reason, &r.export_reason)) {
-      return absl::InvalidArgumentError(absl::StrCat("a worker event's export_reason '", reason, "' is not known"));
-    }
-    f.Get("checkpoints", &r.checkpoints);
-    f.Get("checkpoint_failures", &r.checkpoint_failures);
-    f.Get("pause", &r.checkpoint_pause_seconds);
-    f.Get("write", &r.checkpoint_write_seconds);
-    f.Get("resumed_step", &r.resumed_step);
-    f.Get("resumed_at_end", &r.resumed_at_end);
-    f.Get("heals", &r.heals);
-    f.Get("dense_sum", &r.dense_sum);
-    f.Get("dense_parameters", &r.dense_parameters);
-    f.Stats(&r.stats);
-    if (!f.status().ok()) return f.status();
-    const auto it = fields.find("fingerprint");
-    if (it == fields.end() || !absl::SimpleHexAtoi(it->second, &r.dense_fingerprint)) {
-      return absl::InvalidArgumentError("event field 'fingerprint' missing or bad");
-    }
+    ReportFields(report_, reader);
+    if (!reader.status().ok()) return reader.status();
     finished_ = true;
     return true;
   }
