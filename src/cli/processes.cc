@@ -27,6 +27,7 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
 #include "src/cli/heartbeat.h"
+#include "src/cli/restart_policy.h"
 #include "src/dense_worker/events.h"
 
 namespace hyrec::cli {
@@ -45,10 +46,19 @@ std::vector<std::string> Command(const std::vector<std::string>& role, std::vect
   return argv;
 }
 
+// The launcher's restart policy: backoffs from 1 s, doubling in a crash loop to 8 s at most, so
+// that a few losses in a row stay well inside the workers' waits for the role
+// (train.batch_timeout_seconds, the PS recovery wait); the budget bounds a crash loop.
+RestartPolicyOptions RestartPolicyFor(const ProcessesOptions& options) {
+  RestartPolicyOptions policy;
+  policy.budget = options.max_restarts;
+  return policy;
+}
+
 // The processes of one run and the threads that read their output.
 class Cluster {
  public:
-  explicit Cluster(const ProcessesOptions& options) : options_(options) {}
+  explicit Cluster(const ProcessesOptions& options) : options_(options), restarts_(RestartPolicyFor(options)) {}
 
   ~Cluster() {
     for (auto& w : workers_) w->Signal(SIGKILL);
@@ -70,10 +80,10 @@ class Cluster {
     HYREC_ASSIGN_OR_RETURN(result.exit_code, WaitForWorkers());
     // A server lost near the end whose restart was still waiting out its backoff: the workers
     // did not need it.
-    for (const auto& [role, due] : due_) {
+    for (const std::string& role : restarts_.Pending()) {
       monitor_->Note(absl::StrCat(role, " was not restarted: the workers finished before its backoff ran out"));
     }
-    due_.clear();
+    restarts_.ClearPending();
     StopServers();
     done_ = true;
     for (std::thread& t : readers_) t.join();
@@ -328,7 +338,7 @@ class Cluster {
     retired_.push_back(std::move(*process));  // Its reader threads may still hold it.
     *process = std::move(*started);
     Drain(process->get(), /*events=*/false);
-    restarted_[absl::StrCat(label.first, " ", label.second)].started = absl::Now();  // Its run begins serving.
+    restarts_.Started(RoleName(label), absl::Now());  // Its run begins serving.
     return Restarted::kYes;
   }
 
@@ -395,41 +405,24 @@ class Cluster {
   // and sets its backoff; this call and the next ones are kLater until the backoff has passed,
   // then kYes once. The launcher supervises the other roles while one waits out its backoff.
   Restarted TakeRestart(const std::string& why, const std::pair<std::string, std::string>& label) {
-    const std::string role = absl::StrCat(label.first, " ", label.second);
-    if (auto pending = due_.find(role); pending != due_.end()) {
-      if (absl::Now() < pending->second) return Restarted::kLater;
-      due_.erase(pending);
-      restarted_[role].started = absl::Now();
-      return Restarted::kYes;
-    }
-    const int budget = options_.max_restarts;
-    if (restarts_ >= budget) {
-      Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", budget, ") is spent"));
+    const RestartPolicy::Decision decision = restarts_.Take(RoleName(label), absl::Now());
+    if (decision.verdict == RestartPolicy::Verdict::kYes) return Restarted::kYes;
+    if (decision.verdict == RestartPolicy::Verdict::kNo) {
+      Note(absl::StrCat(why.substr(0, why.find(';')), "; the restart budget (", restarts_.budget(), ") is spent"));
       return Restarted::kNo;
     }
-    // Each role's backoff doubles with each of its restarts that follows a short run (less than
-    // kSteadyRun since it last came back: a crash loop), up to 8 s, so that a few losses in a row
-    // stay well inside the workers' waits for it (train.batch_timeout_seconds, the PS recovery
-    // wait); a role that had run steadily before it was lost comes back after 1 s, as often as it
-    // is lost. The restart budget bounds a crash loop.
-    const absl::Time now = absl::Now();
-    auto [history, first] = restarted_.try_emplace(role);
-    if (!first && now - history->second.started < kSteadyRun) {
-      history->second.streak = std::min(history->second.streak + 1, 3);
-    } else {
-      history->second.streak = 0;
-    }
-    const absl::Duration backoff = absl::Seconds(1) * (1 << history->second.streak);
-    ++restarts_;
-    Note(absl::StrCat(why, " (in ", absl::FormatDuration(backoff), "; restart ", restarts_, " of at most ", budget,
-                      ")"));
-    due_[role] = now + backoff;
+    if (!decision.counted) return Restarted::kLater;
+    Note(absl::StrCat(why, " (in ", absl::FormatDuration(absl::Trunc(decision.backoff, absl::Milliseconds(1))),
+                      "; restart ", restarts_.restarts(), " of at most ", restarts_.budget(), ")"));
     if (options_.monitor.metrics != nullptr) {
       options_.monitor.metrics->Describe("hyrec_role_restarts_total", MetricType::kCounter,
                                          "Roles the launcher restarted after they exited.");
       options_.monitor.metrics->Add("hyrec_role_restarts_total", {{"role", label.first}, {"index", label.second}}, 1);
     }
     return Restarted::kLater;
+  }
+  static std::string RoleName(const std::pair<std::string, std::string>& label) {
+    return absl::StrCat(label.first, " ", label.second);
   }
 
   // TakeRestart, waiting out the backoff here (a role lost while it started); false when the
@@ -559,14 +552,8 @@ class Cluster {
   std::vector<std::vector<std::string>> ps_args_;  // Each shard's arguments, for a restart.
   std::vector<int> ps_ports_;
   std::vector<std::unique_ptr<Subprocess>> retired_;  // Restarted shards' old processes.
-  int restarts_ = 0;
-  struct RestartHistory {
-    absl::Time started;  // When the role was last restarted.
-    int streak = 0;      // Its restarts in a row after short runs.
-  };
-  static constexpr absl::Duration kSteadyRun = absl::Seconds(5);
-  std::map<std::string, RestartHistory> restarted_;  // By role ("ps 1", "loader 0", "worker 1").
-  std::map<std::string, absl::Time> due_;            // Roles waiting out their backoff, by role.
+  // Restarts of PS shards, the loader and healing workers, by role ("ps 1", "loader 0", "worker 1").
+  RestartPolicy restarts_;
   bool worker_lost_ = false;
   std::unique_ptr<Subprocess> loader_;
   std::vector<std::string> loader_args_;  // For a restart.

@@ -35,8 +35,9 @@ struct ProcessesOptions {
   // transient: a stopped or frozen role. 0: no watchdog.
   absl::Duration watchdog = absl::Seconds(60);
   // Restarts of PS shards, the loader and healing workers in one run. Each waits 1 s, doubling
-  // (up to 32 s) with each restart in a row of the same role that had run less than 5 s since it
-  // came back: a crash loop backs off, a role lost after a steady run comes back at once.
+  // (up to 8 s) with each restart in a row of the same role that had run less than 5 s since it
+  // came back, each wait spread by ±20% (src/cli/restart_policy.h): a crash loop backs off, a
+  // role lost after a steady run comes back after 1 s.
   int max_restarts = 5;
 };
 
