@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
+#include "absl/synchronization/mutex.h"
 #include "hyrec/common/status_macros.h"
 
 namespace hyrec {
@@ -52,7 +54,45 @@ std::string ClosestWord(absl::string_view word, const std::vector<std::string>& 
   return best;
 }
 
+namespace {
+
+absl::Mutex allowed_keys_mu(absl::kConstInit);
+std::set<std::string>* allowed_keys ABSL_GUARDED_BY(allowed_keys_mu) = nullptr;
+
+// `path` with each list index ("[3]") written "[]".
+std::string WithoutIndexes(absl::string_view path) {
+  std::string out;
+  bool in_index = false;
+  for (char c : path) {
+    if (c == '[') {
+      in_index = true;
+      out += "[]";
+    } else if (c == ']') {
+      in_index = false;
+    } else if (!in_index) {
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+void NoteAllowedKeys(absl::string_view path, const std::vector<std::string>& allowed) {
+  const std::string base = WithoutIndexes(path);
+  absl::MutexLock lock(&allowed_keys_mu);
+  if (allowed_keys == nullptr) allowed_keys = new std::set<std::string>();
+  for (const std::string& key : allowed) allowed_keys->insert(JoinKey(base, key));
+}
+
+}  // namespace
+
+std::vector<std::string> AllowedKeysSeen() {
+  absl::MutexLock lock(&allowed_keys_mu);
+  if (allowed_keys == nullptr) return {};
+  return std::vector<std::string>(allowed_keys->begin(), allowed_keys->end());
+}
+
 absl::Status CheckKeys(const YAML::Node& node, absl::string_view path, const std::vector<std::string>& allowed) {
+  NoteAllowedKeys(path, allowed);
   if (!node.IsMap()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path.empty() ? "config" : path, " (", YamlWhere(node), "): expected a mapping"));

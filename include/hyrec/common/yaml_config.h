@@ -38,6 +38,11 @@ std::string ClosestWord(absl::string_view word, const std::vector<std::string>& 
 // first offending key, its line and the closest allowed key.
 absl::Status CheckKeys(const YAML::Node& node, absl::string_view path, const std::vector<std::string>& allowed);
 
+// Every key a CheckKeys call of this process has allowed, as full paths with list indexes
+// written "[]" ("tables[].dim", "loader.source.format"), sorted: the keys a parser accepts, for
+// the test that keeps docs/configuration.md complete.
+std::vector<std::string> AllowedKeysSeen();
+
 // Reads map[key] into *out when present (leaves *out untouched when absent). A value that does
 // not convert to T is InvalidArgument naming the key path and line.
 template <typename T>
