@@ -19,6 +19,7 @@
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/staleness_window.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/common/zipf.h"
@@ -263,6 +264,22 @@ TEST(Subprocess, ReadLineAndWaitHaveDeadlines) {
   auto code = (*p)->Wait(absl::Seconds(5));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 128 + SIGKILL);
+}
+
+TEST(StalenessWindow, BoundsTheUpdatesALookupMayMiss) {
+  const StalenessWindow sync(0);
+  EXPECT_EQ(sync.depth(), 1u);
+  EXPECT_EQ(sync.TrainedBefore(7), 7u);  // Every batch before it trained and acknowledged.
+  EXPECT_EQ(sync.AckedBefore(7), 7u);
+  EXPECT_EQ(sync.max_updates_in_flight(), 2);
+  const StalenessWindow hybrid(4);
+  EXPECT_EQ(hybrid.depth(), 2u);
+  EXPECT_EQ(hybrid.TrainedBefore(3), 0u);  // The first s batches wait for nothing.
+  EXPECT_EQ(hybrid.TrainedBefore(10), 6u);
+  EXPECT_EQ(hybrid.AckedBefore(10), 6u);  // Batches 6..9: at most 4 batches of updates unapplied.
+  EXPECT_EQ(hybrid.max_updates_in_flight(), 6);
+  EXPECT_EQ(StalenessWindow(-3).staleness(), 0);
+  EXPECT_EQ(StalenessWindow(7).depth(), 4u);
 }
 
 }  // namespace

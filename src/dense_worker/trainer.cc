@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "hyrec/common/staleness_window.h"
 #include "hyrec/common/thread_priority.h"
 #include "hyrec/data_loader/synthetic.h"
 
@@ -241,12 +242,11 @@ TrainingContext::TrainingContext(TrainerOptions options, data_loader::BatchStrea
     }
     groups_[table_group_[t]].slots.push_back(static_cast<int>(s));
   }
-  // In flight at once: the window's lookups, and up to staleness + 2 updates (Fill waits for the
-  // updates of batches < n - s before looking up batch n, which may be two batches past the one
-  // training).
-  const int s = std::max(0, options_.embedding_staleness);
-  const int lookups = std::max(1, (s + 1) / 2);
-  tasks_ = std::make_unique<TaskThreads>(options_.read_only ? lookups : lookups + s + 2, BackgroundNice());
+  // In flight at once: the window's lookups, and its updates.
+  const StalenessWindow window(options_.embedding_staleness);
+  const int lookups = static_cast<int>(window.depth());
+  tasks_ = std::make_unique<TaskThreads>(options_.read_only ? lookups : lookups + window.max_updates_in_flight(),
+                                         BackgroundNice());
 }
 
 absl::Status TrainingContext::CheckBatch(const Batch& b) const {
@@ -372,16 +372,13 @@ absl::Status TrainingContext::NextFromStream(data_loader::Batch* batch) {
 }
 
 void TrainingContext::Fill() {
-  // Lookups run `depth` batches ahead and updates may lag the rest of the window: a lookup for
-  // batch n needs every update of batches < n - s acknowledged (so at most s batches of updates
-  // are unapplied when it is issued), and batch n - s - 1 must have trained.
-  const int s = options_.embedding_staleness;
-  const size_t depth = static_cast<size_t>(std::max(1, (s + 1) / 2));
-  while (status_.ok() && !stream_done_ && window_.size() < depth) {
+  // Lookups run the window's depth ahead and updates may lag the rest of it (StalenessWindow).
+  const StalenessWindow rule(options_.embedding_staleness);
+  while (status_.ok() && !stream_done_ && window_.size() < rule.depth()) {
     const uint64_t n = next_index_;
     if (!options_.read_only) {
-      if (n > static_cast<uint64_t>(s) && stats_.batches < n - s) return;  // Batch n - s - 1 has not trained.
-      absl::Status st = WaitForUpdatesBefore(n > static_cast<uint64_t>(s) ? n - s : 0);
+      if (stats_.batches < rule.TrainedBefore(n)) return;
+      absl::Status st = WaitForUpdatesBefore(rule.AckedBefore(n));
       if (!st.ok()) {
         status_ = st;
         return;

@@ -1126,8 +1126,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
   for (const TableLayout& l : layouts) min_charge = std::min(min_charge, l.charge);
   uint64_t rows = options.capacity_rows;
   if (rows == 0 && options.capacity_bytes > 0 && !layouts.empty()) rows = options.capacity_bytes / min_charge;
-  // Each stripe holds at most kMaxRowsPerStripeAndTable rows per table; keep a 2x margin for uneven spreading.
-  if (rows / options.num_stripes * 2 > kMaxRowsPerStripeAndTable) {
+  if (!StripesHoldRows(rows, options.num_stripes)) {
     return absl::InvalidArgumentError(absl::StrCat(
         options.capacity_rows > 0 ? "capacity_rows " : "capacity_bytes ",
         options.capacity_rows > 0 ? options.capacity_rows : options.capacity_bytes, " over ", options.num_stripes,

@@ -419,9 +419,8 @@ class Planner {
     }
     if (std::accumulate(rows.begin(), rows.end(), uint64_t{0}) < unbounded_rows) capacity_bound_ = true;
     for (size_t t = 0; t < rows.size() && stripes_error_.ok(); ++t) {
-      const uint64_t per_stripe = rows[t] / static_cast<uint64_t>(store.num_stripes);
-      if (per_stripe * 2 <= embedding_ps::kMaxRowsPerStripeAndTable) continue;
-      const uint64_t stripes = rows[t] * 2 / embedding_ps::kMaxRowsPerStripeAndTable + 1;
+      if (embedding_ps::StripesHoldRows(rows[t], static_cast<uint64_t>(store.num_stripes))) continue;
+      const uint64_t stripes = embedding_ps::StripesForRows(rows[t]);
       stripes_error_ = absl::InvalidArgumentError(absl::StrCat(
           "ps.num_stripes: PS shard ", s.shard_index, " would hold ", rows[t], " rows of table '", configs_[t].name,
           "', more than ", store.num_stripes, " stripes hold (", embedding_ps::kMaxRowsPerStripeAndTable / 2,

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "hyrec/common/staleness_window.h"
+
 namespace hyrec::job {
 namespace {
 
@@ -332,12 +334,11 @@ class Simulation {
   // Issues the lookups the window allows; false when the thread blocked (Block says on what).
   bool Fill(int w) {
     Worker& wk = workers_[w];
-    const uint64_t s = static_cast<uint64_t>(std::max(0, o_.staleness));
-    const size_t depth = static_cast<size_t>(std::max(1, (o_.staleness + 1) / 2));
-    while (wk.window.size() < depth && wk.next_index < static_cast<uint64_t>(o_.batches)) {
+    const StalenessWindow rule(o_.staleness);
+    while (wk.window.size() < rule.depth() && wk.next_index < static_cast<uint64_t>(o_.batches)) {
       const uint64_t m = wk.next_index;
-      if (m > s && wk.trained < m - s) return true;
-      const uint64_t need = m > s ? m - s : 0;
+      if (wk.trained < rule.TrainedBefore(m)) return true;
+      const uint64_t need = rule.AckedBefore(m);
       if (wk.acked_prefix < need) {
         Block(w, Worker::kAcks, need);
         return false;

@@ -58,6 +58,12 @@ namespace hyrec::embedding_ps {
 // Rows one stripe holds of one table; a store refuses a capacity that would need more than half
 // of this a stripe, for the hash's uneven spread.
 inline constexpr uint32_t kMaxRowsPerStripeAndTable = (1u << 24) - 1;
+// Whether `num_stripes` stripes hold `rows` rows of one table within that half bound.
+inline constexpr bool StripesHoldRows(uint64_t rows, uint64_t num_stripes) {
+  return rows / num_stripes * 2 <= kMaxRowsPerStripeAndTable;
+}
+// The fewest stripes that hold `rows` rows of one table.
+inline constexpr uint64_t StripesForRows(uint64_t rows) { return rows * 2 / kMaxRowsPerStripeAndTable + 1; }
 
 struct StoreOptions {
   std::vector<TableConfig> tables;  // At most 256 tables, unique names; each may bound its rows.
