@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "bench_util.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 
@@ -49,16 +50,8 @@ bool g_unbounded = false;
 hyrec::embedding_ps::EvictionPolicy g_eviction = hyrec::embedding_ps::EvictionPolicy::kLru;
 uint64_t g_store_rss_bytes = 0;
 
-// Resident set size of this process, from /proc/self/statm.
-uint64_t ResidentBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  unsigned long long pages = 0, resident = 0;
-  if (f != nullptr) {
-    if (std::fscanf(f, "%llu %llu", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
+// Resident set size of this process.
+uint64_t ResidentBytes() { return hyrec::ProcessStatusBytes(getpid(), "VmRSS").value_or(0); }
 
 void BuildData(Data& d, int dim, uint64_t rows) {
   d.dim = dim;

@@ -30,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/subprocess.h"
 #include "run_command.h"
 
@@ -643,14 +644,9 @@ TEST(Cli, AWorkerStoppedBeforeTrainingExitsInterruptedAtOnce) {
   // Its stop handler installed (the process catches SIGTERM: /proc's SigCgt mask), it waits for
   // the PS shards.
   const auto catches_sigterm = [pid = (*p)->pid()] {
-    std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-    for (std::string line; std::getline(status, line);) {
-      uint64_t mask = 0;
-      if (absl::StartsWith(line, "SigCgt:") && absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)), &mask)) {
-        return (mask >> (SIGTERM - 1) & 1) != 0;
-      }
-    }
-    return false;
+    const absl::StatusOr<std::string> caught = hyrec::ProcessStatusField(pid, "SigCgt");
+    uint64_t mask = 0;
+    return caught.ok() && absl::SimpleHexAtoi(*caught, &mask) && (mask >> (SIGTERM - 1) & 1) != 0;
   };
   for (const absl::Time limit = absl::Now() + absl::Seconds(60); !catches_sigterm() && absl::Now() < limit;) {
     absl::SleepFor(absl::Milliseconds(50));

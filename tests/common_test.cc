@@ -19,6 +19,7 @@
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/staleness_window.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
@@ -280,6 +281,22 @@ TEST(StalenessWindow, BoundsTheUpdatesALookupMayMiss) {
   EXPECT_EQ(hybrid.max_updates_in_flight(), 6);
   EXPECT_EQ(StalenessWindow(-3).staleness(), 0);
   EXPECT_EQ(StalenessWindow(7).depth(), 4u);
+}
+
+TEST(ProcessInfo, ReadsTheFieldsOfAProcessStatus) {
+  std::vector<char> touched(8 << 20, 1);  // At least 8 MiB resident.
+  const absl::StatusOr<uint64_t> rss = ProcessStatusBytes(getpid(), "VmRSS");
+  ASSERT_TRUE(rss.ok()) << rss.status();
+  EXPECT_GE(*rss, touched.size());
+  const absl::StatusOr<uint64_t> peak = ProcessStatusBytes(getpid(), "VmHWM");
+  ASSERT_TRUE(peak.ok()) << peak.status();
+  EXPECT_GE(*peak, *rss);
+  const absl::StatusOr<std::string> threads = ProcessStatusField(getpid(), "Threads");
+  ASSERT_TRUE(threads.ok()) << threads.status();
+  EXPECT_GE(std::stoi(*threads), 1);
+  EXPECT_TRUE(absl::IsNotFound(ProcessStatusField(getpid(), "NoSuchField").status()));
+  EXPECT_FALSE(ProcessStatusBytes(getpid(), "Threads").ok()) << "not a kB field";
+  EXPECT_TRUE(absl::IsNotFound(ProcessStatusField(-1, "VmRSS").status()));
 }
 
 }  // namespace

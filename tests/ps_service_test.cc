@@ -25,6 +25,7 @@
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/ps_cluster.h"
@@ -462,13 +463,7 @@ TEST_F(PsServiceBadInput, LookupTablesAnswersEachOrRefusesTheCall) {
 }
 
 // The peak resident memory of process `pid` (VmHWM), in bytes; 0 when it cannot be read.
-uint64_t PeakResidentBytes(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(in, line);) {
-    if (absl::StartsWith(line, "VmHWM:")) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
+uint64_t PeakResidentBytes(int pid) { return ProcessStatusBytes(pid, "VmHWM").value_or(0); }
 
 // A 250 MB LookupTables or UpdateTables call of tiny parts (an empty part is 2 bytes on the wire,
 // 125 million of them) is refused by counting its parts before any is decoded: the shard's peak

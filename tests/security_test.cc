@@ -19,6 +19,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/certs.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/data_service.h"
 #include "hyrec/embedding_ps/client.h"
@@ -339,13 +340,7 @@ TEST(ListenerTest, RunningOutOfDescriptorsLeavesThePsServingAfterwards) {
   EXPECT_GT((*stats)[0].refused_connections + (*stats)[0].accept_errors, 0u);
 }
 
-uint64_t PeakRssKiB(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (absl::StartsWith(line, "VmHWM:")) return std::stoull(line.substr(6));
-  }
-  return 0;
-}
+uint64_t PeakRssKiB(pid_t pid) { return ProcessStatusBytes(pid, "VmHWM").value_or(0) / 1024; }
 
 TEST(HardeningTest, OversizedRequestsAreRefusedBeforeAnythingIsAllocated) {
   Server ps = Start({HYREC_PS_BINARY, "--tables=big:1024", "--security=none", "--port=0", "--log_level=error"});
@@ -379,11 +374,9 @@ TEST(HardeningTest, OversizedRequestsAreRefusedBeforeAnythingIsAllocated) {
 }
 
 int Threads(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (absl::StartsWith(line, "Threads:")) return std::stoi(line.substr(8));
-  }
-  return -1;
+  int threads = -1;
+  const absl::StatusOr<std::string> field = ProcessStatusField(pid, "Threads");
+  return field.ok() && absl::SimpleAtoi(*field, &threads) ? threads : -1;
 }
 
 // A PS whose stderr nobody reads (its pipe fills after 64 KiB): thousands of refused calls

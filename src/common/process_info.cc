@@ -8,8 +8,11 @@
 #include <iterator>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace hyrec {
 namespace {
@@ -64,6 +67,28 @@ absl::StatusOr<double> CpuMilliseconds(pid_t pid, pid_t tid) {
     return absl::InternalError(absl::StrCat(path, ": unreadable"));
   }
   return (utime + stime) * 1000.0 / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+absl::StatusOr<std::string> ProcessStatusField(pid_t pid, absl::string_view field) {
+  const std::string path = absl::StrCat("/proc/", pid, "/status");
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": gone"));
+  const std::string prefix = absl::StrCat(field, ":");
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, prefix)) return std::string(absl::StripAsciiWhitespace(line.substr(prefix.size())));
+  }
+  return absl::NotFoundError(absl::StrCat(path, ": no ", field));
+}
+
+absl::StatusOr<uint64_t> ProcessStatusBytes(pid_t pid, absl::string_view field) {
+  absl::StatusOr<std::string> value = ProcessStatusField(pid, field);
+  if (!value.ok()) return value.status();
+  uint64_t kib = 0;
+  absl::string_view text = *value;
+  if (!absl::ConsumeSuffix(&text, " kB") || !absl::SimpleAtoi(text, &kib)) {
+    return absl::InternalError(absl::StrCat("/proc/", pid, "/status: ", field, " is not in kB"));
+  }
+  return kib * 1024;
 }
 
 }  // namespace hyrec

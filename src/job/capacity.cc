@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "hyrec/common/process_info.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/yaml_config.h"
@@ -606,17 +607,7 @@ std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
 }  // namespace
 
-absl::StatusOr<uint64_t> ResidentBytes(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  if (!in) return absl::NotFoundError(absl::StrCat("no process ", pid));
-  for (std::string line; std::getline(in, line);) {
-    if (!absl::StartsWith(line, "VmRSS:")) continue;
-    uint64_t kib = 0;
-    std::vector<std::string> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (parts.size() >= 2 && absl::SimpleAtoi(parts[1], &kib)) return kib * 1024;
-  }
-  return absl::NotFoundError(absl::StrCat("process ", pid, " reports no VmRSS"));
-}
+absl::StatusOr<uint64_t> ResidentBytes(int pid) { return ProcessStatusBytes(pid, "VmRSS"); }
 
 namespace {
 

@@ -1,6 +1,7 @@
-// What Linux's /proc says of other processes: a process's children and the CPU time it (or one
-// of its threads) has used. How `hyrec plan --calibrate` reads the roles `hyrec train
-// --processes` started, and how tests reach them.
+// What Linux's /proc says of processes: a process's children, the CPU time it (or one of its
+// threads) has used, and the fields of its status (memory, threads, signals). How `hyrec plan
+// --calibrate` reads the roles `hyrec train --processes` started, and how tests and benchmarks
+// reach them; the one place hyrec reads /proc.
 #ifndef HYREC_COMMON_PROCESS_INFO_H_
 #define HYREC_COMMON_PROCESS_INFO_H_
 
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace hyrec {
 
@@ -25,6 +27,12 @@ std::vector<ChildProcess> ChildProcesses(pid_t parent);
 // User and system CPU time of process `pid`, or of its thread `tid` when tid > 0, in
 // milliseconds; NotFound once it is gone.
 absl::StatusOr<double> CpuMilliseconds(pid_t pid, pid_t tid = 0);
+
+// The value of `field` in /proc/<pid>/status ("Threads", "SigCgt"), without the name and the
+// surrounding blanks; NotFound when the process is gone or has no such field.
+absl::StatusOr<std::string> ProcessStatusField(pid_t pid, absl::string_view field);
+// A memory field of it ("VmRSS": resident now, "VmHWM": the peak), in bytes.
+absl::StatusOr<uint64_t> ProcessStatusBytes(pid_t pid, absl::string_view field);
 
 }  // namespace hyrec
 
