@@ -8,6 +8,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/checkpoint_dir.h"

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/dense_worker/checkpoint.h"

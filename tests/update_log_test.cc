@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "embedding.pb.h"
+#include "fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/env.h"
 #include "hyrec/embedding_ps/embedding_store.h"
