@@ -18,6 +18,7 @@
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/optimizer.h"
+#include "src/embedding_ps/frozen_store.h"
 #include "src/embedding_ps/row_index.h"
 #include "src/embedding_ps/sequence_window.h"
 #include "src/embedding_ps/store_layout.h"
@@ -75,7 +76,7 @@ uint64_t ArenaBytes(const StoreOptions& options) {
   return std::clamp<uint64_t>(2 * bound, uint64_t{256} << 20, RowArena::kMaxBytes);
 }
 
-class StripedStore final : public EmbeddingShardStore {
+class StripedStore final : public EmbeddingShardStore, public FrozenStore {
  public:
   StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts)
       : EmbeddingShardStore(options.tables),
@@ -1144,5 +1145,7 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
                                                      " rows (capacity) in ", options.num_stripes, " stripes"));
   }
 }
+
+FrozenStore* FrozenAccess(EmbeddingShardStore* store) { return dynamic_cast<FrozenStore*>(store); }
 
 }  // namespace hyrec::embedding_ps

@@ -15,6 +15,7 @@
 #include "hyrec/common/block_file.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
+#include "src/embedding_ps/frozen_store.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -267,7 +268,7 @@ namespace {
 absl::StatusOr<ShardFileInfo> WriteShardFileFrom(
     Env* env, const std::string& dir, int shard, int num_shards, const std::vector<TableConfig>& tables,
     const StoreSnapshot& head, const std::vector<uint64_t>& rows_per_table,
-    const std::function<absl::Status(const EmbeddingShardStore::RowPieceFn&)>& rows) {
+    const std::function<absl::Status(const FrozenStore::RowPieceFn&)>& rows) {
   HYREC_ASSIGN_OR_RETURN(auto w,
                          BlockWriter::Create(env, JoinPath(dir, ShardFileName(CutKind::kCheckpoint, shard, num_shards)),
                                              FileKind::kPsShard));
@@ -339,7 +340,7 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
   std::vector<uint64_t> rows_per_table;
   for (size_t t = 0; t < tables.size(); ++t) rows_per_table.push_back(snap.tables[t].ids.size());
   return WriteShardFileFrom(env, dir, shard, num_shards, tables, snap, rows_per_table,
-                            [&](const EmbeddingShardStore::RowPieceFn& piece) -> absl::Status {
+                            [&](const FrozenStore::RowPieceFn& piece) -> absl::Status {
                               for (size_t t = 0; t < tables.size(); ++t) {
                                 if (!snap.tables[t].ids.empty()) HYREC_RETURN_IF_ERROR(piece(t, snap.tables[t]));
                               }
@@ -347,15 +348,21 @@ absl::StatusOr<ShardFileInfo> WriteShardFile(Env* env, const std::string& dir, i
                             });
 }
 
+namespace {
+
+// Writes the shard file of a store frozen by RunFrozen, from a child forked there: the same file
+// as WriteShardFile of a Snapshot() taken then.
 absl::StatusOr<ShardFileInfo> WriteFrozenShardFile(Env* env, const std::string& dir, int shard, int num_shards,
-                                                   const EmbeddingShardStore& store) {
+                                                   const std::vector<TableConfig>& tables, const FrozenStore& store) {
   StoreSnapshot head;
   std::vector<uint64_t> rows_per_table;
   store.FrozenHead(&head, &rows_per_table);
   return WriteShardFileFrom(
-      env, dir, shard, num_shards, store.tables(), head, rows_per_table,
-      [&](const EmbeddingShardStore::RowPieceFn& piece) { return store.FrozenRows(kRowsPerBlock, piece); });
+      env, dir, shard, num_shards, tables, head, rows_per_table,
+      [&](const FrozenStore::RowPieceFn& piece) { return store.FrozenRows(kRowsPerBlock, piece); });
 }
+
+}  // namespace
 
 absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, int shard, int num_shards,
                                              const std::vector<TableConfig>& tables, const StoreDelta& delta) {
@@ -610,10 +617,10 @@ absl::StatusOr<ShardFileInfo> DecodeChildResult(absl::string_view bytes) {
 // The child forked in RunFrozen: writes the shard file from the frozen store, its result to
 // `fd`, and exits without returning (no destructor or atexit handler of the parent's runs).
 [[noreturn]] void RunCutChild(int fd, pid_t parent, Env* env, const std::string& dir, int shard, int num_shards,
-                              const EmbeddingShardStore& store) {
+                              const std::vector<TableConfig>& tables, const FrozenStore& store) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // A child never outlives the shard it writes for.
   if (::getppid() != parent) ::_exit(kChildOrphaned);
-  const std::string result = EncodeChildResult(WriteFrozenShardFile(env, dir, shard, num_shards, store));
+  const std::string result = EncodeChildResult(WriteFrozenShardFile(env, dir, shard, num_shards, tables, store));
   for (size_t done = 0; done < result.size();) {
     const ssize_t n = ::write(fd, result.data() + done, result.size() - done);
     if (n < 0 && errno == EINTR) continue;
@@ -684,7 +691,7 @@ absl::Status ShardCheckpointer::Begin(const std::string& dir, uint64_t id, CutKi
   HYREC_RETURN_IF_ERROR(env_->CreateDirs(dir));
   if (kind == CutKind::kCheckpoint) {
     const bool large = options_.fork_min_bytes == 0 || store_->Stats().bytes >= options_.fork_min_bytes;
-    if (large && env_ == Env::Default()) return BeginForked(dir, id);
+    if (large && env_ == Env::Default() && FrozenAccess(store_.get()) != nullptr) return BeginForked(dir, id);
     // The cut itself, on the caller's thread: what the store holds now.
     std::shared_ptr<StoreSnapshot> snapshot = spare != nullptr ? std::move(spare) : std::make_shared<StoreSnapshot>();
     store_->SnapshotInto(snapshot.get());
@@ -713,11 +720,12 @@ absl::Status ShardCheckpointer::BeginForked(const std::string& dir, uint64_t id)
   const pid_t parent = ::getpid();
   pid_t pid = -1;
   int fork_errno = 0;
-  store_->RunFrozen([&] {
+  FrozenStore& frozen = *FrozenAccess(store_.get());
+  frozen.RunFrozen([&] {
     pid = ::fork();
     if (pid == 0) {
       ::close(fds[0]);
-      RunCutChild(fds[1], parent, env_, dir, shard_, num_shards_, *store_);
+      RunCutChild(fds[1], parent, env_, dir, shard_, num_shards_, store_->tables(), frozen);
     }
     fork_errno = errno;
   });

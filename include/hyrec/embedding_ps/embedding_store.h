@@ -279,19 +279,6 @@ class EmbeddingShardStore {
   // one between cuts, so that a cut copies into pages already faulted in).
   virtual void SnapshotInto(StoreSnapshot* snap) const = 0;
 
-  // For a cut written by a forked process (ShardCheckpointer): runs `fn` with the store frozen,
-  // every stripe and the deduplication state locked, so that nothing in the store changes while
-  // it runs. `fn` must not call the store; a child it forks holds the store as it was and reads
-  // it with SnapshotFrozen.
-  virtual void RunFrozen(const std::function<void()>& fn) = 0;
-  // Snapshot() in parts without taking a lock, for a child process forked in RunFrozen (where
-  // the locks stay held and no other thread exists). FrozenHead: everything but the rows (each
-  // table's ids, values and scores empty) and each table's row count. FrozenRows: each table's
-  // rows in Snapshot()'s order, at most `piece_rows` at a time, to `rows` (the piece's ids,
-  // values and scores); the first error `rows` returns ends it.
-  using RowPieceFn = std::function<absl::Status(int table, const StoreSnapshot::Table& piece)>;
-  virtual void FrozenHead(StoreSnapshot* head, std::vector<uint64_t>* rows_per_table) const = 0;
-  virtual absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const = 0;
   // Inserts rows, or overwrites them, in order (the last ends most recently used), evicting as
   // capacity requires. `values` holds ids.size() * (dim + state floats); `scores`, when not
   // empty, one per row as StoreSnapshot::Table::scores (without: lfu rows count one use, ttl

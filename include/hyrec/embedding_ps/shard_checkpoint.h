@@ -87,11 +87,6 @@ absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoin
 absl::Status ReadRowsFile(Env* env, const std::string& path, FileKind kind, const FileEntry* expect,
                           const std::function<absl::Status(ExportedTable&)>& table);
 
-// Writes the shard file of a store frozen by RunFrozen, from a child forked there (the store's
-// FrozenHead and FrozenRows): the same file as WriteShardFile of a Snapshot() taken then.
-absl::StatusOr<ShardFileInfo> WriteFrozenShardFile(Env* env, const std::string& dir, int shard, int num_shards,
-                                                   const EmbeddingShardStore& store);
-
 struct ShardCheckpointerOptions {
   // A checkpoint of a store holding at least this many bytes (StoreStats::bytes) is cut by
   // forking: the store is frozen only while the process forks, and the child writes the shard
