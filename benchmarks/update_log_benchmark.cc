@@ -195,9 +195,7 @@ int main(int argc, char** argv) {
     } else if (arg.rfind("--dir=", 0) == 0) {
       dir = arg.substr(6);
     } else if (arg.rfind("--sync=", 0) == 0) {
-      absl::StatusOr<LogSync> parsed = ParseLogSync(arg.substr(7));
-      ok = parsed.ok();
-      if (ok) sync = *parsed;
+      ok = hyrec::FindName(kLogSyncNames, arg.substr(7), &sync);
     } else {
       ok = false;
     }

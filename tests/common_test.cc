@@ -15,6 +15,7 @@
 #include "deadline.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/crc32c.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
@@ -297,6 +298,26 @@ TEST(ProcessInfo, ReadsTheFieldsOfAProcessStatus) {
   EXPECT_TRUE(absl::IsNotFound(ProcessStatusField(getpid(), "NoSuchField").status()));
   EXPECT_FALSE(ProcessStatusBytes(getpid(), "Threads").ok()) << "not a kB field";
   EXPECT_TRUE(absl::IsNotFound(ProcessStatusField(-1, "VmRSS").status()));
+}
+
+enum class Shade { kLight, kDark, kNone };
+constexpr EnumName<Shade> kShadeNames[] = {{Shade::kLight, "light"}, {Shade::kDark, "dark"}};
+
+TEST(EnumNames, OneTableNamesParsesAndListsTheValues) {
+  EXPECT_STREQ(NameOf(kShadeNames, Shade::kDark), "dark");
+  EXPECT_STREQ(NameOf(kShadeNames, Shade::kNone), "unknown");
+  EXPECT_EQ(NameList(kShadeNames), "light or dark");
+  for (const EnumName<Shade>& entry : kShadeNames) {
+    const absl::StatusOr<Shade> parsed = ParseName(kShadeNames, NameOf(kShadeNames, entry.value), "shade");
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, entry.value);
+  }
+  const absl::StatusOr<Shade> bad = ParseName(kShadeNames, "grey", "shade");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "unknown shade 'grey' (expected light or dark)");
+  Shade found = Shade::kNone;
+  EXPECT_FALSE(FindName(kShadeNames, "Light", &found)) << "names are exact";
+  EXPECT_EQ(found, Shade::kNone);
 }
 
 }  // namespace

@@ -393,7 +393,7 @@ TEST(JobPlan, UpdateLogsGoUnderTheCheckpointsOnePerShard) {
   auto plan = Plan(*ParseJobSpecText(base + "checkpoint: {dir: /c}\n", "job.yaml"));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_EQ(plan->ps[1].update_log_dir, "/c/update-log/ps-1");
-  EXPECT_EQ(plan->ps[1].update_log_sync, "every_group");
+  EXPECT_EQ(plan->ps[1].update_log_sync, embedding_ps::LogSync::kEveryGroup);
   EXPECT_GT(plan->workers[0].ps_recovery_timeout_seconds, 0);
   plan = Plan(*ParseJobSpecText(base, "job.yaml"));
   ASSERT_TRUE(plan.ok());
@@ -409,7 +409,7 @@ TEST(JobPlan, UpdateLogsGoUnderTheCheckpointsOnePerShard) {
       "job.yaml"));
   ASSERT_TRUE(plan.ok());
   EXPECT_EQ(plan->ps[0].update_log_dir, "/logs/ps-0");
-  EXPECT_EQ(plan->ps[0].update_log_sync, "interval");
+  EXPECT_EQ(plan->ps[0].update_log_sync, embedding_ps::LogSync::kInterval);
 }
 
 TEST(JobSpec, CheckpointAndExportKeysAreChecked) {

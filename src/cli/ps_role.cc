@@ -158,7 +158,7 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
   }
   embedding_ps::UpdateLogOptions options;
   options.dir = shard.update_log_dir;
-  HYREC_ASSIGN_OR_RETURN(options.sync, embedding_ps::ParseLogSync(shard.update_log_sync));
+  options.sync = shard.update_log_sync;
   options.sync_interval = absl::Seconds(shard.update_log_sync_interval_seconds);
   // Replaced by another process for this shard while frozen or cut off: it serves the shard now,
   // so this one stops at once rather than answering from rows it can no longer log.

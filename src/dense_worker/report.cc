@@ -1,9 +1,11 @@
 #include "hyrec/dense_worker/report.h"
 
+#include "hyrec/common/enum_names.h"
+
 namespace hyrec::dense_worker {
 
 namespace {
-constexpr std::pair<TrainReport::ExportReason, const char*> kExportReasons[] = {
+constexpr EnumName<TrainReport::ExportReason> kExportReasons[] = {
     {TrainReport::ExportReason::kNone, "none"},
     {TrainReport::ExportReason::kBestEvaluation, "best_evaluation"},
     {TrainReport::ExportReason::kNoEvaluation, "no_evaluation"},
@@ -11,21 +13,10 @@ constexpr std::pair<TrainReport::ExportReason, const char*> kExportReasons[] = {
 };
 }  // namespace
 
-const char* ExportReasonName(TrainReport::ExportReason reason) {
-  for (const auto& [r, name] : kExportReasons) {
-    if (r == reason) return name;
-  }
-  return "none";
-}
+const char* ExportReasonName(TrainReport::ExportReason reason) { return NameOf(kExportReasons, reason); }
 
 bool ParseExportReason(const std::string& name, TrainReport::ExportReason* reason) {
-  for (const auto& [r, n] : kExportReasons) {
-    if (n == name) {
-      *reason = r;
-      return true;
-    }
-  }
-  return false;
+  return FindName(kExportReasons, name, reason);
 }
 
 }  // namespace hyrec::dense_worker

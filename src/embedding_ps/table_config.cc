@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 
@@ -22,66 +23,30 @@ bool Finite(float x) { return std::isfinite(x); }
 
 }  // namespace
 
-absl::string_view OptimizerName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd:
-      return "sgd";
-    case OptimizerKind::kAdagrad:
-      return "adagrad";
-    case OptimizerKind::kAdam:
-      return "adam";
-    case OptimizerKind::kFtrl:
-      return "ftrl";
-  }
-  return "unknown";
-}
+namespace {
 
+constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd"},
+                                                       {OptimizerKind::kAdagrad, "adagrad"},
+                                                       {OptimizerKind::kAdam, "adam"},
+                                                       {OptimizerKind::kFtrl, "ftrl"}};
+constexpr EnumName<InitializerKind> kInitializerNames[] = {
+    {InitializerKind::kUniform, "uniform"}, {InitializerKind::kNormal, "normal"}, {InitializerKind::kZeros, "zeros"}};
+constexpr EnumName<EvictionPolicy> kEvictionPolicyNames[] = {
+    {EvictionPolicy::kLru, "lru"}, {EvictionPolicy::kLfu, "lfu"}, {EvictionPolicy::kTtl, "ttl"}};
+
+}  // namespace
+
+absl::string_view OptimizerName(OptimizerKind kind) { return NameOf(kOptimizerNames, kind); }
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name) {
-  if (name == "sgd") return OptimizerKind::kSgd;
-  if (name == "adagrad") return OptimizerKind::kAdagrad;
-  if (name == "adam") return OptimizerKind::kAdam;
-  if (name == "ftrl") return OptimizerKind::kFtrl;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown optimizer '", name, "' (expected sgd, adagrad, adam or ftrl)"));
+  return ParseName(kOptimizerNames, name, "optimizer");
 }
-
-absl::string_view InitializerName(InitializerKind kind) {
-  switch (kind) {
-    case InitializerKind::kUniform:
-      return "uniform";
-    case InitializerKind::kNormal:
-      return "normal";
-    case InitializerKind::kZeros:
-      return "zeros";
-  }
-  return "unknown";
-}
-
-absl::string_view EvictionPolicyName(EvictionPolicy policy) {
-  switch (policy) {
-    case EvictionPolicy::kLru:
-      return "lru";
-    case EvictionPolicy::kLfu:
-      return "lfu";
-    case EvictionPolicy::kTtl:
-      return "ttl";
-  }
-  return "unknown";
-}
-
-absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name) {
-  if (name == "lru") return EvictionPolicy::kLru;
-  if (name == "lfu") return EvictionPolicy::kLfu;
-  if (name == "ttl") return EvictionPolicy::kTtl;
-  return absl::InvalidArgumentError(absl::StrCat("unknown eviction policy '", name, "' (expected lru, lfu or ttl)"));
-}
-
+absl::string_view InitializerName(InitializerKind kind) { return NameOf(kInitializerNames, kind); }
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name) {
-  if (name == "uniform") return InitializerKind::kUniform;
-  if (name == "normal") return InitializerKind::kNormal;
-  if (name == "zeros") return InitializerKind::kZeros;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown initializer '", name, "' (expected uniform, normal or zeros)"));
+  return ParseName(kInitializerNames, name, "initializer");
+}
+absl::string_view EvictionPolicyName(EvictionPolicy policy) { return NameOf(kEvictionPolicyNames, policy); }
+absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name) {
+  return ParseName(kEvictionPolicyNames, name, "eviction policy");
 }
 
 int OptimizerStateFloats(OptimizerKind kind, int dim) {

@@ -268,24 +268,7 @@ absl::StatusOr<std::string> ReadHead(Env* env, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<LogSync> ParseLogSync(const std::string& name) {
-  if (name == "every_group") return LogSync::kEveryGroup;
-  if (name == "interval") return LogSync::kInterval;
-  if (name == "off") return LogSync::kOff;
-  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a sync policy (every_group, interval, off)"));
-}
-
-const char* LogSyncName(LogSync sync) {
-  switch (sync) {
-    case LogSync::kEveryGroup:
-      return "every_group";
-    case LogSync::kInterval:
-      return "interval";
-    case LogSync::kOff:
-      return "off";
-  }
-  return "?";
-}
+const char* LogSyncName(LogSync sync) { return NameOf(kLogSyncNames, sync); }
 
 struct UpdateLog::Writer {
   explicit Writer(absl::Span<char> b) : bytes(b) {}

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
@@ -86,11 +87,12 @@ absl::Status ReadUpdateLog(const YAML::Node& node, PsSpec* ps) {
       CheckKeys(node, "ps.update_log", {"enabled", "dir", "sync", "sync_interval_seconds", "max_bytes"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "enabled", "ps.update_log", &ps->update_log));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "ps.update_log", &ps->update_log_dir));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync", "ps.update_log", &ps->update_log_sync));
+  std::string sync = embedding_ps::LogSyncName(ps->update_log_sync);
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "sync", "ps.update_log", &sync));
   HYREC_RETURN_IF_ERROR(
       ReadScalar(node, "sync_interval_seconds", "ps.update_log", &ps->update_log_sync_interval_seconds));
-  if (ps->update_log_sync != "every_group" && ps->update_log_sync != "interval" && ps->update_log_sync != "off") {
-    return Invalid("ps.update_log.sync", node["sync"], "must be every_group, interval or off");
+  if (!FindName(embedding_ps::kLogSyncNames, sync, &ps->update_log_sync)) {
+    return Invalid("ps.update_log.sync", node["sync"], absl::StrCat("must be ", NameList(embedding_ps::kLogSyncNames)));
   }
   if (!(ps->update_log_sync_interval_seconds > 0 && ps->update_log_sync_interval_seconds <= 3600)) {
     return Invalid("ps.update_log.sync_interval_seconds", node["sync_interval_seconds"], "must be in (0, 3600]");

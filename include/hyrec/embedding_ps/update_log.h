@@ -61,6 +61,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/common/env.h"
 
 namespace hyrec::embedding_ps {
@@ -73,8 +74,8 @@ enum class LogSync {
                 // written, a power loss what the kernel had not written.
 };
 
-// "every_group", "interval", "off".
-absl::StatusOr<LogSync> ParseLogSync(const std::string& name);
+inline constexpr EnumName<LogSync> kLogSyncNames[] = {
+    {LogSync::kEveryGroup, "every_group"}, {LogSync::kInterval, "interval"}, {LogSync::kOff, "off"}};
 const char* LogSyncName(LogSync sync);
 
 struct UpdateLogOptions {

@@ -55,7 +55,7 @@ struct PsShardPlan {
   // The shard's update log: `<ps.update_log.dir or checkpoint.dir/update-log>/ps-<index>`; empty
   // when the job has none (ps.update_log false, or no checkpoint.dir to truncate it at).
   std::string update_log_dir;
-  std::string update_log_sync = "every_group";
+  embedding_ps::LogSync update_log_sync = embedding_ps::LogSync::kEveryGroup;
   double update_log_sync_interval_seconds = 0.1;
 };
 

@@ -30,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/embedding_ps/table_config.h"
+#include "hyrec/embedding_ps/update_log.h"
 
 namespace YAML {
 class Node;
@@ -129,8 +130,8 @@ struct PsSpec {
   // every update it acknowledged. On by default when the job takes checkpoints (the log is
   // truncated at each one); a PS process writes its own under `<dir>/ps-<index>`.
   bool update_log = true;
-  std::string update_log_dir;                   // Empty: <checkpoint.dir>/update-log.
-  std::string update_log_sync = "every_group";  // every_group | interval | off
+  std::string update_log_dir;  // Empty: <checkpoint.dir>/update-log.
+  embedding_ps::LogSync update_log_sync = embedding_ps::LogSync::kEveryGroup;
   double update_log_sync_interval_seconds = 0.1;
   // When a shard's log passes this many bytes since the last checkpoint, worker 0 cuts one at
   // the next step: what a recovery replays stays bounded. 0: no bound.
