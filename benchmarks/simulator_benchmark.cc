@@ -104,7 +104,7 @@ int Run(const std::string& only, int rounds, const std::string& record) {
       std::printf("| %s%s | %.0f | %.0f | **%.2f** (%s) | %.2f / %.2f | %.2f / %.2f | %s |\n",
                   configs[k].Name().c_str(), k == 0 ? " (the calibration's)" : "", median(measured[k]),
                   median(predicted[k]), ratio, each.substr(1).c_str(), last[k].waited_ms, p.wait_for_rows_ms,
-                  last[k].observed_staleness, p.observed_staleness, p.bottleneck.c_str());
+                  last[k].observed_staleness, p.observed_staleness, ResourceName(p.bottleneck));
       if (k == 0) continue;
       worst_error = std::max(worst_error, std::abs(ratio - 1));
       worst += std::abs(ratio - 1) > 0.15;

@@ -315,7 +315,7 @@ TEST(ThroughputPlan, PredictsThePlannedJobAndItsScaling) {
   EXPECT_EQ(p->cluster_options.ps_cores, c->ps_machine.cpus);
   EXPECT_EQ(p->costs.batch_size, 1024);
   // The dense step (16 ms at batch 1,024) bounds four workers with idle PS machines.
-  EXPECT_EQ(p->cluster.bottleneck, "dense step");
+  EXPECT_EQ(p->cluster.bottleneck, Resource::kDenseStep);
   EXPECT_NEAR(p->cluster.samples_per_second, 4 * 1024 / 0.016, 4 * 1024 / 0.016 * 0.03);
   const std::string json = CapacityPlanJson(*c, &*p);
   EXPECT_TRUE(absl::StrContains(json, "\"throughput\":{\"samples_per_second\":")) << json;

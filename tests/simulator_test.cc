@@ -47,7 +47,7 @@ TEST(SimulatorTest, ASynchronousWorkerWaitsForEveryRoundTrip) {
   EXPECT_EQ(r.observed_staleness, 0);
   EXPECT_NEAR(r.wait_for_rows_ms, 22, 0.5);
   EXPECT_NEAR(r.wait_for_acks_ms, 22, 0.5);
-  EXPECT_EQ(r.bottleneck, "latency");
+  EXPECT_EQ(r.bottleneck, Resource::kLatency);
 }
 
 TEST(SimulatorTest, AHybridWorkerHidesTheRoundTripAndIsBoundByItsDenseStep) {
@@ -57,7 +57,7 @@ TEST(SimulatorTest, AHybridWorkerHidesTheRoundTripAndIsBoundByItsDenseStep) {
   const SimulationResult r = Simulate(Costs(), o);
   EXPECT_NEAR(r.samples_per_second, 1000 / 0.010, 1000 / 0.010 * 0.01);
   EXPECT_LT(r.wait_for_rows_ms, 0.1);  // The first batch's lookup, with nothing to hide behind.
-  EXPECT_EQ(r.bottleneck, "dense step");
+  EXPECT_EQ(r.bottleneck, Resource::kDenseStep);
   // The window looks two batches ahead and the updates lag by their round trip: staleness
   // between 1 and the bound.
   EXPECT_GE(r.observed_staleness, 1);
@@ -71,7 +71,7 @@ TEST(SimulatorTest, ARoundTripLongerThanTheWindowShowsThroughTheStaleness) {
   const SimulationResult r = Simulate(Costs(), o);
   EXPECT_LT(r.samples_per_second, 0.8 * 1000 / 0.010);
   EXPECT_GT(r.wait_for_rows_ms, 10);
-  EXPECT_EQ(r.bottleneck, "latency");
+  EXPECT_EQ(r.bottleneck, Resource::kLatency);
 }
 
 TEST(SimulatorTest, RolesSharingOneCoreShareItsTime) {
@@ -86,7 +86,7 @@ TEST(SimulatorTest, RolesSharingOneCoreShareItsTime) {
   const double cpu_ms =
       c.train_ms + c.lookup_client_ms + c.update_client_ms + c.lookup_server_ms + c.update_server_ms + c.loader_ms;
   EXPECT_NEAR(r.samples_per_second, 1000 / cpu_ms * 1e3, 1000 / cpu_ms * 1e3 * 0.02);
-  EXPECT_EQ(r.bottleneck, "CPU");
+  EXPECT_EQ(r.bottleneck, Resource::kCpu);
   // Two cores: the dense step on one, the rest (5 ms) beside it, but for the moments when two
   // other threads run with it.
   o.machine_cores = 2;
@@ -104,7 +104,7 @@ TEST(SimulatorTest, EachPartOfAClusterIsNamedWhenItBoundsTheRate) {
   o.shards = 1;
   o.ps_cores = 4;
   SimulationResult r = Simulate(c, o);
-  EXPECT_EQ(r.bottleneck, "PS CPU");
+  EXPECT_EQ(r.bottleneck, Resource::kPsCpu);
   // 16 workers' 80 ms of PS CPU a batch on 4 cores: 320 ms for 16 batches.
   EXPECT_NEAR(r.samples_per_second, 16 * 1000 / 0.320, 16 * 1000 / 0.320 * 0.05);
 
@@ -114,7 +114,7 @@ TEST(SimulatorTest, EachPartOfAClusterIsNamedWhenItBoundsTheRate) {
   o.workers = 8;
   o.network_gbps = 1;  // 8 workers' rows (0.64 MB each) out of one PS machine: 41 ms a step.
   r = Simulate(c, o);
-  EXPECT_EQ(r.bottleneck, "PS network");
+  EXPECT_EQ(r.bottleneck, Resource::kPsNetwork);
   EXPECT_NEAR(r.samples_per_second, 8 * 1000 / (8 * 6.4e5 * 8 / 1e9), 8 * 1000 / (8 * 6.4e5 * 8 / 1e9) * 0.05);
 
   o = Cluster();
@@ -123,7 +123,7 @@ TEST(SimulatorTest, EachPartOfAClusterIsNamedWhenItBoundsTheRate) {
   c = Costs();
   c.loader_ms = 10;
   r = Simulate(c, o);
-  EXPECT_EQ(r.bottleneck, "loader");
+  EXPECT_EQ(r.bottleneck, Resource::kLoader);
   EXPECT_NEAR(r.samples_per_second, 8 * 1000 / 0.040, 8 * 1000 / 0.040 * 0.05);
 
   o = Cluster();
@@ -134,7 +134,7 @@ TEST(SimulatorTest, EachPartOfAClusterIsNamedWhenItBoundsTheRate) {
   c = Costs();
   c.dense_bytes = 1e7;  // The allreduce: 2 x 3/4 x 10 MB out of each worker, 120 ms.
   r = Simulate(c, o);
-  EXPECT_EQ(r.bottleneck, "worker network");
+  EXPECT_EQ(r.bottleneck, Resource::kWorkerNetwork);
 }
 
 TEST(SimulatorTest, WorkersStepTogether) {

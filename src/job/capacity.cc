@@ -875,10 +875,10 @@ std::string ThroughputJson(const ThroughputPlan& t) {
   const SimulationOptions& o = t.cluster_options;
   std::vector<std::string> uses;
   for (const SimulationResult::Use& u : r.utilization) {
-    uses.push_back(absl::StrCat("{\"resource\":", Quote(u.resource), ",\"busy\":", Num(u.busy), "}"));
+    uses.push_back(absl::StrCat("{\"resource\":", Quote(ResourceName(u.resource)), ",\"busy\":", Num(u.busy), "}"));
   }
   return absl::StrCat(
-      "{\"samples_per_second\":", Num(r.samples_per_second), ",\"bottleneck\":", Quote(r.bottleneck),
+      "{\"samples_per_second\":", Num(r.samples_per_second), ",\"bottleneck\":", Quote(ResourceName(r.bottleneck)),
       ",\"utilization\":[", absl::StrJoin(uses, ","), "],\"wait_for_rows_ms\":", Num(r.wait_for_rows_ms),
       ",\"observed_staleness\":", Num(r.observed_staleness), ",\"lookup_ms\":", Num(r.lookup_ms),
       ",\"update_ms\":", Num(r.update_ms), ",\"staleness\":", o.staleness,

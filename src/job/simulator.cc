@@ -513,9 +513,9 @@ class Simulation {
     r.lookup_ms = lookup_ms_ / batches;
     r.update_ms = updates_ > 0 ? update_ms_ / updates_ : 0;
     if (span <= 0) return r;
-    r.utilization.push_back({"dense step", dense_busy_ms_ / (o_.workers * span)});
+    r.utilization.push_back({Resource::kDenseStep, dense_busy_ms_ / (o_.workers * span)});
     if (o_.one_machine) {
-      r.utilization.push_back({"CPU", pools_[0].used_ms / (pools_[0].cores * span)});
+      r.utilization.push_back({Resource::kCpu, pools_[0].used_ms / (pools_[0].cores * span)});
     } else {
       auto pool_busy = [&](const std::vector<int>& pools, Account account, double threads_cap) {
         double cores = 0;
@@ -527,11 +527,11 @@ class Simulation {
         }
         return cores > 0 ? account_ms_[account] / (cores * span) : 0;
       };
-      r.utilization.push_back({"PS CPU", pool_busy(ps_pool_, kPsCpu, 1e9)});
-      r.utilization.push_back({"loader", pool_busy(loader_pool_, kLoaderCpu, o_.loader_threads)});
+      r.utilization.push_back({Resource::kPsCpu, pool_busy(ps_pool_, kPsCpu, 1e9)});
+      r.utilization.push_back({Resource::kLoader, pool_busy(loader_pool_, kLoaderCpu, o_.loader_threads)});
       std::vector<int> worker_pools;
       for (const Worker& wk : workers_) worker_pools.push_back(wk.pool);
-      r.utilization.push_back({"worker CPU", pool_busy(worker_pools, kWorkerCpu, 1e9)});
+      r.utilization.push_back({Resource::kWorkerCpu, pool_busy(worker_pools, kWorkerCpu, 1e9)});
       auto link_busy = [&](const std::vector<int>& links) {
         double busy = 0;
         for (int l : links) busy += links_[l].busy_ms;
@@ -539,12 +539,12 @@ class Simulation {
       };
       std::vector<int> worker_links;
       for (const Worker& wk : workers_) worker_links.push_back(wk.link);
-      r.utilization.push_back({"PS network", link_busy(ps_machine_links_)});
-      r.utilization.push_back({"worker network", link_busy(worker_links)});
+      r.utilization.push_back({Resource::kPsNetwork, link_busy(ps_machine_links_)});
+      r.utilization.push_back({Resource::kWorkerNetwork, link_busy(worker_links)});
     }
     std::stable_sort(r.utilization.begin(), r.utilization.end(),
                      [](const auto& a, const auto& b) { return a.busy > b.busy; });
-    r.bottleneck = r.utilization.front().busy >= 0.85 ? r.utilization.front().resource : "latency";
+    r.bottleneck = r.utilization.front().busy >= 0.85 ? r.utilization.front().resource : Resource::kLatency;
     return r;
   }
 
@@ -607,7 +607,7 @@ double UsableCores(const StepCosts& costs, SimulationOptions calibration) {
     return (low + high) / 2;
   }
   for (const SimulationResult::Use& u : all.utilization) {
-    if (u.resource == "CPU" && u.busy >= 0.9 && costs.cores_used > 0) {
+    if (u.resource == Resource::kCpu && u.busy >= 0.9 && costs.cores_used > 0) {
       return std::min<double>(costs.cores_used, calibration.machine_cores);
     }
   }

@@ -327,9 +327,10 @@ absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const Capacit
 namespace hyrec::job {
 
 std::string FormatSimulationResult(const SimulationResult& r) {
-  std::string out = absl::StrFormat("%.0f samples/s, bound by %s\n  busy:", r.samples_per_second, r.bottleneck);
+  std::string out =
+      absl::StrFormat("%.0f samples/s, bound by %s\n  busy:", r.samples_per_second, ResourceName(r.bottleneck));
   for (const SimulationResult::Use& u : r.utilization)
-    absl::StrAppendFormat(&out, " %s %.0f%%,", u.resource, u.busy * 100);
+    absl::StrAppendFormat(&out, " %s %.0f%%,", ResourceName(u.resource), u.busy * 100);
   out.back() = '\n';
   absl::StrAppendFormat(&out,
                         "  a batch waits %.2f ms for its rows, %.2f ms for acknowledgements, %.2f ms for the loader; "
@@ -401,7 +402,7 @@ std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vect
     auto cell = [](const std::vector<ScalingPoint>& v, size_t k) {
       if (k >= v.size()) return std::string();
       return absl::StrFormat("b %6d %10.0f/s %4.2f %-14s", v[k].batch_size, v[k].result.samples_per_second,
-                             v[k].efficiency, v[k].result.bottleneck);
+                             v[k].efficiency, ResourceName(v[k].result.bottleneck));
     };
     absl::StrAppendFormat(&out, "%8d | %-44s | %-44s\n", i < weak.size() ? weak[i].workers : strong[i].workers,
                           cell(weak, i), cell(strong, i));

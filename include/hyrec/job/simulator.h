@@ -12,7 +12,7 @@
 //   o.staleness = 4;
 //   o.added_rtt_ms = 10;
 //   SimulationResult r = Simulate(costs, o);
-//   std::cout << r.samples_per_second << " samples/s, bound by " << r.bottleneck << "\n";
+//   std::cout << r.samples_per_second << " samples/s, bound by " << ResourceName(r.bottleneck) << "\n";
 //
 // What it models, as the trainer (dense_worker/trainer.h) behaves:
 // - A worker's training thread asks for batch n+1 once batch n trained. Lookups run
@@ -34,6 +34,8 @@
 
 #include <string>
 #include <vector>
+
+#include "hyrec/common/enum_names.h"
 
 namespace hyrec::job {
 
@@ -103,6 +105,27 @@ struct SimulationOptions {
   double network_gbps = 0;
 };
 
+// What a simulated job spends its time on, and what bounds it.
+enum class Resource {
+  kDenseStep,      // The workers' training threads.
+  kPsCpu,          // The PS machines' cores.
+  kPsNetwork,      // The PS machines' links.
+  kLoader,         // The loader's threads.
+  kWorkerNetwork,  // The workers' links.
+  kWorkerCpu,      // The workers' other threads (lookups, updates, pooling).
+  kCpu,            // Every core of one machine, every role on it.
+  kLatency,        // None busy: round trips the staleness window does not hide.
+};
+inline constexpr EnumName<Resource> kResourceNames[] = {{Resource::kDenseStep, "dense step"},
+                                                        {Resource::kPsCpu, "PS CPU"},
+                                                        {Resource::kPsNetwork, "PS network"},
+                                                        {Resource::kLoader, "loader"},
+                                                        {Resource::kWorkerNetwork, "worker network"},
+                                                        {Resource::kWorkerCpu, "worker CPU"},
+                                                        {Resource::kCpu, "CPU"},
+                                                        {Resource::kLatency, "latency"}};
+inline const char* ResourceName(Resource r) { return NameOf(kResourceNames, r); }
+
 struct SimulationResult {
   double samples_per_second = 0;  // Every worker's samples after the warm-up, over the time they took.
   double wait_for_rows_ms = 0;    // Mean time a worker's training thread waited for a batch's rows.
@@ -111,17 +134,16 @@ struct SimulationResult {
   double observed_staleness = 0;  // As TrainerStats::observed_staleness.
   double lookup_ms = 0;           // Mean wall time of a batch's lookups.
   double update_ms = 0;           // Mean wall time of a batch's update, until acknowledged.
-  // Busy fraction of each resource over the timed part, the busiest first: "dense step" (the
-  // training threads), "PS CPU", "PS network", "loader", "worker network", "worker CPU" (the
-  // workers' other threads) and, on one machine, "CPU" (every core).
+  // Busy fraction of each resource over the timed part, the busiest first: on one machine the
+  // dense step and kCpu, else each but kCpu and kLatency.
   struct Use {
-    std::string resource;
+    Resource resource = Resource::kCpu;
     double busy = 0;
   };
   std::vector<Use> utilization;
   // What bounds the rate: the busiest resource when it is busy at least 85% of the time, else
-  // "latency" (the training threads wait on round trips the window does not hide).
-  std::string bottleneck;
+  // kLatency.
+  Resource bottleneck = Resource::kLatency;
 };
 
 SimulationResult Simulate(const StepCosts& costs, const SimulationOptions& options);
