@@ -140,6 +140,9 @@ TEST(Cli, BadFlagsAreInvalidInputWithASuggestion) {
                                 "--log_level=wran: not one of trace, debug, info, warn, error, critical, off; "
                                 "did you mean 'warn'?"))
       << r.err;
+  r = Hyrec({"k8s", "render", "--image_variant=rocm"});  // An enum flag, from its name table.
+  EXPECT_EQ(r.code, 2);
+  EXPECT_TRUE(absl::StrContains(r.err, "--image_variant=rocm: not one of cpu, cuda")) << r.err;
   r = Hyrec({"loader", "--metrics_port=abc"});
   EXPECT_EQ(r.code, 2);
   EXPECT_TRUE(absl::StrContains(r.err, "--metrics_port=abc: not an integer")) << r.err;

@@ -61,8 +61,8 @@ int K8sMain(int argc, char** argv) {
   AddSetFlag(flags, &f.overrides);
   flags.String("name", &o.name, "NAME", "The job's name on the cluster: a DNS label (required).");
   flags.String("image", &o.image, "REPO@sha256:DIGEST", "The hyrec image, pinned by digest (required).");
-  flags.Choice("overlay", &o.overlay, {"local", "gke"}, "local (kind, minikube) or gke (node pools, Filestore).");
-  flags.Choice("api", &o.api, {"jobset", "plain"}, "jobset (JobSet v1alpha2), or plain StatefulSet and Jobs.");
+  flags.Enum("overlay", &o.overlay, job::kK8sOverlayNames, "local (kind, minikube) or gke (node pools, Filestore).");
+  flags.Enum("api", &o.api, job::kK8sApiNames, "jobset (JobSet v1alpha2), or plain StatefulSet and Jobs.");
   flags.String("namespace", &o.namespace_name, "NAMESPACE", "The objects' namespace (default: kubectl's).");
   flags.String("queue", &o.queue, "QUEUE", "A Kueue LocalQueue (the kueue.x-k8s.io/queue-name label).");
   flags.Int("max_restarts", &o.max_restarts, "Restarts of the whole job after transient failures.", 0, 1000);
@@ -73,11 +73,11 @@ int K8sMain(int argc, char** argv) {
   flags.String("loader_machine", &o.loader_machine, "TYPE", "gke: the loader pool's (default c3-standard-22).");
   flags.String("worker_machine", &o.worker_machine, "TYPE",
                "gke: the workers' (default a2-highgpu-8g with GPUs, c3-standard-44 without).");
-  flags.Choice(
-      "image_variant", &o.image_variant, {"cpu", "cuda"},
-      "The image's LibTorch: cpu (the Dockerfile's default) or cuda (docs/deploy-gke.md, \"GPU image\"); only a "
-      "cuda image gets GPUs.");
-  flags.Int("worker_gpus", &o.worker_gpus,
+  flags.Enum("image_variant", &o.image_variant, job::kImageVariantNames,
+             "The image's LibTorch: cpu (the Dockerfile's default) or cuda (docs/deploy-gke.md, \"GPU image\"); only a "
+             "cuda image gets GPUs.");
+  int worker_gpus = -1;
+  flags.Int("worker_gpus", &worker_gpus,
             "GPUs per worker pod; -1: 1 with a cuda image when train.device is cuda (or auto, on gke), else 0.", -1,
             16);
   flags.String("gcs_bucket", &o.gcs_bucket, "BUCKET",
@@ -89,6 +89,7 @@ int K8sMain(int argc, char** argv) {
                "The pods' Kubernetes service account (with --gcs_bucket: one that may read the bucket).");
   flags.String("out", &f.out, "DIR", "Write DIR/NAME.yaml instead of printing the manifests.");
   if (std::optional<int> code = flags.ParseOrExit(argc - 1, argv + 1)) return *code;
+  if (worker_gpus >= 0) o.worker_gpus = worker_gpus;
   const absl::Status status = Render(f);
   if (!status.ok()) std::cerr << "hyrec k8s render: " << status.message() << "\n";
   return ExitCodeFor(status);

@@ -81,11 +81,16 @@ void FlagSet::StringList(const std::string& name, std::vector<std::string>* out,
 
 void FlagSet::Choice(const std::string& name, std::string* out, std::vector<std::string> choices,
                      const std::string& help) {
+  ChoiceOf(name, *out, std::move(choices), help, [out](const std::string& v) { *out = v; });
+}
+
+void FlagSet::ChoiceOf(const std::string& name, const std::string& default_text, std::vector<std::string> choices,
+                       const std::string& help, std::function<void(const std::string&)> set) {
   const std::string placeholder = absl::StrJoin(choices, "|");
-  Add({name, placeholder, help, *out, false, false, [name, out, choices](const std::string& v) {
+  Add({name, placeholder, help, default_text, false, false, [name, set, choices](const std::string& v) {
          for (const std::string& c : choices) {
            if (c == v) {
-             *out = v;
+             set(v);
              return absl::OkStatus();
            }
          }

@@ -81,7 +81,7 @@ Role IdentityRole(K8sRole role) { return kRoleNames[static_cast<int>(role)].iden
 class Renderer {
  public:
   Renderer(const JobSpec& spec, const JobPlan& plan, const K8sOptions& options)
-      : spec_(spec), plan_(plan), options_(options), jobset_(options.api == "jobset") {}
+      : spec_(spec), plan_(plan), options_(options), jobset_(options.api == K8sApi::kJobSet) {}
 
   absl::Status Prepare();
   K8sRender Render();
@@ -166,19 +166,19 @@ std::string Renderer::PodHost(K8sRole role, int index) const {
 }
 
 absl::Status Renderer::PreparePools() {
-  const bool gke = options_.overlay == "gke";
+  const bool gke = options_.overlay == K8sOverlay::kGke;
   const std::string device = absl::AsciiStrToLower(spec_.train.device);
-  const bool cuda_image = options_.image_variant == "cuda";
-  if (!cuda_image && (device == "cuda" || options_.worker_gpus > 0)) {
+  const bool cuda_image = options_.image_variant == ImageVariant::kCuda;
+  if (!cuda_image && (device == "cuda" || options_.worker_gpus.value_or(0) > 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", options_.worker_gpus),
+        device == "cuda" ? "train.device: cuda" : absl::StrCat("--worker_gpus=", *options_.worker_gpus),
         " needs the CUDA image (built against a CUDA LibTorch: docs/deploy-gke.md, \"GPU image\") "
         "rendered with --image_variant=cuda (the default image is CPU-only and would hold GPUs it cannot use)"));
   }
   // A worker per GPU, and only on a CUDA image: cuda asks for one; auto for one where the overlay
   // has GPU pools (gke).
   const int default_gpus = cuda_image && (device == "cuda" || (device == "auto" && gke)) ? 1 : 0;
-  worker_pool_.gpus = options_.worker_gpus >= 0 ? options_.worker_gpus : default_gpus;
+  worker_pool_.gpus = options_.worker_gpus.value_or(default_gpus);
   if (gke) {
     HYREC_ASSIGN_OR_RETURN(
         ps_pool_.machine,
@@ -257,10 +257,10 @@ absl::Status Renderer::Prepare() {
         "bytes per row, plus headroom), more than a %s node offers (%.0f GiB); raise ps.shards or lower the "
         "capacities%s",
         largest_shard, static_cast<double>(largest) / kGiB, ps_pool_.machine.name, allocatable,
-        options_.overlay == "gke" ? ", or choose a larger --ps_machine" : ""));
+        options_.overlay == K8sOverlay::kGke ? ", or choose a larger --ps_machine" : ""));
   }
   ps_pool_.memory_request = ps_pool_.memory_limit = (largest + kMiB - 1) / kMiB * kMiB;
-  if (options_.overlay == "gke") {  // As `hyrec plan` places them: several shards may share a node.
+  if (options_.overlay == K8sOverlay::kGke) {  // As `hyrec plan` places them: several shards may share a node.
     const PsPlacement placement =
         PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, PsMinCpus(plan_));
     ps_pool_.cpu_request = ps_pool_.cpu_limit = placement.cpus_per_pod;
@@ -269,7 +269,7 @@ absl::Status Renderer::Prepare() {
   // at 50 MB/s, and never less than 10 minutes.
   const double restore_seconds = static_cast<double>(largest) / 50e6;
   startup_failures_ps_ = static_cast<int>(std::ceil(std::max(600.0, 3 * restore_seconds) / 10));
-  const bool gke = options_.overlay == "gke";
+  const bool gke = options_.overlay == K8sOverlay::kGke;
   storage_size_ = !options_.storage_size.empty() ? options_.storage_size : gke ? "1Ti" : "10Gi";
   storage_class_ = !options_.storage_class.empty() ? options_.storage_class : gke ? "standard-rwx" : "";
   if (spec_.checkpoint.every_steps == 0 && spec_.checkpoint.every_seconds == 0) {
@@ -561,7 +561,7 @@ KValue Renderer::StateClaimSpec() const {
   KValue spec = KValue::Map();
   // Every role reads and writes one checkpoint directory (a cut is one directory with one
   // manifest): many nodes need the volume at once, except on a one-node local cluster.
-  spec.Set("accessModes", KValue::List({options_.overlay == "gke" ? "ReadWriteMany" : "ReadWriteOnce"}));
+  spec.Set("accessModes", KValue::List({options_.overlay == K8sOverlay::kGke ? "ReadWriteMany" : "ReadWriteOnce"}));
   if (!storage_class_.empty()) spec.Set("storageClassName", storage_class_);
   spec.Set("resources", KValue::Map({{"requests", KValue::Map({{"storage", storage_size_}})}}));
   return spec;
@@ -662,7 +662,8 @@ K8sRender Renderer::Render() {
     for (KValue& o : PlainObjects()) objects.push_back(std::move(o));
   }
   objects.push_back(PsDisruptionBudget());
-  r.yaml = absl::StrCat("# hyrec job '", options_.name, "' (", options_.api, ", overlay ", options_.overlay,
+  r.yaml = absl::StrCat("# hyrec job '", options_.name, "' (", NameOf(kK8sApiNames, options_.api), ", overlay ",
+                        NameOf(kK8sOverlayNames, options_.overlay),
                         "), rendered by `hyrec k8s render` from its job file: edit that and render again.\n");
   for (const KValue& o : objects) absl::StrAppend(&r.yaml, "---\n", o.Yaml());
   r.warnings = warnings_;
@@ -684,22 +685,12 @@ absl::Status CheckOptions(const K8sOptions& o) {
                                                    "': the job's name must be a DNS label of at most 40 characters "
                                                    "(lower-case letters, digits and '-', starting with a letter)"));
   }
-  if (o.overlay != "local" && o.overlay != "gke") {
-    return absl::InvalidArgumentError(absl::StrCat("--overlay=", o.overlay, ": local or gke"));
-  }
-  if (o.api != "jobset" && o.api != "plain") {
-    return absl::InvalidArgumentError(absl::StrCat("--api=", o.api, ": jobset or plain"));
-  }
   if (o.max_restarts < 0 || o.max_restarts > 1000) {
     return absl::InvalidArgumentError("--max_restarts must be in [0, 1000]");
   }
-  if (o.image_variant != "cpu" && o.image_variant != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--image_variant=", o.image_variant, ": cpu (the Dockerfile's default) or cuda"));
-  }
   if (!o.gcs_bucket.empty()) {
     static const std::regex kBucket("^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$");
-    if (o.overlay != "gke") {
+    if (o.overlay != K8sOverlay::kGke) {
       return absl::InvalidArgumentError(
           "--gcs_bucket needs --overlay=gke (the bucket is mounted by GKE's Cloud Storage FUSE CSI driver)");
     }

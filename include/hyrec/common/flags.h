@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "hyrec/common/enum_names.h"
 
 namespace hyrec {
 
@@ -55,6 +56,15 @@ class FlagSet {
                   const std::string& help);
   // A string restricted to `choices`.
   void Choice(const std::string& name, std::string* out, std::vector<std::string> choices, const std::string& help);
+  // A value of an enum named by its EnumName table (hyrec/common/enum_names.h), which `names`
+  // must outlive the FlagSet's Parse (a constant table does).
+  template <typename E, size_t N>
+  void Enum(const std::string& name, E* out, const EnumName<E> (&names)[N], const std::string& help) {
+    std::vector<std::string> choices;
+    for (const EnumName<E>& entry : names) choices.push_back(entry.name);
+    ChoiceOf(name, NameOf(names, *out), std::move(choices), help,
+             [out, &names](const std::string& v) { FindName(names, v, out); });
+  }
   void Int(const std::string& name, int* out, const std::string& help, int64_t min = INT32_MIN,
            int64_t max = INT32_MAX);
   void Uint64(const std::string& name, uint64_t* out, const std::string& help);
@@ -89,6 +99,9 @@ class FlagSet {
     std::function<absl::Status(const std::string&)> assign;
   };
   void Add(Flag flag);
+  // A flag taking one of `choices`, each handed to `set`.
+  void ChoiceOf(const std::string& name, const std::string& default_text, std::vector<std::string> choices,
+                const std::string& help, std::function<void(const std::string&)> set);
   Flag* Find(const std::string& name);
   std::string Suggestion(const std::string& name) const;
 

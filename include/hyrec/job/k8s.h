@@ -22,10 +22,12 @@
 #define HYREC_JOB_K8S_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/common/security.h"
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/job_spec.h"
@@ -43,11 +45,21 @@ inline constexpr char kK8sGcsDir[] = "/mnt/gcs";
 inline constexpr int kK8sHealthPort = 8081;
 inline constexpr int kK8sMetricsPort = 9090;
 
+enum class K8sOverlay { kLocal, kGke };  // local: kind, minikube.
+inline constexpr EnumName<K8sOverlay> kK8sOverlayNames[] = {{K8sOverlay::kLocal, "local"}, {K8sOverlay::kGke, "gke"}};
+enum class K8sApi { kJobSet, kPlain };  // plain: no JobSet controller in the cluster.
+inline constexpr EnumName<K8sApi> kK8sApiNames[] = {{K8sApi::kJobSet, "jobset"}, {K8sApi::kPlain, "plain"}};
+// The image's LibTorch: kCpu (the Dockerfile's default: Debian's CPU LibTorch) or kCuda (built
+// against a CUDA LibTorch, docs/deploy-gke.md "GPU image").
+enum class ImageVariant { kCpu, kCuda };
+inline constexpr EnumName<ImageVariant> kImageVariantNames[] = {{ImageVariant::kCpu, "cpu"},
+                                                                {ImageVariant::kCuda, "cuda"}};
+
 struct K8sOptions {
   // The container image, pinned by digest: "REPO@sha256:<64 hex digits>" (required).
   std::string image;
-  std::string overlay = "local";  // local (kind, minikube) or gke.
-  std::string api = "jobset";     // jobset, or plain (no JobSet controller in the cluster).
+  K8sOverlay overlay = K8sOverlay::kLocal;
+  K8sApi api = K8sApi::kJobSet;
   // The job's name: a DNS label (lower-case letters, digits, '-'), at most 40 characters, since
   // pod names add to it. Required.
   std::string name;
@@ -61,13 +73,11 @@ struct K8sOptions {
   std::string ps_machine;
   std::string loader_machine;
   std::string worker_machine;
-  // The image's variant: "cpu" (the Dockerfile's default: Debian's CPU LibTorch) or "cuda" (built
-  // against a CUDA LibTorch, docs/deploy-gke.md "GPU image"). Only a cuda image is given GPUs:
-  // train.device cuda with a cpu image is refused.
-  std::string image_variant = "cpu";
-  // GPUs per worker pod; -1: 1 when the image is cuda and train.device is cuda (or auto, on gke),
-  // else 0.
-  int worker_gpus = -1;
+  // Only a cuda image is given GPUs: train.device cuda with a cpu image is refused.
+  ImageVariant image_variant = ImageVariant::kCpu;
+  // GPUs per worker pod; unset: 1 when the image is cuda and train.device is cuda (or auto, on
+  // gke), else 0.
+  std::optional<int> worker_gpus;
   // Where the pods find the job's data files (loader.source.files, eval.files, eval.test_files,
   // model.path). Each must be an absolute path under one of: kK8sStateDir (files copied onto the
   // state volume), kK8sGcsDir when gcs_bucket names a bucket (mounted read-only into the loader
