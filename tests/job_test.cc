@@ -76,7 +76,7 @@ ps: {optimizer: ftrl, learning_rate: 0.2}
   ASSERT_TRUE(synthetic.ok()) << synthetic.status();
   EXPECT_EQ(synthetic->features, (std::vector<std::string>{"f0", "f1", "f2"}));
   EXPECT_EQ(synthetic->tables[2].config.name, "f2");
-  EXPECT_EQ(synthetic->train.dense_optimizer.kind, "adam");
+  EXPECT_EQ(synthetic->train.dense_optimizer.kind, DenseOptimizerKind::kAdam);
   EXPECT_EQ(synthetic->tables[0].config.optimizer.kind, embedding_ps::OptimizerKind::kAdagrad);
   EXPECT_FLOAT_EQ(synthetic->tables[0].config.optimizer.learning_rate, 0.05f);
 }
@@ -108,7 +108,7 @@ TEST(JobSpec, NamedTablesCarryTheirOwnSettings) {
   EXPECT_EQ(context.config.optimizer.kind, embedding_ps::OptimizerKind::kSgd);
   EXPECT_EQ(context.config.seed, 2u);
   const DenseOptimizerSpec& dense = spec->train.dense_optimizer;
-  EXPECT_EQ(dense.kind, "sgd");
+  EXPECT_EQ(dense.kind, DenseOptimizerKind::kSgd);
   EXPECT_DOUBLE_EQ(dense.learning_rate, 0.1);
   EXPECT_DOUBLE_EQ(dense.momentum, 0.5);
   EXPECT_EQ(dense.schedule.kind, LrSchedule::Kind::kCosine);

@@ -927,18 +927,19 @@ TrainerOptions TrainerOptionsFor(const job::WorkerPlan& plan, torch::Device devi
 absl::StatusOr<std::unique_ptr<torch::optim::Optimizer>> MakeDenseOptimizer(
     const job::DenseOptimizerSpec& s, const std::vector<torch::Tensor>& parameters) {
   namespace optim = torch::optim;
-  if (s.kind == "sgd") {
-    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::SGD>(
-        parameters, optim::SGDOptions(s.learning_rate).momentum(s.momentum).weight_decay(s.weight_decay)));
+  switch (s.kind) {
+    case job::DenseOptimizerKind::kSgd:
+      return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::SGD>(
+          parameters, optim::SGDOptions(s.learning_rate).momentum(s.momentum).weight_decay(s.weight_decay)));
+    case job::DenseOptimizerKind::kAdagrad:
+      return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adagrad>(
+          parameters, optim::AdagradOptions(s.learning_rate).weight_decay(s.weight_decay).eps(s.epsilon)));
+    case job::DenseOptimizerKind::kAdam:
+      return MakeAdamLike<optim::Adam, optim::AdamOptions>(s, parameters);
+    case job::DenseOptimizerKind::kAdamW:
+      return MakeAdamLike<optim::AdamW, optim::AdamWOptions>(s, parameters);
   }
-  if (s.kind == "adagrad") {
-    return std::unique_ptr<optim::Optimizer>(std::make_unique<optim::Adagrad>(
-        parameters, optim::AdagradOptions(s.learning_rate).weight_decay(s.weight_decay).eps(s.epsilon)));
-  }
-  if (s.kind == "adam") return MakeAdamLike<optim::Adam, optim::AdamOptions>(s, parameters);
-  if (s.kind == "adamw") return MakeAdamLike<optim::AdamW, optim::AdamWOptions>(s, parameters);
-  return absl::InvalidArgumentError(
-      absl::StrCat("train.dense_optimizer '", s.kind, "' is not adam, adamw, adagrad or sgd"));
+  return absl::InvalidArgumentError("train.dense_optimizer: an unknown kind");
 }
 
 void SetLearningRate(torch::optim::Optimizer& optimizer, double learning_rate) {

@@ -151,14 +151,9 @@ absl::Status ReadSchedule(const YAML::Node& node, absl::string_view path, LrSche
   HYREC_RETURN_IF_ERROR(CheckKeys(node, path, {"kind", "warmup_steps", "decay_steps", "final_fraction"}));
   std::string kind(LrScheduleName(schedule->kind));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
-  if (kind == "constant") {
-    schedule->kind = LrSchedule::Kind::kConstant;
-  } else if (kind == "linear") {
-    schedule->kind = LrSchedule::Kind::kLinear;
-  } else if (kind == "cosine") {
-    schedule->kind = LrSchedule::Kind::kCosine;
-  } else {
-    return Invalid(JoinKey(path, "kind"), node["kind"], absl::StrCat("'", kind, "' is not constant, linear or cosine"));
+  if (!FindName(kLrScheduleNames, kind, &schedule->kind)) {
+    return Invalid(JoinKey(path, "kind"), node["kind"],
+                   absl::StrCat("'", kind, "' is not ", NameList(kLrScheduleNames)));
   }
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "warmup_steps", path, &schedule->warmup_steps));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "decay_steps", path, &schedule->decay_steps));
@@ -179,11 +174,12 @@ absl::Status ReadSchedule(const YAML::Node& node, absl::string_view path, LrSche
 absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt) {
   const std::string path = "train.dense_optimizer";
   const YAML::Node node = train["dense_optimizer"];
+  std::string kind = NameOf(kDenseOptimizerNames, opt->kind);
   bool rate_in_map = false;
   if (node && node.IsMap()) {
     HYREC_RETURN_IF_ERROR(CheckKeys(
         node, path, {"kind", "learning_rate", "weight_decay", "momentum", "beta1", "beta2", "epsilon", "schedule"}));
-    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &opt->kind));
+    HYREC_RETURN_IF_ERROR(ReadScalar(node, "kind", path, &kind));
     rate_in_map = static_cast<bool>(node["learning_rate"]);
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", path, &opt->learning_rate));
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "weight_decay", path, &opt->weight_decay));
@@ -195,7 +191,7 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
       HYREC_RETURN_IF_ERROR(ReadSchedule(schedule, JoinKey(path, "schedule"), &opt->schedule));
     }
   } else {
-    HYREC_RETURN_IF_ERROR(ReadScalar(train, "dense_optimizer", "train", &opt->kind));
+    HYREC_RETURN_IF_ERROR(ReadScalar(train, "dense_optimizer", "train", &kind));
   }
   if (train["dense_learning_rate"]) {
     if (rate_in_map) {
@@ -205,9 +201,9 @@ absl::Status ReadDenseOptimizer(const YAML::Node& train, DenseOptimizerSpec* opt
     HYREC_RETURN_IF_ERROR(ReadScalar(train, "dense_learning_rate", "train", &opt->learning_rate));
   }
   const YAML::Node at = node ? node : train;
-  if (opt->kind != "adam" && opt->kind != "adamw" && opt->kind != "adagrad" && opt->kind != "sgd") {
+  if (!FindName(kDenseOptimizerNames, kind, &opt->kind)) {
     return Invalid(node && node.IsMap() ? JoinKey(path, "kind") : path, node && node.IsMap() ? node["kind"] : at,
-                   absl::StrCat("'", opt->kind, "' is not adam, adamw, adagrad or sgd"));
+                   absl::StrCat("'", kind, "' is not ", NameList(kDenseOptimizerNames)));
   }
   if (!(opt->learning_rate > 0) || !std::isfinite(opt->learning_rate)) {
     return Invalid("train.dense_optimizer.learning_rate", at, "must be finite and > 0");
@@ -509,18 +505,6 @@ absl::StatusOr<Pooling> ParsePooling(absl::string_view name) {
   if (name == "mean") return Pooling::kMean;
   if (name == "sqrtn") return Pooling::kSqrtN;
   return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not sum, mean or sqrtn"));
-}
-
-absl::string_view LrScheduleName(LrSchedule::Kind kind) {
-  switch (kind) {
-    case LrSchedule::Kind::kConstant:
-      return "constant";
-    case LrSchedule::Kind::kLinear:
-      return "linear";
-    case LrSchedule::Kind::kCosine:
-      return "cosine";
-  }
-  return "unknown";
 }
 
 double LrSchedule::Factor(int64_t step) const {

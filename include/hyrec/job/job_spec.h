@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "hyrec/common/enum_names.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/embedding_ps/table_config.h"
 #include "hyrec/embedding_ps/update_log.h"
@@ -73,10 +74,19 @@ struct LrSchedule {
   // The multiplier of the base rate for optimizer step `step` (0-based), in (0, 1].
   double Factor(int64_t step) const;
 };
-absl::string_view LrScheduleName(LrSchedule::Kind kind);
+inline constexpr EnumName<LrSchedule::Kind> kLrScheduleNames[] = {{LrSchedule::Kind::kConstant, "constant"},
+                                                                  {LrSchedule::Kind::kLinear, "linear"},
+                                                                  {LrSchedule::Kind::kCosine, "cosine"}};
+inline absl::string_view LrScheduleName(LrSchedule::Kind kind) { return NameOf(kLrScheduleNames, kind); }
+
+enum class DenseOptimizerKind { kAdam, kAdamW, kAdagrad, kSgd };
+inline constexpr EnumName<DenseOptimizerKind> kDenseOptimizerNames[] = {{DenseOptimizerKind::kAdam, "adam"},
+                                                                        {DenseOptimizerKind::kAdamW, "adamw"},
+                                                                        {DenseOptimizerKind::kAdagrad, "adagrad"},
+                                                                        {DenseOptimizerKind::kSgd, "sgd"}};
 
 struct DenseOptimizerSpec {
-  std::string kind = "adam";  // adam | adamw | adagrad | sgd
+  DenseOptimizerKind kind = DenseOptimizerKind::kAdam;
   double learning_rate = 1e-3;
   double weight_decay = 0.0;  // L2 added to the gradient; adamw: decoupled from it
   double momentum = 0.0;      // sgd
