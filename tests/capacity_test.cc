@@ -275,6 +275,9 @@ TEST(Calibration, KeepsTheStepCostsAndNamesWhatIsWrong) {
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(absl::StrContains(read.status().message(), "step")) << read.status();
   EXPECT_TRUE(absl::StrContains(read.status().message(), "trian_ms")) << read.status();
+  read = read_with("\ncpus:", "\ncpsu:");  // The machine's fields are checked as the step's.
+  ASSERT_FALSE(read.ok());
+  EXPECT_TRUE(absl::StrContains(read.status().message(), "cpsu")) << read.status();
   read = read_with("job: job.yaml\n", "");
   ASSERT_FALSE(read.ok());
   EXPECT_TRUE(absl::StrContains(read.status().message(), "needs the job")) << read.status();

@@ -651,28 +651,74 @@ absl::Status MeasurePsProcess(const std::string& ps_binary, const std::string& d
   return absl::OkStatus();
 }
 
-// The StepCosts figures a calibration file holds, by key.
-std::vector<std::pair<std::string, double*>> StepFields(StepCosts& s) {
-  return {{"train_ms", &s.train_ms},
-          {"lookup_client_ms", &s.lookup_client_ms},
-          {"update_client_ms", &s.update_client_ms},
-          {"lookup_server_ms", &s.lookup_server_ms},
-          {"update_server_ms", &s.update_server_ms},
-          {"loader_ms", &s.loader_ms},
-          {"rpc_client_ms", &s.rpc_client_ms},
-          {"rpc_server_ms", &s.rpc_server_ms},
-          {"id_bytes", &s.id_bytes},
-          {"row_bytes", &s.row_bytes},
-          {"batch_bytes", &s.batch_bytes},
-          {"dense_bytes", &s.dense_bytes},
-          {"relay_ms", &s.relay_ms},
-          {"cores_used", &s.cores_used},
-          {"samples_per_second", &s.samples_per_second}};
+// The one list of a calibration file's fields: visit(key, member, digits) for each, in the order
+// written, `digits` the decimals a double is written with. `C` is Calibration or its const, so
+// that the writer, the reader and its key check share the list.
+template <typename C, typename Visit>
+void MachineFields(C& c, Visit&& visit) {
+  visit("machine", c.machine, 0);
+  visit("cpus", c.cpus, 0);
+  visit("process_bytes", c.process_bytes, 0);
+  visit("serving_fixed_bytes", c.serving_fixed_bytes, 0);
+  visit("serving_per_byte", c.serving_per_byte, 3);
+  visit("lookup_ns_per_row", c.lookup_ns_per_row, 2);
+  visit("update_ns_per_row", c.update_ns_per_row, 2);
+  visit("rpc_dim", c.rpc_dim, 0);
+  visit("rpc_client_us", c.rpc_client_us, 2);
+  visit("rpc_server_us", c.rpc_server_us, 2);
+  visit("lookup_client_ns_per_row", c.lookup_client_ns_per_row, 2);
+  visit("lookup_server_ns_per_row", c.lookup_server_ns_per_row, 2);
+  visit("update_client_ns_per_row", c.update_client_ns_per_row, 2);
+  visit("update_server_ns_per_row", c.update_server_ns_per_row, 2);
 }
-std::vector<std::pair<std::string, const double*>> StepFields(const StepCosts& s) {
-  std::vector<std::pair<std::string, const double*>> out;
-  for (const auto& [key, value] : StepFields(const_cast<StepCosts&>(s))) out.emplace_back(key, value);
-  return out;
+// The `step` mapping's: StepCosts.
+template <typename S, typename Visit>
+void StepFields(S& s, Visit&& visit) {
+  visit("batch_size", s.batch_size, 0);
+  visit("shards", s.shards, 0);
+  visit("train_ms", s.train_ms, 4);
+  visit("lookup_client_ms", s.lookup_client_ms, 4);
+  visit("update_client_ms", s.update_client_ms, 4);
+  visit("lookup_server_ms", s.lookup_server_ms, 4);
+  visit("update_server_ms", s.update_server_ms, 4);
+  visit("loader_ms", s.loader_ms, 4);
+  visit("rpc_client_ms", s.rpc_client_ms, 4);
+  visit("rpc_server_ms", s.rpc_server_ms, 4);
+  visit("id_bytes", s.id_bytes, 4);
+  visit("row_bytes", s.row_bytes, 4);
+  visit("batch_bytes", s.batch_bytes, 4);
+  visit("dense_bytes", s.dense_bytes, 4);
+  visit("relay_ms", s.relay_ms, 4);
+  visit("cores_used", s.cores_used, 4);
+  visit("samples_per_second", s.samples_per_second, 4);
+}
+
+// Writes "<indent>key: value" lines for each field `fields` visits.
+template <typename Fields>
+void WriteFields(std::ostream& out, const char* indent, Fields&& fields) {
+  fields([&](const char* key, const auto& value, int digits) {
+    out << indent << key << ": ";
+    if constexpr (std::is_floating_point_v<std::decay_t<decltype(value)>>) {
+      out << absl::StrFormat("%.*f", digits, value);
+    } else {
+      out << value;
+    }
+    out << "\n";
+  });
+}
+
+// Checks `node`'s keys against the fields `fields` visits, then reads each one present.
+template <typename Fields>
+absl::Status ReadFields(const YAML::Node& node, const std::string& at, Fields&& fields,
+                        std::vector<std::string> also_allowed = {}) {
+  std::vector<std::string> keys = std::move(also_allowed);
+  fields([&](const char* key, auto&, int) { keys.push_back(key); });
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, at, keys));
+  absl::Status status;
+  fields([&](const char* key, auto& value, int) {
+    if (status.ok()) status = ReadScalar(node, key, at, &value);
+  });
+  return status;
 }
 
 }  // namespace
@@ -718,24 +764,12 @@ absl::StatusOr<Calibration> Calibrate(const std::string& ps_binary, const std::s
 
 absl::Status WriteCalibration(const Calibration& c, const std::string& path) {
   std::ofstream out(path, std::ios::trunc);
-  out << "# hyrec plan --calibrate: measured on this machine; hyrec plan --calibration=" << path << "\n"
-      << "machine: " << c.machine << "\ncpus: " << c.cpus << "\nprocess_bytes: " << c.process_bytes
-      << "\nserving_fixed_bytes: " << c.serving_fixed_bytes
-      << "\nserving_per_byte: " << absl::StrFormat("%.3f", c.serving_per_byte)
-      << "\nlookup_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_ns_per_row)
-      << "\nupdate_ns_per_row: " << absl::StrFormat("%.2f", c.update_ns_per_row) << "\nrpc_dim: " << c.rpc_dim
-      << "\nrpc_client_us: " << absl::StrFormat("%.2f", c.rpc_client_us)
-      << "\nrpc_server_us: " << absl::StrFormat("%.2f", c.rpc_server_us)
-      << "\nlookup_client_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_client_ns_per_row)
-      << "\nlookup_server_ns_per_row: " << absl::StrFormat("%.2f", c.lookup_server_ns_per_row)
-      << "\nupdate_client_ns_per_row: " << absl::StrFormat("%.2f", c.update_client_ns_per_row)
-      << "\nupdate_server_ns_per_row: " << absl::StrFormat("%.2f", c.update_server_ns_per_row) << "\n";
+  out << "# hyrec plan --calibrate: measured on this machine; hyrec plan --calibration=" << path << "\n";
+  WriteFields(out, "", [&](auto&& visit) { MachineFields(c, visit); });
   if (!c.job.empty()) {
-    const StepCosts& s = c.step;
     out << "# A batch of " << c.job << " here, one worker, in CPU ms (docs/capacity.md).\njob: " << c.job
-        << "\nstep:\n  batch_size: " << s.batch_size << "\n  shards: " << s.shards;
-    for (const auto& [key, value] : StepFields(s)) out << "\n  " << key << ": " << absl::StrFormat("%.4f", *value);
-    out << "\n";
+        << "\nstep:\n";
+    WriteFields(out, "  ", [&](auto&& visit) { StepFields(c.step, visit); });
   }
   out.close();
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
@@ -746,29 +780,14 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
   HYREC_ASSIGN_OR_RETURN(const YAML::Node root, LoadYamlFile(path));
   Calibration c;
   HYREC_RETURN_IF_ERROR(CatchYamlErrors(path, [&]() -> absl::Status {
-    HYREC_RETURN_IF_ERROR(
-        CheckKeys(root, path,
-                  {"machine", "cpus", "process_bytes", "serving_fixed_bytes", "serving_per_byte", "lookup_ns_per_row",
-                   "update_ns_per_row", "rpc_dim", "rpc_client_us", "rpc_server_us", "lookup_client_ns_per_row",
-                   "lookup_server_ns_per_row", "update_client_ns_per_row", "update_server_ns_per_row", "job", "step"}));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_dim", path, &c.rpc_dim));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_client_us", path, &c.rpc_client_us));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "rpc_server_us", path, &c.rpc_server_us));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_client_ns_per_row", path, &c.lookup_client_ns_per_row));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_server_ns_per_row", path, &c.lookup_server_ns_per_row));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_client_ns_per_row", path, &c.update_client_ns_per_row));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_server_ns_per_row", path, &c.update_server_ns_per_row));
+    HYREC_RETURN_IF_ERROR(ReadFields(root, path, [&](auto&& visit) { MachineFields(c, visit); }, {"job", "step"}));
     HYREC_RETURN_IF_ERROR(ReadScalar(root, "job", path, &c.job));
     if (const YAML::Node step = root["step"]) {
       const std::string at = JoinKey(path, "step");
-      if (c.job.empty())
+      if (c.job.empty()) {
         return absl::InvalidArgumentError(absl::StrCat(at, ": needs the job it was measured on (job)"));
-      std::vector<std::string> keys = {"batch_size", "shards"};
-      for (const auto& [key, value] : StepFields(c.step)) keys.push_back(key);
-      HYREC_RETURN_IF_ERROR(CheckKeys(step, at, keys));
-      HYREC_RETURN_IF_ERROR(ReadScalar(step, "batch_size", at, &c.step.batch_size));
-      HYREC_RETURN_IF_ERROR(ReadScalar(step, "shards", at, &c.step.shards));
-      for (const auto& [key, value] : StepFields(c.step)) HYREC_RETURN_IF_ERROR(ReadScalar(step, key, at, value));
+      }
+      HYREC_RETURN_IF_ERROR(ReadFields(step, at, [&](auto&& visit) { StepFields(c.step, visit); }));
       if (c.step.batch_size <= 0 || c.step.shards <= 0 || c.step.train_ms <= 0) {
         return absl::InvalidArgumentError(
             absl::StrCat(at, ": batch_size, shards and train_ms are required and must be > 0"));
@@ -776,13 +795,6 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
     } else if (!c.job.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, "job"), ": without its step costs (step)"));
     }
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_fixed_bytes", path, &c.serving_fixed_bytes));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "serving_per_byte", path, &c.serving_per_byte));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "machine", path, &c.machine));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "cpus", path, &c.cpus));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "process_bytes", path, &c.process_bytes));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "lookup_ns_per_row", path, &c.lookup_ns_per_row));
-    HYREC_RETURN_IF_ERROR(ReadScalar(root, "update_ns_per_row", path, &c.update_ns_per_row));
     if (c.process_bytes == 0) {
       return absl::InvalidArgumentError(absl::StrCat(JoinKey(path, "process_bytes"), ": required, > 0"));
     }
