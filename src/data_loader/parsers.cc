@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/status_macros.h"
 #include "src/data_loader/parse_util.h"
 // Inlined: short tokens hash several times faster than through the shared library, with the
 // same values.
@@ -200,10 +201,97 @@ struct SparseFeature {
   float weight;
 };
 
-absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& options, bool ffm, Sample* out) {
+// A feature token split into its parts: libffm's field (0 for libsvm), the index and the value.
+struct TokenParts {
+  uint64_t field = 0;
+  absl::string_view idx;
+  absl::string_view val;
+};
+
+absl::Status BadToken(int token_index, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": ", what));
+}
+
+// libsvm's (and libFM's) "idx:val" tokens: a token's slot is its position (fields), the index
+// range holding its index (index_ranges), or the one slot.
+class LibsvmTokens {
+ public:
+  explicit LibsvmTokens(const LibsvmOptions& o) : o_(o) {}
+  int num_slots() const { return o_.LibsvmSlots(); }
+  absl::Status Split(absl::string_view token, int token_index, TokenParts* parts) const {
+    const size_t colon = token.find(':');
+    if (colon == absl::string_view::npos || token.find(':', colon + 1) != absl::string_view::npos) {
+      return BadToken(token_index, absl::StrCat("'", Printable(token), "' is not idx:val"));
+    }
+    parts->idx = token.substr(0, colon);
+    parts->val = token.substr(colon + 1);
+    return absl::OkStatus();
+  }
+  // `index`: the token's place among the line's features and label (the label is 0).
+  absl::Status Slot(int token_index, int index, const TokenParts&, uint64_t feature, int* slot) const {
+    if (o_.positional_fields > 0) {
+      *slot = index - 1;
+      if (*slot >= o_.positional_fields) {
+        return BadToken(token_index, absl::StrCat("more than fields: ", o_.positional_fields, " idx:val tokens"));
+      }
+      return absl::OkStatus();
+    }
+    *slot = RangeSlot(o_.index_ranges, feature);
+    if (*slot < 0) return BadToken(token_index, absl::StrCat("index ", feature, " is in none of the index_ranges"));
+    return absl::OkStatus();
+  }
+  absl::Status End(size_t features) const {
+    if (o_.positional_fields > 0 && features != static_cast<size_t>(o_.positional_fields)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(features, " idx:val tokens; fields: ", o_.positional_fields, " needs one per field"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const LibsvmOptions& o_;
+};
+
+// libffm's "field:idx:val" tokens: a token's slot is its field, less field_base.
+class LibffmTokens {
+ public:
+  explicit LibffmTokens(const LibsvmOptions& o) : o_(o) {}
+  int num_slots() const { return o_.num_slots; }
+  absl::Status Split(absl::string_view token, int token_index, TokenParts* parts) const {
+    const size_t c1 = token.find(':');
+    const size_t c2 = c1 == absl::string_view::npos ? c1 : token.find(':', c1 + 1);
+    if (c2 == absl::string_view::npos || token.find(':', c2 + 1) != absl::string_view::npos) {
+      return BadToken(token_index, absl::StrCat("'", Printable(token), "' is not field:idx:val"));
+    }
+    if (!absl::SimpleAtoi(token.substr(0, c1), &parts->field)) {
+      return BadToken(token_index, absl::StrCat("field '", Printable(token.substr(0, c1)), "' is not an integer"));
+    }
+    parts->idx = token.substr(c1 + 1, c2 - c1 - 1);
+    parts->val = token.substr(c2 + 1);
+    return absl::OkStatus();
+  }
+  absl::Status Slot(int token_index, int, const TokenParts& parts, uint64_t, int* slot) const {
+    const uint64_t base = static_cast<uint64_t>(o_.field_base);
+    const int n = num_slots();
+    if (parts.field < base || parts.field - base >= static_cast<uint64_t>(n)) {
+      return BadToken(token_index, absl::StrCat("field ", parts.field, " is outside the fields ", base, "..",
+                                                base + n - 1, " (num_slots ", n, ", field_base ", base, ")"));
+    }
+    *slot = static_cast<int>(parts.field - base);
+    return absl::OkStatus();
+  }
+  absl::Status End(size_t) const { return absl::OkStatus(); }
+
+ private:
+  const LibsvmOptions& o_;
+};
+
+// A line of label and feature tokens, each read as `Tokens` says (LibsvmTokens, LibffmTokens).
+template <typename Tokens>
+absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& options, const Tokens& tokens, Sample* out) {
   line = StripCr(line);
   if (line.size() > kMaxLineBytes) return LineTooLong(line);
-  const int num_slots = ffm ? options.num_slots : options.LibsvmSlots();
+  const int num_slots = tokens.num_slots();
   if (num_slots < 1) return absl::InvalidArgumentError("num_slots must be >= 1");
   out->Clear(num_slots);
   thread_local std::vector<SparseFeature> features;
@@ -227,69 +315,26 @@ absl::Status ParseSparseLine(absl::string_view line, const LibsvmOptions& option
       }
       return true;
     }
-    const size_t c1 = token.find(':');
-    const size_t c2 = c1 == absl::string_view::npos ? c1 : token.find(':', c1 + 1);
-    const bool shape_ok = ffm ? (c2 != absl::string_view::npos && token.find(':', c2 + 1) == absl::string_view::npos)
-                              : (c1 != absl::string_view::npos && c2 == absl::string_view::npos);
-    if (!shape_ok) {
-      status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": '", Printable(token), "' is not ",
-                                                       ffm ? "field:idx:val" : "idx:val"));
-      return false;
-    }
-    uint64_t field = 0;
-    absl::string_view idx = token.substr(0, c1);
-    absl::string_view val = token.substr(c1 + 1);
-    if (ffm) {
-      if (!absl::SimpleAtoi(token.substr(0, c1), &field)) {
-        status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": field '",
-                                                         Printable(token.substr(0, c1)), "' is not an integer"));
-        return false;
-      }
-      idx = token.substr(c1 + 1, c2 - c1 - 1);
-      val = token.substr(c2 + 1);
-    }
+    TokenParts parts;
+    status = tokens.Split(token, token_index, &parts);
+    if (!status.ok()) return false;
     uint64_t feature = 0;
     float value = 0;
-    if (!absl::SimpleAtoi(idx, &feature) || !absl::SimpleAtof(val, &value) || !std::isfinite(value)) {
-      status = absl::InvalidArgumentError(
-          absl::StrCat("token ", token_index + 1, ": '", Printable(token), "' has a bad index or value"));
+    if (!absl::SimpleAtoi(parts.idx, &feature) || !absl::SimpleAtof(parts.val, &value) || !std::isfinite(value)) {
+      status = BadToken(token_index, absl::StrCat("'", Printable(token), "' has a bad index or value"));
       return false;
     }
     int slot = 0;
-    if (ffm) {
-      const uint64_t base = static_cast<uint64_t>(options.field_base);
-      if (field < base || field - base >= static_cast<uint64_t>(num_slots)) {
-        status = absl::InvalidArgumentError(absl::StrCat("token ", token_index + 1, ": field ", field,
-                                                         " is outside the fields ", base, "..", base + num_slots - 1,
-                                                         " (num_slots ", num_slots, ", field_base ", base, ")"));
-        return false;
-      }
-      slot = static_cast<int>(field - base);
-    } else if (options.positional_fields > 0) {
-      slot = index - 1;  // Token 0 is the label.
-      if (slot >= options.positional_fields) {
-        status = absl::InvalidArgumentError(absl::StrCat(
-            "token ", token_index + 1, ": more than fields: ", options.positional_fields, " idx:val tokens"));
-        return false;
-      }
-    } else {
-      slot = RangeSlot(options.index_ranges, feature);
-      if (slot < 0) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("token ", token_index + 1, ": index ", feature, " is in none of the index_ranges"));
-        return false;
-      }
-    }
-    features.push_back(SparseFeature{static_cast<uint32_t>(slot), HashToken(HashSlot(options.hash_slots, slot), idx),
+    status = tokens.Slot(token_index, index, parts, feature, &slot);
+    if (!status.ok()) return false;
+    features.push_back(SparseFeature{static_cast<uint32_t>(slot),
+                                     HashToken(HashSlot(options.hash_slots, slot), parts.idx),
                                      options.use_values ? value : 1.0f});
     return true;
   });
   if (!status.ok()) return status;
   if (!saw_label) return absl::InvalidArgumentError("empty line");
-  if (!ffm && options.positional_fields > 0 && features.size() != static_cast<size_t>(options.positional_fields)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(features.size(), " idx:val tokens; fields: ", options.positional_fields, " needs one per field"));
-  }
+  HYREC_RETURN_IF_ERROR(tokens.End(features.size()));
   // Group by slot, keeping the line's order within a slot.
   for (const SparseFeature& f : features) ++out->slot_offsets[f.slot + 1];
   for (int s = 0; s < num_slots; ++s) out->slot_offsets[s + 1] += out->slot_offsets[s];
@@ -337,14 +382,12 @@ absl::Status LibsvmOptions::Validate(bool ffm) const {
   return absl::OkStatus();
 }
 
-namespace {}  // namespace
-
 absl::Status ParseLibsvmLine(absl::string_view line, const LibsvmOptions& options, Sample* out) {
-  return ParseSparseLine(line, options, /*ffm=*/false, out);
+  return ParseSparseLine(line, options, LibsvmTokens(options), out);
 }
 
 absl::Status ParseLibffmLine(absl::string_view line, const LibsvmOptions& options, Sample* out) {
-  return ParseSparseLine(line, options, /*ffm=*/true, out);
+  return ParseSparseLine(line, options, LibffmTokens(options), out);
 }
 
 std::string ReaderPosition::DebugString() const {
