@@ -1,4 +1,4 @@
-// The simulator (include/hyrec/job/simulator.h) against measured runs: `hyrec train --processes`
+// The simulator (include/hyrec/planner/simulator.h) against measured runs: `hyrec train --processes`
 // on this machine for a configuration (shards, workers, staleness, added PS latency) of a model
 // shape, beside Simulate's prediction for it from the step costs `hyrec plan --calibrate
 // --config` measures on the shape's own job. simulator_benchmark prints the table and records
@@ -21,9 +21,9 @@
 #include "absl/time/time.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
-#include "hyrec/job/capacity.h"
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/job_spec.h"
+#include "hyrec/planner/capacity.h"
 
 namespace hyrec::bench {
 

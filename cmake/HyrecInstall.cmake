@@ -10,7 +10,7 @@ include(CMakePackageConfigHelpers)
 set(HYREC_EXPORTED_LIBRARIES
   hyrec_common:common hyrec_security:security hyrec_rpc:rpc hyrec_metrics_http:metrics_http hyrec_proto:proto hyrec_embedding_ps:embedding_ps
   hyrec_data_loader:data_loader hyrec_job:job hyrec_ps_role:ps_role hyrec_loader_role:loader_role
-  hyrec_rendezvous:rendezvous hyrec_health:health hyrec_capacity:capacity hyrec_k8s:k8s
+  hyrec_rendezvous:rendezvous hyrec_health:health hyrec_planner:planner hyrec_deploy:deploy
   hyrec_restart_policy:restart_policy)
 if(HYREC_WITH_TORCH)
   list(APPEND HYREC_EXPORTED_LIBRARIES hyrec_nn_sync:nn_sync hyrec_dense_worker:dense_worker

@@ -12,8 +12,8 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/data_loader/loader.h"
 #include "hyrec/embedding_ps/client.h"
-#include "hyrec/job/capacity.h"
 #include "hyrec/job/job_plan.h"
+#include "hyrec/planner/capacity.h"
 
 namespace hyrec::job {
 namespace {

@@ -1,13 +1,13 @@
 // hyrec plan's capacity model: sizes, machine fit, bytes per step, and its errors.
-#include "hyrec/job/capacity.h"
+#include "hyrec/planner/capacity.h"
 
 #include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "hyrec/deploy/k8s.h"
 #include "hyrec/job/job_plan.h"
-#include "hyrec/job/k8s.h"
 
 namespace hyrec::job {
 namespace {

@@ -1,4 +1,4 @@
-// `hyrec k8s render` (hyrec/job/k8s.h): the committed deploy/k8s/ files are a fresh render; what
+// `hyrec k8s render` (hyrec/deploy/k8s.h): the committed deploy/k8s/ files are a fresh render; what
 // no schema checks (durable, disruption-budgeted PS shards, indexed workers with a failure policy,
 // resources, pinned images, probes, the order of dependsOn, success on the workers, no private key
 // but a pod's own); the pods' job file plans the same job; bad input names its key.
@@ -15,10 +15,10 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/certs.h"
+#include "hyrec/deploy/k8s.h"
 #include "hyrec/embedding_ps/embedding_store.h"
-#include "hyrec/job/capacity.h"
 #include "hyrec/job/job_plan.h"
-#include "hyrec/job/k8s.h"
+#include "hyrec/planner/capacity.h"
 #include "yaml-cpp/yaml.h"
 
 namespace hyrec::job {

@@ -1,7 +1,7 @@
-// The simulator (include/hyrec/job/simulator.h) on cases whose answer follows from the costs
+// The simulator (include/hyrec/planner/simulator.h) on cases whose answer follows from the costs
 // alone: a synchronous worker's round trip, a dense-bound hybrid one, CPU sharing, the window's
 // staleness, and the named bottleneck of a cluster bound by each of its parts.
-#include "hyrec/job/simulator.h"
+#include "hyrec/planner/simulator.h"
 
 #include "gtest/gtest.h"
 

@@ -16,8 +16,8 @@
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/deploy/k8s.h"
 #include "hyrec/job/job_plan.h"
-#include "hyrec/job/k8s.h"
 #include "src/cli/job_flags.h"
 #include "src/cli/roles.h"
 

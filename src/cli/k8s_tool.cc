@@ -1,4 +1,4 @@
-// `hyrec k8s render`: the Kubernetes manifests of a job, from its plan (include/hyrec/job/k8s.h,
+// `hyrec k8s render`: the Kubernetes manifests of a job, from its plan (include/hyrec/deploy/k8s.h,
 // docs/deploy-gke.md).
 //
 //   hyrec k8s render --config=job.yaml --name=myjob --image=REPO@sha256:... [--overlay=gke] [--out=DIR]
@@ -11,8 +11,8 @@
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/deploy/k8s.h"
 #include "hyrec/job/job_spec.h"
-#include "hyrec/job/k8s.h"
 #include "src/cli/job_flags.h"
 #include "src/cli/roles.h"
 

@@ -1,4 +1,4 @@
-// `hyrec plan`: what a job needs at a given scale (include/hyrec/job/capacity.h, docs/capacity.md).
+// `hyrec plan`: what a job needs at a given scale (include/hyrec/planner/capacity.h, docs/capacity.md).
 //
 //   hyrec plan --config=job.yaml [--parameters=100T | --rows_per_table=N] [--workers=N] [--batch_size=N]
 //              [--ps_shards=N] [--ps_machine=TYPE] [--machines=gke|FILE.yaml] [--dedup_ratio=R] [--json]
@@ -13,8 +13,8 @@
 #include "hyrec/common/flags.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
-#include "hyrec/job/capacity.h"
 #include "hyrec/job/job_spec.h"
+#include "hyrec/planner/capacity.h"
 #include "src/cli/job_flags.h"
 #include "src/cli/roles.h"
 

@@ -3,9 +3,9 @@
 // Every way hyrec runs takes its settings from the plan: the embedded `hyrec train` (all roles
 // in one process), `hyrec train --processes` (each role its own process, started with the job
 // file and its role and index), hand-started `hyrec ps --config`, `hyrec loader --config` and
-// `hyrec worker --config`, and the Kubernetes manifests `hyrec k8s render` writes (hyrec/job/k8s.h). Table names, the
-// slot-to-table map and every table's full configuration are assigned here, once; a role that needs one of them reads
-// it from its plan, never from a copy of its own.
+// `hyrec worker --config`, and the Kubernetes manifests `hyrec k8s render` writes (hyrec/deploy/k8s.h). Table names,
+// the slot-to-table map and every table's full configuration are assigned here, once; a role that needs one of them
+// reads it from its plan, never from a copy of its own.
 //
 //   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/user-item.yaml"));
 //   HYREC_ASSIGN_OR_RETURN(JobPlan plan, Plan(spec));

@@ -1,4 +1,4 @@
-#include "hyrec/job/simulator.h"
+#include "hyrec/planner/simulator.h"
 
 #include <algorithm>
 #include <deque>

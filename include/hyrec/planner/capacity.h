@@ -20,7 +20,7 @@
 #include "hyrec/embedding_ps/client.h"
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "hyrec/job/job_plan.h"
-#include "hyrec/job/simulator.h"
+#include "hyrec/planner/simulator.h"
 
 namespace hyrec::job {
 

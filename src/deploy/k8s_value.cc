@@ -1,4 +1,4 @@
-#include "src/job/k8s_value.h"
+#include "src/deploy/k8s_value.h"
 
 #include <cctype>
 

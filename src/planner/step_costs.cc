@@ -18,7 +18,7 @@
 #include "hyrec/common/process_info.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
-#include "hyrec/job/capacity.h"
+#include "hyrec/planner/capacity.h"
 
 namespace hyrec::job {
 namespace {

@@ -11,11 +11,11 @@
 #include "absl/strings/str_join.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/status_macros.h"
+#include "hyrec/deploy/k8s.h"
 #include "hyrec/embedding_ps/table_config.h"
-#include "hyrec/job/k8s.h"
 
-#include "hyrec/job/capacity.h"
-#include "src/job/k8s_value.h"
+#include "hyrec/planner/capacity.h"
+#include "src/deploy/k8s_value.h"
 #include "yaml-cpp/yaml.h"
 
 namespace hyrec::job {
