@@ -4,8 +4,8 @@
 // order (apiVersion, kind, metadata, spec) and a render is byte-for-byte reproducible. Strings
 // that YAML would read as anything but a string ("true", "9090", "0.5", "null", "") are quoted,
 // so an annotation or an environment value stays a string; multi-line strings are literal blocks.
-#ifndef HYREC_SRC_JOB_K8S_VALUE_H_
-#define HYREC_SRC_JOB_K8S_VALUE_H_
+#ifndef HYREC_SRC_DEPLOY_K8S_VALUE_H_
+#define HYREC_SRC_DEPLOY_K8S_VALUE_H_
 
 #include <cstdint>
 #include <initializer_list>
@@ -68,4 +68,4 @@ class KValue {
 
 }  // namespace hyrec::job
 
-#endif  // HYREC_SRC_JOB_K8S_VALUE_H_
+#endif  // HYREC_SRC_DEPLOY_K8S_VALUE_H_

@@ -18,8 +18,8 @@
 // completion index, started once every shard is Ready). api "plain", for clusters without JobSet:
 // a StatefulSet for the PS shards, Indexed Jobs for the loader and the workers, a headless
 // Service and a claim for the state volume.
-#ifndef HYREC_JOB_K8S_H_
-#define HYREC_JOB_K8S_H_
+#ifndef HYREC_DEPLOY_K8S_H_
+#define HYREC_DEPLOY_K8S_H_
 
 #include <cstdint>
 #include <optional>
@@ -121,4 +121,4 @@ absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::strin
 
 }  // namespace hyrec::job
 
-#endif  // HYREC_JOB_K8S_H_
+#endif  // HYREC_DEPLOY_K8S_H_

@@ -8,8 +8,8 @@
 //   o.parameters = 100e12;  // --parameters=100T
 //   HYREC_ASSIGN_OR_RETURN(CapacityPlan c, PlanCapacity(plan, o));
 //   std::cout << FormatCapacityPlan(c);
-#ifndef HYREC_JOB_CAPACITY_H_
-#define HYREC_JOB_CAPACITY_H_
+#ifndef HYREC_PLANNER_CAPACITY_H_
+#define HYREC_PLANNER_CAPACITY_H_
 
 #include <cstdint>
 #include <string>
@@ -279,4 +279,4 @@ std::string CapacityPlanJson(const CapacityPlan& plan, const ThroughputPlan* thr
 
 }  // namespace hyrec::job
 
-#endif  // HYREC_JOB_CAPACITY_H_
+#endif  // HYREC_PLANNER_CAPACITY_H_

@@ -29,8 +29,8 @@
 // - CPU is shared as Linux shares it among runnable threads: in proportion to their nice weights,
 //   at most one core a thread. Every role either shares one machine (as `hyrec train
 //   --processes` runs) or has machines of its own (as on a cluster).
-#ifndef HYREC_JOB_SIMULATOR_H_
-#define HYREC_JOB_SIMULATOR_H_
+#ifndef HYREC_PLANNER_SIMULATOR_H_
+#define HYREC_PLANNER_SIMULATOR_H_
 
 #include <string>
 #include <vector>
@@ -158,4 +158,4 @@ double UsableCores(const StepCosts& costs, SimulationOptions calibration);
 
 }  // namespace hyrec::job
 
-#endif  // HYREC_JOB_SIMULATOR_H_
+#endif  // HYREC_PLANNER_SIMULATOR_H_
