@@ -11,7 +11,7 @@ set(HYREC_EXPORTED_LIBRARIES
   hyrec_common:common hyrec_security:security hyrec_rpc:rpc hyrec_metrics_http:metrics_http hyrec_proto:proto hyrec_embedding_ps:embedding_ps
   hyrec_data_loader:data_loader hyrec_job:job hyrec_ps_role:ps_role hyrec_loader_role:loader_role
   hyrec_rendezvous:rendezvous hyrec_health:health hyrec_planner:planner hyrec_deploy:deploy
-  hyrec_restart_policy:restart_policy)
+  hyrec_restart_policy:restart_policy hyrec_worker_schedule:worker_schedule)
 if(HYREC_WITH_TORCH)
   list(APPEND HYREC_EXPORTED_LIBRARIES hyrec_nn_sync:nn_sync hyrec_dense_worker:dense_worker
     hyrec_train_main:train_main)

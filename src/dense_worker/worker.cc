@@ -15,6 +15,8 @@
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/dense_worker/model_registry.h"
 #include "hyrec/nn_sync/dense_sync.h"
+#include "src/dense_worker/cut_schedule.h"
+#include "src/dense_worker/early_stopping.h"
 #include "src/dense_worker/torch_status.h"
 
 namespace hyrec::dense_worker {
@@ -148,7 +150,7 @@ class WorkerLoop {
     base_samples_ = s.samples;
     last_epoch_ = s.epoch;
     report_.resumed_step = s.step;
-    evals_without_gain_ = s.evals_without_gain;
+    early_stopping_.set_evals_without_gain(s.evals_without_gain);
     if (s.has_best_eval) {
       report_.has_best_eval = true;
       report_.best_eval.auc = s.best_auc;
@@ -160,7 +162,7 @@ class WorkerLoop {
   }
 
   bool HasCuts() const {
-    const bool deltas = plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0;
+    const bool deltas = schedule_.has_deltas();
     return !plan_.checkpoint.dir.empty() || deltas;
   }
 
@@ -176,7 +178,7 @@ class WorkerLoop {
   absl::Status SetUpCuts(uint32_t tag) {
     run_tag_ = tag;
     if (!HasCuts()) return absl::OkStatus();
-    const bool deltas = plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0;
+    const bool deltas = schedule_.has_deltas();
     JobCuts::Options o;
     o.plan = &plan_;
     o.job_text = options_.job_text;
@@ -186,17 +188,17 @@ class WorkerLoop {
     o.run_tag = tag;
     o.job_id = options_.job_id;
     cuts_ = std::make_unique<JobCuts>(std::move(o));
-    last_cut_at_ = absl::Now();
-    last_delta_at_ = absl::Now();
+    uint64_t last_checkpoint_step = UINT64_MAX;
     if (healed_from_ != nullptr) {  // A replacement continues its peers' cuts.
       cuts_->Resume(healed_from_->best_checkpoint, healed_from_->delta_sequence, healed_from_->cuts);
-      last_cut_step_ = healed_from_->last_cut_step;
+      last_checkpoint_step = healed_from_->last_cut_step;
     } else if (options_.resume != nullptr) {
       const TrainState& s = options_.resume->state;
       cuts_->Resume(s.best_checkpoint, s.delta_sequence);
-      last_cut_step_ = s.step;
+      last_checkpoint_step = s.step;
       if (leader_ && deltas) DropDeltasAfter(s.delta_sequence);
     }
+    schedule_.Start(absl::Now(), last_checkpoint_step);
     return absl::OkStatus();
   }
 
@@ -226,7 +228,7 @@ class WorkerLoop {
     s.best_log_loss = report_.best_eval.log_loss;
     s.best_eval_samples = report_.best_eval.samples;
     s.best_at_samples = report_.best_eval_samples;
-    s.evals_without_gain = evals_without_gain_;
+    s.evals_without_gain = early_stopping_.evals_without_gain();
     return s;
   }
 
@@ -249,10 +251,9 @@ class WorkerLoop {
     }
     HYREC_RETURN_IF_ERROR(cut);
     if (kind == JobCuts::Kind::kCheckpoint) {
-      last_cut_step_ = GlobalStep(ctx);
-      last_cut_at_ = absl::Now();
+      schedule_.CheckpointCut(GlobalStep(ctx), absl::Now());
     } else {
-      last_delta_at_ = absl::Now();
+      schedule_.DeltaCut(absl::Now());
     }
     return absl::OkStatus();
   }
@@ -270,30 +271,24 @@ class WorkerLoop {
   absl::Status MaybeCut(TrainingContext& ctx) {
     if (cuts_ == nullptr) return absl::OkStatus();
     const uint64_t step = GlobalStep(ctx);
-    const int64_t every = plan_.checkpoint.every_steps;
-    const int64_t delta_every = plan_.serving.delta_every_steps;
-    return CutBetweenSteps(ctx, !plan_.checkpoint.dir.empty() && every > 0 && step % static_cast<uint64_t>(every) == 0,
-                           delta_every > 0 && step % static_cast<uint64_t>(delta_every) == 0)
-        .status();
+    return CutBetweenSteps(ctx, schedule_.CheckpointAfterStep(step), schedule_.DeltaAfterStep(step)).status();
   }
 
   // Worker 0's wishes for a cut before the next step: time since the last, or SIGUSR1.
   bool WantsCheckpoint() {
     if (!leader_ || cuts_ == nullptr || plan_.checkpoint.dir.empty()) return false;
-    bool asked = options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false);
-    const double every = plan_.checkpoint.every_seconds;
-    if (asked || (every > 0 && absl::Now() - last_cut_at_ >= absl::Seconds(every))) return true;
-    const uint64_t bound = plan_.update_log_max_bytes;
-    const uint64_t logged = bound > 0 ? options_.ps->LargestLogBytes() : 0;
-    if (logged < bound || logged == 0) return false;
-    std::cerr << "hyrec worker 0: a PS shard's update log holds " << logged
-              << " bytes since the last checkpoint (ps.update_log.max_bytes " << bound << "): cutting one" << std::endl;
-    return true;
+    const bool asked = options_.checkpoint_request != nullptr && options_.checkpoint_request->exchange(false);
+    uint64_t logged = 0;
+    const CutSchedule::Wish wish =
+        schedule_.WantsCheckpoint(absl::Now(), asked, [&] { return logged = options_.ps->LargestLogBytes(); });
+    if (wish == CutSchedule::Wish::kLogBytes) {
+      std::cerr << "hyrec worker 0: a PS shard's update log holds " << logged
+                << " bytes since the last checkpoint (ps.update_log.max_bytes " << plan_.update_log_max_bytes
+                << "): cutting one" << std::endl;
+    }
+    return wish != CutSchedule::Wish::kNone;
   }
-  bool WantsDelta() const {
-    const double every = plan_.serving.delta_every_seconds;
-    return leader_ && cuts_ != nullptr && every > 0 && absl::Now() - last_delta_at_ >= absl::Seconds(every);
-  }
+  bool WantsDelta() const { return leader_ && cuts_ != nullptr && schedule_.WantsDelta(absl::Now()); }
 
   // What the loop keeps of a batch once it trained (read before the step: once trained, the
   // context reuses the batch for a later one).
@@ -343,7 +338,7 @@ class WorkerLoop {
     e.U64(base_samples_);
     e.U64(RunSamples(ctx));
     e.U64(static_cast<uint64_t>(last_batch_id_));
-    e.U64(last_cut_step_);
+    e.U64(schedule_.last_checkpoint_step());
     e.U64(cuts_ != nullptr ? cuts_->delta_sequence() : 0);
     e.U64(cuts_ != nullptr ? cuts_->cuts() : 0);
     e.Bytes(cuts_ != nullptr ? cuts_->best_checkpoint() : std::string());
@@ -664,37 +659,18 @@ class WorkerLoop {
     if (leader_) {
       HYREC_ASSIGN_OR_RETURN(e, EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
       const uint64_t samples = JobSamples(ctx);
-      improved = Note(samples, e);
+      improved = early_stopping_.Note(samples, e);
       if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(samples));
       if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
     }
     const bool keep_best = improved && KeepsBest() && cuts_ != nullptr;
-    int vote = (stopped_early_ ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
+    int vote = (early_stopping_.stopped() ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, absl::Seconds(plan_.eval.timeout_seconds)));
     }
     if ((vote & 1) == 0) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, leader_ ? &e : nullptr));
-    stopped_early_ = vote / 2 == kVoteEnd;
-    return !stopped_early_;
-  }
-
-  // Records an evaluation, keeps the best, and counts evaluations without improvement. True when
-  // it is the new best.
-  bool Note(uint64_t samples, const Evaluation& e) {
-    report_.evals.emplace_back(samples, e);
-    const bool by_auc = plan_.eval.metric != "log_loss";
-    const bool better =
-        !report_.has_best_eval || (by_auc ? e.auc > report_.best_eval.auc : e.log_loss < report_.best_eval.log_loss);
-    if (better) {
-      report_.has_best_eval = true;
-      report_.best_eval = e;
-      report_.best_eval_samples = samples;
-      evals_without_gain_ = 0;
-      return true;
-    }
-    ++evals_without_gain_;
-    if (plan_.eval.patience > 0 && evals_without_gain_ >= plan_.eval.patience) stopped_early_ = true;
-    return false;
+    early_stopping_.set_stopped(vote / 2 == kVoteEnd);
+    return !early_stopping_.stopped();
   }
 
   absl::StatusOr<TrainReport> Finish(TrainingContext& ctx) {
@@ -702,7 +678,7 @@ class WorkerLoop {
     const TrainerStats st = ctx.stats();
     report_.stats = st;
     report_.interrupted = interrupted_;
-    report_.stopped_early = stopped_early_;
+    report_.stopped_early = early_stopping_.stopped();
     uint64_t run_samples = RunSamples(ctx);
     if (sync_ != nullptr) {  // The job's samples: every worker's.
       torch::Tensor samples = torch::full({1}, static_cast<double>(run_samples),
@@ -773,7 +749,7 @@ class WorkerLoop {
     } else {
       HYREC_ASSIGN_OR_RETURN(report_.final_eval,
                              EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
-      const bool improved = Note(report_.samples, report_.final_eval);
+      const bool improved = early_stopping_.Note(report_.samples, report_.final_eval);
       if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
       if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(report_.samples));
     }
@@ -801,11 +777,11 @@ class WorkerLoop {
   absl::Status FinalCuts(TrainingContext& ctx) {
     if (cuts_ == nullptr) return absl::OkStatus();
     const bool wanted = interrupted_ ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
-    if (wanted && !plan_.checkpoint.dir.empty() && GlobalStep(ctx) != last_cut_step_) {
+    if (wanted && !plan_.checkpoint.dir.empty() && GlobalStep(ctx) != schedule_.last_checkpoint_step()) {
       HYREC_RETURN_IF_ERROR(
           CutNow(ctx, JobCuts::Kind::kCheckpoint, report_.has_final_eval ? &report_.final_eval : nullptr));
     }
-    if (plan_.serving.delta_every_steps > 0 || plan_.serving.delta_every_seconds > 0) {
+    if (schedule_.has_deltas()) {
       HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
     }
     HYREC_RETURN_IF_ERROR(cuts_->Finish());
@@ -856,9 +832,7 @@ class WorkerLoop {
   uint64_t loss_count_ = 0;
   bool interrupted_ = false;
   bool evaluate_now_ = false;
-  bool stopped_early_ = false;  // Worker 0's decision; the others learn it from EvaluateNow's vote.
   bool epoch_length_noted_ = false;
-  int evals_without_gain_ = 0;
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
   uint64_t last_bytes_total_ = 0;
@@ -877,10 +851,21 @@ class WorkerLoop {
   std::unique_ptr<JobCuts> cuts_;  // Null without checkpoints and deltas.
   bool cut_checkpoint_now_ = false;
   bool cut_delta_now_ = false;
-  uint64_t last_cut_step_ = UINT64_MAX;
-  absl::Time last_cut_at_ = absl::InfinitePast();
-  absl::Time last_delta_at_ = absl::InfinitePast();
   TrainReport report_;
+  CutSchedule schedule_{ScheduleOf(plan_)};
+  // Worker 0's judgment of its evaluations; the others learn its stop from EvaluateNow's vote.
+  EarlyStopping early_stopping_{plan_.eval.metric, plan_.eval.patience, &report_};
+
+  static CutScheduleOptions ScheduleOf(const job::WorkerPlan& plan) {
+    CutScheduleOptions o;
+    o.checkpoints = !plan.checkpoint.dir.empty();
+    o.checkpoint_every_steps = plan.checkpoint.every_steps;
+    o.checkpoint_every_seconds = plan.checkpoint.every_seconds;
+    o.delta_every_steps = plan.serving.delta_every_steps;
+    o.delta_every_seconds = plan.serving.delta_every_seconds;
+    o.update_log_max_bytes = plan.update_log_max_bytes;
+    return o;
+  }
 };
 
 }  // namespace
