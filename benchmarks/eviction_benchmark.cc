@@ -16,12 +16,10 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <list>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +27,7 @@
 #include "hyrec/common/hash.h"
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/embedding_store.h"
+#include "tests/exact_lru.h"
 
 namespace {
 
@@ -39,24 +38,10 @@ using Stream = std::vector<std::vector<uint64_t>>;
 
 // Exact LRU over `capacity` rows: the hits of a stream.
 uint64_t ExactLruHits(const Stream& stream, size_t capacity) {
-  std::list<uint64_t> order;
-  absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> where;
+  hyrec::testing::ExactLru lru(capacity);
   uint64_t hits = 0;
   for (const std::vector<uint64_t>& batch : stream) {
-    for (uint64_t id : batch) {
-      auto it = where.find(id);
-      if (it != where.end()) {
-        order.splice(order.begin(), order, it->second);
-        ++hits;
-        continue;
-      }
-      if (where.size() == capacity) {
-        where.erase(order.back());
-        order.pop_back();
-      }
-      order.push_front(id);
-      where[id] = order.begin();
-    }
+    for (uint64_t id : batch) hits += lru.Use(id) ? 1 : 0;
   }
   return hits;
 }

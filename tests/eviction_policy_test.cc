@@ -3,7 +3,6 @@
 // tables. Small tables (one stripe, a few index buckets) evict exactly by their policy.
 #include <algorithm>
 #include <cstdint>
-#include <list>
 #include <map>
 #include <random>
 #include <set>
@@ -16,6 +15,7 @@
 #include "hyrec/common/metrics.h"
 #include "hyrec/common/zipf.h"
 #include "hyrec/embedding_ps/embedding_store.h"
+#include "tests/exact_lru.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -114,7 +114,7 @@ uint64_t DrawId(std::mt19937_64& rng) {
 // `aging` uses per row held. The snapshot's scores are the counts.
 TEST(EvictionPolicy, LfuEvictsARowOfTheLeastCount) {
   for (const uint32_t aging : {1u, 3u, 1000000u}) {
-    SCOPED_TRACE(testing::Message() << "aging " << aging);
+    SCOPED_TRACE(::testing::Message() << "aging " << aging);
     auto store = MakeStore(PolicyTable(EvictionPolicy::kLfu, 50, 0, aging));
     std::mt19937_64 rng(aging);
     uint64_t evictions = 0;
@@ -144,32 +144,6 @@ TEST(EvictionPolicy, LfuEvictsARowOfTheLeastCount) {
   }
 }
 
-// Exact LRU, as the reference the store's per-bucket eviction is measured against.
-class ReferenceLru {
- public:
-  explicit ReferenceLru(size_t capacity) : capacity_(capacity) {}
-  // Whether `id` was held.
-  bool Use(uint64_t id) {
-    auto it = where_.find(id);
-    if (it != where_.end()) {
-      order_.splice(order_.begin(), order_, it->second);
-      return true;
-    }
-    if (where_.size() == capacity_) {
-      where_.erase(order_.back());
-      order_.pop_back();
-    }
-    order_.push_front(id);
-    where_[id] = order_.begin();
-    return false;
-  }
-
- private:
-  size_t capacity_;
-  std::list<uint64_t> order_;
-  absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> where_;
-};
-
 // Per-bucket eviction is not exact LRU; its hit rate at the same capacity is within a point of
 // exact LRU's on skewed ids (Zipf 1.05 over a million ids, capacities of 5% and 20% of the ids
 // seen), across stripes and large enough tables that every eviction is a bucket's choice.
@@ -181,12 +155,12 @@ TEST(EvictionPolicy, LruHitRateIsWithinAPointOfExactLru) {
   absl::flat_hash_set<uint64_t> distinct(ids.begin(), ids.end());
   for (const double share : {0.05, 0.2}) {
     const uint64_t capacity = static_cast<uint64_t>(share * distinct.size());
-    SCOPED_TRACE(testing::Message() << "capacity " << capacity);
+    SCOPED_TRACE(::testing::Message() << "capacity " << capacity);
     TableConfig config = PolicyTable(EvictionPolicy::kLru, capacity);
     config.dim = 1;
     config.optimizer.kind = OptimizerKind::kSgd;
     auto store = MakeStore(config, 16);
-    ReferenceLru reference(capacity);
+    testing::ExactLru reference(capacity);
     uint64_t exact_hits = 0;
     std::vector<float> out(1024);
     for (size_t begin = 0; begin < ids.size(); begin += 1024) {  // Batches of unique ids, as a worker sends.
@@ -232,7 +206,7 @@ TEST(EvictionPolicy, TtlMatchesTheReference) {
   // A TTL of 1024 s keeps times to the second; the data time moves by 0-40 s a use, now and then
   // by more than the TTL, and once by more than 64 TTLs.
   for (const uint64_t capacity : {0ull, 60ull}) {
-    SCOPED_TRACE(testing::Message() << "capacity " << capacity);
+    SCOPED_TRACE(::testing::Message() << "capacity " << capacity);
     auto store = MakeStore(PolicyTable(EvictionPolicy::kTtl, capacity, 1024), 1, /*track=*/true);
     ReferenceTtl reference(capacity, 1024);
     std::mt19937_64 rng(capacity + 1);
