@@ -119,24 +119,28 @@ absl::Status ReadCsv(const YAML::Node& node, const std::string& p, CsvOptions* c
   return absl::OkStatus();
 }
 
-absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, p,
-      {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window", "seed", "num_shards",
-       "slot_tables", "max_bad_fraction", "min_lines_for_bad_check", "prefetch_batches", "drop_last"}));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_size", p, &o.batch_size));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "threads", p, &o.threads));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_workers", p, &o.num_workers));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "epochs", p, &o.epochs));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle", p, &o.shuffle));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle_window", p, &o.shuffle_window));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "seed", p, &o.seed));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_shards", p, &o.num_shards));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "max_bad_fraction", p, &o.max_bad_fraction));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "min_lines_for_bad_check", p, &o.min_lines_for_bad_check));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "prefetch_batches", p, &o.prefetch_batches));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "drop_last", p, &o.drop_last));
-  HYREC_RETURN_IF_ERROR(ReadIntList(node, "slot_tables", p, 0, 4095, &o.slot_tables));
+// loader.source.synthetic.
+absl::Status ReadSynthetic(const YAML::Node& syn, const std::string& yp, SyntheticConfig* config) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp,
+                                  {"num_samples", "num_dense", "num_slots", "vocabulary", "ids_per_sample", "zipf",
+                                   "seed", "teacher_dim", "teacher_scale", "teacher_bias", "first_index"}));
+  SyntheticConfig& c = *config;
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_samples", yp, &c.num_samples));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_dense", yp, &c.num_dense));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_slots", yp, &c.num_slots));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "vocabulary", yp, &c.vocabulary));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "ids_per_sample", yp, &c.ids_per_sample));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "zipf", yp, &c.zipf));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "seed", yp, &c.seed));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_dim", yp, &c.teacher_dim));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_scale", yp, &c.teacher_scale));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_bias", yp, &c.teacher_bias));
+  HYREC_RETURN_IF_ERROR(ReadScalar(syn, "first_index", yp, &c.first_index));
+  return absl::OkStatus();
+}
+
+// loader.source: the format, its files and the format's own keys.
+absl::Status ReadSource(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
   const YAML::Node source = node["source"];
   if (!source) return absl::InvalidArgumentError(absl::StrCat(p, ": missing key 'source'"));
   const std::string sp = JoinKey(p, "source");
@@ -186,23 +190,30 @@ absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, Loa
   }
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "fields", sp, &o.source.libsvm.positional_fields));
   if (const YAML::Node syn = source["synthetic"]) {
-    const std::string yp = JoinKey(sp, "synthetic");
-    HYREC_RETURN_IF_ERROR(CheckKeys(syn, yp,
-                                    {"num_samples", "num_dense", "num_slots", "vocabulary", "ids_per_sample", "zipf",
-                                     "seed", "teacher_dim", "teacher_scale", "teacher_bias", "first_index"}));
-    SyntheticConfig& c = o.source.synthetic;
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_samples", yp, &c.num_samples));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_dense", yp, &c.num_dense));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "num_slots", yp, &c.num_slots));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "vocabulary", yp, &c.vocabulary));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "ids_per_sample", yp, &c.ids_per_sample));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "zipf", yp, &c.zipf));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "seed", yp, &c.seed));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_dim", yp, &c.teacher_dim));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_scale", yp, &c.teacher_scale));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "teacher_bias", yp, &c.teacher_bias));
-    HYREC_RETURN_IF_ERROR(ReadScalar(syn, "first_index", yp, &c.first_index));
+    HYREC_RETURN_IF_ERROR(ReadSynthetic(syn, JoinKey(sp, "synthetic"), &o.source.synthetic));
   }
+  return absl::OkStatus();
+}
+
+absl::Status ReadLoaderOptions(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, p,
+      {"source", "batch_size", "threads", "num_workers", "epochs", "shuffle", "shuffle_window", "seed", "num_shards",
+       "slot_tables", "max_bad_fraction", "min_lines_for_bad_check", "prefetch_batches", "drop_last"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "batch_size", p, &o.batch_size));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "threads", p, &o.threads));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_workers", p, &o.num_workers));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "epochs", p, &o.epochs));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle", p, &o.shuffle));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "shuffle_window", p, &o.shuffle_window));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "seed", p, &o.seed));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "num_shards", p, &o.num_shards));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "max_bad_fraction", p, &o.max_bad_fraction));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "min_lines_for_bad_check", p, &o.min_lines_for_bad_check));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "prefetch_batches", p, &o.prefetch_batches));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "drop_last", p, &o.drop_last));
+  HYREC_RETURN_IF_ERROR(ReadIntList(node, "slot_tables", p, 0, 4095, &o.slot_tables));
+  HYREC_RETURN_IF_ERROR(ReadSource(node, p, o));
   absl::Status valid = o.Validate();
   if (!valid.ok()) return Annotate(valid, absl::StrCat(p, " (", YamlWhere(node), ")"));
   return absl::OkStatus();

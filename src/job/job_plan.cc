@@ -129,116 +129,150 @@ SecurityOptions RoleSecurity(const SecuritySpec& security, const Identity& ident
 
 bool UsesWideTables(const std::string& kind) { return kind == "wide_deep" || kind == "deepfm" || kind == "fm"; }
 
-absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
-  HYREC_RETURN_IF_ERROR(Annotate(ValidateJobSpec(spec), spec.source_name));
-  JobPlan plan;
-  plan.spec = spec;
+namespace {
+
+// How the job's features reach its tables, in the batch and on the PS: per slot its table,
+// pooling and hash namespace; the tables the PS serves (a wide model adds a dim-1 copy of each,
+// read by a copy of each slot).
+struct SlotLayout {
+  std::vector<int> hash_slots;  // Per slot: the slot whose hash seeds its ids.
+  bool shared = false;          // Some table serves several features.
+  bool wide = false;
+  std::vector<TableSpec> tables;  // The PS's: the job's, then the wide copies.
+  std::vector<int> slot_tables;   // Per batch slot (the copies after the job's).
+  std::vector<int> slot_copies;   // Per copy: the slot it copies.
+  std::vector<Pooling> pooling;   // Per batch slot.
+  std::vector<std::string> features;
+};
+
+absl::StatusOr<SlotLayout> LayOutSlots(const JobSpec& spec) {
   const int slots = static_cast<int>(spec.features.size());
   const int tables = static_cast<int>(spec.tables.size());
-
-  // Per slot: its table and pooling; per table: the slot whose hash seeds its ids (its first
-  // feature in slot order), so that the features of a shared table give one token one id.
+  SlotLayout l;
+  // Per table: the slot whose hash seeds its ids (its first feature in slot order), so that the
+  // features of a shared table give one token one id.
   std::map<std::string, int> slot_of;
   for (int s = 0; s < slots; ++s) slot_of[spec.features[s]] = s;
-  std::vector<int> slot_tables(slots, -1), hash_slots(slots, -1), namespace_of(tables, slots);
-  std::vector<Pooling> pooling(slots, Pooling::kSum);
+  l.slot_tables.assign(slots, -1);
+  l.hash_slots.assign(slots, -1);
+  l.pooling.assign(slots, Pooling::kSum);
+  std::vector<int> namespace_of(tables, slots);
   for (int t = 0; t < tables; ++t) {
     for (const TableFeature& f : spec.tables[t].features) {
       const int s = slot_of.at(f.name);
-      slot_tables[s] = t;
-      pooling[s] = f.pooling;
+      l.slot_tables[s] = t;
+      l.pooling[s] = f.pooling;
       namespace_of[t] = std::min(namespace_of[t], s);
     }
   }
-  bool shared = false;
   for (int s = 0; s < slots; ++s) {
-    hash_slots[s] = namespace_of[slot_tables[s]];
-    shared = shared || hash_slots[s] != s;
+    l.hash_slots[s] = namespace_of[l.slot_tables[s]];
+    l.shared = l.shared || l.hash_slots[s] != s;
   }
-  // The tables the PS serves: the job's, and for a wide model a dim-1 copy of each, read by a
-  // copy of each slot.
-  std::vector<TableSpec> all_tables = spec.tables;
-  std::vector<int> batch_slot_tables = slot_tables, slot_copies;
-  std::vector<Pooling> batch_pooling = pooling;
-  std::vector<std::string> batch_features = spec.features;
-  const bool wide = UsesWideTables(spec.model.kind);
-  if (wide) {
-    for (const TableSpec& t : spec.tables) {
-      TableSpec w = t;
-      w.config.name = t.config.name + "_wide";
-      for (const TableSpec& other : spec.tables) {
-        if (other.config.name == w.config.name) {
-          return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": table '", w.config.name,
-                                                         "' is the name of table '", t.config.name,
-                                                         "''s wide part (model.kind ", spec.model.kind, ")"));
-        }
+  l.tables = spec.tables;
+  l.features = spec.features;
+  l.wide = UsesWideTables(spec.model.kind);
+  if (!l.wide) return l;
+  for (const TableSpec& t : spec.tables) {
+    TableSpec w = t;
+    w.config.name = t.config.name + "_wide";
+    for (const TableSpec& other : spec.tables) {
+      if (other.config.name == w.config.name) {
+        return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": table '", w.config.name,
+                                                       "' is the name of table '", t.config.name,
+                                                       "''s wide part (model.kind ", spec.model.kind, ")"));
       }
-      w.config.dim = 1;
-      w.config.initializer.kind = embedding_ps::InitializerKind::kZeros;
-      all_tables.push_back(w);
     }
-    for (int s = 0; s < slots; ++s) {
-      slot_copies.push_back(s);
-      batch_slot_tables.push_back(tables + slot_tables[s]);
-      batch_pooling.push_back(Pooling::kSum);
-      batch_features.push_back(spec.features[s] + "_wide");
-    }
+    w.config.dim = 1;
+    w.config.initializer.kind = embedding_ps::InitializerKind::kZeros;
+    l.tables.push_back(w);
   }
+  for (int s = 0; s < slots; ++s) {
+    l.slot_copies.push_back(s);
+    l.slot_tables.push_back(tables + l.slot_tables[s]);
+    l.pooling.push_back(Pooling::kSum);
+    l.features.push_back(spec.features[s] + "_wide");
+  }
+  return l;
+}
 
-  data_loader::LoaderOptions& loader = plan.loader.options;
-  loader = spec.loader;
+absl::StatusOr<data_loader::LoaderOptions> PlanLoader(const JobSpec& spec, const SlotLayout& layout) {
+  data_loader::LoaderOptions loader = spec.loader;
   loader.num_workers = spec.train.workers;
   loader.num_shards = spec.ps.shards;
-  loader.slot_tables = batch_slot_tables;
-  loader.slot_copies = slot_copies;
-  if (shared) {
-    loader.source.criteo.hash_slots = hash_slots;
-    loader.source.libsvm.hash_slots = hash_slots;
-    loader.source.csv.hash_slots = hash_slots;
+  loader.slot_tables = layout.slot_tables;
+  loader.slot_copies = layout.slot_copies;
+  if (layout.shared) {
+    loader.source.criteo.hash_slots = layout.hash_slots;
+    loader.source.libsvm.hash_slots = layout.hash_slots;
+    loader.source.csv.hash_slots = layout.hash_slots;
   }
   HYREC_RETURN_IF_ERROR(Annotate(loader.Validate(), spec.source_name));
+  return loader;
+}
 
-  for (int i = 0; i < spec.ps.shards; ++i) {
-    PsShardPlan shard;
-    shard.shard_index = i;
-    shard.num_shards = spec.ps.shards;
-    shard.store.capacity_rows = spec.ps.capacity_rows;
-    shard.store.capacity_bytes = spec.ps.capacity_bytes;
-    shard.store.num_stripes = spec.ps.num_stripes;
-    shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
-    shard.store.track_changes = spec.serving.delta_every_steps > 0 || spec.serving.delta_every_seconds > 0;
-    shard.checkpoint_root = spec.checkpoint.dir;
-    shard.export_root = spec.serving.dir;
-    if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
-      const std::string root =
-          spec.ps.update_log_dir.empty() ? JoinPath(spec.checkpoint.dir, "update-log") : spec.ps.update_log_dir;
-      shard.update_log_dir = JoinPath(root, absl::StrCat("ps-", shard.shard_index));
-      shard.update_log_sync = spec.ps.update_log_sync;
-      shard.update_log_sync_interval_seconds = spec.ps.update_log_sync_interval_seconds;
-    }
-    for (const TableSpec& t : all_tables) {
-      embedding_ps::TableConfig config = t.config;
-      // Each shard holds its share of the table's rows, rounded up.
-      config.capacity_rows = (t.capacity_rows + spec.ps.shards - 1) / spec.ps.shards;
-      shard.store.tables.push_back(config);
-    }
-    shard.max_ids_per_request = spec.ps.max_ids_per_request;
-    shard.threads = spec.ps.threads;
-    plan.ps.push_back(std::move(shard));
+PsShardPlan PlanPsShard(const JobSpec& spec, const std::vector<TableSpec>& tables, int index) {
+  PsShardPlan shard;
+  shard.shard_index = index;
+  shard.num_shards = spec.ps.shards;
+  shard.store.capacity_rows = spec.ps.capacity_rows;
+  shard.store.capacity_bytes = spec.ps.capacity_bytes;
+  shard.store.num_stripes = spec.ps.num_stripes;
+  shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
+  shard.store.track_changes = spec.serving.delta_every_steps > 0 || spec.serving.delta_every_seconds > 0;
+  shard.checkpoint_root = spec.checkpoint.dir;
+  shard.export_root = spec.serving.dir;
+  if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
+    const std::string root =
+        spec.ps.update_log_dir.empty() ? JoinPath(spec.checkpoint.dir, "update-log") : spec.ps.update_log_dir;
+    shard.update_log_dir = JoinPath(root, absl::StrCat("ps-", shard.shard_index));
+    shard.update_log_sync = spec.ps.update_log_sync;
+    shard.update_log_sync_interval_seconds = spec.ps.update_log_sync_interval_seconds;
   }
+  for (const TableSpec& t : tables) {
+    embedding_ps::TableConfig config = t.config;
+    // Each shard holds its share of the table's rows, rounded up.
+    config.capacity_rows = (t.capacity_rows + spec.ps.shards - 1) / spec.ps.shards;
+    shard.store.tables.push_back(config);
+  }
+  shard.max_ids_per_request = spec.ps.max_ids_per_request;
+  shard.threads = spec.ps.threads;
+  return shard;
+}
 
+// A learning-rate schedule without decay_steps decays over the job's steps, when they are known.
+absl::Status PlanSchedule(const JobSpec& spec, int64_t steps, LrSchedule* schedule) {
+  if (schedule->kind == LrSchedule::Kind::kConstant || schedule->decay_steps != 0) return absl::OkStatus();
+  if (steps == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.source_name,
+                     ": train.dense_optimizer.schedule.decay_steps must be set: the job's number of steps "
+                     "is known in advance only for a synthetic source with loader.epochs > 0"));
+  }
+  schedule->decay_steps = steps;
+  if (schedule->decay_steps <= schedule->warmup_steps) {
+    return absl::InvalidArgumentError(absl::StrCat(spec.source_name, ": train.dense_optimizer.schedule.warmup_steps (",
+                                                   schedule->warmup_steps, ") is not below the job's ", steps,
+                                                   " steps per worker"));
+  }
+  return absl::OkStatus();
+}
+
+// Every worker's plan but its rank.
+absl::StatusOr<WorkerPlan> PlanWorker(const JobSpec& spec, const SlotLayout& layout,
+                                      const data_loader::LoaderOptions& loader) {
   const auto [steps, samples] = PlannedSteps(loader, spec.train.workers);
   WorkerPlan worker;
   worker.world_size = spec.train.workers;
-  for (const TableSpec& t : all_tables) {
+  for (const TableSpec& t : layout.tables) {
     worker.table_names.push_back(t.config.name);
     worker.table_dims.push_back(t.config.dim);
   }
-  worker.feature_names = batch_features;
-  worker.slot_tables = batch_slot_tables;
-  worker.pooling = batch_pooling;
-  for (int t : batch_slot_tables) worker.slot_dims.push_back(all_tables[t].config.dim);
-  worker.wide_slots = wide ? slots : 0;
+  worker.feature_names = layout.features;
+  worker.slot_tables = layout.slot_tables;
+  worker.pooling = layout.pooling;
+  for (int t : layout.slot_tables) worker.slot_dims.push_back(layout.tables[t].config.dim);
+  worker.wide_slots = layout.wide ? static_cast<int>(spec.features.size()) : 0;
   worker.num_dense = spec.loader.source.num_dense();
   worker.embedding_staleness = spec.train.embedding_staleness;
   worker.model = spec.model;
@@ -264,46 +298,49 @@ absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
   worker.eval_loader = HeldOut(spec, loader, /*test=*/false);
   worker.has_test_data = worker.synthetic ? spec.eval.test_samples > 0 : !spec.eval.test_files.empty();
   worker.test_loader = HeldOut(spec, loader, /*test=*/true);
-  LrSchedule& schedule = worker.dense_optimizer.schedule;
-  if (schedule.kind != LrSchedule::Kind::kConstant && schedule.decay_steps == 0) {
-    if (steps == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(spec.source_name,
-                       ": train.dense_optimizer.schedule.decay_steps must be set: the job's number of steps "
-                       "is known in advance only for a synthetic source with loader.epochs > 0"));
-    }
-    schedule.decay_steps = steps;
-    if (schedule.decay_steps <= schedule.warmup_steps) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(spec.source_name, ": train.dense_optimizer.schedule.warmup_steps (", schedule.warmup_steps,
-                       ") is not below the job's ", steps, " steps per worker"));
-    }
-  }
+  HYREC_RETURN_IF_ERROR(PlanSchedule(spec, steps, &worker.dense_optimizer.schedule));
   const uint64_t parameters = DenseParameterCount(worker);
   if (parameters > kMaxDenseParameters) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.source_name, ": model (", spec.model.kind, ", model.bottom/top/embedding_dim) would have ",
                      parameters, " dense parameters, more than ", kMaxDenseParameters, "; make its layers narrower"));
   }
+  return worker;
+}
+
+absl::StatusOr<Endpoints> PlanEndpoints(const JobSpec& spec) {
+  Endpoints e;
+  e.ps = spec.cluster.ps;
+  for (int i = static_cast<int>(e.ps.size()); i < spec.ps.shards; ++i) {
+    e.ps.push_back(absl::StrCat("127.0.0.1:", 7000 + i));
+  }
+  e.loader = spec.cluster.loader;
+  e.startup_timeout_seconds = spec.cluster.startup_timeout_seconds;
+  std::string host;
+  int port = 0;
+  for (size_t i = 0; i < e.ps.size(); ++i) {
+    HYREC_RETURN_IF_ERROR(SplitHostPort(e.ps[i], absl::StrCat("cluster.ps[", i, "]"), &host, &port));
+  }
+  HYREC_RETURN_IF_ERROR(SplitHostPort(e.loader, "cluster.loader", &host, &port));
+  HYREC_RETURN_IF_ERROR(SplitHostPort(spec.cluster.master, "cluster.master", &e.master_addr, &e.master_port));
+  return e;
+}
+
+}  // namespace
+
+absl::StatusOr<JobPlan> Plan(const JobSpec& spec) {
+  HYREC_RETURN_IF_ERROR(Annotate(ValidateJobSpec(spec), spec.source_name));
+  JobPlan plan;
+  plan.spec = spec;
+  HYREC_ASSIGN_OR_RETURN(const SlotLayout layout, LayOutSlots(spec));
+  HYREC_ASSIGN_OR_RETURN(plan.loader.options, PlanLoader(spec, layout));
+  for (int i = 0; i < spec.ps.shards; ++i) plan.ps.push_back(PlanPsShard(spec, layout.tables, i));
+  HYREC_ASSIGN_OR_RETURN(WorkerPlan worker, PlanWorker(spec, layout, plan.loader.options));
   for (int r = 0; r < spec.train.workers; ++r) {
     worker.rank = r;
     plan.workers.push_back(worker);
   }
-
-  plan.endpoints.ps = spec.cluster.ps;
-  for (int i = static_cast<int>(plan.endpoints.ps.size()); i < spec.ps.shards; ++i) {
-    plan.endpoints.ps.push_back(absl::StrCat("127.0.0.1:", 7000 + i));
-  }
-  plan.endpoints.loader = spec.cluster.loader;
-  plan.endpoints.startup_timeout_seconds = spec.cluster.startup_timeout_seconds;
-  std::string host;
-  int port = 0;
-  for (size_t i = 0; i < plan.endpoints.ps.size(); ++i) {
-    HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.ps[i], absl::StrCat("cluster.ps[", i, "]"), &host, &port));
-  }
-  HYREC_RETURN_IF_ERROR(SplitHostPort(plan.endpoints.loader, "cluster.loader", &host, &port));
-  HYREC_RETURN_IF_ERROR(
-      SplitHostPort(spec.cluster.master, "cluster.master", &plan.endpoints.master_addr, &plan.endpoints.master_port));
+  HYREC_ASSIGN_OR_RETURN(plan.endpoints, PlanEndpoints(spec));
   return plan;
 }
 
