@@ -234,6 +234,76 @@ absl::Status Recover(const ShardLog& shard, const embedding_ps::ServerOptions& s
   return absl::OkStatus();
 }
 
+// The shard's /metrics with --metrics_port (null without): its store's and its log's figures.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> ServeMetrics(
+    const PsFlags& f, int shard_index, std::shared_ptr<embedding_ps::EmbeddingShardStore> store,
+    MetricsRegistry* metrics) {
+  if (f.common.metrics_port < 0) return std::unique_ptr<MetricsHttpServer>();
+  const MetricLabels shard = {{"shard", std::to_string(shard_index)}};
+  metrics->AddCollector([store, shard](MetricsRegistry* m) {
+    embedding_ps::PublishStoreMetrics(store->Stats(), shard, m);
+    PublishLogMetrics(m);
+  });
+  HYREC_ASSIGN_OR_RETURN(
+      std::unique_ptr<MetricsHttpServer> server,
+      NamePortSetting(MetricsHttpServer::Start(f.common.metrics_host, f.common.metrics_port, metrics),
+                      "--metrics_port"));
+  std::cout << "hyrec ps metrics on " << f.common.metrics_host << ":" << server->port() << std::endl;
+  return server;
+}
+
+// The shard's starting state: recovered from its update log (--recover, or the job's attempt
+// says this shard was lost alone), else restored from a checkpoint (--resume) or empty, with the
+// log reset to start from it.
+absl::Status StartingState(const PsFlags& f, const job::PsShardPlan& planned, const ShardLog& shard_log,
+                           const embedding_ps::ServerOptions& server_options,
+                           embedding_ps::EmbeddingShardStore* store) {
+  // --restart_attempt: a shard whose log began in this attempt of the job was lost alone (the
+  // rest of the job runs on) and recovers; a later attempt restarted every role from a checkpoint.
+  bool recover = f.recover;
+  const std::string attempt_file =
+      shard_log.log != nullptr && f.restart_attempt >= 0 ? JoinPath(planned.update_log_dir, "ATTEMPT") : "";
+  if (!attempt_file.empty()) {
+    absl::StatusOr<std::string> logged = ReadFileToString(Env::Default(), attempt_file, 64);
+    recover = logged.ok() && *logged == std::to_string(f.restart_attempt);
+    spdlog::info("restart attempt {}: {}", f.restart_attempt,
+                 recover ? "this shard was lost alone; recovering from its update log"
+                         : "the job starts (or restarted every role) here");
+  }
+  if (recover) {
+    if (f.recover && !f.resume.empty()) {
+      return absl::InvalidArgumentError("--recover and --resume: give one or the other");
+    }
+    HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store), "--recover"));
+  } else {
+    // With --restart_attempt the attempt decides: a later attempt restarts every role from a
+    // checkpoint, whichever of its roles (worker 0 among them) started first.
+    if (attempt_file.empty()) HYREC_RETURN_IF_ERROR(RefuseToResetALiveRunsLog(shard_log));
+    std::string restored;
+    if (!f.resume.empty()) {
+      if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
+      std::string note;
+      const std::string which =
+          ResolveResumeFlag(Env::Default(), server_options.checkpoint_root, kCheckpointPrefix, f.resume, &note);
+      if (!note.empty()) spdlog::info("{}", note);
+      if (!which.empty()) {
+        HYREC_RETURN_IF_ERROR(Annotate(RestoreFromCheckpoint(which, server_options, store, &restored), "--resume"));
+      }
+    }
+    // The job starts (or resumes) here: an earlier run's log does not apply to it.
+    if (shard_log.log != nullptr) {
+      const std::string base =
+          restored.empty() ? "" : std::filesystem::absolute(std::filesystem::path(restored)).string();
+      HYREC_RETURN_IF_ERROR(Annotate(shard_log.log->Reset(base), "the update log"));
+    }
+    if (!attempt_file.empty()) {
+      HYREC_RETURN_IF_ERROR(Annotate(
+          WriteFileAtomically(Env::Default(), attempt_file, std::to_string(f.restart_attempt)), "the update log"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   embedding_ps::StoreOptions store_options;
   embedding_ps::ServerOptions server_options;
@@ -252,50 +322,7 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   Heartbeat heartbeat(f.heartbeat_file);
   HYREC_ASSIGN_OR_RETURN(auto store, embedding_ps::EmbeddingShardStore::Create(store_options));
   HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f, planned));
-  // --restart_attempt: a shard whose log began in this attempt of the job was lost alone (the
-  // rest of the job runs on) and recovers; a later attempt restarted every role from a checkpoint.
-  bool recover = f.recover;
-  const std::string attempt_file =
-      shard_log.log != nullptr && f.restart_attempt >= 0 ? JoinPath(planned.update_log_dir, "ATTEMPT") : "";
-  if (!attempt_file.empty()) {
-    absl::StatusOr<std::string> logged = ReadFileToString(Env::Default(), attempt_file, 64);
-    recover = logged.ok() && *logged == std::to_string(f.restart_attempt);
-    spdlog::info("restart attempt {}: {}", f.restart_attempt,
-                 recover ? "this shard was lost alone; recovering from its update log"
-                         : "the job starts (or restarted every role) here");
-  }
-  if (recover) {
-    if (f.recover && !f.resume.empty()) {
-      return absl::InvalidArgumentError("--recover and --resume: give one or the other");
-    }
-    HYREC_RETURN_IF_ERROR(Annotate(Recover(shard_log, server_options, store.get()), "--recover"));
-  } else {
-    // With --restart_attempt the attempt decides: a later attempt restarts every role from a
-    // checkpoint, whichever of its roles (worker 0 among them) started first.
-    if (attempt_file.empty()) HYREC_RETURN_IF_ERROR(RefuseToResetALiveRunsLog(shard_log));
-    std::string restored;
-    if (!f.resume.empty()) {
-      if (f.config.empty()) return absl::InvalidArgumentError("--resume needs --config (the job's checkpoints)");
-      std::string note;
-      const std::string which =
-          ResolveResumeFlag(Env::Default(), server_options.checkpoint_root, kCheckpointPrefix, f.resume, &note);
-      if (!note.empty()) spdlog::info("{}", note);
-      if (!which.empty()) {
-        HYREC_RETURN_IF_ERROR(
-            Annotate(RestoreFromCheckpoint(which, server_options, store.get(), &restored), "--resume"));
-      }
-    }
-    // The job starts (or resumes) here: an earlier run's log does not apply to it.
-    if (shard_log.log != nullptr) {
-      const std::string base =
-          restored.empty() ? "" : std::filesystem::absolute(std::filesystem::path(restored)).string();
-      HYREC_RETURN_IF_ERROR(Annotate(shard_log.log->Reset(base), "the update log"));
-    }
-    if (!attempt_file.empty()) {
-      HYREC_RETURN_IF_ERROR(Annotate(
-          WriteFileAtomically(Env::Default(), attempt_file, std::to_string(f.restart_attempt)), "the update log"));
-    }
-  }
+  HYREC_RETURN_IF_ERROR(StartingState(f, planned, shard_log, server_options, store.get()));
   server_options.update_log = shard_log.log;
 
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
@@ -306,18 +333,8 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   HYREC_ASSIGN_OR_RETURN(
       auto server, NamePortSetting(embedding_ps::EmbeddingServer::Start(shared_store, server_options), port_setting));
   MetricsRegistry metrics;
-  std::unique_ptr<MetricsHttpServer> metrics_server;
-  if (f.common.metrics_port >= 0) {
-    const MetricLabels shard = {{"shard", std::to_string(server_options.shard_index)}};
-    metrics.AddCollector([shared_store, shard](MetricsRegistry* m) {
-      embedding_ps::PublishStoreMetrics(shared_store->Stats(), shard, m);
-      PublishLogMetrics(m);
-    });
-    HYREC_ASSIGN_OR_RETURN(metrics_server, NamePortSetting(MetricsHttpServer::Start(f.common.metrics_host,
-                                                                                    f.common.metrics_port, &metrics),
-                                                           "--metrics_port"));
-    std::cout << "hyrec ps metrics on " << f.common.metrics_host << ":" << metrics_server->port() << std::endl;
-  }
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<MetricsHttpServer> metrics_server,
+                         ServeMetrics(f, server_options.shard_index, shared_store, &metrics));
   std::cout << "hyrec ps shard " << server_options.shard_index << " of " << server_options.num_shards
             << " listening on " << server_options.host << ":" << server->port() << std::endl;
   spdlog::info("shard {}/{}: {} table(s), capacity {} rows / {} bytes, {} stripes", server_options.shard_index,

@@ -356,6 +356,57 @@ data_loader::BatchShape ModelBatchShape(const job::JobPlan& plan, int rank) {
   return shape;
 }
 
+// The worker's client of the PS shards, waiting for them within the job's startup timeout.
+absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> ConnectPs(const job::JobPlan& plan, int rank,
+                                                                         const SecurityOptions& security,
+                                                                         const std::string& who) {
+  const absl::Duration startup = absl::Seconds(plan.endpoints.startup_timeout_seconds);
+  embedding_ps::ClientOptions ps_options;
+  ps_options.security = security;
+  if (const double recovery = plan.workers[rank].ps_recovery_timeout_seconds; recovery > 0) {
+    // The shards log their updates: a lost shard comes back with all of them (restarted by the
+    // launcher or the cluster), so calls wait for it, retrying, rather than fail the worker.
+    ps_options.call_timeout = absl::Seconds(recovery);
+    ps_options.max_attempts = 1 << 20;
+  }
+  using ClientPtr = std::unique_ptr<embedding_ps::EmbeddingClient>;
+  return WaitForPeer<ClientPtr>(who, absl::StrCat("the PS shards (", absl::StrJoin(plan.endpoints.ps, ","), ")"),
+                                startup,
+                                [&] { return embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, ps_options); });
+}
+
+// What receives worker 0's reports for --progress=`mode`: the launcher's event lines, or the
+// monitor (lines and, with `metrics`, /metrics); null when nothing shows them.
+std::unique_ptr<dense_worker::TrainObserver> MakeObserver(const std::string& mode, MetricsRegistry* metrics,
+                                                          embedding_ps::EmbeddingClient* ps, int rank) {
+  if (mode == "events") return std::make_unique<dense_worker::EventWriter>(&std::cout);
+  if (mode == "none" && metrics == nullptr) return nullptr;
+  dense_worker::MonitorOptions monitor;
+  monitor.out = mode == "none" ? nullptr : &std::cout;
+  monitor.live = LiveProgress(mode);
+  monitor.metrics = metrics;
+  monitor.ps = metrics != nullptr ? ps : nullptr;
+  monitor.worker = static_cast<uint32_t>(rank);
+  return std::make_unique<dense_worker::JobMonitor>(monitor);
+}
+
+// Worker 0 after training: the plot and report asked for, and (a finished job) telling the
+// services they may go.
+absl::Status FinishWorkerZero(const TrainReport& report, const WorkerFlags& f, const job::JobPlan& plan,
+                              const SecurityOptions& security) {
+  PlotIfAsked(report, f.training.plot, std::cout);
+  HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
+  if (!report.interrupted && plan.spec.cluster.services_exit_when_done) {
+    // The job is finished (its final checkpoint and export included): the shards may go.
+    for (const absl::Status& told :
+         {embedding_ps::TellShardsJobDone(plan.endpoints.ps, security, absl::Seconds(10)),
+          data_loader::TellLoaderJobDone(plan.endpoints.loader, security, absl::Seconds(10))}) {
+      if (!told.ok()) std::cerr << "hyrec worker 0: " << told.message() << std::endl;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> Work(const WorkerFlags& f) {
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, PlanForTraining(f.training));
   int rank = 0;
@@ -389,19 +440,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   const SecurityOptions security = ResolveSecurity(plan.spec.security, Identity{Role::kWorker, rank}, f.security);
   const std::string who = absl::StrCat("hyrec worker ", rank);
   const absl::Duration startup = absl::Seconds(plan.endpoints.startup_timeout_seconds);
-  embedding_ps::ClientOptions ps_options;
-  ps_options.security = security;
-  if (const double recovery = plan.workers[rank].ps_recovery_timeout_seconds; recovery > 0) {
-    // The shards log their updates: a lost shard comes back with all of them (restarted by the
-    // launcher or the cluster), so calls wait for it, retrying, rather than fail the worker.
-    ps_options.call_timeout = absl::Seconds(recovery);
-    ps_options.max_attempts = 1 << 20;
-  }
-  using ClientPtr = std::unique_ptr<embedding_ps::EmbeddingClient>;
-  HYREC_ASSIGN_OR_RETURN(
-      ClientPtr ps,
-      WaitForPeer<ClientPtr>(who, absl::StrCat("the PS shards (", absl::StrJoin(plan.endpoints.ps, ","), ")"), startup,
-                             [&] { return embedding_ps::ConnectEmbeddingClient(plan.endpoints.ps, ps_options); }));
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<embedding_ps::EmbeddingClient> ps, ConnectPs(plan, rank, security, who));
   data_loader::StreamClientOptions stream_options;
   stream_options.security = security;
   stream_options.expect = ModelBatchShape(plan, rank);
@@ -420,19 +459,8 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
     if (stream.ok()) SetServing(health.get(), true);
     return stream;
   };
-  std::unique_ptr<dense_worker::TrainObserver> observer;
-  const std::string& mode = f.training.progress;
-  if (mode == "events") {
-    observer = std::make_unique<dense_worker::EventWriter>(&std::cout);
-  } else if (mode != "none" || metrics_server != nullptr) {
-    dense_worker::MonitorOptions monitor;
-    monitor.out = mode == "none" ? nullptr : &std::cout;
-    monitor.live = LiveProgress(mode);
-    monitor.metrics = metrics_server != nullptr ? &metrics : nullptr;
-    monitor.ps = metrics_server != nullptr ? ps.get() : nullptr;
-    monitor.worker = static_cast<uint32_t>(rank);
-    observer = std::make_unique<dense_worker::JobMonitor>(monitor);
-  }
+  std::unique_ptr<dense_worker::TrainObserver> observer =
+      MakeObserver(f.training.progress, metrics_server != nullptr ? &metrics : nullptr, ps.get(), rank);
   std::optional<dense_worker::ResumePoint> resume;
   if (const std::string which = ResumeFlag(plan.spec, f.training.resume); !which.empty()) {
     HYREC_ASSIGN_OR_RETURN(resume,
@@ -455,18 +483,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   options.job_text = plan.spec.text;
   options.security = security;
   HYREC_ASSIGN_OR_RETURN(TrainReport report, dense_worker::RunWorker(plan.workers[rank], plan.endpoints, options));
-  if (rank == 0) {
-    PlotIfAsked(report, f.training.plot, std::cout);
-    HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
-    if (!report.interrupted && plan.spec.cluster.services_exit_when_done) {
-      // The job is finished (its final checkpoint and export included): the shards may go.
-      for (const absl::Status& told :
-           {embedding_ps::TellShardsJobDone(plan.endpoints.ps, security, absl::Seconds(10)),
-            data_loader::TellLoaderJobDone(plan.endpoints.loader, security, absl::Seconds(10))}) {
-        if (!told.ok()) std::cerr << "hyrec worker 0: " << told.message() << std::endl;
-      }
-    }
-  }
+  if (rank == 0) HYREC_RETURN_IF_ERROR(FinishWorkerZero(report, f, plan, security));
   return report.interrupted ? kExitInterrupted : kExitOk;
 }
 
