@@ -249,11 +249,13 @@ absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source) {
   return total;
 }
 
-void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
-                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch,
-                const std::vector<int>& slot_copies) {
-  const int source_slots = num_slots;
-  num_slots += static_cast<int>(slot_copies.size());
+namespace {
+
+// The batch's labels, dense values and per-slot ids (and weights) of samples[0, count); slots
+// past the source's are copies (slot_copies).
+void FillSlots(const std::vector<Sample>& samples, size_t count, int num_dense, int source_slots,
+               const std::vector<int>& slot_copies, Batch* batch) {
+  const int num_slots = source_slots + static_cast<int>(slot_copies.size());
   auto source_slot = [&](int s) { return s < source_slots ? s : slot_copies[s - source_slots]; };
   batch->batch_size = static_cast<int>(count);
   batch->num_dense = num_dense;
@@ -288,6 +290,11 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
       }
     }
   }
+}
+
+// Per table: the batch's unique ids, grouped by shard, and each slot's index into them.
+void DedupTables(const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch) {
+  const int num_slots = static_cast<int>(batch->slots.size());
   // Per table: unique ids in first-seen order, then grouped by shard (stable counting sort).
   batch->tables.assign(num_tables, TableIds());
   std::vector<absl::flat_hash_map<uint64_t, uint32_t>> first(num_tables);
@@ -337,6 +344,15 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
       for (uint32_t& v : inverse) v = new_index[v];
     }
   }
+}
+
+}  // namespace
+
+void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense, int num_slots,
+                const std::vector<int>& slot_tables, int num_tables, int num_shards, Batch* batch,
+                const std::vector<int>& slot_copies) {
+  FillSlots(samples, count, num_dense, num_slots, slot_copies, batch);
+  DedupTables(slot_tables, num_tables, num_shards, batch);
 }
 
 namespace {
