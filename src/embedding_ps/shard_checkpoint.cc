@@ -117,137 +117,170 @@ class ShardFileReader {
   static absl::Status Read(Env* env, const std::string& path, FileKind kind, const FileEntry* expect, const Handlers& h,
                            ShardFileHeader* header) {
     HYREC_ASSIGN_OR_RETURN(auto r, BlockReader::Open(env, path, kind, expect));
-    std::vector<TableHeader>* tables = &header->tables;
-    bool has_store = false;
-    bool tables_done = false;
-    uint32_t declared_tables = 0;
-    std::vector<uint64_t> ids;
-    std::vector<uint64_t> scores;
-    std::vector<float> values;
-    auto end_of_tables = [&]() -> absl::Status {
-      if (tables_done) return absl::OkStatus();
-      tables_done = true;
-      if (tables->size() != declared_tables) return absl::DataLossError(absl::StrCat(path, ": missing table blocks"));
-      return h.tables ? Annotate(h.tables(*header), path) : absl::OkStatus();
-    };
+    ShardFileReader reader(path, h, header);
     BlockPrefetcher blocks(std::move(r));
     for (;;) {
       const Block* block = nullptr;
       HYREC_ASSIGN_OR_RETURN(const bool more, blocks.Next(&block));
       if (!more) break;
-      const Block& b = *block;
-      Decoder d(b.payload);
-      auto bad = [&](absl::string_view what) {
-        return absl::DataLossError(absl::StrCat(path, ": offset ", b.offset, ": ", what));
-      };
-      if (!has_store && b.type != kStoreBlock) return bad("the first block is not the store block");
-      if (b.type != kStoreBlock && b.type != kTableBlock) HYREC_RETURN_IF_ERROR(end_of_tables());
-      switch (b.type) {
-        case kStoreBlock: {
-          if (has_store) return bad("a second store block");
-          has_store = true;
-          d.U32();
-          d.U32();
-          header->num_stripes = d.U32();
-          declared_tables = d.U32();
-          header->delta_sequence = d.U64();
-          if (!d.done() || declared_tables > kMaxTables) return bad("malformed store block");
-          break;
-        }
-        case kTableBlock: {
-          TableHeader t;
-          t.name = d.Bytes();
-          t.dim = d.U32();
-          t.state_floats = d.U32();
-          t.optimizer = d.Bytes();
-          t.rows = d.U64();
-          if (!d.done() || t.dim == 0 || t.dim > kMaxDim || t.state_floats > 2 * kMaxDim + 1 || t.name.size() > 4096) {
-            return bad("malformed table block");
-          }
-          if (tables_done || tables->size() >= declared_tables) {
-            return bad("a table block beyond those the store block declares");
-          }
-          tables->push_back(std::move(t));
-          break;
-        }
-        case kPolicyBlock: {
-          const uint32_t table = d.U32();
-          const std::string policy = d.Bytes();
-          const uint64_t data_time = d.U64();
-          const uint32_t n = d.U32();
-          if (!d.ok() || table >= tables->size() || policy.size() > 16 || d.remaining() != n * 8ull) {
-            return bad("malformed policy block");
-          }
-          std::vector<uint64_t> uses(n);
-          d.Raw(uses.data(), n * 8ull);
-          if (h.policy) HYREC_RETURN_IF_ERROR(Annotate(h.policy(table, policy, data_time, std::move(uses)), path));
-          break;
-        }
-        case kRowsBlock:
-        case kScoredBlock:
-        case kTombBlock: {
-          const uint32_t table = d.U32();
-          const uint32_t n = d.U32();
-          if (!d.ok() || table >= tables->size()) return bad("rows of an undeclared table");
-          const TableHeader& t = (*tables)[table];
-          const uint64_t floats = b.type != kTombBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
-          const uint64_t score_bytes = b.type == kScoredBlock ? 8 : 0;
-          if (d.remaining() != n * (8 + score_bytes + 4 * floats)) {
-            return bad("rows block length does not match its row count");
-          }
-          ids.resize(n);  // Reused from block to block: no allocation per block.
-          d.Raw(ids.data(), n * 8ull);
-          scores.resize(b.type == kScoredBlock ? n : 0);
-          d.Raw(scores.data(), scores.size() * 8);
-          values.resize(n * floats);
-          d.Raw(values.data(), values.size() * 4);
-          if (b.type == kScoredBlock && h.scored_rows) {
-            HYREC_RETURN_IF_ERROR(Annotate(h.scored_rows(table, ids, values, scores), path));
-          } else if (b.type != kTombBlock) {
-            if (h.rows) HYREC_RETURN_IF_ERROR(Annotate(h.rows(table, ids, values), path));
-          } else if (h.tombstones) {
-            HYREC_RETURN_IF_ERROR(Annotate(h.tombstones(table, ids), path));
-          }
-          break;
-        }
-        case kSketchBlock: {
-          StoreSnapshot::Sketch k;
-          k.stripe = d.U32();
-          k.table = d.U32();
-          k.increments = d.U64();
-          const std::string counters = d.Bytes();
-          if (!d.done() || k.table >= tables->size()) return bad("malformed sketch block");
-          k.counters.assign(counters.begin(), counters.end());
-          if (h.sketch) h.sketch(std::move(k));
-          break;
-        }
-        case kRngBlock: {
-          const uint32_t n = d.U32();
-          if (!d.ok() || d.remaining() != n * 8ull) return bad("malformed stripe block");
-          std::vector<uint64_t> rng(n);
-          d.Raw(rng.data(), n * 8ull);
-          if (h.rng) h.rng(std::move(rng));
-          break;
-        }
-        case kDedupBlock: {
-          StoreSnapshot::Dedup x;
-          x.worker = d.U32();
-          x.table = d.U32();
-          x.highest = d.U64();
-          x.seen.resize(16);
-          d.Raw(x.seen.data(), 16 * 8);
-          if (d.remaining() == 8) x.applied = d.U64();  // Absent from checkpoints written before the count.
-          if (!d.done() || x.table >= tables->size()) return bad("malformed dedup block");
-          if (h.dedup) h.dedup(std::move(x));
-          break;
-        }
-        default:
-          return bad(absl::StrCat("unknown block type ", b.type));
-      }
+      HYREC_RETURN_IF_ERROR(reader.Take(*block));
     }
-    if (!has_store) return absl::DataLossError(absl::StrCat(path, ": no store block"));
-    return end_of_tables();
+    if (!reader.has_store_) return absl::DataLossError(absl::StrCat(path, ": no store block"));
+    return reader.EndOfTables();
   }
+
+ private:
+  ShardFileReader(const std::string& path, const Handlers& h, ShardFileHeader* header)
+      : path_(path), h_(h), header_(header), tables_(&header->tables) {}
+
+  // One block, in file order.
+  absl::Status Take(const Block& b) {
+    Decoder d(b.payload);
+    if (!has_store_ && b.type != kStoreBlock) return Bad(b, "the first block is not the store block");
+    if (b.type != kStoreBlock && b.type != kTableBlock) HYREC_RETURN_IF_ERROR(EndOfTables());
+    switch (b.type) {
+      case kStoreBlock:
+        return StoreBlock(b, d);
+      case kTableBlock:
+        return TableBlock(b, d);
+      case kPolicyBlock:
+        return PolicyBlock(b, d);
+      case kRowsBlock:
+      case kScoredBlock:
+      case kTombBlock:
+        return RowsBlock(b, d);
+      case kSketchBlock:
+        return SketchBlock(b, d);
+      case kRngBlock:
+        return RngBlock(b, d);
+      case kDedupBlock:
+        return DedupBlock(b, d);
+      default:
+        return Bad(b, absl::StrCat("unknown block type ", b.type));
+    }
+  }
+
+  absl::Status Bad(const Block& b, absl::string_view what) const {
+    return absl::DataLossError(absl::StrCat(path_, ": offset ", b.offset, ": ", what));
+  }
+
+  // Once every table is declared (before the first block of another kind): the tables handler.
+  absl::Status EndOfTables() {
+    if (tables_done_) return absl::OkStatus();
+    tables_done_ = true;
+    if (tables_->size() != declared_tables_) return absl::DataLossError(absl::StrCat(path_, ": missing table blocks"));
+    return h_.tables ? Annotate(h_.tables(*header_), path_) : absl::OkStatus();
+  }
+
+  absl::Status StoreBlock(const Block& b, Decoder& d) {
+    if (has_store_) return Bad(b, "a second store block");
+    has_store_ = true;
+    d.U32();
+    d.U32();
+    header_->num_stripes = d.U32();
+    declared_tables_ = d.U32();
+    header_->delta_sequence = d.U64();
+    if (!d.done() || declared_tables_ > kMaxTables) return Bad(b, "malformed store block");
+    return absl::OkStatus();
+  }
+
+  absl::Status TableBlock(const Block& b, Decoder& d) {
+    TableHeader t;
+    t.name = d.Bytes();
+    t.dim = d.U32();
+    t.state_floats = d.U32();
+    t.optimizer = d.Bytes();
+    t.rows = d.U64();
+    if (!d.done() || t.dim == 0 || t.dim > kMaxDim || t.state_floats > 2 * kMaxDim + 1 || t.name.size() > 4096) {
+      return Bad(b, "malformed table block");
+    }
+    if (tables_done_ || tables_->size() >= declared_tables_) {
+      return Bad(b, "a table block beyond those the store block declares");
+    }
+    tables_->push_back(std::move(t));
+    return absl::OkStatus();
+  }
+
+  absl::Status PolicyBlock(const Block& b, Decoder& d) {
+    const uint32_t table = d.U32();
+    const std::string policy = d.Bytes();
+    const uint64_t data_time = d.U64();
+    const uint32_t n = d.U32();
+    if (!d.ok() || table >= tables_->size() || policy.size() > 16 || d.remaining() != n * 8ull) {
+      return Bad(b, "malformed policy block");
+    }
+    std::vector<uint64_t> uses(n);
+    d.Raw(uses.data(), n * 8ull);
+    if (h_.policy) HYREC_RETURN_IF_ERROR(Annotate(h_.policy(table, policy, data_time, std::move(uses)), path_));
+    return absl::OkStatus();
+  }
+
+  // Rows, rows with scores, or tombstones of one table.
+  absl::Status RowsBlock(const Block& b, Decoder& d) {
+    const uint32_t table = d.U32();
+    const uint32_t n = d.U32();
+    if (!d.ok() || table >= tables_->size()) return Bad(b, "rows of an undeclared table");
+    const TableHeader& t = (*tables_)[table];
+    const uint64_t floats = b.type != kTombBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
+    const uint64_t score_bytes = b.type == kScoredBlock ? 8 : 0;
+    if (d.remaining() != n * (8 + score_bytes + 4 * floats)) {
+      return Bad(b, "rows block length does not match its row count");
+    }
+    ids_.resize(n);  // Reused from block to block: no allocation per block.
+    d.Raw(ids_.data(), n * 8ull);
+    scores_.resize(b.type == kScoredBlock ? n : 0);
+    d.Raw(scores_.data(), scores_.size() * 8);
+    values_.resize(n * floats);
+    d.Raw(values_.data(), values_.size() * 4);
+    if (b.type == kScoredBlock && h_.scored_rows) return Annotate(h_.scored_rows(table, ids_, values_, scores_), path_);
+    if (b.type != kTombBlock) return h_.rows ? Annotate(h_.rows(table, ids_, values_), path_) : absl::OkStatus();
+    return h_.tombstones ? Annotate(h_.tombstones(table, ids_), path_) : absl::OkStatus();
+  }
+
+  absl::Status SketchBlock(const Block& b, Decoder& d) {
+    StoreSnapshot::Sketch k;
+    k.stripe = d.U32();
+    k.table = d.U32();
+    k.increments = d.U64();
+    const std::string counters = d.Bytes();
+    if (!d.done() || k.table >= tables_->size()) return Bad(b, "malformed sketch block");
+    k.counters.assign(counters.begin(), counters.end());
+    if (h_.sketch) h_.sketch(std::move(k));
+    return absl::OkStatus();
+  }
+
+  absl::Status RngBlock(const Block& b, Decoder& d) {
+    const uint32_t n = d.U32();
+    if (!d.ok() || d.remaining() != n * 8ull) return Bad(b, "malformed stripe block");
+    std::vector<uint64_t> rng(n);
+    d.Raw(rng.data(), n * 8ull);
+    if (h_.rng) h_.rng(std::move(rng));
+    return absl::OkStatus();
+  }
+
+  absl::Status DedupBlock(const Block& b, Decoder& d) {
+    StoreSnapshot::Dedup x;
+    x.worker = d.U32();
+    x.table = d.U32();
+    x.highest = d.U64();
+    x.seen.resize(16);
+    d.Raw(x.seen.data(), 16 * 8);
+    if (d.remaining() == 8) x.applied = d.U64();  // Absent from checkpoints written before the count.
+    if (!d.done() || x.table >= tables_->size()) return Bad(b, "malformed dedup block");
+    if (h_.dedup) h_.dedup(std::move(x));
+    return absl::OkStatus();
+  }
+
+  const std::string& path_;
+  const Handlers& h_;
+  ShardFileHeader* header_;
+  std::vector<TableHeader>* tables_;
+  bool has_store_ = false;
+  bool tables_done_ = false;
+  uint32_t declared_tables_ = 0;
+  std::vector<uint64_t> ids_;
+  std::vector<uint64_t> scores_;
+  std::vector<float> values_;
 };
 
 }  // namespace
