@@ -420,6 +420,119 @@ absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, i
   return info;
 }
 
+namespace {
+
+// Restores one checkpoint shard file into `store`: the rows of the tables the job still has
+// (each checked against its dim and optimizer), only those of shard `shard` of `num_shards` when
+// the checkpoint had another layout, their scores where the table's eviction policy is the one
+// they were saved under, and the counters under the store's table indexes.
+class ShardFileRestore {
+ public:
+  ShardFileRestore(EmbeddingShardStore* store, bool same_layout, int shard, int num_shards)
+      : store_(store), same_layout_(same_layout), shard_(shard), num_shards_(num_shards) {}
+
+  absl::Status Run(Env* env, const std::string& path) {
+    ShardFileReader::Handlers h;
+    h.tables = [this](const ShardFileHeader& header) { return Tables(header); };
+    h.policy = [this](uint32_t t, const std::string& policy, uint64_t data_time, std::vector<uint64_t>&& lfu_uses) {
+      return Policy(t, policy, data_time, std::move(lfu_uses));
+    };
+    h.scored_rows = [this](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                           absl::Span<const uint64_t> scores) { return Rows(t, ids, values, scores); };
+    h.rows = [this](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) {
+      return Rows(t, ids, values, {});
+    };
+    // Counters name tables by the checkpoint's index: kept under the store's, dropped when the
+    // job no longer has the table.
+    h.sketch = [this](StoreSnapshot::Sketch&& k) {
+      if (target_[k.table] < 0) return;
+      k.table = static_cast<uint32_t>(target_[k.table]);
+      counters_.sketches.push_back(std::move(k));
+    };
+    h.rng = [this](std::vector<uint64_t>&& rng) { counters_.stripe_rng = std::move(rng); };
+    h.dedup = [this](StoreSnapshot::Dedup&& x) {
+      if (target_[x.table] < 0) return;
+      x.table = static_cast<uint32_t>(target_[x.table]);
+      counters_.dedup.push_back(std::move(x));
+    };
+    ShardFileHeader header;
+    HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, path, FileKind::kPsShard, nullptr, h, &header));
+    return store_->RestoreCounters(counters_, /*exact=*/same_layout_);
+  }
+
+ private:
+  absl::Status Tables(const ShardFileHeader& header) {
+    for (const TableHeader& saved : header.tables) {
+      floats_of_.push_back(saved.dim + saved.state_floats);
+      absl::StatusOr<int> index = store_->TableIndex(saved.name);
+      if (!index.ok()) {
+        target_.push_back(-1);
+        continue;
+      }
+      const TableConfig& c = store_->table(*index);
+      if (static_cast<uint32_t>(c.dim) != saved.dim ||
+          static_cast<uint32_t>(OptimizerStateFloats(c.optimizer.kind, c.dim)) != saved.state_floats ||
+          OptimizerName(c.optimizer.kind) != saved.optimizer) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", saved.name, "' was saved with dim ", saved.dim,
+                                                       " and optimizer ", saved.optimizer, "; the job has dim ", c.dim,
+                                                       " and ", OptimizerName(c.optimizer.kind)));
+      }
+      target_.push_back(*index);
+    }
+    same_policy_.assign(header.tables.size(), 0);
+    for (size_t t = 0; t < target_.size(); ++t) {
+      same_policy_[t] = target_[t] >= 0 && store_->table(target_[t]).eviction.policy == EvictionPolicy::kLru;
+    }
+    counters_.num_stripes = header.num_stripes;
+    counters_.delta_sequence = header.delta_sequence;
+    return absl::OkStatus();
+  }
+
+  absl::Status Policy(uint32_t t, const std::string& policy, uint64_t data_time, std::vector<uint64_t>&& lfu_uses) {
+    if (target_[t] < 0) return absl::OkStatus();
+    store_->AdvanceDataTime(target_[t], data_time);
+    same_policy_[t] = policy == EvictionPolicyName(store_->table(target_[t]).eviction.policy);
+    if (same_policy_[t]) {
+      counters_.tables.resize(store_->num_tables());
+      counters_.tables[target_[t]].lfu_uses = std::move(lfu_uses);
+    }
+    return absl::OkStatus();
+  }
+
+  // Scores are kept only where the table's eviction policy is the one they were saved under.
+  absl::Status Rows(uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
+                    absl::Span<const uint64_t> scores) {
+    if (target_[t] < 0) return absl::OkStatus();
+    if (!same_policy_[t]) scores = {};
+    if (same_layout_) return store_->RestoreRows(target_[t], ids, values, scores);
+    const size_t floats = floats_of_[t];
+    keep_ids_.clear();
+    keep_values_.clear();
+    keep_scores_.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (ShardForId(ids[i], num_shards_) != shard_) continue;
+      keep_ids_.push_back(ids[i]);
+      keep_values_.insert(keep_values_.end(), values.begin() + i * floats, values.begin() + (i + 1) * floats);
+      if (!scores.empty()) keep_scores_.push_back(scores[i]);
+    }
+    return store_->RestoreRows(target_[t], keep_ids_, keep_values_, keep_scores_);
+  }
+
+  EmbeddingShardStore* const store_;
+  const bool same_layout_;
+  const int shard_;
+  const int num_shards_;
+  std::vector<int> target_;  // Per checkpoint table: the store's index, or -1 (not in the job).
+  std::vector<size_t> floats_of_;
+  std::vector<uint8_t> same_policy_;  // Per checkpoint table: saved with the job's eviction policy.
+  StoreSnapshot counters_;
+  std::vector<uint64_t> keep_ids_;
+  std::vector<float> keep_values_;
+  std::vector<uint64_t> keep_scores_;
+};
+
+}  // namespace
+
 absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointManifest& manifest, int shard,
                           int num_shards, EmbeddingShardStore* store) {
   const int saved_shards = static_cast<int>(manifest.num_shards);
@@ -438,94 +551,13 @@ absl::Status RestoreShard(Env* env, const std::string& dir, const CheckpointMani
   std::future<absl::Status> verified =
       std::async(std::launch::async, [env, &dir, entry = entries[0]] { return VerifyFileEntry(env, dir, *entry); });
   for (size_t i = 0; i < entries.size(); ++i) {
-    const std::string& name = entries[i]->name;
     HYREC_RETURN_IF_ERROR(verified.get());
     if (i + 1 < entries.size()) {
       verified = std::async(std::launch::async,
                             [env, &dir, entry = entries[i + 1]] { return VerifyFileEntry(env, dir, *entry); });
     }
-    std::vector<int> target;  // Per checkpoint table: the store's index, or -1 (not in the job).
-    std::vector<size_t> floats_of;
-    StoreSnapshot counters;
-    std::vector<uint64_t> keep_ids;
-    std::vector<float> keep_values;
-    std::vector<uint64_t> keep_scores;
-    std::vector<uint8_t> same_policy;  // Per checkpoint table: saved with the job's eviction policy.
-    ShardFileReader::Handlers h;
-    h.tables = [&](const ShardFileHeader& header) -> absl::Status {
-      for (const TableHeader& saved : header.tables) {
-        floats_of.push_back(saved.dim + saved.state_floats);
-        absl::StatusOr<int> index = store->TableIndex(saved.name);
-        if (!index.ok()) {
-          target.push_back(-1);
-          continue;
-        }
-        const TableConfig& c = store->table(*index);
-        if (static_cast<uint32_t>(c.dim) != saved.dim ||
-            static_cast<uint32_t>(OptimizerStateFloats(c.optimizer.kind, c.dim)) != saved.state_floats ||
-            OptimizerName(c.optimizer.kind) != saved.optimizer) {
-          return absl::InvalidArgumentError(absl::StrCat("table '", saved.name, "' was saved with dim ", saved.dim,
-                                                         " and optimizer ", saved.optimizer, "; the job has dim ",
-                                                         c.dim, " and ", OptimizerName(c.optimizer.kind)));
-        }
-        target.push_back(*index);
-      }
-      same_policy.assign(header.tables.size(), 0);
-      for (size_t t = 0; t < target.size(); ++t) {
-        same_policy[t] = target[t] >= 0 && store->table(target[t]).eviction.policy == EvictionPolicy::kLru;
-      }
-      counters.num_stripes = header.num_stripes;
-      counters.delta_sequence = header.delta_sequence;
-      return absl::OkStatus();
-    };
-    h.policy = [&](uint32_t t, const std::string& policy, uint64_t data_time,
-                   std::vector<uint64_t>&& lfu_uses) -> absl::Status {
-      if (target[t] < 0) return absl::OkStatus();
-      store->AdvanceDataTime(target[t], data_time);
-      same_policy[t] = policy == EvictionPolicyName(store->table(target[t]).eviction.policy);
-      if (same_policy[t]) {
-        counters.tables.resize(store->num_tables());
-        counters.tables[target[t]].lfu_uses = std::move(lfu_uses);
-      }
-      return absl::OkStatus();
-    };
-    // Scores are kept only where the table's eviction policy is the one they were saved under.
-    h.scored_rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values,
-                        absl::Span<const uint64_t> scores) -> absl::Status {
-      if (target[t] < 0) return absl::OkStatus();
-      if (!same_policy[t]) scores = {};
-      if (same_layout) return store->RestoreRows(target[t], ids, values, scores);
-      const size_t floats = floats_of[t];
-      keep_ids.clear();
-      keep_values.clear();
-      keep_scores.clear();
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (ShardForId(ids[i], num_shards) != shard) continue;
-        keep_ids.push_back(ids[i]);
-        keep_values.insert(keep_values.end(), values.begin() + i * floats, values.begin() + (i + 1) * floats);
-        if (!scores.empty()) keep_scores.push_back(scores[i]);
-      }
-      return store->RestoreRows(target[t], keep_ids, keep_values, keep_scores);
-    };
-    h.rows = [&](uint32_t t, absl::Span<const uint64_t> ids, absl::Span<const float> values) -> absl::Status {
-      return h.scored_rows(t, ids, values, {});
-    };
-    // Counters name tables by the checkpoint's index: kept under the store's, dropped when the job
-    // no longer has the table.
-    h.sketch = [&](StoreSnapshot::Sketch&& k) {
-      if (target[k.table] < 0) return;
-      k.table = static_cast<uint32_t>(target[k.table]);
-      counters.sketches.push_back(std::move(k));
-    };
-    h.rng = [&](std::vector<uint64_t>&& rng) { counters.stripe_rng = std::move(rng); };
-    h.dedup = [&](StoreSnapshot::Dedup&& x) {
-      if (target[x.table] < 0) return;
-      x.table = static_cast<uint32_t>(target[x.table]);
-      counters.dedup.push_back(std::move(x));
-    };
-    ShardFileHeader header;
-    HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, JoinPath(dir, name), FileKind::kPsShard, nullptr, h, &header));
-    HYREC_RETURN_IF_ERROR(store->RestoreCounters(counters, /*exact=*/same_layout));
+    HYREC_RETURN_IF_ERROR(
+        ShardFileRestore(store, same_layout, shard, num_shards).Run(env, JoinPath(dir, entries[i]->name)));
   }
   return absl::OkStatus();
 }
