@@ -448,6 +448,125 @@ absl::Status JobCuts::Failed(const absl::Status& status) {
   return absl::OkStatus();
 }
 
+struct JobCuts::Commit {
+  Env* env;
+  std::string dir;   // The cut's directory,
+  std::string root;  // under this one.
+  uint64_t id;       // The shards' name for the cut.
+  bool checkpoint;   // Else a delta.
+  bool best;         // The best evaluation's checkpoint.
+  absl::Time cut_at;
+  CheckpointManifest manifest;  // Without its files and tables yet.
+  std::shared_ptr<const DenseCopy> dense;
+};
+
+absl::Status JobCuts::WriteAndCommit(Commit& c, bool* committed, bool* awaited) {
+  const job::WorkerPlan& plan = *options_.plan;
+  CheckpointManifest& m = c.manifest;
+  HYREC_ASSIGN_OR_RETURN(const DenseState state, SerializeDenseCopy(*c.dense));
+  HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, c.checkpoint ? WriteDenseFile(c.env, c.dir, state)
+                                                            : WriteRawFile(c.env, c.dir, kModelFileName, state.model));
+  *awaited = true;
+  HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
+                         options_.ps->AwaitCut(c.id, absl::Seconds(plan.checkpoint.timeout_seconds)));
+  m.files.push_back(dense_file);
+  for (size_t t = 0; t < plan.table_names.size(); ++t) {
+    CheckpointManifest::Table table;
+    table.name = plan.table_names[t];
+    table.dim = static_cast<uint32_t>(plan.table_dims[t]);
+    for (const embedding_ps::ShardFileInfo& info : shards) {
+      if (t < info.table_rows.size()) table.rows += info.table_rows[t];
+    }
+    m.tables.push_back(table);
+  }
+  for (const embedding_ps::ShardFileInfo& info : shards) m.files.push_back(info.file);
+  if (c.checkpoint) {
+    for (int r = 0; r < plan.world_size; ++r) {
+      HYREC_ASSIGN_OR_RETURN(FileEntry pos, EntryOf(c.env, c.dir, data_loader::PositionFileName(r)));
+      m.files.push_back(pos);
+    }
+  }
+  HYREC_RETURN_IF_ERROR(CommitManifest(c.env, c.dir, m));
+  *committed = true;
+  if (!c.checkpoint) return absl::OkStatus();
+  std::string keep;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (c.best) shared_->best_checkpoint = c.dir;
+    keep = shared_->best_checkpoint;
+  }
+  return RetireCheckpoints(c.env, c.root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, c.dir, m.job_id);
+}
+
+void JobCuts::RunCommit(Commit& c) {
+  bool committed = false;
+  bool awaited = false;  // The shards' part is done (or timed out): nothing more lands in dir.
+  const absl::Status s = WriteAndCommit(c, &committed, &awaited);
+  if (!s.ok() && !committed) {  // What the failed cut wrote, once the shards wrote theirs.
+    if (!awaited) (void)options_.ps->AwaitCut(c.id, absl::Seconds(options_.plan->checkpoint.timeout_seconds));
+    (void)DeleteDirAndFiles(c.env, c.dir);
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  if (s.ok() && c.checkpoint) {
+    shared_->last_checkpoint = c.dir;
+    ++shared_->committed;
+    shared_->write_seconds += absl::ToDoubleSeconds(absl::Now() - c.cut_at);
+  } else if (s.ok()) {
+    ++shared_->deltas;
+  } else {
+    ++shared_->failed;
+    shared_->error = Annotate(s, absl::StrCat(c.checkpoint ? "checkpoint " : "delta ", c.dir));
+    std::cerr << "hyrec: " << shared_->error.message() << "\n";
+  }
+}
+
+absl::Status JobCuts::BeginLeaderPart(absl::Status local, bool checkpoint, const std::string& name,
+                                      const std::string& dir, uint64_t id, bool best, const TrainState& state,
+                                      DenseModelImpl& model, torch::optim::Optimizer* optimizer, bool* begun,
+                                      std::shared_ptr<const DenseCopy>* dense) {
+  const job::WorkerPlan& plan = *options_.plan;
+  if (commit_.joinable()) commit_.join();
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    if (plan.checkpoint.fail_on_error) local = shared_->error;
+    shared_->error = absl::OkStatus();
+  }
+  TrainState s = state;
+  s.delta_sequence = delta_sequence_;
+  s.best_checkpoint = best && checkpoint ? dir : best_checkpoint();
+  if (local.ok()) {
+    local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta, name,
+                                  id, absl::Seconds(plan.checkpoint.timeout_seconds));
+    *begun = local.ok();
+  }
+  if (local.ok()) {
+    absl::StatusOr<std::shared_ptr<const DenseCopy>> d = CopyDenseState(model, checkpoint ? optimizer : nullptr, s);
+    local = d.status();
+    if (d.ok()) *dense = std::move(*d);
+  }
+  return local;
+}
+
+CheckpointManifest JobCuts::ManifestOf(bool checkpoint, const TrainState& state, uint64_t delta_sequence,
+                                       const Evaluation* eval) const {
+  CheckpointManifest m;
+  m.kind = checkpoint ? "checkpoint" : "delta";
+  m.step = state.step;
+  m.samples = state.samples;
+  m.created_unix_ms = NowMs();
+  m.num_shards = static_cast<uint32_t>(options_.ps->num_shards());
+  m.num_workers = static_cast<uint32_t>(options_.plan->world_size);
+  m.delta_sequence = delta_sequence;
+  if (eval != nullptr) {
+    m.has_eval = true;
+    m.auc = eval->auc;
+    m.log_loss = eval->log_loss;
+  }
+  m.job_yaml = options_.job_text;
+  m.job_id = options_.job_id;
+  return m;
+}
+
 absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
                           const data_loader::ReaderPosition& position, DenseModelImpl& model,
                           torch::optim::Optimizer* optimizer, const Evaluation* eval) {
@@ -504,25 +623,7 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   const bool best =
       eval != nullptr && state.has_best_eval && eval->auc == state.best_auc && eval->log_loss == state.best_log_loss;
   if (leader_) {
-    if (commit_.joinable()) commit_.join();
-    {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      if (plan.checkpoint.fail_on_error) local = shared_->error;
-      shared_->error = absl::OkStatus();
-    }
-    TrainState s = state;
-    s.delta_sequence = delta_sequence_;
-    s.best_checkpoint = best && checkpoint ? dir : best_checkpoint();
-    if (local.ok()) {
-      local = options_.ps->BeginCut(checkpoint ? embedding_ps::CutKind::kCheckpoint : embedding_ps::CutKind::kDelta,
-                                    name, id, absl::Seconds(plan.checkpoint.timeout_seconds));
-      begun = local.ok();
-    }
-    if (local.ok()) {
-      absl::StatusOr<std::shared_ptr<const DenseCopy>> d = CopyDenseState(model, checkpoint ? optimizer : nullptr, s);
-      local = d.status();
-      if (d.ok()) dense = std::move(*d);
-    }
+    local = BeginLeaderPart(local, checkpoint, name, dir, id, best, state, model, optimizer, &begun, &dense);
   }
   agreed = Agree(local.ok());
   if (!agreed.ok()) return lost(begun, agreed.status());
@@ -534,79 +635,9 @@ absl::Status JobCuts::Cut(Kind kind, absl::Time began, const TrainState& state,
   if (!checkpoint) delta_sequence_ = sequence;
   if (!leader_) return finish(absl::OkStatus());
 
-  CheckpointManifest m;
-  m.kind = checkpoint ? "checkpoint" : "delta";
-  m.step = state.step;
-  m.samples = state.samples;
-  m.created_unix_ms = NowMs();
-  m.num_shards = static_cast<uint32_t>(options_.ps->num_shards());
-  m.num_workers = static_cast<uint32_t>(plan.world_size);
-  m.delta_sequence = checkpoint ? delta_sequence_ : sequence;
-  if (eval != nullptr) {
-    m.has_eval = true;
-    m.auc = eval->auc;
-    m.log_loss = eval->log_loss;
-  }
-  m.job_yaml = options_.job_text;
-  m.job_id = options_.job_id;
-  const absl::Time cut_at = absl::Now();
-  commit_ = std::thread([this, env, dir, name, root, id, checkpoint, best, cut_at, m = std::move(m),
-                         dense = std::move(dense)]() mutable {
-    const job::WorkerPlan& plan = *options_.plan;
-    bool committed = false;
-    bool awaited = false;  // The shards' part is done (or timed out): nothing more lands in dir.
-    absl::Status s = [&]() -> absl::Status {
-      HYREC_ASSIGN_OR_RETURN(const DenseState state, SerializeDenseCopy(*dense));
-      HYREC_ASSIGN_OR_RETURN(FileEntry dense_file, checkpoint ? WriteDenseFile(env, dir, state)
-                                                              : WriteRawFile(env, dir, kModelFileName, state.model));
-      awaited = true;
-      HYREC_ASSIGN_OR_RETURN(std::vector<embedding_ps::ShardFileInfo> shards,
-                             options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds)));
-      m.files.push_back(dense_file);
-      for (size_t t = 0; t < plan.table_names.size(); ++t) {
-        CheckpointManifest::Table table;
-        table.name = plan.table_names[t];
-        table.dim = static_cast<uint32_t>(plan.table_dims[t]);
-        for (const embedding_ps::ShardFileInfo& info : shards) {
-          if (t < info.table_rows.size()) table.rows += info.table_rows[t];
-        }
-        m.tables.push_back(table);
-      }
-      for (const embedding_ps::ShardFileInfo& info : shards) m.files.push_back(info.file);
-      if (checkpoint) {
-        for (int r = 0; r < plan.world_size; ++r) {
-          HYREC_ASSIGN_OR_RETURN(FileEntry pos, EntryOf(env, dir, data_loader::PositionFileName(r)));
-          m.files.push_back(pos);
-        }
-      }
-      HYREC_RETURN_IF_ERROR(CommitManifest(env, dir, m));
-      committed = true;
-      if (!checkpoint) return absl::OkStatus();
-      std::string keep;
-      {
-        std::lock_guard<std::mutex> lock(shared_->mu);
-        if (best) shared_->best_checkpoint = dir;
-        keep = shared_->best_checkpoint;
-      }
-      return RetireCheckpoints(env, root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, dir, m.job_id);
-    }();
-    if (!s.ok() && !committed) {  // What the failed cut wrote, once the shards wrote theirs.
-      if (!awaited) (void)options_.ps->AwaitCut(id, absl::Seconds(plan.checkpoint.timeout_seconds));
-      (void)DeleteDirAndFiles(env, dir);
-    }
-    std::lock_guard<std::mutex> lock(shared_->mu);
-    if (s.ok() && checkpoint) {
-      shared_->last_checkpoint = dir;
-      ++shared_->committed;
-      shared_->write_seconds += absl::ToDoubleSeconds(absl::Now() - cut_at);
-    } else if (s.ok()) {
-      ++shared_->deltas;
-    } else {
-      ++shared_->failed;
-      shared_->error = Annotate(s, absl::StrCat(checkpoint ? "checkpoint " : "delta ", dir));
-      std::cerr << "hyrec: " << shared_->error.message() << "\n";
-    }
-  });
+  CheckpointManifest m = ManifestOf(checkpoint, state, checkpoint ? delta_sequence_ : sequence, eval);
+  commit_ = std::thread([this, c = Commit{env, dir, root, id, checkpoint, best, absl::Now(), std::move(m),
+                                          std::move(dense)}]() mutable { RunCommit(c); });
   return finish(absl::OkStatus());
 }
 

@@ -171,8 +171,23 @@ class JobCuts {
 
  private:
   struct Shared;
+  struct Commit;  // What worker 0's commit thread finishes of a cut.
   absl::StatusOr<bool> Agree(bool ok);
   absl::Status Failed(const absl::Status& status);
+  // Worker 0's commit of a cut every worker agreed on: the dense file, the shards' files, the
+  // manifest, then (a checkpoint) retiring old ones; a failure removes what the cut wrote.
+  void RunCommit(Commit& c);
+  // Worker 0's part of a cut once every worker wrote its own: the previous commit done (its
+  // failure, with fail_on_error, fails this cut), the shards told to begin, the dense state
+  // copied. Returns `local`, or what failed.
+  absl::Status BeginLeaderPart(absl::Status local, bool checkpoint, const std::string& name, const std::string& dir,
+                               uint64_t id, bool best, const TrainState& state, DenseModelImpl& model,
+                               torch::optim::Optimizer* optimizer, bool* begun,
+                               std::shared_ptr<const DenseCopy>* dense);
+  // The manifest of a cut, without its files and tables.
+  CheckpointManifest ManifestOf(bool checkpoint, const TrainState& state, uint64_t delta_sequence,
+                                const Evaluation* eval) const;
+  absl::Status WriteAndCommit(Commit& c, bool* committed, bool* awaited);
 
   Options options_;
   const bool leader_;
