@@ -281,4 +281,86 @@ absl::StatusOr<std::vector<ReaderPosition>> ParsePositions(absl::string_view tex
   return out;
 }
 
+// ---- LoaderOptions and SourceConfig (loader.h): what they imply, and whether they hold ----
+
+int SourceConfig::num_slots() const {
+  switch (format) {
+    case Format::kCriteo:
+      return kCriteoSlots;
+    case Format::kLibsvm:
+      return libsvm.LibsvmSlots();
+    case Format::kLibffm:
+      return libsvm.num_slots;
+    case Format::kCsv:
+      return csv.num_slots();
+    case Format::kSynthetic:
+      return synthetic.num_slots;
+  }
+  return 0;
+}
+
+int SourceConfig::num_dense() const {
+  switch (format) {
+    case Format::kCriteo:
+      return kCriteoDense;
+    case Format::kLibsvm:
+    case Format::kLibffm:
+      return 0;
+    case Format::kCsv:
+      return csv.num_dense();
+    case Format::kSynthetic:
+      return synthetic.num_dense;
+  }
+  return 0;
+}
+
+int LoaderOptions::num_tables() const {
+  if (slot_tables.empty()) return num_batch_slots();
+  return *std::max_element(slot_tables.begin(), slot_tables.end()) + 1;
+}
+
+absl::Status LoaderOptions::Validate() const {
+  if (batch_size < 1) return absl::InvalidArgumentError("loader.batch_size must be >= 1");
+  if (threads < 1 || threads > 256) return absl::InvalidArgumentError("loader.threads must be in [1, 256]");
+  if (num_workers < 1) return absl::InvalidArgumentError("loader.num_workers must be >= 1");
+  if (num_shards < 1) return absl::InvalidArgumentError("loader.num_shards must be >= 1");
+  if (prefetch_batches < 1) return absl::InvalidArgumentError("loader.prefetch_batches must be >= 1");
+  if (!(max_bad_fraction >= 0 && max_bad_fraction <= 1)) {
+    return absl::InvalidArgumentError("loader.max_bad_fraction must be in [0, 1]");
+  }
+  if (source.format == Format::kSynthetic) {
+    absl::Status s = source.synthetic.Validate();
+    if (!s.ok()) return s;
+  } else if (source.files.empty()) {
+    return absl::InvalidArgumentError("loader.files: a file source needs at least one file");
+  }
+  if (source.format == Format::kLibsvm || source.format == Format::kLibffm) {
+    HYREC_RETURN_IF_ERROR(Annotate(source.libsvm.Validate(source.format == Format::kLibffm), "loader.source"));
+  }
+  if (source.format == Format::kCsv) HYREC_RETURN_IF_ERROR(Annotate(source.csv.Validate(), "loader.source"));
+  for (const HashSlots* hash_slots : {&source.criteo.hash_slots, &source.libsvm.hash_slots}) {
+    if (hash_slots->empty()) continue;
+    if (static_cast<int>(hash_slots->size()) != source.num_slots()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader: ", hash_slots->size(), " hash slots for ", source.num_slots(), " slots"));
+    }
+    for (int s : *hash_slots) {
+      if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a hash slot is out of range");
+    }
+  }
+  for (int s : slot_copies) {
+    if (s < 0 || s >= source.num_slots()) return absl::InvalidArgumentError("loader: a slot copy is out of range");
+  }
+  if (!slot_tables.empty()) {
+    if (static_cast<int>(slot_tables.size()) != num_batch_slots()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loader.slot_tables has ", slot_tables.size(), " entries for ", num_batch_slots(), " slots"));
+    }
+    for (int t : slot_tables) {
+      if (t < 0 || t >= 4096) return absl::InvalidArgumentError("loader.slot_tables entries must be in [0, 4096)");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace hyrec::data_loader
