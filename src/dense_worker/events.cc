@@ -172,15 +172,11 @@ class FieldWriter {
 class FieldReader {
  public:
   explicit FieldReader(const std::map<std::string, std::string>& fields) : fields_(fields) {}
+  // `out` is a member, or a Hex64 naming one.
   template <typename T>
-  void operator()(const char* key, T& out) {
+  void operator()(const char* key, T&& out) {
     auto it = fields_.find(key);
     if (it != fields_.end() && Parse(it->second, &out)) return;
-    if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
-  }
-  void operator()(const char* key, Hex64<uint64_t> out) {
-    auto it = fields_.find(key);
-    if (it != fields_.end() && absl::SimpleHexAtoi(it->second, out.value)) return;
     if (status_.ok()) status_ = absl::InvalidArgumentError(absl::StrCat("event field '", key, "' missing or bad"));
   }
   const absl::Status& status() const { return status_; }
@@ -193,6 +189,7 @@ class FieldReader {
   }
   static bool Parse(const std::string& text, std::string* v) { return Unescape(text, v); }
   static bool Parse(const std::string& text, TrainReport::ExportReason* v) { return ParseExportReason(text, v); }
+  static bool Parse(const std::string& text, Hex64<uint64_t>* v) { return absl::SimpleHexAtoi(text, v->value); }
   template <typename T, typename = std::enable_if_t<std::is_integral_v<T>>>
   static bool Parse(const std::string& text, T* v) {
     return absl::SimpleAtoi(text, v);

@@ -219,7 +219,7 @@ PsShardPlan PlanPsShard(const JobSpec& spec, const std::vector<TableSpec>& table
   shard.store.capacity_bytes = spec.ps.capacity_bytes;
   shard.store.num_stripes = spec.ps.num_stripes;
   shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
-  shard.store.track_changes = spec.serving.delta_every_steps > 0 || spec.serving.delta_every_seconds > 0;
+  shard.store.track_changes = spec.serving.takes_deltas();
   shard.checkpoint_root = spec.checkpoint.dir;
   shard.export_root = spec.serving.dir;
   if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {

@@ -445,7 +445,7 @@ absl::Status ParseInto(const YAML::Node& root, JobSpec* spec) {
   if (!spec->serving.dir.empty() && spec->checkpoint.dir.empty()) {
     return Invalid("export.dir", root["export"]["dir"], "needs checkpoint.dir (an export is made from a checkpoint)");
   }
-  if ((spec->serving.delta_every_steps > 0 || spec->serving.delta_every_seconds > 0) && spec->serving.dir.empty()) {
+  if (spec->serving.takes_deltas() && spec->serving.dir.empty()) {
     return Invalid("export", root["export"], "deltas need export.dir");
   }
   if (!root["loader"]) return absl::InvalidArgumentError("missing key 'loader' (the training data)");

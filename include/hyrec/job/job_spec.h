@@ -200,6 +200,8 @@ struct ExportSpec {
   std::string dir;                 // Empty: no export. Needs checkpoint.dir.
   int64_t delta_every_steps = 0;   // 0: no deltas by steps.
   double delta_every_seconds = 0;  // 0: no deltas by time.
+  // Whether the job writes deltas at all (then the shards track the rows each changes).
+  bool takes_deltas() const { return delta_every_steps > 0 || delta_every_seconds > 0; }
 };
 
 // How the job's services authenticate each other (docs/security.md): mutual TLS with the job's
