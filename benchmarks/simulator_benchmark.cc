@@ -24,7 +24,7 @@ using namespace hyrec;
 int Run(const std::string& only, int rounds, const std::string& record) {
   const std::string dir = absl::StrCat("/tmp/hyrec_simulator_benchmark_", ::getpid());
   std::filesystem::create_directories(dir);
-  absl::StatusOr<job::Calibration> machine = job::Calibrate(HYREC_PS_BINARY, dir);
+  absl::StatusOr<planner::Calibration> machine = planner::Calibrate(HYREC_PS_BINARY, dir);
   if (!machine.ok()) {
     std::fprintf(stderr, "simulator_benchmark: %s\n", machine.status().ToString().c_str());
     return 1;
@@ -46,7 +46,7 @@ int Run(const std::string& only, int rounds, const std::string& record) {
     // a shared machine's speed drifts over minutes (docs/benchmarks.md).
     std::vector<std::vector<double>> measured(configs.size()), predicted(configs.size());
     std::vector<bench::Measured> last(configs.size());
-    std::vector<job::SimulationResult> last_prediction(configs.size());
+    std::vector<planner::SimulationResult> last_prediction(configs.size());
     for (int round = 0; round < rounds; ++round) {
       absl::StatusOr<bench::CalibratedShape> c = bench::CalibrateShape(HYREC_TRAIN_BINARY, shape, *machine, dir, 1);
       if (!c.ok()) {
@@ -61,12 +61,12 @@ int Run(const std::string& only, int rounds, const std::string& record) {
           c->costs.cores_used, c->usable_cores);
       std::fflush(stdout);
       if (!record.empty()) {
-        job::Calibration calibration = *machine;
+        planner::Calibration calibration = *machine;
         calibration.machine = "recording";
         calibration.job = c->job.substr(c->job.rfind('/') + 1);
         calibration.step = c->costs;
         const absl::Status written =
-            job::WriteCalibration(calibration, bench::RecordedCalibrationPath(record, shape.name, round + 1));
+            planner::WriteCalibration(calibration, bench::RecordedCalibrationPath(record, shape.name, round + 1));
         if (!written.ok()) {
           std::fprintf(stderr, "simulator_benchmark: %s\n", written.ToString().c_str());
           return 1;
@@ -100,7 +100,7 @@ int Run(const std::string& only, int rounds, const std::string& record) {
       const double ratio = median(ratios);
       std::string each;
       for (double r : ratios) each += absl::StrFormat(" %.2f", r);
-      const job::SimulationResult& p = last_prediction[k];
+      const planner::SimulationResult& p = last_prediction[k];
       std::printf("| %s%s | %.0f | %.0f | **%.2f** (%s) | %.2f / %.2f | %.2f / %.2f | %s |\n",
                   configs[k].Name().c_str(), k == 0 ? " (the calibration's)" : "", median(measured[k]),
                   median(predicted[k]), ratio, each.substr(1).c_str(), last[k].waited_ms, p.wait_for_rows_ms,

@@ -113,9 +113,9 @@ inline absl::StatusOr<Measured> MeasureRun(const std::string& train_binary, cons
 
 // `config` of the job `plan` (`batches` in all), every role on one machine of `machine_cores`
 // cores (0: this one's), through the relays.
-inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches,
+inline planner::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches,
                                       int machine_cores = 0) {
-  job::SimulationOptions o;
+  planner::SimulationOptions o;
   o.workers = config.workers;
   o.shards = config.shards;
   o.staleness = config.staleness;
@@ -135,35 +135,35 @@ inline job::SimulationOptions Options(const job::JobPlan& plan, const RunConfig&
 struct CalibratedShape {
   std::string job;
   job::JobPlan plan;
-  job::StepCosts costs;
+  planner::StepCosts costs;
   double usable_cores = 0;
 };
 // The configuration the step costs are measured in: the job's own (2 shards, one worker,
 // staleness 4), through the relays at 0 ms.
 inline const RunConfig kCalibration = {2, 1, 4, 0};
 inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_binary, const ModelShape& shape,
-                                                      const job::Calibration& machine, const std::string& dir,
+                                                      const planner::Calibration& machine, const std::string& dir,
                                                       int runs = 2) {
   CalibratedShape c;
   c.job = absl::StrCat(dir, "/", shape.name, ".yaml");
   std::ofstream(c.job) << ShapeJobYaml(shape);
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(c.job, {}));
   HYREC_ASSIGN_OR_RETURN(c.plan, job::Plan(spec));
-  job::CapacityOptions own;
+  planner::CapacityOptions own;
   own.process_bytes = machine.process_bytes;
-  HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(c.plan, own));
-  job::StepMeasureOptions measure;
+  HYREC_ASSIGN_OR_RETURN(const planner::CapacityPlan capacity, planner::PlanCapacity(c.plan, own));
+  planner::StepMeasureOptions measure;
   measure.batches = std::min(200, shape.batches / 2);
   measure.relay = true;
   // The measured figures, averaged over the runs.
-  auto measured = [](job::StepCosts& s) {
+  auto measured = [](planner::StepCosts& s) {
     return std::vector<double*>{&s.train_ms,         &s.lookup_client_ms, &s.update_client_ms,
                                 &s.lookup_server_ms, &s.update_server_ms, &s.loader_ms,
                                 &s.relay_ms,         &s.cores_used,       &s.samples_per_second};
   };
   for (int run = 0; run < runs; ++run) {
-    HYREC_ASSIGN_OR_RETURN(job::StepCosts s,
-                           job::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
+    HYREC_ASSIGN_OR_RETURN(planner::StepCosts s,
+                           planner::MeasureStepCosts(train_binary, c.job, {}, c.plan, capacity, machine, measure));
     if (run == 0) {
       c.costs = s;
       continue;
@@ -172,8 +172,8 @@ inline absl::StatusOr<CalibratedShape> CalibrateShape(const std::string& train_b
     for (size_t k = 0; k < sum.size(); ++k) *sum[k] += *add[k];
   }
   for (double* v : measured(c.costs)) *v /= runs;
-  job::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);
-  c.usable_cores = job::UsableCores(c.costs, at);
+  planner::SimulationOptions at = Options(c.plan, kCalibration, shape.batches);
+  c.usable_cores = planner::UsableCores(c.costs, at);
   return c;
 }
 
@@ -209,11 +209,11 @@ inline absl::StatusOr<Measured> MeasureMedian(const std::string& train_binary, c
 }
 
 // What Simulate predicts for `config` of the calibrated shape.
-inline job::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches,
+inline planner::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches,
                                      int machine_cores = 0) {
-  job::SimulationOptions o = Options(shape.plan, config, batches, machine_cores);
+  planner::SimulationOptions o = Options(shape.plan, config, batches, machine_cores);
   o.usable_cores = shape.usable_cores;
-  return job::Simulate(shape.costs, o);
+  return planner::Simulate(shape.costs, o);
 }
 
 // A recording of simulator_benchmark's runs (--record=DIR), which simulator_recorded_test checks

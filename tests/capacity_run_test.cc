@@ -15,7 +15,11 @@
 #include "hyrec/job/job_plan.h"
 #include "hyrec/planner/capacity.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
+
+using job::JobPlan;
+using job::PlanJobFile;
+using job::WorkerPlan;
 namespace {
 
 struct Shape {
@@ -113,4 +117,4 @@ TEST_F(CapacityRunTest, PlannedPsMemoryIsWithinFivePercentOfTheProcesses) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -9,7 +9,13 @@
 #include "hyrec/deploy/k8s.h"
 #include "hyrec/job/job_plan.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
+
+using job::JobPlan;
+using job::JobSpec;
+using job::LoadJobSpec;
+using job::ParseJobSpecText;
+using job::Plan;
 namespace {
 
 const std::string kCluster = HYREC_SOURCE_DIR "/examples/configs/cluster.yaml";
@@ -202,10 +208,10 @@ TEST(PlanCapacity, TheRendererRequestsThePlannedMemory) {
   o.measure_batches = 0;  // As the renderer plans: without reading the data.
   absl::StatusOr<CapacityPlan> c = PlanCapacity(*plan, o);
   ASSERT_TRUE(c.ok()) << c.status();
-  K8sOptions k8s;
+  deploy::K8sOptions k8s;
   k8s.name = "user-item";
   k8s.image = "registry.example/hyrec@sha256:" + std::string(64, 'a');
-  absl::StatusOr<K8sRender> r = RenderK8s(*spec, k8s);
+  absl::StatusOr<deploy::K8sRender> r = deploy::RenderK8s(*spec, k8s);
   ASSERT_TRUE(r.ok()) << r.status();
   for (const CapacityPlan::Shard& s : c->shards) {
     EXPECT_EQ(PodRequestBytes(*plan, s.index), s.request_bytes);
@@ -215,9 +221,9 @@ TEST(PlanCapacity, TheRendererRequestsThePlannedMemory) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
-namespace hyrec::job {
+namespace hyrec::planner {
 namespace {
 
 StepCosts Measured() {
@@ -340,4 +346,4 @@ TEST(ThroughputPlan, PredictsThePlannedJobAndItsScaling) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

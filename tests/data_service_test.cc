@@ -311,14 +311,15 @@ TEST(DataService, AReplacedLoaderServesAReplacementWorkerFromTheBatchItAsksFor) 
   t.s1.reset();                                  // Worker 1 is lost with the loader.
   t.first.process->Signal(SIGKILL);
   ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
-  LoaderProcess second = StartLoader({"--port=" + t.port, "--log_level=info"});
+  // An arrival grace longer than any reopen takes on a loaded machine: the new loader reads only
+  // once worker 0's stream is back, however long its reopen takes.
+  LoaderProcess second = StartLoader({"--port=" + t.port, "--log_level=info", "--arrival_grace_ms=600000"});
   StreamClientOptions again;
   again.next_batch = static_cast<int64_t>(wanted);
   auto replacement = ConnectBatchStream(second.address, 1, again);
   ASSERT_TRUE(replacement.ok()) << replacement.status();
   Batch head;
-  // Sooner than the loader's arrival grace (5 s), after which it would read without worker 0.
-  ASSERT_TRUE((*replacement)->Next(&head, absl::Seconds(4)).ok()) << "the new loader waits for worker 0's stream";
+  ASSERT_TRUE((*replacement)->Next(&head, absl::Seconds(60)).ok()) << "the new loader waits for worker 0's stream";
   ExpectUndisturbedWithReplacement(t, replacement->get(), {std::move(head)});
 }
 
@@ -334,7 +335,7 @@ TEST(DataService, AReplacementFindsItsLostWorkersLastTrainedBatchAfterTheLoaderW
   absl::SleepFor(absl::Milliseconds(300));
   t.first.process->Signal(SIGKILL);
   ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
-  LoaderProcess second = StartLoader({"--port=" + t.port});
+  LoaderProcess second = StartLoader({"--port=" + t.port, "--arrival_grace_ms=600000"});
   absl::SleepFor(absl::Seconds(2));  // Both streams reopen to it, and it serves them.
   t.s1.reset();                      // Worker 1 is lost.
   StreamClientOptions again;
@@ -365,7 +366,7 @@ TEST(DataService, AReplacementLostBeforeItsFirstStepLeavesItsBatchForTheNext) {
   absl::SleepFor(absl::Milliseconds(300));  // Its queue fills with the batches after.
   t.first.process->Signal(SIGKILL);
   ASSERT_TRUE(t.first.process->Wait(absl::Seconds(10)).ok());
-  LoaderProcess second = StartLoader({"--port=" + t.port});
+  LoaderProcess second = StartLoader({"--port=" + t.port, "--arrival_grace_ms=600000"});
   absl::SleepFor(absl::Seconds(2));  // Both streams reopen to it, and it serves them.
   r1->reset();                       // The replacement is lost too.
   StreamClientOptions again;

@@ -21,7 +21,15 @@
 #include "hyrec/planner/capacity.h"
 #include "yaml-cpp/yaml.h"
 
-namespace hyrec::job {
+namespace hyrec::deploy {
+
+using job::JobPlan;
+using job::JobSpec;
+using job::LoadJobSpec;
+using job::ParseJobSpecText;
+using job::Plan;
+using job::PsShardPlan;
+using job::WorkerPlan;
 namespace {
 
 constexpr char kImage[] =
@@ -322,10 +330,10 @@ TEST(K8sRender, PsMemoryComesFromTheCapacities) {
   ASSERT_TRUE(plan.ok());
   // users: 1M rows a shard; the rest of the shard's 5M rows go to the widest other table (items),
   // as the store's accounting holds them, with the process, serving and 20% headroom
-  // (capacity_test checks PodRequestBytes against the planner).
+  // (capacity_test checks planner::PodRequestBytes against the planner).
   const embedding_ps::StoreMemoryPlan store =
       embedding_ps::PlanStoreMemory(plan->ps[0].store, {1'000'000, 4'000'000, 0});
-  const uint64_t expected = PodRequestBytes(*plan, 0);
+  const uint64_t expected = planner::PodRequestBytes(*plan, 0);
   EXPECT_GT(expected, static_cast<uint64_t>((store.bytes + (256 << 20)) * 1.2));
   EXPECT_LT(expected, static_cast<uint64_t>((store.bytes + (300 << 20)) * 1.2));
   // About the slots (users dim 32 Adagrad: 16 + 4 * 64 bytes; items dim 16 Adam: 16 + 4 * 49) and
@@ -427,17 +435,17 @@ TEST(K8sRender, BadInputNamesTheKey) {
 TEST(K8sRender, PlanRenderAndRunbookAgree) {
   auto plan = Plan(Example());
   ASSERT_TRUE(plan.ok()) << plan.status();
-  CapacityOptions c;
+  planner::CapacityOptions c;
   c.measure_batches = 0;
   c.dedup_ratio = 1;
-  auto capacity = PlanCapacity(*plan, c);
+  auto capacity = planner::PlanCapacity(*plan, c);
   ASSERT_TRUE(capacity.ok()) << capacity.status();
   EXPECT_EQ(capacity->ps_machine.name, "m3-megamem-64");
-  EXPECT_EQ(capacity->placement.memory_per_pod, PodRequestBytes(*plan, 0));
+  EXPECT_EQ(capacity->placement.memory_per_pod, planner::PodRequestBytes(*plan, 0));
   // Two small shards share one node, each with half of its allocatable CPUs.
   EXPECT_EQ(capacity->ps_machines, 1);
   EXPECT_EQ(capacity->placement.pods_per_machine, 2);
-  EXPECT_DOUBLE_EQ(capacity->placement.cpus_per_pod, AllocatableCpus(capacity->ps_machine) / 2);
+  EXPECT_DOUBLE_EQ(capacity->placement.cpus_per_pod, planner::AllocatableCpus(capacity->ps_machine) / 2);
   std::map<std::string, std::string> pools;  // node pool -> machine type, of every gke render.
   for (const ImageVariant variant : {ImageVariant::kCpu, ImageVariant::kCuda}) {
     K8sOptions o = Options("gke");
@@ -620,4 +628,4 @@ TEST(K8sRender, SecretsHoldEachRolesIdentitiesAndNoCaKey) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::deploy

@@ -55,11 +55,11 @@ CalibratedShape Recorded(const ModelShape& shape, int round, int machine_cores) 
   absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
   EXPECT_TRUE(plan.ok()) << plan.status();
   c.plan = *plan;
-  absl::StatusOr<job::Calibration> calibration = job::ReadCalibration(RecordedCalibrationPath(kDir, shape.name, round));
+  absl::StatusOr<planner::Calibration> calibration = planner::ReadCalibration(RecordedCalibrationPath(kDir, shape.name, round));
   EXPECT_TRUE(calibration.ok()) << calibration.status();
   c.costs = calibration->step;
   EXPECT_EQ(calibration->cpus, machine_cores);
-  c.usable_cores = job::UsableCores(c.costs, Options(c.plan, kCalibration, shape.batches, machine_cores));
+  c.usable_cores = planner::UsableCores(c.costs, Options(c.plan, kCalibration, shape.batches, machine_cores));
   return c;
 }
 
@@ -84,7 +84,7 @@ TEST(SimulatorRecordedTest, PredictsTheRecordedRunsWithinFifteenPercent) {
     for (const RecordedRun& run : r.runs) {
       if (run.shape != shape.name) continue;
       const CalibratedShape c = Recorded(shape, run.round, r.machine_cores);
-      const job::SimulationResult predicted = Predict(c, run.config, shape.batches, r.machine_cores);
+      const planner::SimulationResult predicted = Predict(c, run.config, shape.batches, r.machine_cores);
       ratios[run.config.Name()].push_back(predicted.samples_per_second / run.samples_per_second);
     }
     for (auto& [name, v] : ratios) {
@@ -111,8 +111,8 @@ TEST(SimulatorRecordedTest, PredictionsAreDeterministic) {
   const Recording r = Load();
   const CalibratedShape c = Recorded(r.shapes[1], 1, r.machine_cores);
   for (const RunConfig& config : {RunConfig{4, 2, 4, 5}, RunConfig{1, 1, 0, 20}}) {
-    const job::SimulationResult a = Predict(c, config, r.shapes[1].batches, r.machine_cores);
-    const job::SimulationResult b = Predict(c, config, r.shapes[1].batches, r.machine_cores);
+    const planner::SimulationResult a = Predict(c, config, r.shapes[1].batches, r.machine_cores);
+    const planner::SimulationResult b = Predict(c, config, r.shapes[1].batches, r.machine_cores);
     EXPECT_EQ(a.samples_per_second, b.samples_per_second);
     EXPECT_EQ(a.wait_for_rows_ms, b.wait_for_rows_ms);
     EXPECT_EQ(a.bottleneck, b.bottleneck);

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 namespace {
 
 // A batch of 1,000 samples: 10 ms of dense step; lookups and updates of 1 ms on each side.
@@ -145,9 +145,9 @@ TEST(SimulatorTest, WorkersStepTogether) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
-namespace hyrec::job {
+namespace hyrec::planner {
 namespace {
 
 // The cores a measured run could use: those with which the simulation reproduces its rate.
@@ -168,4 +168,4 @@ TEST(SimulatorTest, UsableCoresReproduceTheCalibrationRunsRate) {
 }
 
 }  // namespace
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

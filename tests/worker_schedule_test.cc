@@ -1,9 +1,14 @@
-// The training loop's parts that decide without LibTorch: when it cuts (CutSchedule) and when
-// it stops early and which evaluation is the best (EarlyStopping).
+// The training loop's parts that decide without LibTorch: when it cuts (CutSchedule), when it
+// evaluates, which model it keeps and tests (Evaluator), and when it stops early and which
+// evaluation is the best (EarlyStopping).
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "src/dense_worker/cut_schedule.h"
 #include "src/dense_worker/early_stopping.h"
+#include "src/dense_worker/evaluator.h"
 
 namespace hyrec::dense_worker {
 namespace {
@@ -55,7 +60,6 @@ TEST(CutSchedule, AJobWithoutCheckpointsNeverWantsOne) {
   schedule.Start(At(0), UINT64_MAX);
   EXPECT_FALSE(schedule.CheckpointAfterStep(1));
   EXPECT_EQ(schedule.WantsCheckpoint(At(100), true, NoLog), CutSchedule::Wish::kNone);
-  EXPECT_FALSE(schedule.has_deltas());
   EXPECT_FALSE(schedule.WantsDelta(At(100)));
 }
 
@@ -90,6 +94,147 @@ TEST(EarlyStopping, KeepsTheBestByItsMetricAndStopsAfterPatience) {
   resumed.best_eval = Evaluation{0.8, 0.3, 1};
   EXPECT_FALSE(again.Note(10, Evaluation{0.79, 0.3, 1}));
   EXPECT_TRUE(again.stopped());
+}
+
+// Scores from a script: the eval split's in order, the test split's as 0.5 + the evaluations
+// scored so far / 100; records what was asked for.
+class ScriptedScores {
+ public:
+  explicit ScriptedScores(std::vector<double> eval_aucs) : eval_aucs_(std::move(eval_aucs)) {}
+  Evaluator::ScoreFn fn() {
+    return [this](Evaluator::Split split) -> absl::StatusOr<Evaluation> {
+      asked_.push_back(split);
+      if (split == Evaluator::Split::kTest) return Evaluation{0.5 + next_ / 100.0, 0.1, 7};
+      if (next_ >= eval_aucs_.size()) return absl::InternalError("no score left");
+      return Evaluation{eval_aucs_[next_++], 0.2, 9};
+    };
+  }
+  size_t tests() const { return std::count(asked_.begin(), asked_.end(), Evaluator::Split::kTest); }
+  size_t evals() const { return asked_.size() - tests(); }
+
+ private:
+  std::vector<double> eval_aucs_;
+  size_t next_ = 0;
+  std::vector<Evaluator::Split> asked_;
+};
+
+class CountingObserver : public TrainObserver {
+ public:
+  void OnProgress(const Progress&) override {}
+  void OnEvaluation(uint64_t samples, const Evaluation&) override { seen.push_back(samples); }
+  void OnFinish(const TrainReport&) override {}
+  std::vector<uint64_t> seen;
+};
+
+EvaluatorOptions WithHeldOut(bool keeps_best) {
+  EvaluatorOptions o;
+  o.has_eval_data = true;
+  o.has_test_data = true;
+  o.keeps_best = keeps_best;
+  o.every_batches = 10;
+  o.every_epoch = true;
+  return o;
+}
+
+TEST(Evaluator, IsDueByStepsAndAtANewEpochOnlyWithHeldOutData) {
+  Evaluator e(WithHeldOut(false), ScriptedScores({}).fn(), nullptr, nullptr);
+  EXPECT_FALSE(e.DueAfterStep(9));
+  EXPECT_TRUE(e.DueAfterStep(20));
+  EXPECT_FALSE(e.DueAtEpoch(0, 0, 1)) << "nothing trained yet";
+  EXPECT_FALSE(e.DueAtEpoch(5, 1, 1));
+  EXPECT_TRUE(e.DueAtEpoch(5, 1, 2));
+  EvaluatorOptions none = WithHeldOut(false);
+  none.has_eval_data = false;
+  Evaluator without(none, ScriptedScores({}).fn(), nullptr, nullptr);
+  EXPECT_FALSE(without.DueAfterStep(20));
+  EXPECT_FALSE(without.DueAtEpoch(5, 1, 2));
+}
+
+// Keeping the best: each new best is kept (cut) and tested at once; the final evaluation, when
+// it is no gain, leaves the test of the best standing.
+TEST(Evaluator, AJobThatKeepsTheBestTestsEachNewBestAndNotTheLast) {
+  TrainReport report;
+  ScriptedScores scores({0.70, 0.75, 0.72, 0.71});
+  CountingObserver observer;
+  Evaluator e(WithHeldOut(true), scores.fn(), &observer, &report);
+  absl::StatusOr<Evaluator::Verdict> v = e.Evaluate(100);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_TRUE(v->improved);
+  EXPECT_TRUE(v->keep_best);
+  v = e.Evaluate(200);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->keep_best);
+  EXPECT_EQ(v->eval.auc, 0.75);
+  v = e.Evaluate(300);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->improved);
+  EXPECT_FALSE(v->keep_best);
+  EXPECT_EQ(scores.tests(), 2u);
+  EXPECT_EQ(report.test_eval_samples, 200u);
+  ASSERT_TRUE(e.Finish(400, /*interrupted=*/false).ok());
+  EXPECT_TRUE(report.has_final_eval);
+  EXPECT_EQ(report.final_eval.auc, 0.71);
+  EXPECT_EQ(scores.tests(), 2u) << "the kept model is the best's, tested when it was taken";
+  EXPECT_EQ(report.test_eval_samples, 200u);
+  EXPECT_EQ(report.best_eval_samples, 200u);
+  EXPECT_EQ(observer.seen, (std::vector<uint64_t>{100, 200, 300, 400}));
+}
+
+// Without checkpoints the job keeps the last model: tested once, at the end; an evaluation
+// taken with nothing trained since is not taken again.
+TEST(Evaluator, AJobThatKeepsTheLastModelTestsItAtTheEnd) {
+  TrainReport report;
+  ScriptedScores scores({0.70, 0.75});
+  Evaluator e(WithHeldOut(false), scores.fn(), nullptr, &report);
+  ASSERT_TRUE(e.Evaluate(100).ok());
+  absl::StatusOr<Evaluator::Verdict> v = e.Evaluate(200);
+  ASSERT_TRUE(v.ok());
+  EXPECT_TRUE(v->improved);
+  EXPECT_FALSE(v->keep_best);
+  EXPECT_EQ(scores.tests(), 0u);
+  ASSERT_TRUE(e.Finish(200, /*interrupted=*/false).ok());
+  EXPECT_EQ(scores.evals(), 2u);
+  EXPECT_EQ(report.final_eval.auc, 0.75);
+  EXPECT_EQ(scores.tests(), 1u);
+  EXPECT_TRUE(report.has_test_eval);
+  EXPECT_EQ(report.test_eval_samples, 200u);
+
+  TrainReport interrupted_report;
+  ScriptedScores none({});
+  Evaluator interrupted(WithHeldOut(false), none.fn(), nullptr, &interrupted_report);
+  ASSERT_TRUE(interrupted.Finish(50, /*interrupted=*/true).ok());
+  EXPECT_FALSE(interrupted_report.has_final_eval);
+  EXPECT_EQ(none.evals() + none.tests(), 0u);
+}
+
+TEST(Evaluator, PatienceStopsAndAResumedRunGoesOnCounting) {
+  EvaluatorOptions o = WithHeldOut(true);
+  o.patience = 2;
+  TrainReport report;
+  ScriptedScores scores({0.8, 0.7});
+  Evaluator e(o, scores.fn(), nullptr, &report);
+  ASSERT_TRUE(e.Evaluate(10).ok());
+  ASSERT_TRUE(e.Evaluate(20).ok());
+  EXPECT_FALSE(e.stopped());
+  const EvaluatorState saved = e.state();
+  EXPECT_TRUE(saved.has_best);
+  EXPECT_EQ(saved.best.auc, 0.8);
+  EXPECT_EQ(saved.best_at_samples, 10u);
+  EXPECT_EQ(saved.evals_without_gain, 1);
+
+  TrainReport resumed_report;
+  ScriptedScores more({0.79});
+  Evaluator resumed(o, more.fn(), nullptr, &resumed_report);
+  resumed.Resume(saved);
+  absl::StatusOr<Evaluator::Verdict> v = resumed.Evaluate(30);
+  ASSERT_TRUE(v.ok());
+  EXPECT_FALSE(v->improved) << "0.79 is below the resumed best";
+  EXPECT_TRUE(resumed.stopped());
+  EXPECT_EQ(resumed_report.best_eval_samples, 10u);
+
+  ScriptedScores failing({});
+  Evaluator broken(o, failing.fn(), nullptr, &report);
+  EXPECT_EQ(broken.Evaluate(40).status().code(), absl::StatusCode::kInternal);
 }
 
 }  // namespace

@@ -23,13 +23,13 @@ struct K8sFlags {
   std::string config;
   std::vector<std::string> overrides;  // --set
   std::string out;
-  job::K8sOptions options;
+  deploy::K8sOptions options;
 };
 
 absl::Status Render(const K8sFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
-  HYREC_ASSIGN_OR_RETURN(const job::K8sRender rendered, job::RenderK8s(spec, f.options));
+  HYREC_ASSIGN_OR_RETURN(const deploy::K8sRender rendered, deploy::RenderK8s(spec, f.options));
   for (const std::string& w : rendered.warnings) std::cerr << "hyrec k8s render: warning: " << w << "\n";
   if (f.out.empty()) {
     std::cout << rendered.yaml;
@@ -54,15 +54,15 @@ int K8sMain(int argc, char** argv) {
     return help ? kExitOk : kExitInvalidInput;
   }
   K8sFlags f;
-  job::K8sOptions& o = f.options;
+  deploy::K8sOptions& o = f.options;
   FlagSet flags("hyrec k8s render",
                 "The Kubernetes manifests of a job (JobSet, or plain StatefulSet and Jobs), rendered from its plan.");
   flags.String("config", &f.config, "FILE", "The job's YAML file (required).");
   AddSetFlag(flags, &f.overrides);
   flags.String("name", &o.name, "NAME", "The job's name on the cluster: a DNS label (required).");
   flags.String("image", &o.image, "REPO@sha256:DIGEST", "The hyrec image, pinned by digest (required).");
-  flags.Enum("overlay", &o.overlay, job::kK8sOverlayNames, "local (kind, minikube) or gke (node pools, Filestore).");
-  flags.Enum("api", &o.api, job::kK8sApiNames, "jobset (JobSet v1alpha2), or plain StatefulSet and Jobs.");
+  flags.Enum("overlay", &o.overlay, deploy::kK8sOverlayNames, "local (kind, minikube) or gke (node pools, Filestore).");
+  flags.Enum("api", &o.api, deploy::kK8sApiNames, "jobset (JobSet v1alpha2), or plain StatefulSet and Jobs.");
   flags.String("namespace", &o.namespace_name, "NAMESPACE", "The objects' namespace (default: kubectl's).");
   flags.String("queue", &o.queue, "QUEUE", "A Kueue LocalQueue (the kueue.x-k8s.io/queue-name label).");
   flags.Int("max_restarts", &o.max_restarts, "Restarts of the whole job after transient failures.", 0, 1000);
@@ -73,7 +73,7 @@ int K8sMain(int argc, char** argv) {
   flags.String("loader_machine", &o.loader_machine, "TYPE", "gke: the loader pool's (default c3-standard-22).");
   flags.String("worker_machine", &o.worker_machine, "TYPE",
                "gke: the workers' (default a2-highgpu-8g with GPUs, c3-standard-44 without).");
-  flags.Enum("image_variant", &o.image_variant, job::kImageVariantNames,
+  flags.Enum("image_variant", &o.image_variant, deploy::kImageVariantNames,
              "The image's LibTorch: cpu (the Dockerfile's default) or cuda (docs/deploy-gke.md, \"GPU image\"); only a "
              "cuda image gets GPUs.");
   int worker_gpus = -1;

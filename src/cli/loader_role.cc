@@ -48,6 +48,7 @@ struct LoaderFlags {
   std::string positions_out;
   int replay_batches = 32;
   int replay_mb = 64;
+  int arrival_grace_ms = 5000;
   CommonFlags common;
   SecurityFlags security;
   std::string heartbeat_file;
@@ -134,6 +135,7 @@ absl::Status Serve(const LoaderFlags& f) {
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;
   server_options.replay_bytes = static_cast<size_t>(f.replay_mb) << 20;
+  server_options.arrival_grace = absl::Milliseconds(f.arrival_grace_ms);
   server_options.security = ResolveSecurity(plan.spec.security, Identity{Role::kLoader, 0}, f.security);
   // JobDone from worker 0: the loader stops as on SIGTERM (exit 0) when the job's services exit
   // with its workers; otherwise it says so and serves on.
@@ -202,6 +204,10 @@ int LoaderMain(int argc, char** argv) {
   flags.Int("replay_mb", &f.replay_mb,
             "And at least this many MiB of them per worker (the transport holds many small batches in flight).", 0,
             65536);
+  flags.Int("arrival_grace_ms", &f.arrival_grace_ms,
+            "How long after the first worker's stream the loader waits for the others' before it reads for those that "
+            "came (a lost worker's replacement may need its peers to train first).",
+            0, 3600000);
   AddSecurityFlags(flags, &f.security);
   AddHeartbeatFlag(flags, &f.heartbeat_file);
   AddHealthFlags(flags, &f.health);

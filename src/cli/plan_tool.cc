@@ -34,13 +34,13 @@ struct PlanFlags {
   int calibrate_batches = 200;
   uint64_t process_bytes = 0;  // --process_bytes; 0: the calibration's, else CapacityOptions' default.
   bool scaling = false;
-  job::CapacityOptions options;
-  job::ThroughputOptions throughput;
+  planner::CapacityOptions options;
+  planner::ThroughputOptions throughput;
 };
 
 // The prediction's options: the flags' with the calibration's step costs.
-job::ThroughputOptions ThroughputOptionsFor(const PlanFlags& f, const job::Calibration& c) {
-  job::ThroughputOptions o = f.throughput;
+planner::ThroughputOptions ThroughputOptionsFor(const PlanFlags& f, const planner::Calibration& c) {
+  planner::ThroughputOptions o = f.throughput;
   o.costs = c.step;
   o.machines = f.options.machines;
   return o;
@@ -48,8 +48,8 @@ job::ThroughputOptions ThroughputOptionsFor(const PlanFlags& f, const job::Calib
 
 // Prints what the calibration's step costs predict for the planned job (and its scaling with
 // --scaling), or why there is no prediction.
-void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
-                     const job::CapacityPlan& capacity, const absl::StatusOr<job::ThroughputPlan>& t) {
+void PrintThroughput(const PlanFlags& f, const planner::Calibration* c, const job::JobPlan& plan,
+                     const planner::CapacityPlan& capacity, const absl::StatusOr<planner::ThroughputPlan>& t) {
   if (!t.ok()) {
     std::cout << "\nthroughput: " << t.status().message() << "\n";
     return;
@@ -58,38 +58,38 @@ void PrintThroughput(const PlanFlags& f, const job::Calibration* c, const job::J
     std::cout << "\nnote: the step costs were measured on " << c->job
               << ", another job file; its model and data set them\n";
   }
-  std::cout << job::FormatThroughputPlan(*t, *c);
+  std::cout << planner::FormatThroughputPlan(*t, *c);
   if (!f.scaling) return;
-  const job::ThroughputOptions o = ThroughputOptionsFor(f, *c);
+  const planner::ThroughputOptions o = ThroughputOptionsFor(f, *c);
   const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
-  std::cout << job::FormatScaling(job::ScalingCurve(plan, capacity, o, true, workers),
-                                  job::ScalingCurve(plan, capacity, o, false, workers));
+  std::cout << planner::FormatScaling(planner::ScalingCurve(plan, capacity, o, true, workers),
+                                  planner::ScalingCurve(plan, capacity, o, false, workers));
 }
 
 // The prediction from the calibration's step costs; FailedPrecondition saying how to get them
 // when it has none.
-absl::StatusOr<job::ThroughputPlan> Throughput(const PlanFlags& f, const job::Calibration* c, const job::JobPlan& plan,
-                                               const job::CapacityPlan& capacity) {
+absl::StatusOr<planner::ThroughputPlan> Throughput(const PlanFlags& f, const planner::Calibration* c, const job::JobPlan& plan,
+                                               const planner::CapacityPlan& capacity) {
   if (c == nullptr || c->job.empty()) {
     return absl::FailedPreconditionError(
         "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
         "(docs/capacity.md)");
   }
-  return job::PlanThroughput(plan, capacity, ThroughputOptionsFor(f, *c));
+  return planner::PlanThroughput(plan, capacity, ThroughputOptionsFor(f, *c));
 }
 
 absl::Status RunPlan(PlanFlags& f) {
-  std::optional<job::Calibration> calibration;
+  std::optional<planner::Calibration> calibration;
   if (f.calibrate) {
     const std::string scratch = absl::StrCat("/tmp/hyrec-calibrate-", ::getpid());
-    HYREC_ASSIGN_OR_RETURN(const job::Calibration c, job::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
-    HYREC_RETURN_IF_ERROR(job::WriteCalibration(c, f.out));
+    HYREC_ASSIGN_OR_RETURN(const planner::Calibration c, planner::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
+    HYREC_RETURN_IF_ERROR(planner::WriteCalibration(c, f.out));
     std::cerr << "hyrec plan: calibrated on " << c.machine << ": a PS process takes " << c.process_bytes
               << " bytes beside its store; store lookup " << c.lookup_ns_per_row << " ns, update "
               << c.update_ns_per_row << " ns a row; wrote " << f.out << "\n";
     calibration = c;
   } else if (!f.calibration.empty()) {
-    HYREC_ASSIGN_OR_RETURN(calibration, job::ReadCalibration(f.calibration));
+    HYREC_ASSIGN_OR_RETURN(calibration, planner::ReadCalibration(f.calibration));
   }
   if (calibration) {
     f.options.process_bytes = calibration->process_bytes;  // Unless --process_bytes says otherwise (below).
@@ -103,40 +103,40 @@ absl::Status RunPlan(PlanFlags& f) {
     return absl::InvalidArgumentError("--parameters and --rows_per_table: give one (both size every table)");
   }
   if (!f.parameters.empty()) {
-    HYREC_ASSIGN_OR_RETURN(f.options.parameters, job::ParseCount(f.parameters, "--parameters"));
+    HYREC_ASSIGN_OR_RETURN(f.options.parameters, planner::ParseCount(f.parameters, "--parameters"));
   }
   if (!f.rows_per_table.empty()) {
-    HYREC_ASSIGN_OR_RETURN(const double rows, job::ParseCount(f.rows_per_table, "--rows_per_table", 0x1p62));
+    HYREC_ASSIGN_OR_RETURN(const double rows, planner::ParseCount(f.rows_per_table, "--rows_per_table", 0x1p62));
     f.options.rows_per_table = static_cast<uint64_t>(rows);
   }
   if (f.machines != "gke") {
-    HYREC_ASSIGN_OR_RETURN(f.options.machines, job::LoadMachineTypes(f.machines));
+    HYREC_ASSIGN_OR_RETURN(f.options.machines, planner::LoadMachineTypes(f.machines));
   }
-  const std::vector<job::MachineType>& types = f.options.machines.empty() ? job::GkeMachineTypes() : f.options.machines;
-  HYREC_RETURN_IF_ERROR(job::FindMachineType(types, f.throughput.worker_machine, "--worker_machine").status());
-  HYREC_RETURN_IF_ERROR(job::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
+  const std::vector<planner::MachineType>& types = f.options.machines.empty() ? planner::GkeMachineTypes() : f.options.machines;
+  HYREC_RETURN_IF_ERROR(planner::FindMachineType(types, f.throughput.worker_machine, "--worker_machine").status());
+  HYREC_RETURN_IF_ERROR(planner::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
   if (f.calibrate) {                       // What a batch of this job costs here, at the job's own scale.
-    job::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
+    planner::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
     own.workers = own.batch_size = own.ps_shards = 0;
-    HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan at_own_scale, job::PlanCapacity(plan, own));
+    HYREC_ASSIGN_OR_RETURN(const planner::CapacityPlan at_own_scale, planner::PlanCapacity(plan, own));
     HYREC_ASSIGN_OR_RETURN(calibration->step,
-                           job::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides, plan,
+                           planner::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides, plan,
                                                  at_own_scale, *calibration, {f.calibrate_batches, false}));
     calibration->job = f.config;
-    HYREC_RETURN_IF_ERROR(job::WriteCalibration(*calibration, f.out));
+    HYREC_RETURN_IF_ERROR(planner::WriteCalibration(*calibration, f.out));
     std::cerr << "hyrec plan: a batch of " << f.config << " takes " << calibration->step.train_ms
               << " ms of the worker's training thread here; wrote " << f.out << "\n";
   }
-  HYREC_ASSIGN_OR_RETURN(const job::CapacityPlan capacity, job::PlanCapacity(plan, f.options));
-  const job::Calibration* c = calibration ? &*calibration : nullptr;
-  const absl::StatusOr<job::ThroughputPlan> throughput = Throughput(f, c, plan, capacity);
+  HYREC_ASSIGN_OR_RETURN(const planner::CapacityPlan capacity, planner::PlanCapacity(plan, f.options));
+  const planner::Calibration* c = calibration ? &*calibration : nullptr;
+  const absl::StatusOr<planner::ThroughputPlan> throughput = Throughput(f, c, plan, capacity);
   if (f.json) {
-    std::cout << job::CapacityPlanJson(capacity, throughput.ok() ? &*throughput : nullptr);
+    std::cout << planner::CapacityPlanJson(capacity, throughput.ok() ? &*throughput : nullptr);
     return absl::OkStatus();
   }
-  std::cout << job::FormatCapacityPlan(capacity);
+  std::cout << planner::FormatCapacityPlan(capacity);
   PrintThroughput(f, c, plan, capacity, throughput);
   return absl::OkStatus();
 }
@@ -145,7 +145,7 @@ absl::Status RunPlan(PlanFlags& f) {
 
 int PlanMain(int argc, char** argv) {
   PlanFlags f;
-  job::CapacityOptions& o = f.options;
+  planner::CapacityOptions& o = f.options;
   FlagSet flags("hyrec plan",
                 "What a job needs at a given scale: each table's rows and bytes per row, each PS shard's memory, the "
                 "PS machines, and the bytes a training step moves (docs/capacity.md).");
@@ -172,7 +172,7 @@ int PlanMain(int argc, char** argv) {
   flags.String("out", &f.out, "FILE", "Where --calibrate writes (default hyrec-calibration.yaml).");
   flags.String("calibration", &f.calibration, "FILE", "Plan with what --calibrate wrote.");
   flags.Int("calibrate_batches", &f.calibrate_batches, "Batches of the job --calibrate --config times.", 10, 100000);
-  job::ThroughputOptions& t = f.throughput;
+  planner::ThroughputOptions& t = f.throughput;
   flags.String("worker_machine", &t.worker_machine, "TYPE", "The workers' machine type (default a2-highgpu-1g).");
   flags.String("loader_machine", &t.loader_machine, "TYPE", "The loaders' machine type (default c2-standard-30).");
   flags.Int("loader_machines", &t.loader_machines, "Loader machines (default: one a worker).", 0, 1 << 16);

@@ -28,8 +28,6 @@ class CutSchedule {
   // Why worker 0 wants a checkpoint before the next step.
   enum class Wish { kNone, kAsked, kTime, kLogBytes };
 
-  bool has_deltas() const { return o_.delta_every_steps > 0 || o_.delta_every_seconds > 0; }
-
   // The clocks start (a run's cuts set up at `now`); the last checkpoint was cut at `step`
   // (UINT64_MAX: none this run).
   void Start(absl::Time now, uint64_t last_checkpoint_step);

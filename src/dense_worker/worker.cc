@@ -16,7 +16,8 @@
 #include "hyrec/dense_worker/model_registry.h"
 #include "hyrec/nn_sync/dense_sync.h"
 #include "src/dense_worker/cut_schedule.h"
-#include "src/dense_worker/early_stopping.h"
+#include "src/dense_worker/evaluator.h"
+#include "src/dense_worker/healer.h"
 #include "src/dense_worker/torch_status.h"
 
 namespace hyrec::dense_worker {
@@ -115,6 +116,11 @@ class WorkerLoop {
       sync.device_is_cuda = device_.is_cuda();
       sync.security = options_.security;
       HYREC_ASSIGN_OR_RETURN(sync_, nn_sync::DenseSync::Create(sync));
+      HealerOptions heal;
+      heal.rank = plan_.rank;
+      heal.timeout = absl::Seconds(plan_.heal_timeout_seconds);
+      heal.stop = options_.stop;
+      healer_ = std::make_unique<Healer>(sync_.get(), heal);
       if (sync_->replacement()) return JoinAsReplacement();
       HYREC_RETURN_IF_ERROR(sync_->BroadcastParameters(model_->parameters()));
       sync_->AttachToParameters(model_->parameters());
@@ -150,20 +156,19 @@ class WorkerLoop {
     base_samples_ = s.samples;
     last_epoch_ = s.epoch;
     report_.resumed_step = s.step;
-    early_stopping_.set_evals_without_gain(s.evals_without_gain);
-    if (s.has_best_eval) {
-      report_.has_best_eval = true;
-      report_.best_eval.auc = s.best_auc;
-      report_.best_eval.log_loss = s.best_log_loss;
-      report_.best_eval.samples = s.best_eval_samples;
-      report_.best_eval_samples = s.best_at_samples;
-    }
+    EvaluatorState e;
+    e.has_best = s.has_best_eval;
+    e.best.auc = s.best_auc;
+    e.best.log_loss = s.best_log_loss;
+    e.best.samples = s.best_eval_samples;
+    e.best_at_samples = s.best_at_samples;
+    e.evals_without_gain = s.evals_without_gain;
+    evaluator_.Resume(e);
     return absl::OkStatus();
   }
 
   bool HasCuts() const {
-    const bool deltas = schedule_.has_deltas();
-    return !plan_.checkpoint.dir.empty() || deltas;
+    return !plan_.checkpoint.dir.empty() || plan_.serving.takes_deltas();
   }
 
   // The run's tag names its cuts: worker 0's clock, agreed by every worker.
@@ -178,7 +183,7 @@ class WorkerLoop {
   absl::Status SetUpCuts(uint32_t tag) {
     run_tag_ = tag;
     if (!HasCuts()) return absl::OkStatus();
-    const bool deltas = schedule_.has_deltas();
+    const bool deltas = plan_.serving.takes_deltas();
     JobCuts::Options o;
     o.plan = &plan_;
     o.job_text = options_.job_text;
@@ -223,12 +228,13 @@ class WorkerLoop {
     s.step = GlobalStep(ctx);
     s.samples = JobSamples(ctx);
     s.epoch = last_epoch_;
-    s.has_best_eval = report_.has_best_eval;
-    s.best_auc = report_.best_eval.auc;
-    s.best_log_loss = report_.best_eval.log_loss;
-    s.best_eval_samples = report_.best_eval.samples;
-    s.best_at_samples = report_.best_eval_samples;
-    s.evals_without_gain = early_stopping_.evals_without_gain();
+    const EvaluatorState e = evaluator_.state();
+    s.has_best_eval = e.has_best;
+    s.best_auc = e.best.auc;
+    s.best_log_loss = e.best.log_loss;
+    s.best_eval_samples = e.best.samples;
+    s.best_at_samples = e.best_at_samples;
+    s.evals_without_gain = e.evals_without_gain;
     return s;
   }
 
@@ -312,55 +318,18 @@ class WorkerLoop {
     batch_ = nullptr;
   }
 
-  // What a healed group's newest survivor hands the others: its dense state and the run's
-  // counters, so that every rank (a replacement too) goes on from the same step.
-  struct HealState {
-    DenseState dense;  // dense.state: the survivor's TrainState (step, samples, best evaluation).
-    uint64_t sequence_origin = 0;
-    uint32_t run_tag = 0;
-    uint64_t base_step = 0, base_samples = 0;
-    uint64_t run_samples = 0;    // The survivor's samples of this run (a replacement's predecessor's).
-    int64_t last_batch_id = -1;  // Of the survivor's last trained batch; -1: none in this run.
-    uint64_t last_cut_step = UINT64_MAX;
-    uint64_t delta_sequence = 0;
-    uint64_t cuts = 0;  // The run's cuts so far: the next one's directory name takes it.
-    std::string best_checkpoint;
-  };
-
-  absl::StatusOr<std::string> EncodeHeal(const TrainingContext& ctx) {
-    HYREC_ASSIGN_OR_RETURN(DenseState dense, CaptureDenseState(*model_, optimizer_.get(), State(ctx)));
-    Encoder e;
-    e.Bytes(dense.model);
-    e.Bytes(dense.optimizer);
-    e.U64(sequence_origin_);
-    e.U32(run_tag_);
-    e.U64(base_step_);
-    e.U64(base_samples_);
-    e.U64(RunSamples(ctx));
-    e.U64(static_cast<uint64_t>(last_batch_id_));
-    e.U64(schedule_.last_checkpoint_step());
-    e.U64(cuts_ != nullptr ? cuts_->delta_sequence() : 0);
-    e.U64(cuts_ != nullptr ? cuts_->cuts() : 0);
-    e.Bytes(cuts_ != nullptr ? cuts_->best_checkpoint() : std::string());
-    return std::move(e.str());
-  }
-
-  static absl::StatusOr<HealState> DecodeHeal(const std::string& bytes) {
-    Decoder d(bytes);
+  HealState CaptureHeal(const TrainingContext& ctx) const {
     HealState h;
-    h.dense.model = d.Bytes();
-    h.dense.optimizer = d.Bytes();
-    h.sequence_origin = d.U64();
-    h.run_tag = d.U32();
-    h.base_step = d.U64();
-    h.base_samples = d.U64();
-    h.run_samples = d.U64();
-    h.last_batch_id = static_cast<int64_t>(d.U64());
-    h.last_cut_step = d.U64();
-    h.delta_sequence = d.U64();
-    h.cuts = d.U64();
-    h.best_checkpoint = d.Bytes();
-    if (!d.done()) return absl::DataLossError("the healed group's dense state arrived malformed");
+    h.sequence_origin = sequence_origin_;
+    h.run_tag = run_tag_;
+    h.base_step = base_step_;
+    h.base_samples = base_samples_;
+    h.run_samples = RunSamples(ctx);
+    h.last_batch_id = last_batch_id_;
+    h.last_cut_step = schedule_.last_checkpoint_step();
+    h.delta_sequence = cuts_ != nullptr ? cuts_->delta_sequence() : 0;
+    h.cuts = cuts_ != nullptr ? cuts_->cuts() : 0;
+    h.best_checkpoint = cuts_ != nullptr ? cuts_->best_checkpoint() : std::string();
     return h;
   }
 
@@ -368,30 +337,13 @@ class WorkerLoop {
   // regroup with its replacement and agree on the dense state (Rejoin); otherwise, or when that
   // fails (worker 0 was lost, no replacement came), the worker fails with both reasons.
   absl::Status HealOrFail(TrainingContext& ctx, const absl::Status& cause) {
-    if (sync_ == nullptr || plan_.heal_timeout_seconds <= 0 || (options_.stop != nullptr && options_.stop->load())) {
-      return cause;
-    }
+    if (healer_ == nullptr || !healer_->CanHeal()) return cause;
     const absl::Time began = absl::Now();
-    std::cerr << "hyrec worker " << plan_.rank << ": a peer was lost (" << cause.message() << "); waiting up to "
-              << plan_.heal_timeout_seconds << " s for its replacement (generation " << sync_->generation() + 1 << ")"
-              << std::endl;
-    // In slices, so that a stop request (the launcher stops the survivors when worker 0, the
-    // rendezvous's host, was lost) ends the wait; a slice that times out is repeated (joining a
-    // generation again is harmless), until the heal timeout.
-    const absl::Time deadline = began + absl::Seconds(plan_.heal_timeout_seconds);
-    absl::Status regrouped;
-    for (;;) {
-      regrouped = sync_->Regroup(std::min(absl::Seconds(2), std::max(deadline - absl::Now(), absl::Milliseconds(1))));
-      if (!absl::IsDeadlineExceeded(regrouped) || absl::Now() >= deadline) break;
-      if (options_.stop != nullptr && options_.stop->load()) {
-        regrouped = absl::CancelledError("stopped while waiting for the replacement");
-        break;
-      }
-    }
-    if (regrouped.ok()) regrouped = Rejoin(&ctx);
-    if (!regrouped.ok()) {
-      return absl::Status(regrouped.code(),
-                          absl::StrCat(cause.message(), "; healing the group failed: ", regrouped.message()));
+    HYREC_RETURN_IF_ERROR(healer_->Regroup(cause));
+    const absl::Status rejoined = Rejoin(&ctx);
+    if (!rejoined.ok()) {
+      return absl::Status(rejoined.code(),
+                          absl::StrCat(cause.message(), "; healing the group failed: ", rejoined.message()));
     }
     ++report_.heals;
     std::cerr << "hyrec worker " << plan_.rank << ": the group healed in "
@@ -400,23 +352,21 @@ class WorkerLoop {
     return absl::OkStatus();
   }
 
-  // Every rank of a new generation, survivors and replacements: the newest survivor (the
-  // lowest rank among those with the most steps) sends its dense state and counters. Steps
-  // differ by at most one: a survivor whose gradient sync failed on a step another one
-  // completed settles that batch (its gradient is in the step); one whose sync failed on a step
-  // nobody completed trains the batch again. Null `ctx`: a replacement, which has none yet.
+  // Every rank of a new generation, survivors and replacements, takes the newest survivor's
+  // dense state and counters (Healer::Agree). Steps differ by at most one: a survivor whose
+  // gradient sync failed on a step another one completed settles that batch (its gradient is in
+  // the step); one whose sync failed on a step nobody completed trains the batch again. Null
+  // `ctx`: a replacement, which has none yet.
   absl::Status Rejoin(TrainingContext* ctx) {
     const int64_t completed = ctx == nullptr ? -1 : static_cast<int64_t>(GlobalStep(*ctx));
-    HYREC_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, sync_->AllGather(completed));
-    const int64_t newest = *std::max_element(steps.begin(), steps.end());
-    if (newest < 0) return absl::FailedPreconditionError("no rank of the healed group has trained state");
-    const int source = static_cast<int>(std::find(steps.begin(), steps.end(), newest) - steps.begin());
-    std::string bytes;
-    if (plan_.rank == source) {
-      HYREC_ASSIGN_OR_RETURN(bytes, EncodeHeal(*ctx));
-    }
-    HYREC_RETURN_IF_ERROR(sync_->BroadcastBytes(&bytes, source));
-    HYREC_ASSIGN_OR_RETURN(HealState heal, DecodeHeal(bytes));
+    HYREC_ASSIGN_OR_RETURN(Healer::Agreement agreed, healer_->Agree(completed, [&]() -> absl::StatusOr<HealState> {
+      HealState h = CaptureHeal(*ctx);
+      HYREC_ASSIGN_OR_RETURN(h.dense, CaptureDenseState(*model_, optimizer_.get(), State(*ctx)));
+      return h;
+    }));
+    HealState& heal = agreed.state;
+    const int source = agreed.source;
+    const int64_t newest = agreed.newest;
     if (plan_.rank != source) {
       HYREC_RETURN_IF_ERROR(ApplyDenseState(heal.dense, *model_, optimizer_.get(), /*restore_rng=*/false));
     }
@@ -559,8 +509,7 @@ class WorkerLoop {
     }
     const bool stop = options_.stop != nullptr && options_.stop->load();
     int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
-    if (vote == kVoteGo && leader_ && plan_.eval.every_epoch && plan_.has_eval_data && RunSteps(ctx) > 0 &&
-        (*batch)->batch.epoch != last_epoch_) {
+    if (vote == kVoteGo && leader_ && evaluator_.DueAtEpoch(RunSteps(ctx), last_epoch_, (*batch)->batch.epoch)) {
       vote = kVoteEvaluate;
     }
     // Two low bits carry worker 0's wish for a checkpoint and a delta first (0: wanted), so the
@@ -644,33 +593,29 @@ class WorkerLoop {
 
   // Every eval.every_batches steps: worker 0 evaluates while the others wait for it. False: stop.
   absl::StatusOr<bool> MaybeEvaluate(TrainingContext& ctx) {
-    const uint64_t every = static_cast<uint64_t>(plan_.eval.every_batches);
-    if (every == 0 || !plan_.has_eval_data || RunSteps(ctx) % every != 0) return true;
+    if (!evaluator_.DueAfterStep(RunSteps(ctx))) return true;
     return EvaluateNow(ctx);
   }
 
   // Worker 0 evaluates and judges early stopping while the others wait for it; returns whether
   // the workers go on (false once worker 0 stopped early: they stop together).
-  // With early stopping and checkpoints, an evaluation that improves on the best is cut as a
-  // checkpoint at once (every worker learns of it through the vote's low bit).
+  // An evaluation the job keeps as its best is cut as a checkpoint at once (every worker learns
+  // of it through the vote's low bit).
   absl::StatusOr<bool> EvaluateNow(TrainingContext& ctx) {
-    bool improved = false;
-    Evaluation e;
+    Evaluator::Verdict verdict;
     if (leader_) {
-      HYREC_ASSIGN_OR_RETURN(e, EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
-      const uint64_t samples = JobSamples(ctx);
-      improved = early_stopping_.Note(samples, e);
-      if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(samples));
-      if (options_.observer != nullptr) options_.observer->OnEvaluation(samples, e);
+      HYREC_ASSIGN_OR_RETURN(verdict, evaluator_.Evaluate(JobSamples(ctx)));
     }
-    const bool keep_best = improved && KeepsBest() && cuts_ != nullptr;
-    int vote = (early_stopping_.stopped() ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
+    const bool keep_best = verdict.keep_best && cuts_ != nullptr;
+    int vote = (evaluator_.stopped() ? kVoteEnd : kVoteGo) * 2 + (keep_best ? 0 : 1);
     if (sync_ != nullptr) {
       HYREC_ASSIGN_OR_RETURN(vote, sync_->AllMin(vote, absl::Seconds(plan_.eval.timeout_seconds)));
     }
-    if ((vote & 1) == 0) HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, leader_ ? &e : nullptr));
-    early_stopping_.set_stopped(vote / 2 == kVoteEnd);
-    return !early_stopping_.stopped();
+    if ((vote & 1) == 0) {
+      HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kCheckpoint, leader_ ? &verdict.eval : nullptr));
+    }
+    evaluator_.set_stopped(vote / 2 == kVoteEnd);
+    return !evaluator_.stopped();
   }
 
   absl::StatusOr<TrainReport> Finish(TrainingContext& ctx) {
@@ -678,7 +623,7 @@ class WorkerLoop {
     const TrainerStats st = ctx.stats();
     report_.stats = st;
     report_.interrupted = interrupted_;
-    report_.stopped_early = early_stopping_.stopped();
+    report_.stopped_early = evaluator_.stopped();
     uint64_t run_samples = RunSamples(ctx);
     if (sync_ != nullptr) {  // The job's samples: every worker's.
       torch::Tensor samples = torch::full({1}, static_cast<double>(run_samples),
@@ -734,7 +679,7 @@ class WorkerLoop {
   }
   static constexpr uint64_t kMinWindowsPerEpoch = 25;
 
-  // Worker 0: the last progress report and the evaluation at the end.
+  // Worker 0: the last progress report and the evaluations at the end.
   absl::Status FinalEvaluation(const TrainerStats& st) {
     Report(st, report_.samples, /*last=*/true);
     if (!interrupted_ && plan_.epochs == 1) NoteEpochLength(st.batches);
@@ -742,35 +687,13 @@ class WorkerLoop {
       report_.teacher_auc =
           data_loader::SyntheticSource(plan_.eval_loader.source.synthetic).TeacherAuc(plan_.eval.samples);
     }
-    if (!plan_.has_eval_data || interrupted_) return absl::OkStatus();
-    if (!report_.evals.empty() && report_.evals.back().first == report_.samples) {
-      // Nothing was trained since the last evaluation (an early stop, an epoch's end).
-      report_.final_eval = report_.evals.back().second;
-    } else {
-      HYREC_ASSIGN_OR_RETURN(report_.final_eval,
-                             EvaluateHeldOut(plan_.eval_loader, options_.ps, trainer_options_, *model_));
-      const bool improved = early_stopping_.Note(report_.samples, report_.final_eval);
-      if (options_.observer != nullptr) options_.observer->OnEvaluation(report_.samples, report_.final_eval);
-      if (improved && KeepsBest()) HYREC_RETURN_IF_ERROR(Test(report_.samples));
-    }
-    report_.has_final_eval = true;
-    if (!KeepsBest()) HYREC_RETURN_IF_ERROR(Test(report_.samples));
-    return absl::OkStatus();
+    return evaluator_.Finish(report_.samples, interrupted_);
   }
 
-  // With held-out data and checkpoints, the model the job keeps is the best evaluation's (cut as a
-  // checkpoint when it is taken, kept beside checkpoint.keep_last's and exported at the end), not
-  // the last one trained; early stopping or not.
-  bool KeepsBest() const { return plan_.has_eval_data && !plan_.checkpoint.dir.empty(); }
-
-  // Worker 0: the test split scored with the model as it is now, the one the job keeps.
-  absl::Status Test(uint64_t samples) {
-    if (!plan_.has_test_data) return absl::OkStatus();
-    HYREC_ASSIGN_OR_RETURN(report_.test_eval,
-                           EvaluateHeldOut(plan_.test_loader, options_.ps, trainer_options_, *model_));
-    report_.has_test_eval = true;
-    report_.test_eval_samples = samples;
-    return absl::OkStatus();
+  absl::StatusOr<Evaluation> Score(Evaluator::Split split) {
+    const data_loader::LoaderOptions& data =
+        split == Evaluator::Split::kEval ? plan_.eval_loader : plan_.test_loader;
+    return EvaluateHeldOut(data, options_.ps, trainer_options_, *model_);
   }
 
   // The checkpoint at the end (or after an interrupt), the last delta, and worker 0's export.
@@ -781,7 +704,7 @@ class WorkerLoop {
       HYREC_RETURN_IF_ERROR(
           CutNow(ctx, JobCuts::Kind::kCheckpoint, report_.has_final_eval ? &report_.final_eval : nullptr));
     }
-    if (schedule_.has_deltas()) {
+    if (plan_.serving.takes_deltas()) {
       HYREC_RETURN_IF_ERROR(CutNow(ctx, JobCuts::Kind::kDelta, nullptr));
     }
     HYREC_RETURN_IF_ERROR(cuts_->Finish());
@@ -792,7 +715,7 @@ class WorkerLoop {
     report_.checkpoint_pause_seconds = cuts_->pause_seconds();
     report_.checkpoint_write_seconds = cuts_->write_seconds();
     if (!leader_ || plan_.serving.dir.empty() || interrupted_) return absl::OkStatus();
-    const bool best = KeepsBest() && !report_.best_checkpoint.empty();
+    const bool best = evaluator_.keeps_best() && !report_.best_checkpoint.empty();
     const std::string& from = best ? report_.best_checkpoint : report_.last_checkpoint;
     if (from.empty()) {
       return FailedExport(absl::FailedPreconditionError("no checkpoint was committed to export"));
@@ -853,8 +776,10 @@ class WorkerLoop {
   bool cut_delta_now_ = false;
   TrainReport report_;
   CutSchedule schedule_{ScheduleOf(plan_)};
-  // Worker 0's judgment of its evaluations; the others learn its stop from EvaluateNow's vote.
-  EarlyStopping early_stopping_{plan_.eval.metric, plan_.eval.patience, &report_};
+  std::unique_ptr<Healer> healer_;  // Null for a worker alone.
+  // Worker 0's evaluations; the others learn its stop from EvaluateNow's vote.
+  Evaluator evaluator_{EvaluatorOptionsOf(plan_), [this](Evaluator::Split split) { return Score(split); },
+                       options_.observer, &report_};
 
   static CutScheduleOptions ScheduleOf(const job::WorkerPlan& plan) {
     CutScheduleOptions o;
@@ -864,6 +789,21 @@ class WorkerLoop {
     o.delta_every_steps = plan.serving.delta_every_steps;
     o.delta_every_seconds = plan.serving.delta_every_seconds;
     o.update_log_max_bytes = plan.update_log_max_bytes;
+    return o;
+  }
+
+  static EvaluatorOptions EvaluatorOptionsOf(const job::WorkerPlan& plan) {
+    EvaluatorOptions o;
+    o.has_eval_data = plan.has_eval_data;
+    o.has_test_data = plan.has_test_data;
+    // With held-out data and checkpoints, the model the job keeps is the best evaluation's (cut
+    // as a checkpoint when it is taken, kept beside checkpoint.keep_last's and exported at the
+    // end), not the last one trained; early stopping or not.
+    o.keeps_best = plan.has_eval_data && !plan.checkpoint.dir.empty();
+    o.metric = plan.eval.metric;
+    o.patience = plan.eval.patience;
+    o.every_batches = plan.eval.every_batches;
+    o.every_epoch = plan.eval.every_epoch;
     return o;
   }
 };

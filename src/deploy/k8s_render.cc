@@ -18,7 +18,22 @@
 #include "src/deploy/k8s_value.h"
 #include "yaml-cpp/yaml.h"
 
-namespace hyrec::job {
+namespace hyrec::deploy {
+
+using job::JobPlan;
+using job::JobSpec;
+using job::ParseJobSpecText;
+using job::Plan;
+using job::PsShardPlan;
+using planner::AllocatableCpus;
+using planner::AllocatableGiB;
+using planner::FindMachineType;
+using planner::GkeMachineTypes;
+using planner::MachineType;
+using planner::PlacePsShards;
+using planner::PodRequestBytes;
+using planner::PsMinCpus;
+using planner::PsPlacement;
 namespace {
 
 constexpr uint64_t kGiB = uint64_t{1} << 30;
@@ -856,4 +871,4 @@ absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& optio
   return r;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::deploy

@@ -7,7 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
-namespace hyrec::job {
+namespace hyrec::deploy {
 namespace {
 
 bool PlainSafeChar(char c) {
@@ -173,4 +173,4 @@ std::string KValue::Yaml() const {
   return out;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::deploy

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-namespace hyrec::job {
+namespace hyrec::deploy {
 
 class KValue {
  public:
@@ -66,6 +66,6 @@ class KValue {
   std::vector<KValue> items_;
 };
 
-}  // namespace hyrec::job
+}  // namespace hyrec::deploy
 
 #endif  // HYREC_SRC_DEPLOY_K8S_VALUE_H_

@@ -19,7 +19,7 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/embedding_ps/client.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 absl::StatusOr<uint64_t> ResidentBytes(int pid) { return ProcessStatusBytes(pid, "VmRSS"); }
 
@@ -217,4 +217,4 @@ absl::StatusOr<Calibration> ReadCalibration(const std::string& path) {
   return c;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -13,7 +13,13 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/loader.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
+
+using job::JobPlan;
+using job::JobSpec;
+using job::Plan;
+using job::PsShardPlan;
+using job::WorkerPlan;
 namespace {
 
 constexpr double kGiB = 1024.0 * 1024 * 1024;
@@ -472,4 +478,4 @@ uint64_t PodRequestBytes(const JobPlan& plan, int shard) {
   return c.ok() ? c->shards[shard].request_bytes : 0;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -9,7 +9,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 double AllocatableGiB(const MachineType& machine) { return machine.memory_gib * 0.9 - 1; }
 
@@ -93,4 +93,4 @@ absl::StatusOr<std::vector<MachineType>> LoadMachineTypes(const std::string& pat
 
 double AllocatableCpus(const MachineType& machine) { return std::max(1.0, std::floor(machine.cpus * 0.9)); }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -5,7 +5,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 namespace {
 
 std::string ThroughputJson(const ThroughputPlan& t);
@@ -149,4 +149,4 @@ std::string ThroughputJson(const ThroughputPlan& t) {
 
 }  // namespace
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

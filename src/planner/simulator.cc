@@ -11,7 +11,7 @@
 
 #include "hyrec/common/staleness_window.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 namespace {
 
 // Linux's CFS weights of nice 0 and nice 10 (kernel/sched/core.c, sched_prio_to_weight).
@@ -614,4 +614,4 @@ double UsableCores(const StepCosts& costs, SimulationOptions calibration) {
   return 0;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -20,7 +20,9 @@
 #include "hyrec/common/subprocess.h"
 #include "hyrec/planner/capacity.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
+
+using job::JobPlan;
 namespace {
 
 double SelfCpuMs() {
@@ -258,9 +260,9 @@ absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, cons
   return s;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 StepCosts ScaleStepCosts(const StepCosts& c, int batch_size, double id_bytes, double row_bytes) {
   StepCosts s = c;
@@ -322,9 +324,9 @@ absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const Capacit
   return t;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 std::string FormatSimulationResult(const SimulationResult& r) {
   std::string out =
@@ -359,9 +361,9 @@ std::string FormatThroughputPlan(const ThroughputPlan& t, const Calibration& c) 
   return out;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 std::vector<ScalingPoint> ScalingCurve(const JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
                                        bool weak, const std::vector<int>& workers) {
@@ -410,4 +412,4 @@ std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vect
   return out;
 }
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner

@@ -6,7 +6,7 @@
 // --k8s` writes), resources sized from the tables' capacities, probes, the failure policy keyed on
 // hyrec's exit codes, and the volume the checkpoints go to.
 //
-//   HYREC_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec("examples/configs/user-item.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(job::JobSpec spec, job::LoadJobSpec("examples/configs/user-item.yaml"));
 //   K8sOptions options;
 //   options.image = "us-docker.pkg.dev/p/hyrec/hyrec@sha256:...";  // pinned by digest
 //   options.overlay = "gke";
@@ -32,7 +32,7 @@
 #include "hyrec/job/job_plan.h"
 #include "hyrec/job/job_spec.h"
 
-namespace hyrec::job {
+namespace hyrec::deploy {
 
 // Where the image puts hyrec (`cmake --install build --prefix /opt/hyrec`, the Dockerfile) and
 // where pods mount what they read and write.
@@ -105,7 +105,7 @@ struct K8sRender {
 // memory than a node of its pool has (or that has no capacity to size it by), an unknown overlay
 // or machine type, a name that is not a DNS label, a data path the pods cannot reach, GPUs for
 // a cpu image.
-absl::StatusOr<K8sRender> RenderK8s(const JobSpec& spec, const K8sOptions& options);
+absl::StatusOr<K8sRender> RenderK8s(const job::JobSpec& spec, const K8sOptions& options);
 
 // The Secret holding `role`'s certificates for job `name` ("<name>-certs-ps", ...-loader,
 // ...-workers): ca.pem and every identity of the role, keys named as `hyrec certs` names the
@@ -119,6 +119,6 @@ std::string K8sSecretName(const std::string& name, Role role);
 absl::StatusOr<std::string> K8sSecrets(const std::string& name, const std::string& namespace_name,
                                        const std::string& certs_dir, int workers, int ps, bool kubectl);
 
-}  // namespace hyrec::job
+}  // namespace hyrec::deploy
 
 #endif  // HYREC_DEPLOY_K8S_H_

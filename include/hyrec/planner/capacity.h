@@ -3,7 +3,7 @@
 // accounting (embedding_ps::PlanStoreMemory), ids per batch and their deduplication from the
 // job's own data (docs/capacity.md).
 //
-//   HYREC_ASSIGN_OR_RETURN(JobPlan plan, PlanJobFile("job.yaml"));
+//   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile("job.yaml"));
 //   CapacityOptions o;
 //   o.parameters = 100e12;  // --parameters=100T
 //   HYREC_ASSIGN_OR_RETURN(CapacityPlan c, PlanCapacity(plan, o));
@@ -22,7 +22,7 @@
 #include "hyrec/job/job_plan.h"
 #include "hyrec/planner/simulator.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 // A machine type: what the pods of one node may use. The GKE list (GkeMachineTypes) holds each
 // type's published vCPUs, memory and egress bandwidth: assumptions, not measurements.
@@ -65,7 +65,7 @@ struct PsPlacement {
 };
 // The CPU a PS shard is given at least: ps.threads when the job sets it, else kPsMinCpus.
 inline constexpr double kPsMinCpus = 2;
-double PsMinCpus(const JobPlan& plan);
+double PsMinCpus(const job::JobPlan& plan);
 PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus);
 
 // A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument
@@ -154,7 +154,7 @@ struct CapacityPlan {
 
 // Plans `plan` at the scale `options` gives. InvalidArgument naming the key for a table without a
 // size, an unknown machine type, or a shard that no machine of its type can hold.
-absl::StatusOr<CapacityPlan> PlanCapacity(const JobPlan& plan, const CapacityOptions& options);
+absl::StatusOr<CapacityPlan> PlanCapacity(const job::JobPlan& plan, const CapacityOptions& options);
 
 // The resident rows of each table of a shard at its capacity, the widest tables filled first up
 // to the store's own bound (the most memory its rows can take); empty when nothing bounds it.
@@ -207,7 +207,7 @@ struct StepMeasureOptions {
   bool relay = false;  // Through hyrec train's delaying relays, adding no delay (--ps_latency_ms=0): relay_ms.
 };
 absl::StatusOr<StepCosts> MeasureStepCosts(const std::string& train_binary, const std::string& config,
-                                           const std::vector<std::string>& overrides, const JobPlan& plan,
+                                           const std::vector<std::string>& overrides, const job::JobPlan& plan,
                                            const CapacityPlan& capacity, const Calibration& machine,
                                            const StepMeasureOptions& options);
 
@@ -241,7 +241,7 @@ struct ThroughputPlan {
   SimulationResult cluster;
 };
 // InvalidArgument naming --worker_machine or --loader_machine for a type not in o.machines.
-absl::StatusOr<ThroughputPlan> PlanThroughput(const JobPlan& plan, const CapacityPlan& capacity,
+absl::StatusOr<ThroughputPlan> PlanThroughput(const job::JobPlan& plan, const CapacityPlan& capacity,
                                               const ThroughputOptions& o);
 
 // The planned job's rate at each of `workers` (the shards and PS machines as planned, one loader
@@ -254,7 +254,7 @@ struct ScalingPoint {
   double efficiency = 0;
   SimulationResult result;
 };
-std::vector<ScalingPoint> ScalingCurve(const JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
+std::vector<ScalingPoint> ScalingCurve(const job::JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
                                        bool weak, const std::vector<int>& workers);
 std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vector<ScalingPoint>& strong);
 
@@ -271,12 +271,12 @@ absl::StatusOr<uint64_t> ResidentBytes(int pid);
 // The memory the Kubernetes renderer requests for shard `shard`'s pod: PlanCapacity's request with
 // every table past its capacity and without reading the job's data (one id a feature, no
 // deduplication). 0 when nothing bounds the shard.
-uint64_t PodRequestBytes(const JobPlan& plan, int shard);
+uint64_t PodRequestBytes(const job::JobPlan& plan, int shard);
 
 std::string FormatCapacityPlan(const CapacityPlan& plan);
 // With `throughput` (PlanThroughput's) under "throughput"; null there without.
 std::string CapacityPlanJson(const CapacityPlan& plan, const ThroughputPlan* throughput = nullptr);
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
 #endif  // HYREC_PLANNER_CAPACITY_H_

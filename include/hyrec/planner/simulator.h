@@ -37,7 +37,7 @@
 
 #include "hyrec/common/enum_names.h"
 
-namespace hyrec::job {
+namespace hyrec::planner {
 
 // The costs of one worker batch, measured on one machine. CPU figures are milliseconds of one
 // core; "all shards" figures are the sum over the shards the costs were measured with.
@@ -156,6 +156,6 @@ SimulationResult Simulate(const StepCosts& costs, const SimulationOptions& optio
 // configurations predicted from it.
 double UsableCores(const StepCosts& costs, SimulationOptions calibration);
 
-}  // namespace hyrec::job
+}  // namespace hyrec::planner
 
 #endif  // HYREC_PLANNER_SIMULATOR_H_

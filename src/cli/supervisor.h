@@ -1,8 +1,10 @@
-// `hyrec train --processes`: the job's roles as processes on this machine (PS shards, the
-// loader, the workers) with real gRPC and Gloo on loopback, every one started with the job file
-// and its role and index, so that each runs from the same plan as the embedded job does.
-#ifndef HYREC_SRC_CLI_PROCESSES_H_
-#define HYREC_SRC_CLI_PROCESSES_H_
+// The launcher's process supervisor, behind `hyrec train --processes`: the job's roles as
+// processes on this machine (PS shards, the loader, the workers) with real gRPC and Gloo on
+// loopback, every one started with the job file and its role and index, so that each runs from
+// the same plan as the embedded job does. It watches them, restarts a lost role under a
+// RestartPolicy (restart_policy.h), and stops them all at the end.
+#ifndef HYREC_SRC_CLI_SUPERVISOR_H_
+#define HYREC_SRC_CLI_SUPERVISOR_H_
 
 #include <atomic>
 #include <string>
@@ -61,4 +63,4 @@ absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options);
 
 }  // namespace hyrec::cli
 
-#endif  // HYREC_SRC_CLI_PROCESSES_H_
+#endif  // HYREC_SRC_CLI_SUPERVISOR_H_

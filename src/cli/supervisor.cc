@@ -1,4 +1,4 @@
-#include "src/cli/processes.h"
+#include "src/cli/supervisor.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -56,11 +56,11 @@ RestartPolicyOptions RestartPolicyFor(const ProcessesOptions& options) {
 }
 
 // The processes of one run and the threads that read their output.
-class Cluster {
+class Supervisor {
  public:
-  explicit Cluster(const ProcessesOptions& options) : options_(options), restarts_(RestartPolicyFor(options)) {}
+  explicit Supervisor(const ProcessesOptions& options) : options_(options), restarts_(RestartPolicyFor(options)) {}
 
-  ~Cluster() {
+  ~Supervisor() {
     for (auto& w : workers_) w->Signal(SIGKILL);
     StopServers();
     done_ = true;
@@ -588,7 +588,7 @@ absl::StatusOr<ProcessesResult> RunProcesses(const ProcessesOptions& options) {
     absl::StatusOr<ProcessesResult> result;
     bool worker_lost = false;
     {
-      Cluster cluster(attempt);
+      Supervisor cluster(attempt);
       result = cluster.Run();
       worker_lost = cluster.worker_lost();
     }
