@@ -114,7 +114,7 @@ inline absl::StatusOr<Measured> MeasureRun(const std::string& train_binary, cons
 // `config` of the job `plan` (`batches` in all), every role on one machine of `machine_cores`
 // cores (0: this one's), through the relays.
 inline planner::SimulationOptions Options(const job::JobPlan& plan, const RunConfig& config, int batches,
-                                      int machine_cores = 0) {
+                                          int machine_cores = 0) {
   planner::SimulationOptions o;
   o.workers = config.workers;
   o.shards = config.shards;
@@ -210,7 +210,7 @@ inline absl::StatusOr<Measured> MeasureMedian(const std::string& train_binary, c
 
 // What Simulate predicts for `config` of the calibrated shape.
 inline planner::SimulationResult Predict(const CalibratedShape& shape, const RunConfig& config, int batches,
-                                     int machine_cores = 0) {
+                                         int machine_cores = 0) {
   planner::SimulationOptions o = Options(shape.plan, config, batches, machine_cores);
   o.usable_cores = shape.usable_cores;
   return planner::Simulate(shape.costs, o);

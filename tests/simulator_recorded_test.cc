@@ -55,7 +55,8 @@ CalibratedShape Recorded(const ModelShape& shape, int round, int machine_cores) 
   absl::StatusOr<job::JobPlan> plan = job::Plan(*spec);
   EXPECT_TRUE(plan.ok()) << plan.status();
   c.plan = *plan;
-  absl::StatusOr<planner::Calibration> calibration = planner::ReadCalibration(RecordedCalibrationPath(kDir, shape.name, round));
+  absl::StatusOr<planner::Calibration> calibration =
+      planner::ReadCalibration(RecordedCalibrationPath(kDir, shape.name, round));
   EXPECT_TRUE(calibration.ok()) << calibration.status();
   c.costs = calibration->step;
   EXPECT_EQ(calibration->cpus, machine_cores);

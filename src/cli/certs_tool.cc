@@ -56,7 +56,7 @@ absl::Status PrintToken(const CertsFlags& f) {
 absl::Status WriteSecrets(const CertsFlags& f, int workers, int ps) {
   if (f.loaders != 1) return absl::InvalidArgumentError("--k8s renders one loader (loader-0); drop --loaders");
   HYREC_ASSIGN_OR_RETURN(const std::string text, deploy::K8sSecrets(f.k8s, f.k8s_namespace, f.dir, std::max(workers, 0),
-                                                                 std::max(ps, 0), f.kubectl));
+                                                                    std::max(ps, 0), f.kubectl));
   if (f.kubectl) {
     std::cout << text;
     return absl::OkStatus();
@@ -64,8 +64,8 @@ absl::Status WriteSecrets(const CertsFlags& f, int workers, int ps) {
   const std::string out = f.k8s_out.empty() ? JoinPath(f.dir, "k8s-secrets.yaml") : f.k8s_out;
   HYREC_RETURN_IF_ERROR(WritePrivateTextFile(out, text));
   std::cout << "wrote the Secrets " << deploy::K8sSecretName(f.k8s, Role::kPs) << ", "
-            << deploy::K8sSecretName(f.k8s, Role::kLoader) << " and " << deploy::K8sSecretName(f.k8s, Role::kWorker) << " to "
-            << out << " (kubectl apply -f " << out << ")\n";
+            << deploy::K8sSecretName(f.k8s, Role::kLoader) << " and " << deploy::K8sSecretName(f.k8s, Role::kWorker)
+            << " to " << out << " (kubectl apply -f " << out << ")\n";
   return absl::OkStatus();
 }
 

@@ -63,13 +63,13 @@ void PrintThroughput(const PlanFlags& f, const planner::Calibration* c, const jo
   const planner::ThroughputOptions o = ThroughputOptionsFor(f, *c);
   const std::vector<int> workers = {1, 2, 4, 8, 16, 32, 64};
   std::cout << planner::FormatScaling(planner::ScalingCurve(plan, capacity, o, true, workers),
-                                  planner::ScalingCurve(plan, capacity, o, false, workers));
+                                      planner::ScalingCurve(plan, capacity, o, false, workers));
 }
 
 // The prediction from the calibration's step costs; FailedPrecondition saying how to get them
 // when it has none.
-absl::StatusOr<planner::ThroughputPlan> Throughput(const PlanFlags& f, const planner::Calibration* c, const job::JobPlan& plan,
-                                               const planner::CapacityPlan& capacity) {
+absl::StatusOr<planner::ThroughputPlan> Throughput(const PlanFlags& f, const planner::Calibration* c,
+                                                   const job::JobPlan& plan, const planner::CapacityPlan& capacity) {
   if (c == nullptr || c->job.empty()) {
     return absl::FailedPreconditionError(
         "not predicted; hyrec plan --calibrate --config=JOB measures what a batch costs here and predicts it "
@@ -82,7 +82,8 @@ absl::Status RunPlan(PlanFlags& f) {
   std::optional<planner::Calibration> calibration;
   if (f.calibrate) {
     const std::string scratch = absl::StrCat("/tmp/hyrec-calibrate-", ::getpid());
-    HYREC_ASSIGN_OR_RETURN(const planner::Calibration c, planner::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
+    HYREC_ASSIGN_OR_RETURN(const planner::Calibration c,
+                           planner::Calibrate(ExecutableDirectory() + "/hyrec-ps", scratch));
     HYREC_RETURN_IF_ERROR(planner::WriteCalibration(c, f.out));
     std::cerr << "hyrec plan: calibrated on " << c.machine << ": a PS process takes " << c.process_bytes
               << " bytes beside its store; store lookup " << c.lookup_ns_per_row << " ns, update "
@@ -112,18 +113,19 @@ absl::Status RunPlan(PlanFlags& f) {
   if (f.machines != "gke") {
     HYREC_ASSIGN_OR_RETURN(f.options.machines, planner::LoadMachineTypes(f.machines));
   }
-  const std::vector<planner::MachineType>& types = f.options.machines.empty() ? planner::GkeMachineTypes() : f.options.machines;
+  const std::vector<planner::MachineType>& types =
+      f.options.machines.empty() ? planner::GkeMachineTypes() : f.options.machines;
   HYREC_RETURN_IF_ERROR(planner::FindMachineType(types, f.throughput.worker_machine, "--worker_machine").status());
   HYREC_RETURN_IF_ERROR(planner::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
-  if (f.calibrate) {                       // What a batch of this job costs here, at the job's own scale.
+  if (f.calibrate) {                           // What a batch of this job costs here, at the job's own scale.
     planner::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
     own.workers = own.batch_size = own.ps_shards = 0;
     HYREC_ASSIGN_OR_RETURN(const planner::CapacityPlan at_own_scale, planner::PlanCapacity(plan, own));
     HYREC_ASSIGN_OR_RETURN(calibration->step,
-                           planner::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides, plan,
-                                                 at_own_scale, *calibration, {f.calibrate_batches, false}));
+                           planner::MeasureStepCosts(ExecutableDirectory() + "/hyrec-train", f.config, f.overrides,
+                                                     plan, at_own_scale, *calibration, {f.calibrate_batches, false}));
     calibration->job = f.config;
     HYREC_RETURN_IF_ERROR(planner::WriteCalibration(*calibration, f.out));
     std::cerr << "hyrec plan: a batch of " << f.config << " takes " << calibration->step.train_ms

@@ -41,10 +41,10 @@
 #include "src/cli/logging.h"
 #include "src/cli/plot.h"
 #include "src/cli/port_setting.h"
-#include "src/cli/supervisor.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
 #include "src/cli/stop_signals.h"
+#include "src/cli/supervisor.h"
 #include "src/dense_worker/events.h"
 
 namespace hyrec::cli {

@@ -53,8 +53,8 @@ bool Healer::CanHeal() const {
 absl::Status Healer::Regroup(const absl::Status& cause) {
   if (sync_ == nullptr) return cause;
   std::cerr << "hyrec worker " << o_.rank << ": a peer was lost (" << cause.message() << "); waiting up to "
-            << absl::FormatDuration(o_.timeout) << " for its replacement (generation " << sync_->generation() + 1
-            << ")" << std::endl;
+            << absl::FormatDuration(o_.timeout) << " for its replacement (generation " << sync_->generation() + 1 << ")"
+            << std::endl;
   const absl::Time deadline = absl::Now() + o_.timeout;
   absl::Status regrouped;
   for (;;) {

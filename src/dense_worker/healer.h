@@ -29,12 +29,12 @@ namespace hyrec::dense_worker {
 // What a healed group's newest survivor hands the others: its dense state and the run's
 // counters, so that every rank (a replacement too) goes on from the same step.
 struct HealState {
-  DenseState dense;  // model and optimizer; dense.state is not carried (the counters below are).
+  DenseState dense;              // model and optimizer; dense.state is not carried (the counters below are).
   uint64_t sequence_origin = 0;  // The update sequence of step s is this + s.
   uint32_t run_tag = 0;
   uint64_t base_step = 0, base_samples = 0;  // Of the checkpoint the run resumed from.
-  uint64_t run_samples = 0;    // The survivor's samples of this run (a replacement's predecessor's).
-  int64_t last_batch_id = -1;  // Of the survivor's last trained batch; -1: none in this run.
+  uint64_t run_samples = 0;                  // The survivor's samples of this run (a replacement's predecessor's).
+  int64_t last_batch_id = -1;                // Of the survivor's last trained batch; -1: none in this run.
   uint64_t last_cut_step = UINT64_MAX;
   uint64_t delta_sequence = 0;
   uint64_t cuts = 0;  // The run's cuts so far: the next one's directory name takes it.
@@ -71,8 +71,8 @@ class Healer {
   absl::Status Regroup(const absl::Status& cause);
 
   struct Agreement {
-    HealState state;  // The source's.
-    int source = 0;   // The rank whose state it is.
+    HealState state;     // The source's.
+    int source = 0;      // The rank whose state it is.
     int64_t newest = 0;  // Its completed steps: the group goes on from there.
   };
   // Every rank of a new generation, survivors and replacements, at the same point: `completed`

@@ -167,9 +167,7 @@ class WorkerLoop {
     return absl::OkStatus();
   }
 
-  bool HasCuts() const {
-    return !plan_.checkpoint.dir.empty() || plan_.serving.takes_deltas();
-  }
+  bool HasCuts() const { return !plan_.checkpoint.dir.empty() || plan_.serving.takes_deltas(); }
 
   // The run's tag names its cuts: worker 0's clock, agreed by every worker.
   absl::StatusOr<uint32_t> AgreeRunTag() {
@@ -691,8 +689,7 @@ class WorkerLoop {
   }
 
   absl::StatusOr<Evaluation> Score(Evaluator::Split split) {
-    const data_loader::LoaderOptions& data =
-        split == Evaluator::Split::kEval ? plan_.eval_loader : plan_.test_loader;
+    const data_loader::LoaderOptions& data = split == Evaluator::Split::kEval ? plan_.eval_loader : plan_.test_loader;
     return EvaluateHeldOut(data, options_.ps, trainer_options_, *model_);
   }
 

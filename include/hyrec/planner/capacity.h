@@ -254,8 +254,8 @@ struct ScalingPoint {
   double efficiency = 0;
   SimulationResult result;
 };
-std::vector<ScalingPoint> ScalingCurve(const job::JobPlan& plan, const CapacityPlan& capacity, const ThroughputOptions& o,
-                                       bool weak, const std::vector<int>& workers);
+std::vector<ScalingPoint> ScalingCurve(const job::JobPlan& plan, const CapacityPlan& capacity,
+                                       const ThroughputOptions& o, bool weak, const std::vector<int>& workers);
 std::string FormatScaling(const std::vector<ScalingPoint>& weak, const std::vector<ScalingPoint>& strong);
 
 std::string FormatSimulationResult(const SimulationResult& r);
