@@ -10,38 +10,53 @@
 
 namespace hyrec::dense_worker {
 
+namespace {
+
+// The heal state's fields in their order on the wire: one list for the writer and the reader.
+template <typename H, typename Visit>
+void HealFields(H& h, Visit&& visit) {
+  visit(h.dense.model);
+  visit(h.dense.optimizer);
+  visit(h.sequence_origin);
+  visit(h.run_tag);
+  visit(h.base_step);
+  visit(h.base_samples);
+  visit(h.run_samples);
+  visit(h.last_batch_id);
+  visit(h.last_cut_step);
+  visit(h.delta_sequence);
+  visit(h.cuts);
+  visit(h.best_checkpoint);
+}
+
+struct Write {
+  Encoder& e;
+  void operator()(const std::string& v) const { e.Bytes(v); }
+  void operator()(uint64_t v) const { e.U64(v); }
+  void operator()(int64_t v) const { e.U64(static_cast<uint64_t>(v)); }
+  void operator()(uint32_t v) const { e.U32(v); }
+};
+
+struct Read {
+  Decoder& d;
+  void operator()(std::string& v) const { v = d.Bytes(); }
+  void operator()(uint64_t& v) const { v = d.U64(); }
+  void operator()(int64_t& v) const { v = static_cast<int64_t>(d.U64()); }
+  void operator()(uint32_t& v) const { v = d.U32(); }
+};
+
+}  // namespace
+
 std::string EncodeHealState(const HealState& h) {
   Encoder e;
-  e.Bytes(h.dense.model);
-  e.Bytes(h.dense.optimizer);
-  e.U64(h.sequence_origin);
-  e.U32(h.run_tag);
-  e.U64(h.base_step);
-  e.U64(h.base_samples);
-  e.U64(h.run_samples);
-  e.U64(static_cast<uint64_t>(h.last_batch_id));
-  e.U64(h.last_cut_step);
-  e.U64(h.delta_sequence);
-  e.U64(h.cuts);
-  e.Bytes(h.best_checkpoint);
+  HealFields(h, Write{e});
   return std::move(e.str());
 }
 
 absl::StatusOr<HealState> DecodeHealState(const std::string& bytes) {
   Decoder d(bytes);
   HealState h;
-  h.dense.model = d.Bytes();
-  h.dense.optimizer = d.Bytes();
-  h.sequence_origin = d.U64();
-  h.run_tag = d.U32();
-  h.base_step = d.U64();
-  h.base_samples = d.U64();
-  h.run_samples = d.U64();
-  h.last_batch_id = static_cast<int64_t>(d.U64());
-  h.last_cut_step = d.U64();
-  h.delta_sequence = d.U64();
-  h.cuts = d.U64();
-  h.best_checkpoint = d.Bytes();
+  HealFields(h, Read{d});
   if (!d.done()) return absl::DataLossError("the healed group's dense state arrived malformed");
   return h;
 }
