@@ -22,6 +22,20 @@ add_library(hyrec_xxhash INTERFACE IMPORTED)
 set_target_properties(hyrec_xxhash PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${XXHASH_INCLUDE_DIR}"
   INTERFACE_LINK_LIBRARIES "${XXHASH_LIBRARY}")
 
+# librdkafka (librdkafka-dev): the loader's Kafka source. Found by path, as xxhash; a tree without
+# it (the CUDA recipe's) builds without the Kafka source, and a job that asks for one is refused.
+find_path(RDKAFKA_INCLUDE_DIR librdkafka/rdkafka.h)
+find_library(RDKAFKA_LIBRARY rdkafka)
+if(RDKAFKA_INCLUDE_DIR AND RDKAFKA_LIBRARY)
+  set(HYREC_HAS_KAFKA ON)
+  add_library(hyrec_rdkafka INTERFACE IMPORTED)
+  set_target_properties(hyrec_rdkafka PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${RDKAFKA_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${RDKAFKA_LIBRARY}")
+else()
+  set(HYREC_HAS_KAFKA OFF)
+  message(WARNING "librdkafka not found: the loader is built without its Kafka source")
+endif()
+
 # LibTorch is only linked by the dense tiers (nn_sync, dense_worker). The PS and the loader never
 # see its headers, which keeps their builds fast on small machines.
 if(HYREC_WITH_TORCH)

@@ -8,7 +8,7 @@ HYREC_DEBS=(
   libtorch-dev libopenblas0-pthread libgloo-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libyaml-cpp-dev zlib1g-dev libxxhash-dev libcpp-httplib-dev libssl-dev
+  libyaml-cpp-dev zlib1g-dev libxxhash-dev libcpp-httplib-dev libssl-dev librdkafka-dev
 )
 
 # What the installed binaries need at run time (the Dockerfile's runtime stage): the shared
