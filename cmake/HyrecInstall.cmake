@@ -12,6 +12,9 @@ set(HYREC_EXPORTED_LIBRARIES
   hyrec_data_loader:data_loader hyrec_job:job hyrec_ps_role:ps_role hyrec_loader_role:loader_role
   hyrec_rendezvous:rendezvous hyrec_health:health hyrec_planner:planner hyrec_deploy:deploy
   hyrec_restart_policy:restart_policy hyrec_worker_schedule:worker_schedule)
+if(HYREC_HAS_KAFKA)
+  list(APPEND HYREC_EXPORTED_LIBRARIES hyrec_kafka:kafka)
+endif()
 if(HYREC_WITH_TORCH)
   list(APPEND HYREC_EXPORTED_LIBRARIES hyrec_nn_sync:nn_sync hyrec_dense_worker:dense_worker
     hyrec_train_main:train_main)

@@ -515,5 +515,50 @@ TEST(DataService, BadConfigsAreReportedWithKeyAndLine) {
   EXPECT_EQ(round->size(), 2u);
 }
 
+// A stream source's position names its window's records per partition: the text form, the wire
+// and the checkpoint's position files carry the ranges whole.
+TEST(DataService, AStreamPositionTravelsWhole) {
+  ReaderPosition p;
+  p.next_batch = 9;
+  p.window_global = 6;
+  p.partitions = {{0, 10, 42}, {2, 0, 0}, {5, 7, 8}};
+  auto text = ParsePositions(FormatPositions({p}));
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->at(0), p);
+  proto::ReaderPosition wire;
+  ToProto(p, &wire);
+  EXPECT_EQ(FromProto(wire), p);
+  EXPECT_FALSE(ParsePositions(FormatPositions({ReaderPosition()}) +
+                              "next_batch=0 epoch=0 window_batch=0 "
+                              "window_global=0 file_index=0 byte_offset=0 line_number=1 partitions=0:9-3")
+                   .ok())
+      << "an end before its start";
+  EXPECT_FALSE(ParsePartitionRanges("1:2").ok());
+}
+
+TEST(DataService, AKafkaSourceIsReadWithItsKeysChecked) {
+  auto root = ParseYaml(
+      "source:\n  format: criteo\n  kafka:\n    brokers: k:9092\n    topic: clicks\n    group: g\n"
+      "    linger_ms: 20\n    properties: {security.protocol: ssl}\n",
+      "t");
+  ASSERT_TRUE(root.ok());
+  absl::StatusOr<LoaderOptions> o = ParseLoaderConfig(*root, "loader");
+  ASSERT_TRUE(o.ok()) << o.status();
+  ASSERT_TRUE(o->source.kafka.has_value());
+  EXPECT_EQ(o->source.kafka->topic, "clicks");
+  EXPECT_EQ(o->source.kafka->linger, absl::Milliseconds(20));
+  EXPECT_EQ(o->source.kafka->properties.at("security.protocol"), "ssl");
+  root = ParseYaml("source:\n  format: criteo\n  kafka: {brokers: k:9092, group: g}\n", "t");
+  EXPECT_NE(
+      ParseLoaderConfig(*root, "loader").status().message().find("loader.source.kafka (line 3): missing key 'topic'"),
+      std::string::npos)
+      << ParseLoaderConfig(*root, "loader").status();
+  root = ParseYaml("source:\n  format: criteo\n  kafka: {brokers: k, topic: t, group: g, propertys: {}}\n", "t");
+  EXPECT_NE(ParseLoaderConfig(*root, "loader").status().message().find("did you mean 'properties'"), std::string::npos)
+      << ParseLoaderConfig(*root, "loader").status();
+  root = ParseYaml("source:\n  format: synthetic\n  kafka: {brokers: k, topic: t, group: g}\n", "t");
+  EXPECT_FALSE(ParseLoaderConfig(*root, "loader").ok());
+}
+
 }  // namespace
 }  // namespace hyrec::data_loader

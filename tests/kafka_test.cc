@@ -1,8 +1,12 @@
-// KafkaReader against librdkafka's mock cluster (the real protocol on loopback): every record
-// once and in offset order, partitions split between members, resuming from a cut's offsets,
-// offsets committed to the group only when asked, broker errors ridden out, and bad settings,
-// missing topics, unreachable brokers and deleted offsets refused clearly.
+// KafkaReader and the loader's Kafka source against librdkafka's mock cluster (the real protocol
+// on loopback): every record once and in offset order, partitions split between members,
+// resuming from a cut's offsets, offsets committed to the group only when asked, broker errors
+// ridden out, and bad settings, missing topics, unreachable brokers and deleted offsets refused
+// clearly; the loader's workers get every record once across a stop and a resume from their
+// positions, with the records' times.
 #include "src/data_loader/kafka_reader.h"
+
+#include "hyrec/data_loader/loader.h"
 
 #include <map>
 #include <set>
@@ -199,6 +203,87 @@ TEST(KafkaReader, BadSettingsAndMembersAreRefusedByName) {
   EXPECT_EQ(KafkaReader::Open(o, 2, 2).status().code(), absl::StatusCode::kInvalidArgument);
   o.group.clear();
   EXPECT_TRUE(absl::StrContains(KafkaReader::Open(o, 0, 1).status().message(), "group"));
+}
+
+// A criteo line whose I1 is `id` (the test's name for the record); the rest constant.
+std::string CriteoRecord(int id) {
+  std::string line = absl::StrCat(id % 2, "\t", id);
+  for (int i = 1; i < 13; ++i) absl::StrAppend(&line, "\t", i);
+  for (int c = 0; c < 26; ++c) absl::StrAppend(&line, "\t", absl::Hex(0x1000 + c + id % 7));
+  return line;
+}
+
+LoaderOptions StreamLoader(const MockKafka& kafka) {
+  LoaderOptions o;
+  o.source.format = Format::kCriteo;
+  o.source.kafka = Options(kafka, "clicks");
+  o.source.kafka->linger = absl::Milliseconds(50);
+  o.source.keep = {"I1"};
+  o.batch_size = 32;
+  o.num_workers = 2;
+  o.shuffle_window = 128;
+  o.num_shards = 2;
+  return o;
+}
+
+// Reads worker streams in turn until `total` ids were seen (or 30 s passed), at most
+// `per_worker` batches each; fails on an id seen twice.
+void ReadIds(Loader& loader, std::set<std::string>* seen, size_t total, size_t per_worker, uint64_t* newest_time) {
+  std::vector<size_t> read(2, 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (seen->size() < total && absl::Now() < deadline && (read[0] < per_worker || read[1] < per_worker)) {
+    for (int w = 0; w < 2; ++w) {
+      if (read[w] >= per_worker) continue;
+      Batch b;
+      const absl::Status s = loader.stream(w)->Next(&b, absl::Seconds(30));
+      ASSERT_TRUE(s.ok()) << s;
+      ++read[w];
+      EXPECT_EQ(b.batch_id % 2, static_cast<uint64_t>(w));
+      *newest_time = std::max(*newest_time, b.data_time);
+      for (const std::string& id : b.kept) EXPECT_TRUE(seen->insert(id).second) << "record " << id << " twice";
+    }
+  }
+}
+
+TEST(KafkaLoader, WorkersGetEveryRecordOnceAcrossAStopAndAResume) {
+  MockKafka kafka;
+  ASSERT_TRUE(kafka.CreateTopic("clicks", 3));
+  const int records = 640;  // 20 batches of 32.
+  for (int id = 0; id < records; ++id) {
+    ASSERT_TRUE(kafka.Produce("clicks", id % 3, CriteoRecord(id), 1700000000000 + 1000 * int64_t{id}));
+  }
+  ASSERT_TRUE(kafka.Flush());
+  std::set<std::string> seen;
+  uint64_t newest = 0;
+  std::vector<ReaderPosition> positions;
+  {
+    auto loader = Loader::Start(StreamLoader(kafka), {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    ReadIds(**loader, &seen, records, 3, &newest);  // 6 of the 20 batches; more are read ahead.
+    ASSERT_EQ(seen.size(), 6u * 32);
+    for (int w = 0; w < 2; ++w) positions.push_back((*loader)->stream(w)->Position());
+    EXPECT_FALSE(positions[0].partitions.empty()) << positions[0].DebugString();
+  }
+  auto resumed = Loader::Start(StreamLoader(kafka), positions);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ReadIds(**resumed, &seen, records, records, &newest);
+  EXPECT_EQ(seen.size(), static_cast<size_t>(records)) << "every record once";
+  EXPECT_EQ(newest, 1700000000u + records - 1) << "the batches carry the records' times";
+}
+
+TEST(KafkaLoader, AStreamSourceIsCheckedAtStart) {
+  MockKafka kafka;
+  ASSERT_TRUE(kafka.CreateTopic("clicks", 1));
+  LoaderOptions o = StreamLoader(kafka);
+  o.source.files = {"day_0.gz"};
+  EXPECT_EQ(Loader::Start(o, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  o = StreamLoader(kafka);
+  o.epochs = 3;
+  EXPECT_EQ(Loader::Start(o, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  o = StreamLoader(kafka);
+  o.source.kafka->brokers = absl::StrCat("127.0.0.1:", hyrec::PickFreeLoopbackPort());
+  o.source.kafka->connect_timeout = absl::Seconds(1);
+  EXPECT_EQ(Loader::Start(o, {}).status().code(), absl::StatusCode::kUnavailable);
 }
 
 }  // namespace

@@ -49,6 +49,12 @@ void ToProto(const ReaderPosition& p, proto::ReaderPosition* out) {
   out->set_byte_offset(p.byte_offset);
   out->set_line_number(p.line_number);
   out->set_next_batch(p.next_batch);
+  for (const PartitionRange& r : p.partitions) {
+    proto::PartitionRange* range = out->add_partitions();
+    range->set_partition(r.partition);
+    range->set_start(r.start);
+    range->set_end(r.end);
+  }
 }
 
 ReaderPosition FromProto(const proto::ReaderPosition& p) {
@@ -60,6 +66,7 @@ ReaderPosition FromProto(const proto::ReaderPosition& p) {
   out.byte_offset = p.byte_offset();
   out.line_number = p.line_number();
   out.next_batch = p.next_batch();
+  for (const proto::PartitionRange& r : p.partitions()) out.partitions.push_back({r.partition(), r.start(), r.end()});
   return out;
 }
 

@@ -139,6 +139,56 @@ absl::Status ReadSynthetic(const YAML::Node& syn, const std::string& yp, Synthet
   return absl::OkStatus();
 }
 
+// loader.source.kafka: a stream source's cluster, topic and consumer group.
+absl::Status ReadKafka(const YAML::Node& node, const std::string& kp, KafkaOptions* kafka) {
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, kp, {"brokers", "topic", "group", "properties", "connect_timeout_seconds", "linger_ms"}));
+  for (const char* key : {"brokers", "topic", "group"}) {
+    if (!node[key])
+      return absl::InvalidArgumentError(absl::StrCat(kp, " (", YamlWhere(node), "): missing key '", key, "'"));
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "brokers", kp, &kafka->brokers));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "topic", kp, &kafka->topic));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "group", kp, &kafka->group));
+  double connect_seconds = absl::ToDoubleSeconds(kafka->connect_timeout);
+  double linger_ms = absl::ToDoubleMilliseconds(kafka->linger);
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "connect_timeout_seconds", kp, &connect_seconds));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "linger_ms", kp, &linger_ms));
+  if (!(connect_seconds > 0 && connect_seconds <= 3600)) {
+    return absl::InvalidArgumentError(absl::StrCat(JoinKey(kp, "connect_timeout_seconds"), " (",
+                                                   YamlWhere(node["connect_timeout_seconds"]),
+                                                   "): must be in (0, 3600]"));
+  }
+  if (!(linger_ms >= 0 && linger_ms <= 60000)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(JoinKey(kp, "linger_ms"), " (", YamlWhere(node["linger_ms"]), "): must be in [0, 60000]"));
+  }
+  kafka->connect_timeout = absl::Seconds(connect_seconds);
+  kafka->linger = absl::Milliseconds(linger_ms);
+  for (const char* key : {"brokers", "topic", "group"}) {
+    if (node[key].Scalar().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(JoinKey(kp, key), " (", YamlWhere(node[key]), "): must not be empty"));
+    }
+  }
+  if (const YAML::Node properties = node["properties"]) {
+    const std::string pp = JoinKey(kp, "properties");
+    if (!properties.IsMap()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(pp, " (", YamlWhere(properties), "): expected a mapping of librdkafka settings"));
+    }
+    for (const auto& item : properties) {
+      const std::string key = item.first.as<std::string>();
+      if (!item.second.IsScalar()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(JoinKey(pp, key), " (", YamlWhere(item.second), "): expected a scalar"));
+      }
+      kafka->properties[key] = item.second.Scalar();
+    }
+  }
+  return absl::OkStatus();
+}
+
 // loader.source: the format, its files and the format's own keys.
 absl::Status ReadSource(const YAML::Node& node, const std::string& p, LoaderOptions& o) {
   const YAML::Node source = node["source"];
@@ -146,7 +196,7 @@ absl::Status ReadSource(const YAML::Node& node, const std::string& p, LoaderOpti
   const std::string sp = JoinKey(p, "source");
   HYREC_RETURN_IF_ERROR(CheckKeys(source, sp,
                                   {"format", "files", "skip_bad_files", "missing_id_for_empty", "num_slots",
-                                   "field_base", "index_ranges", "fields", "use_values", "csv", "synthetic"}));
+                                   "field_base", "index_ranges", "fields", "use_values", "csv", "synthetic", "kafka"}));
   std::string format = "synthetic";
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "format", sp, &format));
   if (format == "criteo") {
@@ -189,6 +239,10 @@ absl::Status ReadSource(const YAML::Node& node, const std::string& p, LoaderOpti
                                                    "): only for format: libsvm or libfm (libffm names its fields)"));
   }
   HYREC_RETURN_IF_ERROR(ReadScalar(source, "fields", sp, &o.source.libsvm.positional_fields));
+  if (const YAML::Node kafka = source["kafka"]) {
+    o.source.kafka.emplace();
+    HYREC_RETURN_IF_ERROR(ReadKafka(kafka, JoinKey(sp, "kafka"), &*o.source.kafka));
+  }
   if (const YAML::Node syn = source["synthetic"]) {
     HYREC_RETURN_IF_ERROR(ReadSynthetic(syn, JoinKey(sp, "synthetic"), &o.source.synthetic));
   }
@@ -228,12 +282,38 @@ absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::st
   return o;
 }
 
+std::string FormatPartitionRanges(const std::vector<PartitionRange>& ranges) {
+  std::string out;
+  for (const PartitionRange& r : ranges) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", r.partition, ":", r.start, "-", r.end);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<PartitionRange>> ParsePartitionRanges(absl::string_view text) {
+  std::vector<PartitionRange> out;
+  for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> pr = absl::StrSplit(item, absl::MaxSplits(':', 1));
+    std::pair<absl::string_view, absl::string_view> se = absl::StrSplit(pr.second, absl::MaxSplits('-', 1));
+    PartitionRange r;
+    if (!absl::SimpleAtoi(pr.first, &r.partition) || !absl::SimpleAtoi(se.first, &r.start) ||
+        !absl::SimpleAtoi(se.second, &r.end) || r.partition < 0 || r.start < 0 || r.end < r.start) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("partitions: '", item, "' is not PARTITION:START-END with 0 <= START <= END"));
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
 std::string FormatPositions(const std::vector<ReaderPosition>& positions) {
   std::string out;
   for (const ReaderPosition& p : positions) {
     absl::StrAppend(&out, "next_batch=", p.next_batch, " epoch=", p.epoch, " window_batch=", p.window_batch,
                     " window_global=", p.window_global, " file_index=", p.file_index, " byte_offset=", p.byte_offset,
-                    " line_number=", p.line_number, "\n");
+                    " line_number=", p.line_number);
+    if (!p.partitions.empty()) absl::StrAppend(&out, " partitions=", FormatPartitionRanges(p.partitions));
+    absl::StrAppend(&out, "\n");
   }
   return out;
 }
@@ -248,6 +328,15 @@ absl::StatusOr<std::vector<ReaderPosition>> ParsePositions(absl::string_view tex
     int seen = 0;
     for (absl::string_view field : absl::StrSplit(line, ' ', absl::SkipEmpty())) {
       std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(field, absl::MaxSplits('=', 1));
+      if (kv.first == "partitions") {
+        absl::StatusOr<std::vector<PartitionRange>> ranges = ParsePartitionRanges(kv.second);
+        if (!ranges.ok()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("positions line ", line_number, ": ", ranges.status().message()));
+        }
+        p.partitions = *std::move(ranges);
+        continue;
+      }
       uint64_t value = 0;
       if (!absl::SimpleAtoi(kv.second, &value)) {
         return absl::InvalidArgumentError(
@@ -328,7 +417,18 @@ absl::Status LoaderOptions::Validate() const {
   if (!(max_bad_fraction >= 0 && max_bad_fraction <= 1)) {
     return absl::InvalidArgumentError("loader.max_bad_fraction must be in [0, 1]");
   }
-  if (source.format == Format::kSynthetic) {
+  if (source.kafka.has_value()) {
+    if (source.format == Format::kSynthetic) {
+      return absl::InvalidArgumentError("loader.source.kafka: records are in a file format, not synthetic");
+    }
+    if (!source.files.empty()) return absl::InvalidArgumentError("loader.source: kafka or files, not both");
+    if (source.format == Format::kCsv && source.csv.header) {
+      return absl::InvalidArgumentError("loader.source.csv.header: a stream's records have no header line");
+    }
+    if (epochs != 1) {
+      return absl::InvalidArgumentError("loader.epochs: a stream has one epoch, which does not end");
+    }
+  } else if (source.format == Format::kSynthetic) {
     absl::Status s = source.synthetic.Validate();
     if (!s.ok()) return s;
   } else if (source.files.empty()) {

@@ -31,19 +31,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/data_loader/kafka_options.h"
 
 namespace hyrec::data_loader {
-
-struct KafkaOptions {
-  std::string brokers;  // bootstrap.servers: host:port[,host:port...]. Required.
-  std::string topic;    // Required.
-  std::string group;    // group.id, which Commit commits to. Required.
-  // Passed to librdkafka as they are (security.protocol, ssl.*, sasl.*, ...): mTLS and SASL
-  // settings reach the brokers without hyrec knowing them.
-  std::map<std::string, std::string> properties;
-  // Open's wait for the cluster's metadata; Seek's for the new partitions'.
-  absl::Duration connect_timeout = absl::Seconds(30);
-};
 
 struct KafkaRecord {
   int32_t partition = 0;

@@ -22,6 +22,9 @@
 #include "spdlog/spdlog.h"
 #include "src/data_loader/line_reader.h"
 #include "src/data_loader/source_files.h"
+#ifdef HYREC_HAS_KAFKA
+#include "src/data_loader/stream_windows.h"
+#endif
 
 namespace hyrec::data_loader {
 
@@ -41,6 +44,7 @@ struct RawBatch {
   ReaderPosition window;  // Window that holds this batch (next_batch unused).
   std::vector<std::string> lines;
   std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
+  std::vector<uint64_t> times;  // Stream sources: each line's record time in seconds; else empty.
   std::vector<uint64_t> sample_indices;
   std::vector<std::string> read_errors;  // File-level problems met while reading (skip_bad_files).
   absl::Status fatal;                    // A file-level problem that stops the loader.
@@ -205,7 +209,9 @@ class LoaderImpl final : public Loader {
   struct Window {
     ReaderPosition start;
     std::vector<std::string> lines;
-    std::vector<std::pair<uint32_t, uint64_t>> origins;  // (file index, line number) per line
+    // (file index, line number) per line; a stream's (partition, offset).
+    std::vector<std::pair<uint32_t, uint64_t>> origins;
+    std::vector<uint64_t> times;  // Stream sources: each line's record time in seconds.
     std::vector<uint64_t> indices;
     std::vector<std::string> read_errors;
     absl::Status fatal;       // A file-level problem that stops the loader (it ends the window).
@@ -239,6 +245,9 @@ class LoaderImpl final : public Loader {
 
   // Reads the window at the cursor and moves the cursor past it.
   Window ReadWindow(Cursor* cursor) {
+#ifdef HYREC_HAS_KAFKA
+    if (stream_ != nullptr) return ReadStreamWindow(&cursor->at);
+#endif
     Window w;
     w.start = cursor->at;
     const uint64_t want = window_batches_ * static_cast<uint64_t>(options_.batch_size);
@@ -304,6 +313,7 @@ class LoaderImpl final : public Loader {
   // window is shuffled: when all of them are bad the file is probably not in the declared
   // format, and the window ends at once with that error (its lines are not handed on).
   void JudgeHeads(Window* w) {
+    if (options_.source.kafka.has_value()) return;  // Records, not files.
     Sample scratch;
     for (size_t i = 0; i < w->lines.size() && w->fatal.ok(); ++i) {
       const auto [file, number] = w->origins[i];
@@ -375,6 +385,7 @@ class LoaderImpl final : public Loader {
           } else {
             raw.lines.push_back(std::move(w.lines[order[i]]));
             raw.origins.push_back(w.origins[order[i]]);
+            if (!w.times.empty()) raw.times.push_back(w.times[order[i]]);
           }
         }
       }
@@ -385,6 +396,45 @@ class LoaderImpl final : public Loader {
     at->window_batch += batches_here;
     return true;
   }
+
+#ifdef HYREC_HAS_KAFKA
+ public:
+  // A stream source: connects to its topic and starts at the earliest window a worker needs
+  // (every partition from its earliest record on a fresh start). Before Begin.
+  absl::Status OpenStream() {
+    const KafkaOptions& kafka = *options_.source.kafka;
+    HYREC_ASSIGN_OR_RETURN(std::unique_ptr<KafkaReader> reader, KafkaReader::Open(kafka, 0, 1));
+    const uint64_t B = static_cast<uint64_t>(options_.batch_size);
+    stream_ = std::make_unique<StreamWindows>(std::move(reader), B, window_batches_ * B, kafka.linger);
+    return stream_->Start(start_.partitions);
+  }
+
+ private:
+  bool Stopping() const {
+    absl::MutexLock lock(&mu_);
+    return stopping_;
+  }
+
+  // The stream's next window; `at` moves to the window after it.
+  Window ReadStreamWindow(ReaderPosition* at) {
+    Window w;
+    absl::StatusOr<StreamWindow> read = stream_->Next([this] { return Stopping(); });
+    w.start = *at;
+    if (!read.ok()) {
+      w.fatal = read.status();
+      return w;
+    }
+    w.start.partitions = read->ranges;
+    for (KafkaRecord& r : read->records) {
+      w.lines.push_back(std::move(r.value));
+      w.origins.emplace_back(static_cast<uint32_t>(r.partition), static_cast<uint64_t>(r.offset));
+      w.times.push_back(r.timestamp_ms > 0 ? static_cast<uint64_t>(r.timestamp_ms / 1000) : 0);
+    }
+    at->partitions = read->ranges;
+    for (PartitionRange& r : at->partitions) r.start = r.end;
+    return w;
+  }
+#endif
 
   static void NextFile(ReaderPosition* at) {
     ++at->file_index;
@@ -417,16 +467,17 @@ class LoaderImpl final : public Loader {
       for (size_t i = 0; i < raw.lines.size(); ++i) {
         absl::Status s = ParseLine(raw.lines[i], &samples[good]);
         if (s.ok()) {
+          if (!raw.times.empty() && samples[good].time == 0) samples[good].time = raw.times[i];
           if (!keep_fields_.empty()) Keep(raw.lines[i], &kept);
           ++good;
         } else {
           ++parsed.bad;
           if (parsed.bad_messages.size() < kMaxBadMessages) {
             // With header: false, a bad first line is most often a header.
-            const bool header_like =
-                options_.source.format == Format::kCsv && !csv_header_ && raw.origins[i].second == 1;
+            const bool header_like = options_.source.format == Format::kCsv && !csv_header_ &&
+                                     !options_.source.kafka.has_value() && raw.origins[i].second == 1;
             parsed.bad_messages.push_back(
-                absl::StrCat(options_.source.files[raw.origins[i].first], ":", raw.origins[i].second, ": ", s.message(),
+                absl::StrCat(Where(raw.origins[i]), ": ", s.message(),
                              header_like ? " (a header line? then set csv.header: true)" : ""));
           }
         }
@@ -455,6 +506,14 @@ class LoaderImpl final : public Loader {
       absl::MutexLock lock(&mu_);
       parsed_.emplace(parsed.raw.sequence, std::move(parsed));
     }
+  }
+
+  // Where a line came from: file:line, or a stream's topic[partition]@offset.
+  std::string Where(const std::pair<uint32_t, uint64_t>& origin) const {
+    if (options_.source.kafka.has_value()) {
+      return absl::StrCat(options_.source.kafka->topic, "[", origin.first, "]@", origin.second);
+    }
+    return absl::StrCat(options_.source.files[origin.first], ":", origin.second);
   }
 
   // Appends the kept fields of `line`, a good one.
@@ -578,6 +637,9 @@ class LoaderImpl final : public Loader {
   const std::vector<uint64_t> file_bytes_;  // Per file, on disk at Start.
   std::vector<uint64_t> bytes_before_;      // bytes_before_[i]: of the files before file i.
   std::unique_ptr<SyntheticSource> synthetic_;
+#ifdef HYREC_HAS_KAFKA
+  std::unique_ptr<StreamWindows> stream_;  // A stream source's windows; null for others.
+#endif
   std::vector<uint64_t> next_for_worker_;
   std::vector<std::unique_ptr<WorkerQueue>> queues_;
   ReaderPosition start_;
@@ -618,7 +680,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
       return absl::InvalidArgumentError(
           absl::StrCat("resume position ", w, " (", resume[w].DebugString(), ") does not belong to worker ", w));
     }
-    if (options.source.format != Format::kSynthetic && resume[w].file_index >= options.source.files.size()) {
+    if (options.source.format != Format::kSynthetic && !options.source.kafka.has_value() &&
+        resume[w].file_index >= options.source.files.size()) {
       return absl::InvalidArgumentError(absl::StrCat("resume position ", w, " names file ", resume[w].file_index,
                                                      " of ", options.source.files.size()));
     }
@@ -637,6 +700,14 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Start(const LoaderOptions& optio
   absl::StatusOr<std::vector<uint64_t>> file_bytes = CheckFiles(&resolved.source);
   if (!file_bytes.ok()) return file_bytes.status();
   auto loader = std::make_unique<LoaderImpl>(std::move(resolved), resume, std::move(*file_bytes));
+  if (options.source.kafka.has_value()) {
+#ifdef HYREC_HAS_KAFKA
+    HYREC_RETURN_IF_ERROR(loader->OpenStream());
+#else
+    return absl::FailedPreconditionError(
+        "loader.source.kafka: this build of hyrec has no Kafka source (librdkafka-dev was missing when it was built)");
+#endif
+  }
   loader->Begin();
   return std::unique_ptr<Loader>(std::move(loader));
 }

@@ -393,7 +393,7 @@ absl::Status ParseLibffmLine(absl::string_view line, const LibsvmOptions& option
 std::string ReaderPosition::DebugString() const {
   return absl::StrCat("next batch ", next_batch, " in the window of epoch ", epoch, " batch ", window_batch,
                       " (global ", window_global, ") at file ", file_index, " byte ", byte_offset, " line ",
-                      line_number);
+                      line_number, partitions.empty() ? "" : " partitions ", FormatPartitionRanges(partitions));
 }
 
 }  // namespace hyrec::data_loader

@@ -27,6 +27,15 @@ absl::StatusOr<FileEntry> WritePositionFile(Env* env, const std::string& dir, in
   e.U64(p.byte_offset);
   e.U64(p.line_number);
   e.U64(p.next_batch);
+  // Stream sources' ranges follow; a position of a file source ends here, as before they existed.
+  if (!p.partitions.empty()) {
+    e.U32(static_cast<uint32_t>(p.partitions.size()));
+    for (const PartitionRange& r : p.partitions) {
+      e.U32(static_cast<uint32_t>(r.partition));
+      e.U64(static_cast<uint64_t>(r.start));
+      e.U64(static_cast<uint64_t>(r.end));
+    }
+  }
   HYREC_RETURN_IF_ERROR(w->Add(kPositionBlock, e.str()));
   return w->Finish(sync);
 }
@@ -51,6 +60,16 @@ absl::StatusOr<std::vector<ReaderPosition>> ReadPositionFiles(Env* env, const st
     p.byte_offset = d.U64();
     p.line_number = d.U64();
     p.next_batch = d.U64();
+    if (d.ok() && !d.done()) {
+      const uint32_t ranges = d.U32();
+      for (uint32_t i = 0; i < ranges && d.ok(); ++i) {
+        PartitionRange r;
+        r.partition = static_cast<int32_t>(d.U32());
+        r.start = static_cast<int64_t>(d.U64());
+        r.end = static_cast<int64_t>(d.U64());
+        p.partitions.push_back(r);
+      }
+    }
     if (!has || b.type != kPositionBlock || !d.done() || rank != r) {
       return absl::DataLossError(absl::StrCat(reader->path(), ": malformed position block"));
     }

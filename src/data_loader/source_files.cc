@@ -127,6 +127,10 @@ absl::StatusOr<std::vector<uint64_t>> CheckFiles(SourceConfig* source_config) {
   SourceConfig& source = *source_config;
   std::vector<uint64_t> bytes(source.files.size(), 0);
   if (source.format == Format::kSynthetic) return bytes;
+  if (source.kafka.has_value()) {  // Records, not files; a csv record has no header.
+    if (source.format == Format::kCsv) HYREC_RETURN_IF_ERROR(source.csv.Resolve(nullptr));
+    return bytes;
+  }
   if (source.format == Format::kCsv && !source.csv.header) HYREC_RETURN_IF_ERROR(source.csv.Resolve(nullptr));
   std::vector<std::string> header;
   absl::Status first;

@@ -47,6 +47,7 @@ std::pair<int64_t, uint64_t> PlannedSteps(const data_loader::LoaderOptions& o, i
 // The held-out split, or (`test`) the test split: synthetic test samples follow the held-out ones.
 data_loader::LoaderOptions HeldOut(const JobSpec& spec, const data_loader::LoaderOptions& training, bool test) {
   data_loader::LoaderOptions o = training;
+  o.source.kafka.reset();  // A stream job's held-out data is files (eval.files).
   o.source.synthetic.first_index = kEvalFirstIndex + (test ? spec.eval.samples : 0);
   o.source.synthetic.num_samples = test ? spec.eval.test_samples : spec.eval.samples;
   if (training.source.format != data_loader::Format::kSynthetic)

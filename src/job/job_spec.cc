@@ -528,7 +528,9 @@ std::vector<std::string> DefaultFeatureNames(const data_loader::SourceConfig& so
 
 namespace {
 
+// A stream's records carry their timestamps; a file source has times from a csv time column.
 bool SourceHasTimes(const data_loader::SourceConfig& source) {
+  if (source.kafka.has_value()) return true;
   return source.format == data_loader::Format::kCsv &&
          std::any_of(source.csv.columns.begin(), source.csv.columns.end(),
                      [](const data_loader::CsvColumn& c) { return c.kind == data_loader::CsvColumn::Kind::kTime; });

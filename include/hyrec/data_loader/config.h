@@ -43,7 +43,7 @@ namespace hyrec::data_loader {
 absl::StatusOr<LoaderOptions> ParseLoaderConfig(const YAML::Node& node, absl::string_view path);
 
 // One line per worker: "next_batch=N epoch=E window_batch=B window_global=G file_index=F
-// byte_offset=O line_number=L".
+// byte_offset=O line_number=L", and for a stream source " partitions=P:S-E,...".
 std::string FormatPositions(const std::vector<ReaderPosition>& positions);
 absl::StatusOr<std::vector<ReaderPosition>> ParsePositions(absl::string_view text);
 

@@ -31,12 +31,14 @@
 #define HYREC_DATA_LOADER_LOADER_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/data_loader/kafka_options.h"
 #include "hyrec/data_loader/parsers.h"
 #include "hyrec/data_loader/sample.h"
 #include "hyrec/data_loader/synthetic.h"
@@ -46,6 +48,11 @@ namespace hyrec::data_loader {
 struct SourceConfig {
   Format format = Format::kSynthetic;
   std::vector<std::string> files;  // Plain or gzip; read in this order every epoch.
+  // A stream source: records from a Kafka topic, one sample each in `format` (csv, criteo,
+  // libsvm, libffm; a csv has no header), in place of files. Its one epoch does not end: the
+  // loader reads until stopped. A sample without a time of its own (a csv time column) takes its
+  // record's timestamp.
+  std::optional<KafkaOptions> kafka;
   // A file that cannot be read whole is skipped (one bad line) instead of failing the loader;
   // at least one file must still be usable at Start.
   bool skip_bad_files = false;

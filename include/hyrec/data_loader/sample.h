@@ -15,6 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
 namespace hyrec::data_loader {
 
 // One parsed record. Slot k's ids are ids[slot_offsets[k] .. slot_offsets[k+1]).
@@ -54,6 +57,20 @@ struct TableIds {
   std::vector<std::vector<uint32_t>> inverse;  // per slot of the batch (empty for other tables)
 };
 
+// A stream source's records of one partition in a window: offsets [start, end).
+struct PartitionRange {
+  int32_t partition = 0;
+  int64_t start = 0;
+  int64_t end = 0;
+  bool operator==(const PartitionRange& o) const {
+    return partition == o.partition && start == o.start && end == o.end;
+  }
+};
+
+// "P:S-E,P:S-E" (the positions text of config.h), and back; INVALID_ARGUMENT names a bad item.
+std::string FormatPartitionRanges(const std::vector<PartitionRange>& ranges);
+absl::StatusOr<std::vector<PartitionRange>> ParsePartitionRanges(absl::string_view text);
+
 // Where a worker's stream stands: enough to resume it exactly, as a small value
 // (docs/data.md, "Resume"). It names the shuffle window that holds the worker's next batch and
 // the global id of that batch; the loader re-reads and re-shuffles that window and skips what the
@@ -66,11 +83,14 @@ struct ReaderPosition {
   uint64_t byte_offset = 0;    // In the uncompressed stream of that file.
   uint64_t line_number = 1;    // 1-based line of the window's first line in that file.
   uint64_t next_batch = 0;     // Global id of the next batch this worker should receive.
+  // Stream sources (Kafka): the window's records, per partition, so that it is read again exactly;
+  // empty for files and the synthetic source.
+  std::vector<PartitionRange> partitions;
 
   bool operator==(const ReaderPosition& o) const {
     return epoch == o.epoch && window_batch == o.window_batch && window_global == o.window_global &&
            file_index == o.file_index && byte_offset == o.byte_offset && line_number == o.line_number &&
-           next_batch == o.next_batch;
+           next_batch == o.next_batch && partitions == o.partitions;
   }
   std::string DebugString() const;
 };

@@ -1,0 +1,29 @@
+// KafkaOptions: where a stream source's records come from (loader.source.kafka).
+#ifndef HYREC_DATA_LOADER_KAFKA_OPTIONS_H_
+#define HYREC_DATA_LOADER_KAFKA_OPTIONS_H_
+
+#include <map>
+#include <string>
+
+#include "absl/time/time.h"
+
+namespace hyrec::data_loader {
+
+struct KafkaOptions {
+  std::string brokers;  // bootstrap.servers: host:port[,host:port...]. Required.
+  std::string topic;    // Required.
+  std::string group;    // group.id, to which offsets are committed once a cut holds them. Required.
+  // Passed to librdkafka as they are (security.protocol, ssl.*, sasl.*, ...): mTLS and SASL
+  // settings reach the brokers without hyrec knowing them.
+  std::map<std::string, std::string> properties;
+  // The wait for the cluster's metadata at the start (brokers that do not answer are an error
+  // then) and for each partition's offsets.
+  absl::Duration connect_timeout = absl::Seconds(30);
+  // How long the loader waits for more records once it holds a whole batch: a batch goes out
+  // within this of its last record's arrival when records come slower than batches.
+  absl::Duration linger = absl::Milliseconds(100);
+};
+
+}  // namespace hyrec::data_loader
+
+#endif  // HYREC_DATA_LOADER_KAFKA_OPTIONS_H_

@@ -1,0 +1,121 @@
+#include "src/data_loader/stream_windows.h"
+
+#include <algorithm>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "hyrec/common/status_macros.h"
+
+namespace hyrec::data_loader {
+namespace {
+
+// How often a stream looks for partitions added to its topic.
+constexpr absl::Duration kRefreshEvery = absl::Seconds(10);
+// The longest single wait for records, so that a stop is seen.
+constexpr absl::Duration kPollSlice = absl::Milliseconds(100);
+
+void Order(std::vector<KafkaRecord>* records) {
+  std::sort(records->begin(), records->end(), [](const KafkaRecord& a, const KafkaRecord& b) {
+    return std::tie(a.timestamp_ms, a.partition, a.offset) < std::tie(b.timestamp_ms, b.partition, b.offset);
+  });
+}
+
+}  // namespace
+
+StreamWindows::StreamWindows(std::unique_ptr<KafkaReader> reader, uint64_t batch_size, uint64_t window_records,
+                             absl::Duration linger)
+    : reader_(std::move(reader)),
+      batch_size_(std::max<uint64_t>(1, batch_size)),
+      window_records_(std::max(batch_size_, window_records - window_records % batch_size_)),
+      linger_(linger) {}
+
+absl::Status StreamWindows::Start(const std::vector<PartitionRange>& first) {
+  PartitionOffsets start;
+  for (const PartitionRange& r : first) {
+    start[r.partition] = r.start;
+    if (r.end > r.start) replay_[r.partition] = r.end;
+  }
+  HYREC_RETURN_IF_ERROR(reader_->Seek(start));
+  for (const auto& [p, offset] : reader_->positions()) next_[p] = offset;
+  refreshed_ = absl::Now();
+  return absl::OkStatus();
+}
+
+absl::Status StreamWindows::Poll(absl::Duration timeout) {
+  if (absl::Now() - refreshed_ >= kRefreshEvery) {
+    refreshed_ = absl::Now();
+    HYREC_RETURN_IF_ERROR(reader_->RefreshPartitions().status());
+    for (const auto& [p, offset] : reader_->positions()) next_.emplace(p, offset);
+  }
+  std::vector<KafkaRecord> got;
+  HYREC_RETURN_IF_ERROR(reader_->Poll(&got, window_records_, timeout));
+  for (KafkaRecord& r : got) pending_.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& stopping) {
+  if (!replay_.empty()) return Replay(stopping);
+  absl::Time batch_at = absl::InfiniteFuture();  // When the window first held a whole batch.
+  while (pending_.size() < window_records_) {
+    if (stopping()) return absl::CancelledError("the loader was stopped");
+    const absl::Time now = absl::Now();
+    if (pending_.size() >= batch_size_) {
+      if (batch_at == absl::InfiniteFuture()) batch_at = now;
+      if (now - batch_at >= linger_) break;
+    }
+    HYREC_RETURN_IF_ERROR(
+        Poll(pending_.size() >= batch_size_ ? std::min(kPollSlice, batch_at + linger_ - now) : kPollSlice));
+  }
+  const size_t n = std::min<size_t>(pending_.size(), window_records_);
+  return Take(n - n % batch_size_);
+}
+
+// The window `replay_` names: every partition read to its end; what arrives past an end (or from
+// a partition it does not name) waits for the windows after it.
+absl::StatusOr<StreamWindow> StreamWindows::Replay(const std::function<bool()>& stopping) {
+  StreamWindow w;
+  std::map<int32_t, int64_t> reached = next_;
+  for (;;) {
+    bool whole = true;
+    for (const auto& [p, end] : replay_) whole = whole && reached[p] >= end;
+    if (whole) break;
+    if (stopping()) return absl::CancelledError("the loader was stopped");
+    std::vector<KafkaRecord> got;
+    HYREC_RETURN_IF_ERROR(reader_->Poll(&got, window_records_, kPollSlice));
+    for (KafkaRecord& r : got) {
+      reached[r.partition] = r.offset + 1;
+      auto end = replay_.find(r.partition);
+      if (end != replay_.end() && r.offset < end->second) {
+        w.records.push_back(std::move(r));
+      } else {
+        pending_.push_back(std::move(r));
+      }
+    }
+  }
+  for (const auto& [p, start] : next_) {
+    auto end = replay_.find(p);
+    w.ranges.push_back({p, start, end != replay_.end() ? end->second : start});
+  }
+  for (const auto& [p, end] : replay_) next_[p] = end;
+  replay_.clear();
+  Order(&w.records);
+  return w;
+}
+
+// The first `n` pending records (per partition, a prefix of what arrived) as a window.
+StreamWindow StreamWindows::Take(size_t n) {
+  StreamWindow w;
+  std::map<int32_t, int64_t> end = next_;
+  for (size_t i = 0; i < n; ++i) {
+    end[pending_.front().partition] = pending_.front().offset + 1;
+    w.records.push_back(std::move(pending_.front()));
+    pending_.pop_front();
+  }
+  for (const auto& [p, start] : next_) w.ranges.push_back({p, start, end[p]});
+  next_ = std::move(end);
+  Order(&w.records);
+  return w;
+}
+
+}  // namespace hyrec::data_loader
