@@ -15,6 +15,7 @@
 #include "hyrec/common/yaml_config.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
+#include "hyrec/data_loader/kafka_options.h"
 #include "hyrec/job/job_plan.h"
 #include "run_command.h"
 #include "src/data_loader/batch_codec.h"
@@ -534,6 +535,16 @@ TEST(DataService, AStreamPositionTravelsWhole) {
                    .ok())
       << "an end before its start";
   EXPECT_FALSE(ParsePartitionRanges("1:2").ok());
+}
+
+// What a cut commits to a stream's group: each partition's earliest window start over the
+// workers; a partition one worker's window does not know yet is left out.
+TEST(DataService, ACutCommitsTheEarliestWindowStartOfEachPartition) {
+  ReaderPosition a, b;
+  a.partitions = {{0, 100, 130}, {1, 40, 60}};
+  b.partitions = {{0, 130, 150}, {1, 60, 60}, {2, 0, 9}};
+  EXPECT_EQ(CutOffsets({a, b}), (std::map<int32_t, int64_t>{{0, 100}, {1, 40}}));
+  EXPECT_TRUE(CutOffsets({ReaderPosition(), ReaderPosition()}).empty()) << "a file source's cut";
 }
 
 TEST(DataService, AKafkaSourceIsReadWithItsKeysChecked) {

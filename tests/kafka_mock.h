@@ -6,11 +6,23 @@
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+
 namespace hyrec::testing {
+
+// A criteo line whose I1 is `id` (a test's name for the record), labelled by a rule of its
+// categories so that a model learns something.
+inline std::string CriteoRecord(int id) {
+  std::string line = absl::StrCat((id % 7) < 3 ? 1 : 0, "\t", id);
+  for (int i = 1; i < 13; ++i) absl::StrAppend(&line, "\t", i);
+  for (int c = 0; c < 26; ++c) absl::StrAppend(&line, "\t", absl::Hex(0x1000 + c + id % 7));
+  return line;
+}
 
 class MockKafka {
  public:
@@ -52,6 +64,26 @@ class MockKafka {
                              RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR;
   }
   bool Flush() { return rd_kafka_flush(producer_, 30000) == RD_KAFKA_RESP_ERR_NO_ERROR; }
+
+  // The offsets `group` has committed for partitions 0..partitions-1 of `topic` (-1: none).
+  std::map<int32_t, int64_t> Committed(const std::string& group, const std::string& topic, int partitions) {
+    char error[512];
+    rd_kafka_conf_t* conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps_.c_str(), error, sizeof(error));
+    rd_kafka_conf_set(conf, "group.id", group.c_str(), error, sizeof(error));
+    rd_kafka_conf_set(conf, "log_level", "3", error, sizeof(error));
+    rd_kafka_t* consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, error, sizeof(error));
+    std::map<int32_t, int64_t> out;
+    if (consumer == nullptr) return out;
+    rd_kafka_topic_partition_list_t* list = rd_kafka_topic_partition_list_new(partitions);
+    for (int p = 0; p < partitions; ++p) rd_kafka_topic_partition_list_add(list, topic.c_str(), p);
+    if (rd_kafka_committed(consumer, list, 10000) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+      for (int i = 0; i < list->cnt; ++i) out[list->elems[i].partition] = list->elems[i].offset;
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+    rd_kafka_destroy(consumer);
+    return out;
+  }
 
  private:
   rd_kafka_t* host_ = nullptr;

@@ -205,14 +205,6 @@ TEST(KafkaReader, BadSettingsAndMembersAreRefusedByName) {
   EXPECT_TRUE(absl::StrContains(KafkaReader::Open(o, 0, 1).status().message(), "group"));
 }
 
-// A criteo line whose I1 is `id` (the test's name for the record); the rest constant.
-std::string CriteoRecord(int id) {
-  std::string line = absl::StrCat(id % 2, "\t", id);
-  for (int i = 1; i < 13; ++i) absl::StrAppend(&line, "\t", i);
-  for (int c = 0; c < 26; ++c) absl::StrAppend(&line, "\t", absl::Hex(0x1000 + c + id % 7));
-  return line;
-}
-
 LoaderOptions StreamLoader(const MockKafka& kafka) {
   LoaderOptions o;
   o.source.format = Format::kCriteo;
@@ -250,7 +242,7 @@ TEST(KafkaLoader, WorkersGetEveryRecordOnceAcrossAStopAndAResume) {
   ASSERT_TRUE(kafka.CreateTopic("clicks", 3));
   const int records = 640;  // 20 batches of 32.
   for (int id = 0; id < records; ++id) {
-    ASSERT_TRUE(kafka.Produce("clicks", id % 3, CriteoRecord(id), 1700000000000 + 1000 * int64_t{id}));
+    ASSERT_TRUE(kafka.Produce("clicks", id % 3, hyrec::testing::CriteoRecord(id), 1700000000000 + 1000 * int64_t{id}));
   }
   ASSERT_TRUE(kafka.Flush());
   std::set<std::string> seen;

@@ -141,8 +141,8 @@ absl::Status ReadSynthetic(const YAML::Node& syn, const std::string& yp, Synthet
 
 // loader.source.kafka: a stream source's cluster, topic and consumer group.
 absl::Status ReadKafka(const YAML::Node& node, const std::string& kp, KafkaOptions* kafka) {
-  HYREC_RETURN_IF_ERROR(
-      CheckKeys(node, kp, {"brokers", "topic", "group", "properties", "connect_timeout_seconds", "linger_ms"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, kp, {"brokers", "topic", "group", "properties", "connect_timeout_seconds", "linger_ms", "bounded"}));
   for (const char* key : {"brokers", "topic", "group"}) {
     if (!node[key])
       return absl::InvalidArgumentError(absl::StrCat(kp, " (", YamlWhere(node), "): missing key '", key, "'"));
@@ -154,6 +154,7 @@ absl::Status ReadKafka(const YAML::Node& node, const std::string& kp, KafkaOptio
   double linger_ms = absl::ToDoubleMilliseconds(kafka->linger);
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "connect_timeout_seconds", kp, &connect_seconds));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "linger_ms", kp, &linger_ms));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "bounded", kp, &kafka->bounded));
   if (!(connect_seconds > 0 && connect_seconds <= 3600)) {
     return absl::InvalidArgumentError(absl::StrCat(JoinKey(kp, "connect_timeout_seconds"), " (",
                                                    YamlWhere(node["connect_timeout_seconds"]),

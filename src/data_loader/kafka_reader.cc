@@ -96,12 +96,8 @@ class KafkaReaderImpl final : public KafkaReader {
   absl::Status Seek(const PartitionOffsets& start) override {
     positions_.clear();
     for (int32_t p : mine_) {
-      int64_t low = 0, high = 0;
-      const rd_kafka_resp_err_t err =
-          rd_kafka_query_watermark_offsets(rk_, o_.topic.c_str(), p, &low, &high, Millis(o_.connect_timeout));
-      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        return KafkaError(err, absl::StrCat("topic '", o_.topic, "' partition ", p, ": its offsets"));
-      }
+      HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
+      const auto [low, high] = low_high;
       auto it = start.find(p);
       if (it == start.end()) {
         positions_[p] = low;
@@ -137,12 +133,8 @@ class KafkaReaderImpl final : public KafkaReader {
     int added = 0;
     for (int32_t p : now) {
       if (p % members_ != member_ || std::find(mine_.begin(), mine_.end(), p) != mine_.end()) continue;
-      int64_t low = 0, high = 0;
-      const rd_kafka_resp_err_t err =
-          rd_kafka_query_watermark_offsets(rk_, o_.topic.c_str(), p, &low, &high, Millis(o_.connect_timeout));
-      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        return KafkaError(err, absl::StrCat("topic '", o_.topic, "' partition ", p, ": its offsets"));
-      }
+      HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
+      const auto [low, high] = low_high;
       mine_.push_back(p);
       positions_[p] = low;
       ++added;
@@ -174,21 +166,36 @@ class KafkaReaderImpl final : public KafkaReader {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<PartitionOffsets> EndOffsets() override {
+    PartitionOffsets ends;
+    for (int32_t p : mine_) {
+      HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
+      ends[p] = low_high.second;
+    }
+    return ends;
+  }
+
   absl::StatusOr<int64_t> Lag() override {
     int64_t lag = 0;
     for (const auto& [p, position] : positions_) {
-      int64_t low = 0, high = 0;
-      const rd_kafka_resp_err_t err =
-          rd_kafka_query_watermark_offsets(rk_, o_.topic.c_str(), p, &low, &high, Millis(o_.connect_timeout));
-      if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
-        return KafkaError(err, absl::StrCat("topic '", o_.topic, "' partition ", p, ": its offsets"));
-      }
-      lag += high - std::max(position, low);
+      HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
+      lag += low_high.second - std::max(position, low_high.first);
     }
     return lag;
   }
 
  private:
+  // Partition p's earliest offset and end offset.
+  absl::StatusOr<std::pair<int64_t, int64_t>> Watermarks(int32_t p) {
+    int64_t low = 0, high = 0;
+    const rd_kafka_resp_err_t err =
+        rd_kafka_query_watermark_offsets(rk_, o_.topic.c_str(), p, &low, &high, Millis(o_.connect_timeout));
+    if (err != RD_KAFKA_RESP_ERR_NO_ERROR) {
+      return KafkaError(err, absl::StrCat("topic '", o_.topic, "' partition ", p, ": its offsets"));
+    }
+    return std::make_pair(low, high);
+  }
+
   // The topic's partitions, from the cluster's metadata.
   absl::StatusOr<std::vector<int32_t>> TopicPartitions(absl::Duration timeout) {
     rd_kafka_topic_t* topic = rd_kafka_topic_new(rk_, o_.topic.c_str(), nullptr);

@@ -75,6 +75,9 @@ class KafkaReader {
   // Commits `offsets` (this reader's partitions) to the group, synchronously.
   virtual absl::Status Commit(const PartitionOffsets& offsets) = 0;
 
+  // Each of this reader's partitions' end offset (the offset its next record will have).
+  virtual absl::StatusOr<PartitionOffsets> EndOffsets() = 0;
+
   // The records not yet read: each partition's end offset less its position, summed.
   virtual absl::StatusOr<int64_t> Lag() = 0;
 };

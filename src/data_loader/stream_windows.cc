@@ -24,11 +24,12 @@ void Order(std::vector<KafkaRecord>* records) {
 }  // namespace
 
 StreamWindows::StreamWindows(std::unique_ptr<KafkaReader> reader, uint64_t batch_size, uint64_t window_records,
-                             absl::Duration linger)
+                             absl::Duration linger, bool bounded)
     : reader_(std::move(reader)),
       batch_size_(std::max<uint64_t>(1, batch_size)),
       window_records_(std::max(batch_size_, window_records - window_records % batch_size_)),
-      linger_(linger) {}
+      linger_(linger),
+      bounded_(bounded) {}
 
 absl::Status StreamWindows::Start(const std::vector<PartitionRange>& first) {
   PartitionOffsets start;
@@ -37,21 +38,42 @@ absl::Status StreamWindows::Start(const std::vector<PartitionRange>& first) {
     if (r.end > r.start) replay_[r.partition] = r.end;
   }
   HYREC_RETURN_IF_ERROR(reader_->Seek(start));
-  for (const auto& [p, offset] : reader_->positions()) next_[p] = offset;
+  for (const auto& [p, offset] : reader_->positions()) next_[p] = polled_[p] = offset;
   refreshed_ = absl::Now();
+  if (bounded_) {
+    HYREC_ASSIGN_OR_RETURN(bound_, reader_->EndOffsets());
+  }
   return absl::OkStatus();
 }
 
 absl::Status StreamWindows::Poll(absl::Duration timeout) {
-  if (absl::Now() - refreshed_ >= kRefreshEvery) {
+  if (!bounded_ && absl::Now() - refreshed_ >= kRefreshEvery) {
     refreshed_ = absl::Now();
     HYREC_RETURN_IF_ERROR(reader_->RefreshPartitions().status());
-    for (const auto& [p, offset] : reader_->positions()) next_.emplace(p, offset);
+    for (const auto& [p, offset] : reader_->positions()) {
+      next_.emplace(p, offset);
+      polled_.emplace(p, offset);
+    }
   }
   std::vector<KafkaRecord> got;
   HYREC_RETURN_IF_ERROR(reader_->Poll(&got, window_records_, timeout));
-  for (KafkaRecord& r : got) pending_.push_back(std::move(r));
+  for (KafkaRecord& r : got) {
+    if (bounded_) {
+      auto bound = bound_.find(r.partition);
+      if (bound == bound_.end() || r.offset >= bound->second) continue;  // After the stream's end.
+    }
+    polled_[r.partition] = r.offset + 1;
+    pending_.push_back(std::move(r));
+  }
   return absl::OkStatus();
+}
+
+bool StreamWindows::AllPolled() const {
+  for (const auto& [p, bound] : bound_) {
+    auto at = polled_.find(p);
+    if (at == polled_.end() || at->second < bound) return false;
+  }
+  return true;
 }
 
 absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& stopping) {
@@ -59,6 +81,11 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
   absl::Time batch_at = absl::InfiniteFuture();  // When the window first held a whole batch.
   while (pending_.size() < window_records_) {
     if (stopping()) return absl::CancelledError("the loader was stopped");
+    if (bounded_ && AllPolled()) {
+      StreamWindow w = Take(pending_.size());
+      w.last = pending_.empty();
+      return w;
+    }
     const absl::Time now = absl::Now();
     if (pending_.size() >= batch_size_) {
       if (batch_at == absl::InfiniteFuture()) batch_at = now;
@@ -87,10 +114,16 @@ absl::StatusOr<StreamWindow> StreamWindows::Replay(const std::function<bool()>& 
       reached[r.partition] = r.offset + 1;
       auto end = replay_.find(r.partition);
       if (end != replay_.end() && r.offset < end->second) {
+        polled_[r.partition] = r.offset + 1;
         w.records.push_back(std::move(r));
-      } else {
-        pending_.push_back(std::move(r));
+        continue;
       }
+      if (bounded_) {
+        auto bound = bound_.find(r.partition);
+        if (bound == bound_.end() || r.offset >= bound->second) continue;  // After the stream's end.
+      }
+      polled_[r.partition] = r.offset + 1;
+      pending_.push_back(std::move(r));
     }
   }
   for (const auto& [p, start] : next_) {

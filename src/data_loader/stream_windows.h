@@ -26,13 +26,15 @@ namespace hyrec::data_loader {
 struct StreamWindow {
   std::vector<KafkaRecord> records;    // In the window's order.
   std::vector<PartitionRange> ranges;  // Every partition's, [start, end); ascending partitions.
+  bool last = false;                   // A bounded stream's last window (it may end in a partial batch).
 };
 
 class StreamWindows {
  public:
   // `window_records`: a multiple of `batch_size`.
+  // `bounded`: only the records each partition held at Start (KafkaOptions::bounded).
   StreamWindows(std::unique_ptr<KafkaReader> reader, uint64_t batch_size, uint64_t window_records,
-                absl::Duration linger);
+                absl::Duration linger, bool bounded);
 
   // Reads from `first`: a window read before (some end > start), read again exactly; or the
   // starts of the next window (every end == start; empty: every partition from its earliest
@@ -46,14 +48,19 @@ class StreamWindows {
   absl::Status Poll(absl::Duration timeout);
   absl::StatusOr<StreamWindow> Replay(const std::function<bool()>& stopping);
   StreamWindow Take(size_t n);
+  // bounded_: whether every partition's records up to its bound were polled.
+  bool AllPolled() const;
 
   const std::unique_ptr<KafkaReader> reader_;
   const uint64_t batch_size_;
   const uint64_t window_records_;
   const absl::Duration linger_;
+  const bool bounded_;
+  std::map<int32_t, int64_t> bound_;   // bounded_: each partition's end offset at Start.
   std::deque<KafkaRecord> pending_;    // Polled, in arrival order, not yet in a window.
   std::map<int32_t, int64_t> next_;    // Per partition: the offset after the last window's records.
   std::map<int32_t, int64_t> replay_;  // The ends of the window to read again first; empty: none.
+  std::map<int32_t, int64_t> polled_;  // Per partition: the offset after the last record polled.
   absl::Time refreshed_ = absl::InfinitePast();
 };
 

@@ -498,6 +498,19 @@ absl::Status JobCuts::WriteAndCommit(Commit& c, bool* committed, bool* awaited) 
   return RetireCheckpoints(c.env, c.root, kCheckpointPrefix, plan.checkpoint.keep_last, keep, c.dir, m.job_id);
 }
 
+// The stream's consumer group hears of the records a committed checkpoint holds. A failure is
+// said and the job goes on: the checkpoint, not the group, is where a resumed job starts.
+void JobCuts::CommitStreamOffsets(const Commit& c) {
+  absl::Status s = [&]() -> absl::Status {
+    HYREC_ASSIGN_OR_RETURN(const std::vector<data_loader::ReaderPosition> cut,
+                           data_loader::ReadPositionFiles(c.env, c.dir, c.manifest, options_.plan->world_size));
+    return data_loader::CommitCutOffsets(*options_.plan->stream, cut);
+  }();
+  if (!s.ok())
+    std::cerr << "hyrec: checkpoint " << c.dir
+              << ": its offsets were not committed to the stream's group: " << s.message() << "\n";
+}
+
 void JobCuts::RunCommit(Commit& c) {
   bool committed = false;
   bool awaited = false;  // The shards' part is done (or timed out): nothing more lands in dir.
@@ -506,6 +519,7 @@ void JobCuts::RunCommit(Commit& c) {
     if (!awaited) (void)options_.ps->AwaitCut(c.id, absl::Seconds(options_.plan->checkpoint.timeout_seconds));
     (void)DeleteDirAndFiles(c.env, c.dir);
   }
+  if (s.ok() && c.checkpoint && options_.plan->stream.has_value()) CommitStreamOffsets(c);
   std::lock_guard<std::mutex> lock(shared_->mu);
   if (s.ok() && c.checkpoint) {
     shared_->last_checkpoint = c.dir;

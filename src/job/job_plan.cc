@@ -294,6 +294,7 @@ absl::StatusOr<WorkerPlan> PlanWorker(const JobSpec& spec, const SlotLayout& lay
   worker.eval = spec.eval;
   worker.checkpoint = spec.checkpoint;
   worker.serving = spec.serving;
+  worker.stream = spec.loader.source.kafka;
   worker.synthetic = spec.loader.source.format == data_loader::Format::kSynthetic;
   worker.has_eval_data = worker.synthetic ? spec.eval.samples > 0 : !spec.eval.files.empty();
   worker.eval_loader = HeldOut(spec, loader, /*test=*/false);

@@ -4,8 +4,11 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "hyrec/data_loader/sample.h"
 
 namespace hyrec::data_loader {
 
@@ -22,7 +25,19 @@ struct KafkaOptions {
   // How long the loader waits for more records once it holds a whole batch: a batch goes out
   // within this of its last record's arrival when records come slower than batches.
   absl::Duration linger = absl::Milliseconds(100);
+  // Read only the records each partition held when the loader started (its end offsets then),
+  // then end the epoch, as a file source ends: a backfill, or a test. False: read until stopped.
+  bool bounded = false;
 };
+
+// The offsets a cut holds, as a consumer group's offsets: per partition, the earliest start of
+// the workers' windows (every record before it was trained; the records of those windows may
+// partly be). A partition some worker's window does not know yet is left out.
+std::map<int32_t, int64_t> CutOffsets(const std::vector<ReaderPosition>& cut);
+
+// Commits CutOffsets(cut) to `kafka`'s group, so that its lag shows what the job has trained.
+// FAILED_PRECONDITION when this build has no Kafka source.
+absl::Status CommitCutOffsets(const KafkaOptions& kafka, const std::vector<ReaderPosition>& cut);
 
 }  // namespace hyrec::data_loader
 

@@ -177,6 +177,7 @@ class JobCuts {
   // Worker 0's commit of a cut every worker agreed on: the dense file, the shards' files, the
   // manifest, then (a checkpoint) retiring old ones; a failure removes what the cut wrote.
   void RunCommit(Commit& c);
+  void CommitStreamOffsets(const Commit& c);
   // Worker 0's part of a cut once every worker wrote its own: the previous commit done (its
   // failure, with fail_on_error, fails this cut), the shards told to begin, the dense state
   // copied. Returns `local`, or what failed.

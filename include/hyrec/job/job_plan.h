@@ -21,6 +21,7 @@
 #define HYREC_JOB_JOB_PLAN_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -114,6 +115,8 @@ struct WorkerPlan {
   data_loader::LoaderOptions test_loader;
   bool has_test_data = false;
   bool synthetic = false;  // The teacher's AUC (the best reachable) is known.
+  // A stream source (loader.source.kafka): worker 0 commits each checkpoint's offsets to its group.
+  std::optional<data_loader::KafkaOptions> stream;
 };
 
 struct JobPlan {
