@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
+#include "hyrec/job/job_plan.h"
 #include "kafka_mock.h"
 #include "run_command.h"
 
@@ -74,6 +75,14 @@ TEST_P(StreamTrain, ABoundedStreamTrainsEveryRecordOnceAndResumesWithNothingLeft
 }
 
 INSTANTIATE_TEST_SUITE_P(EmbeddedAndProcesses, StreamTrain, ::testing::Bool());
+
+TEST(StreamTrainErrors, TheExampleStreamJobPlans) {
+  absl::StatusOr<job::JobPlan> plan = job::PlanJobFile(HYREC_SOURCE_DIR "/examples/configs/stream.yaml");
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->workers[0].stream.has_value());
+  EXPECT_EQ(plan->workers[0].stream->topic, "clicks");
+  EXPECT_FALSE(plan->workers[0].eval_loader.source.kafka.has_value()) << "held-out data is files";
+}
 
 TEST(StreamTrainErrors, AMissingTopicIsInvalidInputNamingIt) {
   MockKafka kafka;
