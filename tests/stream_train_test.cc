@@ -30,8 +30,9 @@ std::string WriteJob(const std::string& name, const std::string& brokers, const 
       "loader:\n  source:\n    format: criteo\n    kafka: {brokers: '", brokers, "', topic: ", topic,
       ", group: hyrec-test, bounded: true, connect_timeout_seconds: 5, linger_ms: 20}\n",
       "  batch_size: 64\n  threads: 1\n  shuffle_window: 256\n",
-      "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n", "ps: {shards: 2}\n", "train: {workers: 2}\n",
-      "checkpoint: {dir: ", dir, "/ckpt, every_steps: 4}\n");
+      "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n", "ps: {shards: 2}\n",
+      "train: {workers: 2, log_every_batches: 2}\n", "eval: {progressive_window: 512}\n", "checkpoint: {dir: ", dir,
+      "/ckpt, every_steps: 4}\n");
   return path;
 }
 
@@ -53,12 +54,14 @@ TEST_P(StreamTrain, ABoundedStreamTrainsEveryRecordOnceAndResumesWithNothingLeft
   std::filesystem::remove_all(dir);
   const std::string job = WriteJob(processes ? "stream_p" : "stream_e", kafka.brokers(), "clicks", dir);
   const std::string report = dir + "_report.yaml";
-  std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--plot=", "--report=" + report};
+  std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--plot=", "--report=" + report,
+                                   "--progress=lines"};
   if (processes) argv.push_back("--processes");
   hyrec::testing::CommandResult r = RunCommand(argv);
   ASSERT_EQ(r.code, 0) << r.all();
   EXPECT_EQ(ReportField(report, "samples"), "1024") << r.all();
   EXPECT_FALSE(ReportField(report, "checkpoint").empty()) << r.all();
+  EXPECT_TRUE(absl::StrContains(r.all(), "progressive AUC")) << "each batch scored before it trains: " << r.all();
   // The group heard of the checkpoints: each partition's committed offset is where the last
   // checkpoint's earliest window starts, past the first window and within the partition.
   const std::map<int32_t, int64_t> committed = kafka.Committed("hyrec-test", "clicks", 3);

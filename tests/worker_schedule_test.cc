@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "src/dense_worker/cut_schedule.h"
 #include "src/dense_worker/early_stopping.h"
 #include "src/dense_worker/evaluator.h"
+#include "src/dense_worker/progressive_validation.h"
 
 namespace hyrec::dense_worker {
 namespace {
@@ -235,6 +237,33 @@ TEST(Evaluator, PatienceStopsAndAResumedRunGoesOnCounting) {
   ScriptedScores failing({});
   Evaluator broken(o, failing.fn(), nullptr, &report);
   EXPECT_EQ(broken.Evaluate(40).status().code(), absl::StatusCode::kInternal);
+}
+
+// The window holds the last samples only; AUC and log loss are over what it holds.
+TEST(ProgressiveValidation, MeasuresTheLastWindowOfSamples) {
+  ProgressiveValidation pv(4);
+  EXPECT_EQ(pv.Measure().samples, 0u);
+  const float wrong_logits[] = {5, 5, -5, -5};
+  const float wrong_labels[] = {0, 0, 1, 1};
+  pv.Add(wrong_logits, wrong_labels, 4);
+  Evaluation e = pv.Measure();
+  EXPECT_EQ(e.samples, 4u);
+  EXPECT_EQ(e.auc, 0.0);
+  EXPECT_NEAR(e.log_loss, 5.0067153, 1e-5);  // -log(sigmoid(-5)).
+  const float right_logits[] = {2, -3, 1, -1};
+  const float right_labels[] = {1, 0, 1, 0};
+  pv.Add(right_logits, right_labels, 3);  // Three of the four replaced.
+  e = pv.Measure();
+  EXPECT_EQ(e.samples, 4u);
+  // Kept: (-5, 1) and the three right ones: positives 2, 1, -5; negatives -3.
+  EXPECT_NEAR(e.auc, 2.0 / 3.0, 1e-9);
+  pv.Add(right_logits + 3, right_labels + 3, 1);
+  EXPECT_EQ(pv.Measure().auc, 1.0);
+  EXPECT_NEAR(pv.Measure().log_loss,
+              (std::log1p(std::exp(-2.0)) + std::log1p(std::exp(-3.0)) + std::log1p(std::exp(-1.0)) +
+               std::log1p(std::exp(-1.0))) /
+                  4,
+              1e-6);
 }
 
 }  // namespace

@@ -49,6 +49,9 @@ void ProgressFields(S& p, Visit&& visit) {
   visit("rate", p.samples_per_second);
   visit("loss", p.loss);
   visit("last", p.last);
+  visit("progressive_auc", p.progressive.auc);
+  visit("progressive_log_loss", p.progressive.log_loss);
+  visit("progressive_samples", p.progressive.samples);
   StatsFields(p.stats, visit);
 }
 

@@ -137,6 +137,7 @@ void JobMonitor::SetTeacherAuc(double auc) {
 void JobMonitor::OnProgress(const Progress& p) {
   if (options_.metrics != nullptr) {
     PublishProgress(static_cast<double>(p.samples), p.samples_per_second, p.loss, {}, options_.metrics);
+    if (p.progressive.samples > 0) PublishProgressive(p.progressive, options_.metrics);
     PublishTrainerMetrics(p.stats, options_.worker, options_.metrics);
     if (options_.ps != nullptr) (void)PublishPsMetrics(options_.ps, options_.metrics);
   }
@@ -161,6 +162,7 @@ void JobMonitor::OnProgress(const Progress& p) {
         {absl::StrFormat("  %.0f samples/s", p.samples_per_second), 0},
         {absl::StrFormat("  loss %.4f", p.loss), 1}};
     if (last_auc_ >= 0) parts.emplace_back(absl::StrFormat("  AUC %.4f", last_auc_), 2);
+    if (p.progressive.samples > 0) parts.emplace_back(absl::StrFormat("  progressive AUC %.4f", p.progressive.auc), 2);
     parts.emplace_back(absl::StrCat("  elapsed ", Duration(p.elapsed_seconds)), 5);
     if (eta) parts.emplace_back(absl::StrCat("  ETA ", Duration(eta_seconds)), 3);
     *options_.out << kClearLine << FitLine(parts, TerminalColumns()) << std::flush;
@@ -170,6 +172,10 @@ void JobMonitor::OnProgress(const Progress& p) {
   absl::StrAppend(&line,
                   absl::StrFormat("  lookup %.1f ms  update %.1f ms  waited %.1f ms  staleness %.2f", p.stats.lookup_ms,
                                   p.stats.update_ms, p.stats.wait_for_rows_ms, p.stats.observed_staleness));
+  if (p.progressive.samples > 0) {
+    absl::StrAppend(&line, absl::StrFormat("  progressive AUC %.4f log loss %.4f (%d samples)", p.progressive.auc,
+                                           p.progressive.log_loss, p.progressive.samples));
+  }
   if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
   PrintLocked(line);
 }
@@ -321,6 +327,15 @@ absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry
     embedding_ps::PublishStoreMetrics(shard.store, {{"shard", std::to_string(shard.shard_index)}}, m);
   }
   return absl::OkStatus();
+}
+
+void PublishProgressive(const Evaluation& e, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_progressive_auc", MetricType::kGauge,
+              "AUC of worker 0's last eval.progressive_window samples, each scored before it was trained on.");
+  m->Describe("hyrec_progressive_log_loss", MetricType::kGauge, "Their mean log loss.");
+  m->Set("hyrec_progressive_auc", {}, e.auc);
+  m->Set("hyrec_progressive_log_loss", {}, e.log_loss);
 }
 
 void PublishEvaluation(const Evaluation& e, MetricsRegistry* m) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@
 #include "src/dense_worker/cut_schedule.h"
 #include "src/dense_worker/evaluator.h"
 #include "src/dense_worker/healer.h"
+#include "src/dense_worker/progressive_validation.h"
 #include "src/dense_worker/torch_status.h"
 
 namespace hyrec::dense_worker {
@@ -536,8 +538,14 @@ class WorkerLoop {
     }
     torch::Tensor loss;
     HYREC_RETURN_IF_ERROR(GuardTorch(absl::StrCat("batch ", step, ": forward of model '", plan_.model.kind, "'"), [&] {
-      loss = torch::binary_cross_entropy_with_logits(ctx.Forward(batch), batch.labels);
+      const torch::Tensor logits = ctx.Forward(batch);
+      loss = torch::binary_cross_entropy_with_logits(logits, batch.labels);
       loss_value_ = loss.item<double>();
+      if (progressive_.has_value()) {  // Scored before it trains the model.
+        const torch::Tensor scored = logits.detach().to(torch::kCPU).to(torch::kFloat).contiguous();
+        progressive_->Add(scored.data_ptr<float>(), batch.batch.labels.data(),
+                          std::min<size_t>(static_cast<size_t>(scored.numel()), batch.batch.labels.size()));
+      }
       return absl::OkStatus();
     }));
     if (!std::isfinite(loss_value_)) {
@@ -580,6 +588,7 @@ class WorkerLoop {
     p.elapsed_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
     p.samples_per_second = samples / std::max(p.elapsed_seconds, 1e-9);
     p.loss = loss_window_ / loss_count_;
+    if (progressive_.has_value()) p.progressive = progressive_->Measure();
     p.stats = st;
     p.last = last;
     report_.mean_loss_last = p.loss;
@@ -774,6 +783,11 @@ class WorkerLoop {
   TrainReport report_;
   CutSchedule schedule_{ScheduleOf(plan_)};
   std::unique_ptr<Healer> healer_;  // Null for a worker alone.
+  // Worker 0's, with eval.progressive_window.
+  std::optional<ProgressiveValidation> progressive_ =
+      leader_ && plan_.eval.progressive_window > 0
+          ? std::optional<ProgressiveValidation>(static_cast<size_t>(plan_.eval.progressive_window))
+          : std::nullopt;
   // Worker 0's evaluations; the others learn its stop from EvaluateNow's vote.
   Evaluator evaluator_{EvaluatorOptionsOf(plan_), [this](Evaluator::Split split) { return Score(split); },
                        options_.observer, &report_};

@@ -258,7 +258,7 @@ absl::Status ReadTrain(const YAML::Node& node, TrainSpec* train) {
 absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
   HYREC_RETURN_IF_ERROR(CheckKeys(node, "eval",
                                   {"samples", "files", "test_files", "test_samples", "every_batches", "every_epoch",
-                                   "patience", "metric", "timeout_seconds"}));
+                                   "patience", "metric", "timeout_seconds", "progressive_window"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "samples", "eval", &eval->samples));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "files", "eval", &eval->files));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "test_files", "eval", &eval->test_files));
@@ -268,6 +268,10 @@ absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "patience", "eval", &eval->patience));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "metric", "eval", &eval->metric));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "timeout_seconds", "eval", &eval->timeout_seconds));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "progressive_window", "eval", &eval->progressive_window));
+  if (eval->progressive_window > 100'000'000) {
+    return Invalid("eval.progressive_window", node["progressive_window"], "must be at most 100000000 samples");
+  }
   if (eval->every_batches < 0) return Invalid("eval.every_batches", node["every_batches"], "must be >= 0");
   if (eval->patience < 0) return Invalid("eval.patience", node["patience"], "must be >= 0");
   if (eval->metric != "auc" && eval->metric != "log_loss") {

@@ -93,6 +93,8 @@ void PublishTrainerMetrics(const TrainerStats& stats, uint32_t worker, MetricsRe
 absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry* metrics);
 // hyrec_eval_auc, hyrec_eval_log_loss, hyrec_eval_samples (gauges).
 void PublishEvaluation(const Evaluation& evaluation, MetricsRegistry* metrics);
+// hyrec_progressive_auc and hyrec_progressive_log_loss: progressive validation (Progress::progressive).
+void PublishProgressive(const Evaluation& progressive, MetricsRegistry* metrics);
 
 }  // namespace hyrec::dense_worker
 

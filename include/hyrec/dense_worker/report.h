@@ -49,7 +49,10 @@ struct Progress {
   uint64_t epochs = 0;
   double elapsed_seconds = 0;
   double samples_per_second = 0;
-  double loss = 0;     // Worker 0's mean training loss over the interval.
+  double loss = 0;  // Worker 0's mean training loss over the interval.
+  // Progressive validation (eval.progressive_window): over worker 0's last samples, each scored
+  // before it was trained on; samples 0 when off.
+  Evaluation progressive;
   TrainerStats stats;  // Worker 0's.
   bool last = false;   // The final (possibly shorter) interval.
 };

@@ -126,6 +126,9 @@ struct EvalSpec {
   int patience = 0;
   std::string metric = "auc";    // What "improve" means: auc (higher) or log_loss (lower).
   double timeout_seconds = 600;  // Other workers wait this long for worker 0's evaluation.
+  // Progressive validation: worker 0 scores each of its batches before training on it and
+  // reports the AUC and log loss over its last this many samples so scored; 0: off.
+  uint64_t progressive_window = 0;
 };
 
 struct PsSpec {
