@@ -4,6 +4,7 @@
 #include "src/dense_worker/healer.h"
 
 #include <atomic>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -76,13 +77,12 @@ TEST(Healer, AWorkerAloneOrWithoutATimeoutOrAskedToStopDoesNotHeal) {
   EXPECT_EQ(Healer(nullptr, o).Regroup(cause), cause);
 }
 
-// Ranks at steps {5, 6, 6, -1}: rank 1 (the lowest of the newest) sends; only it captures; every
-// rank, the replacement (-1) too, gets its state.
-TEST(Healer, EveryRankAgreesOnTheLowestNewestSurvivorsState) {
-  const int world = 4;
+// Runs `agree` on a Healer of every rank of a new group of `world` threads, each with its
+// completed steps; returns each rank's agreement (or why it had none).
+std::vector<absl::StatusOr<Healer::Agreement>> AgreeInGroup(
+    const std::vector<int64_t>& completed, const std::function<absl::StatusOr<HealState>(int rank)>& capture) {
+  const int world = static_cast<int>(completed.size());
   const int port = hyrec::PickFreeLoopbackPort();
-  const std::vector<int64_t> completed = {5, 6, 6, -1};
-  std::atomic<int> captures{0};
   std::vector<absl::StatusOr<Healer::Agreement>> agreed(world, absl::UnknownError("not run"));
   std::vector<std::thread> ranks;
   for (int r = 0; r < world; ++r) {
@@ -97,17 +97,26 @@ TEST(Healer, EveryRankAgreesOnTheLowestNewestSurvivorsState) {
       o.timeout = absl::Seconds(20);
       Healer healer(sync->get(), o);
       EXPECT_TRUE(healer.CanHeal());
-      agreed[r] = healer.Agree(completed[r], [&, r]() -> absl::StatusOr<HealState> {
-        ++captures;
-        HealState h = Sample();
-        h.run_tag = static_cast<uint32_t>(r);
-        return h;
-      });
+      agreed[r] = healer.Agree(completed[r], [&, r] { return capture(r); });
     });
   }
   for (std::thread& t : ranks) t.join();
+  return agreed;
+}
+
+// Ranks at steps {5, 6, 6, -1}: rank 1 (the lowest of the newest) sends; only it captures; every
+// rank, the replacement (-1) too, gets its state.
+TEST(Healer, EveryRankAgreesOnTheLowestNewestSurvivorsState) {
+  std::atomic<int> captures{0};
+  const std::vector<absl::StatusOr<Healer::Agreement>> agreed =
+      AgreeInGroup({5, 6, 6, -1}, [&](int rank) -> absl::StatusOr<HealState> {
+        ++captures;
+        HealState h = Sample();
+        h.run_tag = static_cast<uint32_t>(rank);
+        return h;
+      });
   EXPECT_EQ(captures.load(), 1);
-  for (int r = 0; r < world; ++r) {
+  for (size_t r = 0; r < agreed.size(); ++r) {
     ASSERT_TRUE(agreed[r].ok()) << "rank " << r << ": " << agreed[r].status();
     EXPECT_EQ(agreed[r]->source, 1);
     EXPECT_EQ(agreed[r]->newest, 6);
@@ -117,25 +126,9 @@ TEST(Healer, EveryRankAgreesOnTheLowestNewestSurvivorsState) {
 }
 
 TEST(Healer, AGroupWithoutTrainedStateCannotAgree) {
-  const int world = 2;
-  const int port = hyrec::PickFreeLoopbackPort();
-  std::vector<absl::Status> results(world);
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r) {
-    ranks.emplace_back([&, r] {
-      auto sync = nn_sync::DenseSync::Create(Options(r, world, port));
-      if (!sync.ok()) {
-        results[r] = sync.status();
-        return;
-      }
-      HealerOptions o;
-      o.rank = r;
-      o.timeout = absl::Seconds(20);
-      results[r] = Healer(sync->get(), o).Agree(-1, [] { return absl::StatusOr<HealState>(HealState()); }).status();
-    });
+  for (const auto& a : AgreeInGroup({-1, -1}, [](int) { return absl::StatusOr<HealState>(HealState()); })) {
+    EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition) << a.status();
   }
-  for (std::thread& t : ranks) t.join();
-  for (const absl::Status& s : results) EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
 }
 
 // The survivor of a group of two whose peer leaves, waiting with `options`; returns the wait's
