@@ -87,16 +87,20 @@ TEST(StreamTrainErrors, TheExampleStreamJobPlans) {
   EXPECT_FALSE(plan->workers[0].eval_loader.source.kafka.has_value()) << "held-out data is files";
 }
 
-TEST(StreamTrainErrors, AMissingTopicIsInvalidInputNamingIt) {
+TEST(StreamTrainErrors, AMissingTopicIsInvalidInputNamingItEmbeddedAndWithProcesses) {
   MockKafka kafka;
   ASSERT_TRUE(kafka.CreateTopic("clicks", 1));
   rd_kafka_mock_topic_set_error(kafka.cluster(), "no-such-topic", RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART);
   const std::string dir = ::testing::TempDir() + "/stream_missing";
-  std::filesystem::remove_all(dir);
-  const hyrec::testing::CommandResult r = RunCommand(
-      {HYREC_TRAIN_BINARY, "--config=" + WriteJob("stream_missing", kafka.brokers(), "no-such-topic", dir), "--plot="});
-  EXPECT_EQ(r.code, 2) << r.all();
-  EXPECT_TRUE(absl::StrContains(r.all(), "'no-such-topic'")) << r.all();
+  for (const bool processes : {false, true}) {
+    std::filesystem::remove_all(dir);
+    std::vector<std::string> argv = {
+        HYREC_TRAIN_BINARY, "--config=" + WriteJob("stream_missing", kafka.brokers(), "no-such-topic", dir), "--plot="};
+    if (processes) argv.push_back("--processes");
+    const hyrec::testing::CommandResult r = RunCommand(argv);
+    EXPECT_EQ(r.code, 2) << "processes " << processes << ": " << r.all();
+    EXPECT_TRUE(absl::StrContains(r.all(), "'no-such-topic'")) << r.all();
+  }
 }
 
 TEST(StreamTrainErrors, BrokersThatDoNotAnswerAreTransientWithinTheTimeout) {

@@ -12,6 +12,9 @@
 #include "hyrec/common/status_macros.h"
 #include "spdlog/spdlog.h"
 #include "src/data_loader/line_reader.h"
+#ifdef HYREC_HAS_KAFKA
+#include "src/data_loader/kafka_reader.h"
+#endif
 
 namespace hyrec::data_loader {
 
@@ -156,6 +159,14 @@ absl::StatusOr<std::vector<uint64_t>> CheckFiles(SourceConfig* source_config) {
 }
 
 absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source) {
+  if (source.kafka.has_value()) {  // The topic is there and its brokers answer.
+#ifdef HYREC_HAS_KAFKA
+    HYREC_RETURN_IF_ERROR(KafkaReader::Open(*source.kafka, 0, 1).status());
+#else
+    return absl::FailedPreconditionError(
+        "loader.source.kafka: this build of hyrec has no Kafka source (librdkafka-dev was missing when it was built)");
+#endif
+  }
   SourceConfig resolved = source;
   absl::StatusOr<std::vector<uint64_t>> bytes = CheckFiles(&resolved);
   if (!bytes.ok()) return bytes.status();

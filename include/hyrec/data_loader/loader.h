@@ -140,7 +140,8 @@ class Loader {
 // header, which places the named columns). The first problem is NotFound (a missing file), FailedPrecondition (not a
 // regular file) or DataLoss (unreadable, empty, corrupt), naming the file; with
 // source.skip_bad_files problems are logged and only a source with no usable file fails.
-// Returns the files' total bytes on disk. A synthetic source passes with 0.
+// Returns the files' total bytes on disk. A synthetic source passes with 0; a stream source
+// (kafka) with 0 once its brokers answered and have its topic (UNAVAILABLE, NOT_FOUND naming it).
 absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source);
 
 // Builds a Batch from parsed samples: labels, dense, per-slot CSR ids, and per table the unique
