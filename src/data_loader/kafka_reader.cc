@@ -84,8 +84,8 @@ class KafkaReaderImpl final : public KafkaReader {
       rd_kafka_conf_destroy(conf);
       return absl::InvalidArgumentError(absl::StrCat("kafka consumer: ", error));
     }
-    HYREC_ASSIGN_OR_RETURN(all_partitions_, TopicPartitions(o_.connect_timeout));
-    for (int32_t p : all_partitions_) {
+    HYREC_ASSIGN_OR_RETURN(const std::vector<int32_t> all, TopicPartitions(o_.connect_timeout));
+    for (int32_t p : all) {
       if (p % members_ == member_) mine_.push_back(p);
     }
     return absl::OkStatus();
@@ -129,17 +129,15 @@ class KafkaReaderImpl final : public KafkaReader {
   PartitionOffsets positions() const override { return positions_; }
 
   absl::StatusOr<int> RefreshPartitions() override {
-    HYREC_ASSIGN_OR_RETURN(std::vector<int32_t> now, TopicPartitions(o_.connect_timeout));
+    HYREC_ASSIGN_OR_RETURN(const std::vector<int32_t> now, TopicPartitions(o_.connect_timeout));
     int added = 0;
     for (int32_t p : now) {
       if (p % members_ != member_ || std::find(mine_.begin(), mine_.end(), p) != mine_.end()) continue;
       HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
-      const auto [low, high] = low_high;
       mine_.push_back(p);
-      positions_[p] = low;
+      positions_[p] = low_high.first;
       ++added;
     }
-    all_partitions_ = std::move(now);
     if (added == 0) return 0;
     std::sort(mine_.begin(), mine_.end());
     HYREC_RETURN_IF_ERROR(Assign());
@@ -267,7 +265,6 @@ class KafkaReaderImpl final : public KafkaReader {
   const int member_;
   const int members_;
   rd_kafka_t* rk_ = nullptr;
-  std::vector<int32_t> all_partitions_;
   std::vector<int32_t> mine_;
   PartitionOffsets positions_;
 };

@@ -57,15 +57,17 @@ absl::Status StreamWindows::Poll(absl::Duration timeout) {
   }
   std::vector<KafkaRecord> got;
   HYREC_RETURN_IF_ERROR(reader_->Poll(&got, window_records_, timeout));
-  for (KafkaRecord& r : got) {
-    if (bounded_) {
-      auto bound = bound_.find(r.partition);
-      if (bound == bound_.end() || r.offset >= bound->second) continue;  // After the stream's end.
-    }
-    polled_[r.partition] = r.offset + 1;
-    pending_.push_back(std::move(r));
-  }
+  for (KafkaRecord& r : got) Arrived(std::move(r));
   return absl::OkStatus();
+}
+
+void StreamWindows::Arrived(KafkaRecord r) {
+  polled_[r.partition] = r.offset + 1;
+  if (bounded_) {
+    auto bound = bound_.find(r.partition);
+    if (bound == bound_.end() || r.offset >= bound->second) return;  // After the stream's end.
+  }
+  pending_.push_back(std::move(r));
 }
 
 bool StreamWindows::AllPolled() const {
@@ -102,28 +104,21 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
 // a partition it does not name) waits for the windows after it.
 absl::StatusOr<StreamWindow> StreamWindows::Replay(const std::function<bool()>& stopping) {
   StreamWindow w;
-  std::map<int32_t, int64_t> reached = next_;
   for (;;) {
     bool whole = true;
-    for (const auto& [p, end] : replay_) whole = whole && reached[p] >= end;
+    for (const auto& [p, end] : replay_) whole = whole && polled_[p] >= end;
     if (whole) break;
     if (stopping()) return absl::CancelledError("the loader was stopped");
     std::vector<KafkaRecord> got;
     HYREC_RETURN_IF_ERROR(reader_->Poll(&got, window_records_, kPollSlice));
     for (KafkaRecord& r : got) {
-      reached[r.partition] = r.offset + 1;
       auto end = replay_.find(r.partition);
       if (end != replay_.end() && r.offset < end->second) {
         polled_[r.partition] = r.offset + 1;
         w.records.push_back(std::move(r));
-        continue;
+      } else {
+        Arrived(std::move(r));
       }
-      if (bounded_) {
-        auto bound = bound_.find(r.partition);
-        if (bound == bound_.end() || r.offset >= bound->second) continue;  // After the stream's end.
-      }
-      polled_[r.partition] = r.offset + 1;
-      pending_.push_back(std::move(r));
     }
   }
   for (const auto& [p, start] : next_) {

@@ -46,6 +46,9 @@ class StreamWindows {
 
  private:
   absl::Status Poll(absl::Duration timeout);
+  // A record polled for the live windows: noted in polled_, and pending unless past a bounded
+  // stream's end.
+  void Arrived(KafkaRecord r);
   absl::StatusOr<StreamWindow> Replay(const std::function<bool()>& stopping);
   StreamWindow Take(size_t n);
   // bounded_: whether every partition's records up to its bound were polled.
@@ -60,7 +63,8 @@ class StreamWindows {
   std::deque<KafkaRecord> pending_;    // Polled, in arrival order, not yet in a window.
   std::map<int32_t, int64_t> next_;    // Per partition: the offset after the last window's records.
   std::map<int32_t, int64_t> replay_;  // The ends of the window to read again first; empty: none.
-  std::map<int32_t, int64_t> polled_;  // Per partition: the offset after the last record polled.
+  // Per partition: the offset after the last record polled (kept or past a bounded end).
+  std::map<int32_t, int64_t> polled_;
   absl::Time refreshed_ = absl::InfinitePast();
 };
 
