@@ -432,9 +432,17 @@ TEST(JobSpec, CheckpointAndExportKeysAreChecked) {
   EXPECT_NE(
       Error(base + "checkpoint: {dir: c}\nexport: {dir: m, delta_every_steps: -5}\n").find("export.delta_every_steps"),
       std::string::npos);
+  EXPECT_NE(
+      Error(base + "checkpoint: {dir: c}\nexport: {dir: m, base_every_deltas: -1}\n").find("export.base_every_deltas"),
+      std::string::npos);
+  EXPECT_NE(Error(base + "checkpoint: {dir: c}\nexport: {dir: m, keep_bases: 0}\n").find("export.keep_bases"),
+            std::string::npos);
   // A good section reaches every role's plan: the shards' roots and change tracking, the workers'.
   absl::StatusOr<JobSpec> spec = ParseJobSpecText(
-      base + "checkpoint: {dir: c, every_steps: 7}\nexport: {dir: m, delta_every_seconds: 30}\n", "job.yaml");
+      base +
+          "checkpoint: {dir: c, every_steps: 7}\nexport: {dir: m, delta_every_seconds: 30, base_every_deltas: 9, "
+          "keep_bases: 4}\n",
+      "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<JobPlan> plan = Plan(*spec);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -445,6 +453,8 @@ TEST(JobSpec, CheckpointAndExportKeysAreChecked) {
   }
   EXPECT_EQ(plan->workers[0].checkpoint.every_steps, 7);
   EXPECT_EQ(plan->workers[0].serving.delta_every_seconds, 30);
+  EXPECT_EQ(plan->workers[0].serving.base_every_deltas, 9);
+  EXPECT_EQ(plan->workers[0].serving.keep_bases, 4);
   EXPECT_NE(plan->spec.text.find("every_steps: 7"), std::string::npos);
 }
 

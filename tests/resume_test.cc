@@ -5,16 +5,24 @@
 // - resharding on load: the same checkpoint resumed with 3 PS shards and 2 workers, and a
 //   2-worker checkpoint resumed with 1 worker, train every remaining sample once;
 // - export: predict on the export gives the held-out AUC and log loss the trained model had in
-//   memory, and the export of step K plus the deltas after it equals the final export.
+//   memory, and the export of step K plus the deltas after it equals the final export;
+// - following: a follower polling export.dir while the job trains takes strictly newer models and
+//   ends on the final export's scores; compaction keeps export.keep_bases bases and the deltas
+//   after the oldest; a gap in the deltas, or a delta with a flipped byte, is refused, naming it,
+//   and the model stays as it was.
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "fault_injection_env.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/dense_worker/checkpoint.h"
+#include "hyrec/dense_worker/follower.h"
 #include "hyrec/dense_worker/predictor.h"
 #include "hyrec/dense_worker/train_job.h"
 #include "hyrec/embedding_ps/shard_checkpoint.h"
@@ -211,6 +219,142 @@ TEST(Export, PredictGivesTheTrainedModelsScoresAndDeltasReachTheFinalExport) {
   ASSERT_TRUE((*a)->Score({heldout}, &la, &ya).ok());
   ASSERT_TRUE((*b)->Score({heldout}, &lb, &yb).ok());
   EXPECT_EQ(la, lb);
+}
+
+// Every line of a file.
+std::vector<std::string> Lines(const std::string& path) {
+  std::vector<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string BaseName(const std::string& path) { return std::filesystem::path(path).filename().string(); }
+
+// The export root's entries with `prefix`, as directories.
+std::vector<std::string> Dirs(const std::string& root, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const std::string& name : ListCheckpointDirs(Env::Default(), root, prefix)) out.push_back(JoinPath(root, name));
+  return out;
+}
+
+TEST(Follow, AFollowerTakesNewerModelsWhileTheJobTrainsAndEndsOnTheFinalExport) {
+  const std::string dir = FreshDir("follow");
+  const std::string data = WriteData(dir + "/train.svm", 900, 3);
+  const std::string heldout = WriteData(dir + "/heldout.svm", 300, 4);
+  // 57 steps: a delta every 3, a checkpoint every 10, a base after every 4 deltas, 2 bases kept.
+  const std::string job =
+      Job(dir, "format: libsvm, files: [" + data + "]", 2, 1,
+          absl::StrCat("export: {dir: ", dir, "/model, delta_every_steps: 3, base_every_deltas: 4, keep_bases: 2}\n"));
+  std::atomic<bool> done{false};
+  std::vector<std::pair<uint64_t, uint64_t>> seen;  // (step, delta) of each model taken.
+  absl::Status follow_error;
+  std::thread follower_thread([&] {
+    std::unique_ptr<Follower> follower;
+    for (bool last = false; !last;) {
+      last = done.load();
+      if (follower == nullptr) {
+        absl::StatusOr<std::unique_ptr<Follower>> f = Follower::Start(dir + "/model");
+        if (absl::IsNotFound(f.status())) continue;
+        if (!f.ok()) {
+          follow_error = f.status();
+          return;
+        }
+        follower = std::move(*f);
+      } else {
+        absl::StatusOr<bool> changed = follower->Poll();
+        if (!changed.ok()) {
+          follow_error = changed.status();
+          return;
+        }
+        if (!*changed) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+      }
+      seen.emplace_back(follower->model()->step, follower->model()->delta_sequence);
+    }
+  });
+  absl::StatusOr<TrainReport> r = RunJob(job);
+  done = true;
+  follower_thread.join();
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(follow_error.ok()) << follow_error;
+  ASSERT_GE(seen.size(), 1u);  // How many it sees depends on the machine; each is newer than the last.
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GT(seen[i].first, seen[i - 1].first) << "model " << i;
+    EXPECT_GE(seen[i].second, seen[i - 1].second) << "model " << i;
+  }
+  EXPECT_EQ(seen.back().first, r->stats.batches);
+
+  // Compaction: two bases left (the final export among them), and the deltas after the older.
+  const std::vector<std::string> bases = Dirs(dir + "/model", kExportPrefix);
+  ASSERT_EQ(bases.size(), 2u);
+  EXPECT_EQ(bases.back(), r->export_dir);
+  const CheckpointManifest older = *ReadManifest(Env::Default(), bases.front());
+  const std::vector<std::string> deltas = Dirs(dir + "/model", kDeltaPrefix);
+  ASSERT_FALSE(deltas.empty());
+  for (const std::string& d : deltas) EXPECT_GT(ReadManifest(Env::Default(), d)->delta_sequence, older.delta_sequence);
+
+  // A follower that starts now scores as `hyrec predict` on the final export, line by line too.
+  absl::StatusOr<std::unique_ptr<Follower>> late = Follower::Start(dir + "/model");
+  ASSERT_TRUE(late.ok()) << late.status();
+  auto final_export = Predictor::Load(r->export_dir);
+  ASSERT_TRUE(final_export.ok()) << final_export.status();
+  std::vector<float> want, got, labels;
+  ASSERT_TRUE((*final_export)->Score({heldout}, &want, &labels).ok());
+  std::shared_ptr<const Follower::Model> m = (*late)->model();
+  absl::StatusOr<data_loader::SourceConfig> source = m->predictor->LineSource("");
+  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_TRUE(m->predictor->ScoreLines(*source, Lines(heldout), &got).ok());
+  EXPECT_EQ(got, want);
+
+  // From the older base: its deltas, one of them missing, then one damaged.
+  auto copy_from_older_base = [&](const std::string& name) {
+    const std::string root = dir + "/" + name;
+    std::filesystem::remove_all(root);
+    std::filesystem::create_directories(root);
+    std::filesystem::copy(bases.front(), JoinPath(root, BaseName(bases.front())),
+                          std::filesystem::copy_options::recursive);
+    for (const std::string& d : deltas) {
+      std::filesystem::copy(d, JoinPath(root, BaseName(d)), std::filesystem::copy_options::recursive);
+    }
+    return root;
+  };
+  ASSERT_GE(deltas.size(), 3u);
+  const std::string gap = copy_from_older_base("gap");
+  std::filesystem::remove_all(JoinPath(gap, BaseName(deltas[1])));
+  absl::StatusOr<std::unique_ptr<Follower>> refused = Follower::Start(gap);
+  EXPECT_TRUE(absl::IsDataLoss(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find(absl::StrCat("delta ", older.delta_sequence + 2, " is missing")),
+            std::string::npos)
+      << refused.status();
+
+  // Poll: the first delta applied, then the rest arrive with a flipped byte in one of them.
+  const std::string flipped = copy_from_older_base("flipped");
+  std::vector<std::string> later;
+  for (size_t i = 1; i < deltas.size(); ++i) {
+    const std::string d = JoinPath(flipped, BaseName(deltas[i]));
+    later.push_back(d);
+    std::filesystem::rename(d, dir + "/held-" + BaseName(d));
+  }
+  absl::StatusOr<std::unique_ptr<Follower>> f = Follower::Start(flipped);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const uint64_t step = (*f)->model()->step;
+  EXPECT_EQ((*f)->model()->delta_sequence, older.delta_sequence + 1);
+  for (const std::string& d : later) std::filesystem::rename(dir + "/held-" + BaseName(d), d);
+  std::string rows_file;
+  for (const auto& e : std::filesystem::directory_iterator(later.front())) {
+    if (absl::StartsWith(BaseName(e.path().string()), "delta-")) rows_file = e.path().string();
+  }
+  ASSERT_FALSE(rows_file.empty());
+  std::string bytes = *ReadFileToString(Env::Default(), rows_file, 1 << 30);
+  bytes[bytes.size() / 2] ^= 0x10;
+  ASSERT_TRUE(WriteFileAtomically(Env::Default(), rows_file, bytes).ok());
+  absl::StatusOr<bool> poll = (*f)->Poll();
+  EXPECT_TRUE(absl::IsDataLoss(poll.status())) << poll.status();
+  EXPECT_NE(poll.status().message().find(BaseName(rows_file)), std::string::npos) << poll.status();
+  EXPECT_EQ((*f)->model()->step, step);  // Unchanged.
 }
 
 TEST(Resume, RefusesACorruptCheckpointAndLatestFallsBack) {

@@ -1,15 +1,27 @@
 // Training from a Kafka topic (librdkafka's mock cluster in this process, the real protocol on
 // loopback): `hyrec train`, embedded and with --processes, trains a bounded stream's records once
 // each and checkpoints; a resume from its last checkpoint has nothing left; a missing topic and
-// brokers that do not answer stop the job at its start with their exit codes, named.
+// brokers that do not answer stop the job at its start with their exit codes, named; and a
+// follower (`hyrec predict --follow`) started before the job serves strictly newer models as it
+// trains, and ends scoring exactly as `hyrec predict` on the final export.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/job/job_plan.h"
@@ -24,7 +36,7 @@ using hyrec::testing::ReportField;
 using hyrec::testing::RunCommand;
 
 std::string WriteJob(const std::string& name, const std::string& brokers, const std::string& topic,
-                     const std::string& dir) {
+                     const std::string& dir, const std::string& extra = "") {
   const std::string path = ::testing::TempDir() + "/" + name + ".yaml";
   std::ofstream(path) << absl::StrCat(
       "loader:\n  source:\n    format: criteo\n    kafka: {brokers: '", brokers, "', topic: ", topic,
@@ -32,7 +44,7 @@ std::string WriteJob(const std::string& name, const std::string& brokers, const 
       "  batch_size: 64\n  threads: 1\n  shuffle_window: 256\n",
       "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n", "ps: {shards: 2}\n",
       "train: {workers: 2, log_every_batches: 2}\n", "eval: {progressive_window: 512}\n", "checkpoint: {dir: ", dir,
-      "/ckpt, every_steps: 4}\n");
+      "/ckpt, every_steps: 4}\n", extra);
   return path;
 }
 
@@ -78,6 +90,86 @@ TEST_P(StreamTrain, ABoundedStreamTrainsEveryRecordOnceAndResumesWithNothingLeft
 }
 
 INSTANTIATE_TEST_SUITE_P(EmbeddedAndProcesses, StreamTrain, ::testing::Bool());
+
+TEST(StreamFollow, AFollowerServesNewerModelsAsTheJobTrainsAndEndsOnTheFinalExport) {
+  MockKafka kafka;
+  Produce(kafka, 1024);
+  const std::string dir = ::testing::TempDir() + "/stream_follow";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string job = WriteJob("stream_follow", kafka.brokers(), "clicks", dir,
+                                   "export: {dir: " + dir + "/model, delta_every_steps: 1, base_every_deltas: 3}\n");
+  // The follower reads its requests from a fifo, and starts before the job has any model.
+  const std::string fifo = dir + "/requests";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ::signal(SIGPIPE, SIG_IGN);  // A follower that died is an error below, not the test's end.
+  SpawnOptions options;
+  options.capture_stderr = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> follower = Subprocess::Spawn(
+      {"/bin/sh", "-c",
+       absl::StrCat("exec ", HYREC_PREDICT_BINARY, " --model=", dir, "/model --follow --poll_ms=20 < ", fifo)},
+      options);
+  ASSERT_TRUE(follower.ok()) << follower.status();
+  const int requests = ::open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(requests, 0);
+  absl::Mutex mu;
+  std::vector<uint64_t> steps;  // Of each model the follower announced.
+  std::string said;
+  std::thread watch([&] {
+    for (;;) {
+      absl::StatusOr<std::string> line = (*follower)->ReadErrorLine(absl::Minutes(5));
+      if (!line.ok()) return;
+      absl::MutexLock lock(&mu);
+      absl::StrAppend(&said, *line, "\n");
+      uint64_t step = 0;
+      const std::vector<std::string> words = absl::StrSplit(*line, ' ');
+      if (words.size() > 2 && words[0] == "model" && words[1] == "step" && absl::SimpleAtoi(words[2], &step)) {
+        steps.push_back(step);
+      }
+    }
+  });
+  hyrec::testing::CommandResult r =
+      RunCommand({HYREC_TRAIN_BINARY, "--config=" + job, "--plot=", "--processes", "--progress=lines"});
+  ASSERT_EQ(r.code, 0) << r.all();
+  // 16 batches of 64 on 2 workers: the final export is of step 8.
+  auto announced_final = [&] {
+    absl::MutexLock lock(&mu);
+    return !steps.empty() && steps.back() == 8;
+  };
+  for (int i = 0; i < 3000 && !announced_final(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_FALSE(steps.empty()) << said;
+    EXPECT_EQ(steps.back(), 8u) << said;
+    for (size_t i = 1; i < steps.size(); ++i) EXPECT_GT(steps[i], steps[i - 1]) << said;
+  }
+  // Requests: the final model's scores, as `hyrec predict` gives them on the final export.
+  const std::string input = dir + "/requests.tsv";
+  std::string lines;
+  for (int id = 2000; id < 2064; ++id) absl::StrAppend(&lines, hyrec::testing::CriteoRecord(id), "\n");
+  std::ofstream(input) << lines;
+  ASSERT_EQ(::write(requests, lines.data(), lines.size()), static_cast<ssize_t>(lines.size()));
+  ::close(requests);
+  std::vector<std::string> served;
+  for (absl::StatusOr<std::string> line; (line = (*follower)->ReadLine(absl::Seconds(60))).ok();) {
+    served.push_back(*line);
+  }
+  absl::StatusOr<int> code = (*follower)->Wait(absl::Seconds(30));
+  watch.join();
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << said;
+  std::string newest;
+  for (const auto& e : std::filesystem::directory_iterator(dir + "/model")) {
+    const std::string name = e.path().filename().string();
+    if (absl::StartsWith(name, "model-") && name > newest) newest = name;
+  }
+  ASSERT_EQ(newest.substr(0, 19), "model-000000000008-");
+  hyrec::testing::CommandResult predicted =
+      RunCommand({HYREC_PREDICT_BINARY, "--model=" + dir + "/model/" + newest, "--input=" + input});
+  ASSERT_EQ(predicted.code, 0) << predicted.all();
+  EXPECT_EQ(served, std::vector<std::string>(absl::StrSplit(absl::StripSuffix(predicted.out, "\n"), '\n')));
+  EXPECT_EQ(served.size(), 64u);
+}
 
 TEST(StreamTrainErrors, TheExampleStreamJobPlans) {
   absl::StatusOr<job::JobPlan> plan = job::PlanJobFile(HYREC_SOURCE_DIR "/examples/configs/stream.yaml");

@@ -4,6 +4,7 @@
 //   hyrec export --config=job.yaml [--checkpoint=latest|DIR] [--out=DIR]   (default: export.dir)
 //   hyrec predict --model=model/ --input=new.csv [--output=scores.txt]     (one probability a line)
 //   hyrec predict --model=model/ --input=new.csv --keep=user_id,item_id    (csv: user_id,item_id,probability)
+//   hyrec predict --model=model/ --follow < requests                        (the newest model, as it trains)
 //   hyrec eval --model=model/ --input=heldout.csv                           (AUC and log loss)
 #include <cmath>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "hyrec/dense_worker/checkpoint.h"
 #include "hyrec/dense_worker/predictor.h"
 #include "hyrec/job/job_plan.h"
+#include "src/cli/follow.h"
 #include "src/cli/job_flags.h"
 #include "src/cli/logging.h"
 #include "src/cli/roles.h"
@@ -39,6 +41,8 @@ struct ScoreFlags {
   std::string output;
   std::string keep;
   bool deltas = true;
+  bool follow = false;
+  int poll_ms = 1000;
   CommonFlags common;
 };
 
@@ -103,6 +107,25 @@ absl::Status Predict(const ScoreFlags& f) {
   return absl::OkStatus();
 }
 
+absl::Status FollowAndScore(const ScoreFlags& f) {
+  if (f.model.empty()) return absl::InvalidArgumentError("--model=DIR (the job's export.dir) is required");
+  if (!f.input.empty()) {
+    return absl::InvalidArgumentError(
+        "--follow scores standard input, one sample a line; --input is not taken with it");
+  }
+  if (!f.keep.empty()) return absl::InvalidArgumentError("--keep is not taken with --follow");
+  if (!f.deltas) return absl::InvalidArgumentError("--follow applies deltas; --nodeltas is not taken with it");
+  if (Env::Default()->FileExists(JoinPath(f.model, kManifestName))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--follow takes a directory of exports (export.dir); ", f.model, " is one export"));
+  }
+  FollowOptions o;
+  o.export_root = f.model;
+  o.output = f.output;
+  o.poll = absl::Milliseconds(f.poll_ms);
+  return Follow(o);
+}
+
 absl::Status Eval(const ScoreFlags& f) {
   HYREC_ASSIGN_OR_RETURN(auto predictor, LoadPredictor(f));
   HYREC_ASSIGN_OR_RETURN(const dense_worker::Evaluation e,
@@ -137,9 +160,14 @@ int PredictMain(int argc, char** argv) {
   flags.String("keep", &f.keep, "COLS",
                "Columns of the input to write beside each score (csv: header names; criteo: label, I1..I13, "
                "C1..C26): the output is then csv with a header, the kept columns and `probability`.");
+  flags.Bool("follow", &f.follow,
+             "Serve the newest model of a training job's export.dir (--model) as it trains: score standard input, "
+             "one sample a line, applying each base export and delta as it is committed.");
+  flags.Int("poll_ms", &f.poll_ms, "With --follow: how often export.dir is looked at for a newer model (ms).", 1,
+            3600000);
   if (std::optional<int> code = flags.ParseOrExit(argc, argv)) return *code;
   SetUpLogging("predict", f.common.log_level);
-  return Finish(ProgramName() + " predict", Predict(f));
+  return Finish(ProgramName() + " predict", f.follow ? FollowAndScore(f) : Predict(f));
 }
 
 int EvalMain(int argc, char** argv) {

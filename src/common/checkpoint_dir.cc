@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -180,6 +181,17 @@ absl::StatusOr<std::string> ReadListedFile(Env* env, const std::string& dir, con
 
 std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms) {
   return absl::StrFormat("%s-%012d-%013d", prefix, step, unix_ms);
+}
+
+bool DeltaSequenceOf(const std::string& name, uint64_t* sequence) {
+  const size_t at = sizeof(kDeltaPrefix);  // The prefix and its '-'.
+  if (!absl::StartsWith(name, absl::StrCat(kDeltaPrefix, "-")) || name.size() < at + 14 || name[at + 12] != '-') {
+    return false;
+  }
+  const absl::string_view tag = absl::string_view(name).substr(at + 13);
+  if (!std::all_of(tag.begin(), tag.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
+  return std::all_of(name.begin() + at, name.begin() + at + 12, [](char c) { return c >= '0' && c <= '9'; }) &&
+         absl::SimpleAtoi(name.substr(at, 12), sequence);
 }
 
 std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, const std::string& prefix) {

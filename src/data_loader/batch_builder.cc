@@ -1,4 +1,5 @@
-// BuildBatch (loader.h): a batch from parsed samples, its tables' ids deduplicated by shard.
+// BuildBatch (loader.h): a batch from parsed samples, its tables' ids deduplicated by shard; and
+// ParseSourceLine, the line parser of a source.
 #include "hyrec/data_loader/loader.h"
 
 #include <algorithm>
@@ -113,6 +114,22 @@ void BuildBatch(const std::vector<Sample>& samples, size_t count, int num_dense,
                 const std::vector<int>& slot_copies) {
   FillSlots(samples, count, num_dense, num_slots, slot_copies, batch);
   DedupTables(slot_tables, num_tables, num_shards, batch);
+}
+
+absl::Status ParseSourceLine(const SourceConfig& source, absl::string_view line, Sample* out) {
+  switch (source.format) {
+    case Format::kCriteo:
+      return ParseCriteoLine(line, source.criteo, out);
+    case Format::kLibsvm:
+      return ParseLibsvmLine(line, source.libsvm, out);
+    case Format::kLibffm:
+      return ParseLibffmLine(line, source.libsvm, out);
+    case Format::kCsv:
+      return ParseCsvLine(line, source.csv, out);
+    case Format::kSynthetic:
+      break;
+  }
+  return absl::InvalidArgumentError("a synthetic source has no lines to parse");
 }
 
 }  // namespace hyrec::data_loader

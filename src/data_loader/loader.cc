@@ -531,19 +531,7 @@ class LoaderImpl final : public Loader {
   }
 
   absl::Status ParseLine(const std::string& line, Sample* sample) const {
-    switch (options_.source.format) {
-      case Format::kCriteo:
-        return ParseCriteoLine(line, options_.source.criteo, sample);
-      case Format::kLibsvm:
-        return ParseLibsvmLine(line, options_.source.libsvm, sample);
-      case Format::kLibffm:
-        return ParseLibffmLine(line, options_.source.libsvm, sample);
-      case Format::kCsv:
-        return ParseCsvLine(line, options_.source.csv, sample);
-      case Format::kSynthetic:
-        break;
-    }
-    return absl::InternalError("no line parser for the synthetic source");
+    return ParseSourceLine(options_.source, line, sample);
   }
 
   // ---- dispatcher: in order, accounting, routing ----

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -408,6 +409,52 @@ absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkp
   return out;
 }
 
+std::string FindExportOf(Env* env, const std::string& export_root, const std::string& checkpoint_dir) {
+  env = EnvOr(env);
+  absl::StatusOr<CheckpointManifest> c = ReadManifest(env, checkpoint_dir);
+  if (!c.ok()) return "";
+  for (const std::string& name : ListCheckpointDirs(env, export_root, kExportPrefix)) {
+    const std::string dir = JoinPath(export_root, name);
+    if (!env->FileExists(JoinPath(dir, kManifestName))) continue;
+    absl::StatusOr<CheckpointManifest> e = ReadManifest(env, dir);
+    if (e.ok() && e->kind == "export" && e->job_id == c->job_id && e->step == c->step && e->samples == c->samples &&
+        e->delta_sequence == c->delta_sequence) {
+      return dir;
+    }
+  }
+  return "";
+}
+
+absl::Status RetireExports(Env* env, const std::string& export_root, int keep_bases, const std::string& job_id) {
+  env = EnvOr(env);
+  auto ours = [&](const std::string& dir, CheckpointManifest* m) {
+    if (!env->FileExists(JoinPath(dir, kManifestName))) return false;
+    absl::StatusOr<CheckpointManifest> read = ReadManifest(env, dir);
+    if (!read.ok() || (!job_id.empty() && read->job_id != job_id)) return false;
+    *m = *std::move(read);
+    return true;
+  };
+  std::vector<std::pair<std::string, uint64_t>> bases;  // Oldest first, with their delta_sequence.
+  for (const std::string& name : ListCheckpointDirs(env, export_root, kExportPrefix)) {
+    const std::string dir = JoinPath(export_root, name);
+    CheckpointManifest m;
+    if (ours(dir, &m) && m.kind == "export") bases.emplace_back(dir, m.delta_sequence);
+  }
+  if (bases.size() <= static_cast<size_t>(keep_bases)) return absl::OkStatus();
+  const size_t first_kept = bases.size() - keep_bases;
+  uint64_t held = bases[first_kept].second;
+  for (size_t i = first_kept; i < bases.size(); ++i) held = std::min(held, bases[i].second);
+  for (size_t i = 0; i < first_kept; ++i) HYREC_RETURN_IF_ERROR(DeleteDirAndFiles(env, bases[i].first));
+  for (const std::string& name : ListCheckpointDirs(env, export_root, kDeltaPrefix)) {
+    uint64_t seq = 0;
+    if (!DeltaSequenceOf(name, &seq)) continue;
+    const std::string dir = JoinPath(export_root, name);
+    CheckpointManifest m;
+    if (seq <= held && ours(dir, &m)) HYREC_RETURN_IF_ERROR(DeleteDirAndFiles(env, dir));
+  }
+  return absl::OkStatus();
+}
+
 // ---- JobCuts ----
 
 // What worker 0's background commit and its training thread share.
@@ -417,7 +464,12 @@ struct JobCuts::Shared {
   std::string best_checkpoint;
   int committed = 0;
   int failed = 0;
-  int deltas = 0;            // Committed deltas.
+  int deltas = 0;             // Committed deltas.
+  int deltas_since_base = 0;  // Committed since the last base export (compaction).
+  // The next checkpoint is exported as a base: the run's first (followers start from a base), or
+  // the first after a delta that failed.
+  bool base_due = true;
+  int bases = 0;             // Base exports written by compaction.
   double write_seconds = 0;  // Of the committed checkpoints: from the cut to the manifest's commit.
   absl::Status error;        // The last commit's failure, until reported.
 };
@@ -520,6 +572,7 @@ void JobCuts::RunCommit(Commit& c) {
     (void)DeleteDirAndFiles(c.env, c.dir);
   }
   if (s.ok() && c.checkpoint && options_.plan->stream.has_value()) CommitStreamOffsets(c);
+  if (s.ok() && c.checkpoint) Compact(c);
   std::lock_guard<std::mutex> lock(shared_->mu);
   if (s.ok() && c.checkpoint) {
     shared_->last_checkpoint = c.dir;
@@ -527,11 +580,36 @@ void JobCuts::RunCommit(Commit& c) {
     shared_->write_seconds += absl::ToDoubleSeconds(absl::Now() - c.cut_at);
   } else if (s.ok()) {
     ++shared_->deltas;
+    ++shared_->deltas_since_base;
   } else {
     ++shared_->failed;
+    // A failed delta's changes reach followers only through a base.
+    if (!c.checkpoint) shared_->base_due = true;
     shared_->error = Annotate(s, absl::StrCat(c.checkpoint ? "checkpoint " : "delta ", c.dir));
     std::cerr << "hyrec: " << shared_->error.message() << "\n";
   }
+}
+
+void JobCuts::Compact(const Commit& c) {
+  const job::ExportSpec& serving = options_.plan->serving;
+  if (!serving.takes_deltas()) return;
+  {
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    const bool due =
+        shared_->base_due || (serving.base_every_deltas > 0 && shared_->deltas_since_base >= serving.base_every_deltas);
+    if (!due) return;
+  }
+  absl::StatusOr<std::string> base = ExportCheckpoint(c.env, c.dir, serving.dir);
+  absl::Status s = base.status();
+  if (s.ok()) s = RetireExports(c.env, serving.dir, serving.keep_bases, options_.job_id);
+  if (!s.ok()) {
+    std::cerr << "hyrec: checkpoint " << c.dir << ": its base export for serving failed: " << s.message() << "\n";
+    if (!base.ok()) return;
+  }
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  shared_->deltas_since_base = 0;
+  shared_->base_due = false;
+  ++shared_->bases;
 }
 
 absl::Status JobCuts::BeginLeaderPart(absl::Status local, bool checkpoint, const std::string& name,
@@ -687,6 +765,11 @@ int JobCuts::committed() const {
 double JobCuts::write_seconds() const {
   std::lock_guard<std::mutex> lock(shared_->mu);
   return shared_->write_seconds;
+}
+
+int JobCuts::bases() const {
+  std::lock_guard<std::mutex> lock(shared_->mu);
+  return shared_->bases;
 }
 
 int JobCuts::failed() const {

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
@@ -77,23 +76,58 @@ absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::string>> DeltasAfter(Env* env, const std::string& export_root, uint64_t sequence) {
+  env = EnvOr(env);
+  std::map<uint64_t, std::vector<std::string>> numbered;
+  for (const std::string& name : ListCheckpointDirs(env, export_root, kDeltaPrefix)) {
+    uint64_t seq = 0;
+    if (!DeltaSequenceOf(name, &seq)) continue;
+    if (seq > sequence) numbered[seq].push_back(name);
+  }
+  // Per number, the committed delta (the newest by its manifest when a resumed job wrote it
+  // again), or "" while none is.
+  std::vector<std::pair<uint64_t, std::string>> committed;
+  for (const auto& [seq, names] : numbered) {
+    std::string best;
+    uint64_t best_ms = 0;
+    for (const std::string& name : names) {
+      const std::string dir = JoinPath(export_root, name);
+      if (!env->FileExists(JoinPath(dir, kManifestName))) continue;
+      HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifest(env, dir));
+      if (best.empty() || m.created_unix_ms >= best_ms) {
+        best = dir;
+        best_ms = m.created_unix_ms;
+      }
+    }
+    committed.emplace_back(seq, best);
+  }
+  std::vector<std::string> out;
+  uint64_t next = sequence + 1;
+  for (size_t i = 0; i < committed.size(); ++i) {
+    const auto& [seq, dir] = committed[i];
+    if (seq == next && !dir.empty()) {
+      out.push_back(dir);
+      ++next;
+      continue;
+    }
+    // Delta `next` is missing or not committed: a gap once a later one is committed.
+    for (size_t j = i; j < committed.size(); ++j) {
+      if (committed[j].second.empty() || committed[j].first == next) continue;
+      return absl::DataLossError(absl::StrCat(
+          export_root, ": delta ", next, " is ", seq == next ? "not committed" : "missing", " but ",
+          committed[j].second, " (delta ", committed[j].first, ") is: the deltas after ", next - 1,
+          " cannot be applied (a newer export, which the job writes at its next checkpoint, ends the gap)"));
+    }
+    break;
+  }
+  return out;
+}
+
 absl::StatusOr<int> ApplyDeltas(Env* env, const std::string& export_root, ServingRows* rows) {
   env = EnvOr(env);
-  std::vector<std::pair<uint64_t, std::string>> deltas;
-  const std::string prefix = kDeltaPrefix;
-  for (const std::string& name : ListCheckpointDirs(env, export_root, prefix)) {
-    uint64_t seq = 0;
-    if (!absl::SimpleAtoi(name.substr(prefix.size() + 1, 12), &seq)) continue;
-    if (seq > rows->delta_sequence) deltas.emplace_back(seq, name);
-  }
-  std::sort(deltas.begin(), deltas.end());
-  int applied = 0;
-  for (const auto& [seq, name] : deltas) {
-    if (seq != rows->delta_sequence + 1) break;  // The newest run's delta of a sequence sorts last.
-    HYREC_RETURN_IF_ERROR(ApplyDelta(env, JoinPath(export_root, name), rows));
-    ++applied;
-  }
-  return applied;
+  HYREC_ASSIGN_OR_RETURN(const std::vector<std::string> deltas, DeltasAfter(env, export_root, rows->delta_sequence));
+  for (const std::string& dir : deltas) HYREC_RETURN_IF_ERROR(ApplyDelta(env, dir, rows));
+  return static_cast<int>(deltas.size());
 }
 
 absl::StatusOr<std::string> ResolveExport(Env* env, const std::string& path) {
@@ -207,6 +241,7 @@ absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& file
     return absl::InvalidArgumentError("the export's job reads a synthetic source; give it a file format to score");
   }
   o.source.files = files;
+  o.source.kafka.reset();  // A stream job's model scores files in its records' format.
   o.source.skip_bad_files = false;
   o.num_workers = 1;
   o.num_shards = 1;
@@ -224,6 +259,65 @@ absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& file
     return absl::OkStatus();
   }));
   return e;
+}
+
+namespace {
+
+// The one batch of lines being scored.
+class OneBatch final : public data_loader::BatchStream {
+ public:
+  explicit OneBatch(data_loader::Batch batch) : batch_(std::move(batch)) {}
+  absl::Status Next(data_loader::Batch* batch, absl::Duration) override {
+    if (done_) return absl::OutOfRangeError("the lines were scored");
+    done_ = true;
+    *batch = std::move(batch_);
+    return absl::OkStatus();
+  }
+  data_loader::ReaderPosition Position() const override { return {}; }
+
+ private:
+  data_loader::Batch batch_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<data_loader::SourceConfig> Predictor::LineSource(const std::string& header) const {
+  data_loader::SourceConfig source = plan_.loader.options.source;
+  if (source.format == data_loader::Format::kSynthetic) {
+    return absl::InvalidArgumentError("the export's job reads a synthetic source; it has no lines to score");
+  }
+  source.criteo.label_optional = true;
+  source.libsvm.label_optional = true;
+  source.csv.label_optional = true;
+  source.keep.clear();
+  source.kafka.reset();
+  if (source.format == data_loader::Format::kCsv) {
+    std::vector<std::string> fields;
+    if (source.csv.header) HYREC_RETURN_IF_ERROR(data_loader::SplitCsvLine(header, source.csv, &fields));
+    HYREC_RETURN_IF_ERROR(source.csv.Resolve(source.csv.header ? &fields : nullptr));
+  }
+  return source;
+}
+
+absl::Status Predictor::ScoreLines(const data_loader::SourceConfig& source, const std::vector<std::string>& lines,
+                                   std::vector<float>* logits) {
+  logits->clear();
+  if (lines.empty()) return absl::OkStatus();
+  std::vector<data_loader::Sample> samples(lines.size());
+  for (size_t i = 0; i < lines.size(); ++i) {
+    absl::Status s = data_loader::ParseSourceLine(source, lines[i], &samples[i]);
+    if (!s.ok()) return Annotate(s, absl::StrCat("line ", i + 1));
+  }
+  const data_loader::LoaderOptions& o = plan_.loader.options;
+  data_loader::Batch batch;
+  data_loader::BuildBatch(samples, samples.size(), source.num_dense(), source.num_slots(), o.slot_tables,
+                          o.num_tables(), /*num_shards=*/1, &batch, o.slot_copies);
+  const TrainerOptions options = TrainerOptionsFor(plan_.workers[0], torch::kCPU);
+  return GuardTorch("scoring", [&] {
+    OneBatch stream(std::move(batch));
+    return Evaluate(&stream, rows_.get(), options, *model_, logits, nullptr).status();
+  });
 }
 
 }  // namespace hyrec::dense_worker

@@ -210,10 +210,9 @@ class WorkerLoop {
   // A resumed run's deltas replace those the abandoned run took after its checkpoint.
   void DropDeltasAfter(uint64_t sequence) {
     Env* env = options_.env != nullptr ? options_.env : Env::Default();
-    const std::string prefix = kDeltaPrefix;
-    for (const std::string& name : ListCheckpointDirs(env, plan_.serving.dir, prefix)) {
+    for (const std::string& name : ListCheckpointDirs(env, plan_.serving.dir, kDeltaPrefix)) {
       uint64_t seq = 0;
-      if (!absl::SimpleAtoi(name.substr(prefix.size() + 1, 12), &seq) || seq <= sequence) continue;
+      if (!DeltaSequenceOf(name, &seq) || seq <= sequence) continue;
       (void)DeleteDirAndFiles(env, JoinPath(plan_.serving.dir, name));
     }
   }
@@ -726,9 +725,16 @@ class WorkerLoop {
     if (from.empty()) {
       return FailedExport(absl::FailedPreconditionError("no checkpoint was committed to export"));
     }
-    absl::StatusOr<std::string> out = ExportCheckpoint(options_.env, from, plan_.serving.dir);
+    // The compaction of a job with deltas may have exported that checkpoint already.
+    const std::string made = FindExportOf(options_.env, plan_.serving.dir, from);
+    absl::StatusOr<std::string> out = !made.empty() ? made : ExportCheckpoint(options_.env, from, plan_.serving.dir);
     if (!out.ok()) return FailedExport(out.status());
     report_.export_dir = *out;
+    if (plan_.serving.takes_deltas()) {
+      const absl::Status retired =
+          RetireExports(options_.env, plan_.serving.dir, plan_.serving.keep_bases, options_.job_id);
+      if (!retired.ok()) std::cerr << "hyrec: retiring old exports: " << retired.message() << "\n";
+    }
     report_.export_checkpoint = from;
     report_.export_samples = best ? report_.best_eval_samples : report_.samples;
     report_.export_reason = best                    ? TrainReport::ExportReason::kBestEvaluation

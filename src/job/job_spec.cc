@@ -413,7 +413,8 @@ absl::Status ReadCheckpoint(const YAML::Node& node, CheckpointSpec* c) {
 }
 
 absl::Status ReadExport(const YAML::Node& node, ExportSpec* e) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(node, "export", {"dir", "delta_every_steps", "delta_every_seconds"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(
+      node, "export", {"dir", "delta_every_steps", "delta_every_seconds", "base_every_deltas", "keep_bases"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "export", &e->dir));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "delta_every_steps", "export", &e->delta_every_steps));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "delta_every_seconds", "export", &e->delta_every_seconds));
@@ -421,6 +422,11 @@ absl::Status ReadExport(const YAML::Node& node, ExportSpec* e) {
   if (!(e->delta_every_seconds >= 0 && e->delta_every_seconds <= 1e7)) {
     return Invalid("export.delta_every_seconds", node["delta_every_seconds"], "must be in [0, 1e7]");
   }
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "base_every_deltas", "export", &e->base_every_deltas));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "keep_bases", "export", &e->keep_bases));
+  if (e->base_every_deltas < 0) return Invalid("export.base_every_deltas", node["base_every_deltas"], "must be >= 0");
+  if (e->keep_bases < 1 || e->keep_bases > 10000)
+    return Invalid("export.keep_bases", node["keep_bases"], "must be in [1, 10000]");
   return absl::OkStatus();
 }
 

@@ -82,6 +82,9 @@ absl::StatusOr<std::string> ReadListedFile(Env* env, const std::string& dir, con
 // The directory name of a checkpoint: "<prefix>-<step, 12 digits>-<unix ms, 13 digits>", so that
 // names sort by step, then by time.
 std::string CheckpointDirName(const std::string& prefix, uint64_t step, uint64_t unix_ms);
+// The sequence number a delta's directory name carries ("delta-<sequence, 12 digits>-<tag,
+// digits>"); false for any other name.
+bool DeltaSequenceOf(const std::string& name, uint64_t* sequence);
 // The entries of `root` named "<prefix>-...", oldest first (by name); none when root is missing.
 std::vector<std::string> ListCheckpointDirs(Env* env, const std::string& root, const std::string& prefix);
 

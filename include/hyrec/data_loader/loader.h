@@ -144,6 +144,11 @@ class Loader {
 // (kafka) with 0 once its brokers answered and have its topic (UNAVAILABLE, NOT_FOUND naming it).
 absl::StatusOr<uint64_t> CheckSourceFiles(const SourceConfig& source);
 
+// Parses one line of `source` (its format's parser and options; a csv source must be resolved,
+// CsvOptions::Resolve) into `out`: InvalidArgument saying what is wrong, for a synthetic source
+// too (it has no lines).
+absl::Status ParseSourceLine(const SourceConfig& source, absl::string_view line, Sample* out);
+
 // Builds a Batch from parsed samples: labels, dense, per-slot CSR ids, and per table the unique
 // ids grouped by PS shard with their inverse maps. `num_slots` is the samples' slots; the batch
 // has as many again as `slot_copies` names (LoaderOptions::slot_copies).

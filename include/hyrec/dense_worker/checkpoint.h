@@ -123,6 +123,16 @@ absl::StatusOr<std::shared_ptr<embedding_ps::EmbeddingShardStore>> RestoreShardS
 absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkpoint_dir,
                                              const std::string& export_root);
 
+// The committed export under `export_root` already made from the checkpoint `checkpoint_dir`
+// (the same job, step, samples and delta sequence), or "" when there is none.
+std::string FindExportOf(Env* env, const std::string& export_root, const std::string& checkpoint_dir);
+
+// Retention of a job's serving artifacts under `export_root`: of the base exports of job `job_id`
+// (any job when empty), the newest `keep_bases` are kept and older ones deleted, and so is every
+// delta the oldest kept base already holds (its sequence at most that base's delta_sequence).
+// Call once the newest base is committed.
+absl::Status RetireExports(Env* env, const std::string& export_root, int keep_bases, const std::string& job_id);
+
 // Runs a worker's cuts. Every worker of the job calls Cut at the same steps with the same kind.
 class JobCuts {
  public:
@@ -161,9 +171,10 @@ class JobCuts {
   // replacement worker also takes its group's count of cuts, which names the next one.
   void Resume(const std::string& best_checkpoint, uint64_t delta_sequence, uint64_t cuts = 0);
   uint64_t delta_sequence() const { return delta_sequence_; }
-  uint64_t cuts() const { return cuts_; }                  // Of this run, checkpoints and deltas, failed ones too.
-  int committed() const;                                   // Worker 0: checkpoints committed (deltas are not counted).
-  int failed() const;                                      // Cuts (checkpoints or deltas) that failed.
+  uint64_t cuts() const { return cuts_; }  // Of this run, checkpoints and deltas, failed ones too.
+  int committed() const;                   // Worker 0: checkpoints committed (deltas are not counted).
+  int bases() const;                       // Worker 0: base exports written by compaction (export.base_every_deltas).
+  int failed() const;                      // Cuts (checkpoints or deltas) that failed.
   double pause_seconds() const { return pause_seconds_; }  // Training time spent in cuts, drains included.
   // Worker 0: of the committed checkpoints (committed() of them), the time from each cut to its
   // manifest's commit.
@@ -178,6 +189,8 @@ class JobCuts {
   // manifest, then (a checkpoint) retiring old ones; a failure removes what the cut wrote.
   void RunCommit(Commit& c);
   void CommitStreamOffsets(const Commit& c);
+  // After checkpoint `c` committed: exports it as a new base when compaction is due.
+  void Compact(const Commit& c);
   // Worker 0's part of a cut once every worker wrote its own: the previous commit done (its
   // failure, with fail_on_error, fails this cut), the shards told to begin, the dense state
   // copied. Returns `local`, or what failed.

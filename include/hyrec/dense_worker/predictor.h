@@ -44,7 +44,13 @@ absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir);
 // Applies one delta directory (its sequence must be delta_sequence + 1): tombstones removed
 // first, then the changed rows written, and the dense model replaced.
 absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows);
-// Applies every delta under `export_root` after rows->delta_sequence, in order; returns how many.
+// The committed deltas under `export_root` after delta `sequence`, in order, as directories
+// (of the deltas a resumed job wrote twice under one number, the newer). One still being written
+// (no MANIFEST yet) ends the list. A gap is DATA_LOSS naming the missing number and the delta that
+// follows it: delta sequence + 1 absent, or uncommitted, while a later one is committed.
+absl::StatusOr<std::vector<std::string>> DeltasAfter(Env* env, const std::string& export_root, uint64_t sequence);
+// Applies every delta under `export_root` after rows->delta_sequence, in order (DeltasAfter);
+// returns how many. A gap or a damaged delta is an error; `rows` then holds the deltas before it.
 absl::StatusOr<int> ApplyDeltas(Env* env, const std::string& export_root, ServingRows* rows);
 
 // "path" itself when it holds a MANIFEST, else the newest valid export under it.
@@ -79,6 +85,15 @@ class Predictor {
   absl::StatusOr<Evaluation> Score(const std::vector<std::string>& files, const ScoreOptions& options,
                                    std::vector<float>* logits, std::vector<float>* labels,
                                    std::vector<std::string>* kept);
+
+  // Scoring lines as they come (`hyrec predict --follow`): the job's source with its labels
+  // optional, for ScoreLines. A csv job with a header takes that header's line, which places the
+  // columns (InvalidArgument naming a column it lacks); other formats ignore it.
+  absl::StatusOr<data_loader::SourceConfig> LineSource(const std::string& header) const;
+  // One logit per line of `lines` (one sample each, parsed with `source` from LineSource), in
+  // order. A bad line is InvalidArgument naming its index; nothing is then scored.
+  absl::Status ScoreLines(const data_loader::SourceConfig& source, const std::vector<std::string>& lines,
+                          std::vector<float>* logits);
 
  private:
   Predictor() = default;

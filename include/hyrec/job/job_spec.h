@@ -203,6 +203,13 @@ struct ExportSpec {
   std::string dir;                 // Empty: no export. Needs checkpoint.dir.
   int64_t delta_every_steps = 0;   // 0: no deltas by steps.
   double delta_every_seconds = 0;  // 0: no deltas by time.
+  // Compaction, with deltas: once this many deltas were committed since the last base export,
+  // the next committed checkpoint is exported as a new base (as are a run's first checkpoint and
+  // the next after a delta that failed), so a follower that starts late loads one base and the
+  // deltas after it. 0: after the first, bases only at the end.
+  int64_t base_every_deltas = 20;
+  // With deltas: the base exports kept (the newest); older ones go, with every delta they cover.
+  int keep_bases = 2;
   // Whether the job writes deltas at all (then the shards track the rows each changes).
   bool takes_deltas() const { return delta_every_steps > 0 || delta_every_seconds > 0; }
 };
