@@ -10,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -57,13 +58,26 @@ class MockKafka {
   }
 
   // Appends a record to `partition`; Flush waits until every record is acknowledged.
+  // A full producer queue waits for room.
   bool Produce(const std::string& topic, int partition, const std::string& value, int64_t timestamp_ms = 0) {
-    return rd_kafka_producev(producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
-                             RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()),
-                             RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(timestamp_ms),
-                             RD_KAFKA_V_END) == RD_KAFKA_RESP_ERR_NO_ERROR;
+    for (;;) {
+      const rd_kafka_resp_err_t err = rd_kafka_producev(
+          producer_, RD_KAFKA_V_TOPIC(topic.c_str()), RD_KAFKA_V_PARTITION(partition),
+          RD_KAFKA_V_VALUE(const_cast<char*>(value.data()), value.size()), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+          RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_END);
+      if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL) return err == RD_KAFKA_RESP_ERR_NO_ERROR;
+      rd_kafka_poll(producer_, 100);
+    }
   }
   bool Flush() { return rd_kafka_flush(producer_, 30000) == RD_KAFKA_RESP_ERR_NO_ERROR; }
+
+  // The broker fails the next `n` Fetch requests (a leader moved away), as a real cluster does
+  // while it rebalances; consumers retry.
+  void FailFetches(int n) {
+    constexpr int16_t kFetch = 1;
+    std::vector<rd_kafka_resp_err_t> errors(n, RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION);
+    rd_kafka_mock_push_request_errors_array(cluster_, kFetch, errors.size(), errors.data());
+  }
 
   // The offsets `group` has committed for partitions 0..partitions-1 of `topic` (-1: none).
   std::map<int32_t, int64_t> Committed(const std::string& group, const std::string& topic, int partitions) {

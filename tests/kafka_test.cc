@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "deadline.h"
 #include "gtest/gtest.h"
@@ -255,12 +256,73 @@ TEST(KafkaLoader, WorkersGetEveryRecordOnceAcrossAStopAndAResume) {
     ASSERT_EQ(seen.size(), 6u * 32);
     for (int w = 0; w < 2; ++w) positions.push_back((*loader)->stream(w)->Position());
     EXPECT_FALSE(positions[0].partitions.empty()) << positions[0].DebugString();
+    // Consumer lag, as asked at some window: the records not yet in a window (whole batches).
+    const int64_t lag = (*loader)->Stats().stream_lag;
+    EXPECT_GE(lag, 0);
+    EXPECT_LE(lag, records - 32);
+    EXPECT_EQ(lag % 32, 0) << lag;
   }
   auto resumed = Loader::Start(StreamLoader(kafka), positions);
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   ReadIds(**resumed, &seen, records, records, &newest);
   EXPECT_EQ(seen.size(), static_cast<size_t>(records)) << "every record once";
   EXPECT_EQ(newest, 1700000000u + records - 1) << "the batches carry the records' times";
+}
+
+// Malformed records are counted and skipped within max_bad_fraction, named by topic, partition
+// and offset; beyond it the streams fail with DATA_LOSS naming them.
+TEST(KafkaLoader, MalformedRecordsAreCountedAndBounded) {
+  for (const int every : {20, 2}) {
+    SCOPED_TRACE(absl::StrCat("one record in ", every, " malformed"));
+    MockKafka kafka;
+    ASSERT_TRUE(kafka.CreateTopic("clicks", 1));
+    const int records = 640;
+    int good = 0;
+    for (int id = 0; id < records; ++id) {
+      const bool bad = id % every == every - 1;
+      good += bad ? 0 : 1;
+      ASSERT_TRUE(kafka.Produce("clicks", 0, bad ? "not a criteo line" : hyrec::testing::CriteoRecord(id)));
+    }
+    ASSERT_TRUE(kafka.Flush());
+    LoaderOptions o = StreamLoader(kafka);
+    o.source.kafka->bounded = true;
+    o.max_bad_fraction = 0.1;
+    o.min_lines_for_bad_check = 100;
+    auto loader = Loader::Start(o, {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    uint64_t samples = 0;
+    absl::Status end;
+    for (bool open = true; open;) {
+      open = false;
+      for (int w = 0; w < 2; ++w) {
+        Batch b;
+        const absl::Status s = (*loader)->stream(w)->Next(&b, absl::Seconds(30));
+        if (s.ok()) {
+          samples += b.batch_size;
+          open = true;
+        } else {
+          end = s;
+        }
+      }
+    }
+    if (every == 20) {
+      EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
+      EXPECT_EQ(samples, static_cast<uint64_t>(good));
+      const LoaderStats stats = (*loader)->Stats();
+      EXPECT_EQ(stats.bad_lines, static_cast<uint64_t>(records - good));
+      ASSERT_FALSE(stats.first_bad.empty());
+      // Named by topic, partition and offset: one of the malformed ones (offsets 19, 39, ...).
+      const size_t at = stats.first_bad[0].find("clicks[0]@");
+      ASSERT_NE(at, std::string::npos) << stats.first_bad[0];
+      int offset = -1;
+      ASSERT_TRUE(absl::SimpleAtoi(stats.first_bad[0].substr(at + 10, stats.first_bad[0].find(':') - at - 10), &offset))
+          << stats.first_bad[0];
+      EXPECT_EQ(offset % 20, 19) << stats.first_bad[0];
+    } else {
+      EXPECT_TRUE(absl::IsDataLoss(end)) << end;
+      EXPECT_TRUE(absl::StrContains(end.message(), "clicks[0]@")) << end;
+    }
+  }
 }
 
 TEST(KafkaLoader, AStreamSourceIsCheckedAtStart) {

@@ -74,6 +74,7 @@ TEST_P(StreamTrain, ABoundedStreamTrainsEveryRecordOnceAndResumesWithNothingLeft
   EXPECT_EQ(ReportField(report, "samples"), "1024") << r.all();
   EXPECT_FALSE(ReportField(report, "checkpoint").empty()) << r.all();
   EXPECT_TRUE(absl::StrContains(r.all(), "progressive AUC")) << "each batch scored before it trains: " << r.all();
+  EXPECT_TRUE(absl::StrContains(r.all(), "freshness ")) << "event-time freshness: " << r.all();
   // The group heard of the checkpoints: each partition's committed offset is where the last
   // checkpoint's earliest window starts, past the first window and within the partition.
   const std::map<int32_t, int64_t> committed = kafka.Committed("hyrec-test", "clicks", 3);

@@ -61,8 +61,8 @@ class InputLines {
 };
 
 void Announce(const dense_worker::Follower::Model& m) {
-  std::cerr << "model step " << m.step << " delta " << m.delta_sequence << " (" << m.base << ", +" << m.deltas
-            << " deltas)" << std::endl;
+  std::cerr << "model step " << m.step << " delta " << m.delta_sequence << " ("
+            << (m.base.empty() ? std::string("no base") : m.base) << ", +" << m.deltas << " deltas)" << std::endl;
 }
 
 // Polls the root on its own thread until stopped or refused.

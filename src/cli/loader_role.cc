@@ -23,6 +23,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/config.h"
 #include "hyrec/data_loader/data_service.h"
+#include "hyrec/data_loader/loader_metrics.h"
 #include "hyrec/data_loader/positions.h"
 #include "hyrec/data_loader/synthetic.h"
 #include "hyrec/job/job_plan.h"
@@ -80,15 +81,8 @@ absl::StatusOr<std::vector<ReaderPosition>> ReadPositions(const std::string& fla
   return parsed;
 }
 
-void PublishLoaderMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m) {
-  m->Describe("hyrec_loader_lines_total", MetricType::kCounter, "Lines read (file sources).");
-  m->Describe("hyrec_loader_bad_lines_total", MetricType::kCounter, "Lines skipped as malformed.");
-  m->Describe("hyrec_loader_samples_total", MetricType::kCounter, "Samples delivered in batches.");
-  m->Describe("hyrec_loader_batches_total", MetricType::kCounter, "Batches delivered.");
-  m->Set("hyrec_loader_lines_total", {}, static_cast<double>(s.lines));
-  m->Set("hyrec_loader_bad_lines_total", {}, static_cast<double>(s.bad_lines));
-  m->Set("hyrec_loader_samples_total", {}, static_cast<double>(s.samples));
-  m->Set("hyrec_loader_batches_total", {}, static_cast<double>(s.batches));
+void PublishRoleMetrics(const data_loader::LoaderStats& s, MetricsRegistry* m) {
+  data_loader::PublishLoaderMetrics(s, m);
   PublishLogMetrics(m);
 }
 
@@ -159,7 +153,7 @@ absl::Status Serve(const LoaderFlags& f) {
   MetricsRegistry metrics;
   std::unique_ptr<MetricsHttpServer> metrics_server;
   if (f.common.metrics_port >= 0) {
-    metrics.AddCollector([raw_server](MetricsRegistry* m) { PublishLoaderMetrics(raw_server->Stats(), m); });
+    metrics.AddCollector([raw_server](MetricsRegistry* m) { PublishRoleMetrics(raw_server->Stats(), m); });
     HYREC_ASSIGN_OR_RETURN(metrics_server, NamePortSetting(MetricsHttpServer::Start(f.common.metrics_host,
                                                                                     f.common.metrics_port, &metrics),
                                                            "--metrics_port"));

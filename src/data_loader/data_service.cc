@@ -247,9 +247,9 @@ class DataServiceImpl final : public proto::DataService::Service {
     if (stopped_) loader_->Stop();
   }
 
-  // A worker that came after the loader started (arrival_grace) and asks for a later batch than
-  // its start: the batches before it are read and dropped (the same batches as from a later
-  // window).
+  // A worker that asks for a later batch than this loader would send it next (it came after the
+  // loader started, past arrival_grace, or replaces a worker lost after this loader sent it some):
+  // the batches before it are read and dropped (the same batches as from a later window).
   absl::Status ReadUpTo(grpc::ServerContext* context, BatchStream* stream, uint64_t next, int w) {
     Worker& worker = workers_[w];
     Batch batch;
@@ -279,7 +279,10 @@ class DataServiceImpl final : public proto::DataService::Service {
                      grpc::ServerWriter<proto::BatchProto>* writer) {
     Worker& worker = workers_[w];  // Only this (single active) stream touches it.
     BatchStream* stream = loader.stream(w);
-    if (worker.sent.empty() && next % options_.num_workers == static_cast<uint64_t>(w)) {
+    // Also after this loader sent the worker's stream some batches: a replacement may ask for a
+    // later batch than its lost predecessor was sent here, which trained the ones between from
+    // the loader before this one.
+    if (next > worker.next_from_loader && next % options_.num_workers == static_cast<uint64_t>(w)) {
       const absl::Status read = ReadUpTo(context, stream, next, w);
       if (!read.ok()) return ToGrpcStatus(read);
     }

@@ -3,6 +3,7 @@
 #include <librdkafka/rdkafka.h>
 
 #include <algorithm>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -176,8 +177,14 @@ class KafkaReaderImpl final : public KafkaReader {
   absl::StatusOr<int64_t> Lag() override {
     int64_t lag = 0;
     for (const auto& [p, position] : positions_) {
-      HYREC_ASSIGN_OR_RETURN(const auto low_high, Watermarks(p));
-      lag += low_high.second - std::max(position, low_high.first);
+      // The offsets the last fetch of the partition brought, without a request of its own; the
+      // brokers are asked only for a partition not fetched yet.
+      int64_t low = 0, high = 0;
+      if (rd_kafka_get_watermark_offsets(rk_, o_.topic.c_str(), p, &low, &high) != RD_KAFKA_RESP_ERR_NO_ERROR ||
+          low < 0 || high < 0) {
+        HYREC_ASSIGN_OR_RETURN(std::tie(low, high), Watermarks(p));
+      }
+      lag += std::max<int64_t>(0, high - std::max(position, low));
     }
     return lag;
   }

@@ -78,7 +78,9 @@ class KafkaReader {
   // Each of this reader's partitions' end offset (the offset its next record will have).
   virtual absl::StatusOr<PartitionOffsets> EndOffsets() = 0;
 
-  // The records not yet read: each partition's end offset less its position, summed.
+  // The records not yet read: each partition's end offset less its position, summed. The end
+  // offsets are those the partition's last fetch brought (no request of its own), so Lag is cheap
+  // enough to ask between windows; a partition not fetched yet is asked of the brokers.
   virtual absl::StatusOr<int64_t> Lag() = 0;
 };
 

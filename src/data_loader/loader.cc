@@ -426,6 +426,10 @@ class LoaderImpl final : public Loader {
     }
     w.start.partitions = read->ranges;
     w.epoch_done = read->last;
+    if (read->lag >= 0) {
+      absl::MutexLock lock(&mu_);
+      stats_.stream_lag = read->lag;
+    }
     for (KafkaRecord& r : read->records) {
       w.lines.push_back(std::move(r.value));
       w.origins.emplace_back(static_cast<uint32_t>(r.partition), static_cast<uint64_t>(r.offset));

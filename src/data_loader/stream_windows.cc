@@ -83,8 +83,8 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
   absl::Time batch_at = absl::InfiniteFuture();  // When the window first held a whole batch.
   while (pending_.size() < window_records_) {
     if (stopping()) return absl::CancelledError("the loader was stopped");
-    if (bounded_ && AllPolled()) {
-      StreamWindow w = Take(pending_.size());
+    if (bounded_ && AllPolled()) {  // The end: what is left, a window at a time.
+      StreamWindow w = Take(std::min<size_t>(pending_.size(), window_records_));
       w.last = pending_.empty();
       return w;
     }
@@ -97,7 +97,13 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
         Poll(pending_.size() >= batch_size_ ? std::min(kPollSlice, batch_at + linger_ - now) : kPollSlice));
   }
   const size_t n = std::min<size_t>(pending_.size(), window_records_);
-  return Take(n - n % batch_size_);
+  StreamWindow w = Take(n - n % batch_size_);
+  if (absl::Now() - lag_asked_ >= absl::Seconds(1)) {
+    lag_asked_ = absl::Now();
+    absl::StatusOr<int64_t> lag = reader_->Lag();  // What is not polled yet, and the rest polled.
+    if (lag.ok()) w.lag = *lag + static_cast<int64_t>(pending_.size());
+  }
+  return w;
 }
 
 // The window `replay_` names: every partition read to its end; what arrives past an end (or from

@@ -27,6 +27,9 @@ struct StreamWindow {
   std::vector<KafkaRecord> records;    // In the window's order.
   std::vector<PartitionRange> ranges;  // Every partition's, [start, end); ascending partitions.
   bool last = false;                   // A bounded stream's last window (it may end in a partial batch).
+  // The records of the topic after this window, for this reader's partitions (asked of the
+  // brokers at most once a second); -1: not asked this time, or they did not say.
+  int64_t lag = -1;
 };
 
 class StreamWindows {
@@ -66,6 +69,7 @@ class StreamWindows {
   // Per partition: the offset after the last record polled (kept or past a bounded end).
   std::map<int32_t, int64_t> polled_;
   absl::Time refreshed_ = absl::InfinitePast();
+  absl::Time lag_asked_ = absl::InfinitePast();
 };
 
 }  // namespace hyrec::data_loader

@@ -52,6 +52,8 @@ void ProgressFields(S& p, Visit&& visit) {
   visit("progressive_auc", p.progressive.auc);
   visit("progressive_log_loss", p.progressive.log_loss);
   visit("progressive_samples", p.progressive.samples);
+  visit("event_time", p.event_time);
+  visit("stream", p.stream);
   StatsFields(p.stats, visit);
 }
 

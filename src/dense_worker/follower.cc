@@ -41,7 +41,12 @@ absl::StatusOr<bool> Follower::Poll() {
   if (!base.empty()) {
     HYREC_ASSIGN_OR_RETURN(fresh, ReadExport(env_, base));
   } else if (!loaded_) {
-    return false;
+    // No base yet: the job's first delta holds every row its first run changed.
+    HYREC_ASSIGN_OR_RETURN(const std::vector<std::string> first, DeltasAfter(env_, root_, 0));
+    if (first.empty()) return false;
+    HYREC_ASSIGN_OR_RETURN(const CheckpointManifest m, ReadManifest(env_, first.front()));
+    fresh.emplace();
+    fresh->job_yaml = m.job_yaml;
   }
   const uint64_t after = fresh.has_value() ? fresh->delta_sequence : rows_.delta_sequence;
   HYREC_ASSIGN_OR_RETURN(const std::vector<std::string> deltas, DeltasAfter(env_, root_, after));
@@ -59,7 +64,10 @@ absl::StatusOr<bool> Follower::Poll() {
     model->predictor = this->model()->predictor;
   }
   model->base = base.empty() ? base_ : base;
+  model->newest = deltas.empty() ? model->base : deltas.back();
   model->step = next.step;
+  model->samples = next.samples;
+  model->created_unix_ms = next.created_unix_ms;
   model->delta_sequence = next.delta_sequence;
   model->deltas = (base.empty() ? deltas_ : 0) + static_cast<int>(deltas.size());
   rows_ = std::move(next);

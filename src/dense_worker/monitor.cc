@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
 
@@ -35,6 +36,12 @@ std::string BytesRead(const Progress& p) {
   std::string out = absl::StrCat("  ", Megabytes(p.bytes_read), "/", Megabytes(p.bytes_total), " MB");
   if (p.epochs != 1) absl::StrAppend(&out, " of epoch ", p.epoch + 1, p.epochs > 1 ? absl::StrCat("/", p.epochs) : "");
   return out;
+}
+
+// Event-time freshness: now less the newest trained sample's time (never negative: a clock
+// ahead of this one).
+double EventFreshness(const Progress& p) {
+  return std::max(0.0, absl::ToDoubleSeconds(absl::Now() - absl::FromUnixSeconds(static_cast<int64_t>(p.event_time))));
 }
 
 // Seconds left, from the planned samples or else from the bytes of a file source read over its
@@ -138,6 +145,7 @@ void JobMonitor::OnProgress(const Progress& p) {
   if (options_.metrics != nullptr) {
     PublishProgress(static_cast<double>(p.samples), p.samples_per_second, p.loss, {}, options_.metrics);
     if (p.progressive.samples > 0) PublishProgressive(p.progressive, options_.metrics);
+    if (p.event_time > 0) PublishEventFreshness(EventFreshness(p), options_.metrics);
     PublishTrainerMetrics(p.stats, options_.worker, options_.metrics);
     if (options_.ps != nullptr) (void)PublishPsMetrics(options_.ps, options_.metrics);
   }
@@ -163,6 +171,7 @@ void JobMonitor::OnProgress(const Progress& p) {
         {absl::StrFormat("  loss %.4f", p.loss), 1}};
     if (last_auc_ >= 0) parts.emplace_back(absl::StrFormat("  AUC %.4f", last_auc_), 2);
     if (p.progressive.samples > 0) parts.emplace_back(absl::StrFormat("  progressive AUC %.4f", p.progressive.auc), 2);
+    if (p.stream && p.event_time > 0) parts.emplace_back(absl::StrCat("  freshness ", Duration(EventFreshness(p))), 2);
     parts.emplace_back(absl::StrCat("  elapsed ", Duration(p.elapsed_seconds)), 5);
     if (eta) parts.emplace_back(absl::StrCat("  ETA ", Duration(eta_seconds)), 3);
     *options_.out << kClearLine << FitLine(parts, TerminalColumns()) << std::flush;
@@ -176,6 +185,7 @@ void JobMonitor::OnProgress(const Progress& p) {
     absl::StrAppend(&line, absl::StrFormat("  progressive AUC %.4f log loss %.4f (%d samples)", p.progressive.auc,
                                            p.progressive.log_loss, p.progressive.samples));
   }
+  if (p.stream && p.event_time > 0) absl::StrAppend(&line, "  freshness ", Duration(EventFreshness(p)));
   if (eta) absl::StrAppend(&line, "  ETA ", Duration(eta_seconds));
   PrintLocked(line);
 }
@@ -336,6 +346,13 @@ void PublishProgressive(const Evaluation& e, MetricsRegistry* m) {
   m->Describe("hyrec_progressive_log_loss", MetricType::kGauge, "Their mean log loss.");
   m->Set("hyrec_progressive_auc", {}, e.auc);
   m->Set("hyrec_progressive_log_loss", {}, e.log_loss);
+}
+
+void PublishEventFreshness(double seconds, MetricsRegistry* m) {
+  if (m == nullptr) return;
+  m->Describe("hyrec_event_freshness_seconds", MetricType::kGauge,
+              "Now less the time of the newest sample worker 0 has trained (its source's event time).");
+  m->Set("hyrec_event_freshness_seconds", {}, seconds);
 }
 
 void PublishEvaluation(const Evaluation& e, MetricsRegistry* m) {

@@ -53,6 +53,8 @@ absl::StatusOr<ServingRows> ReadExport(Env* env, const std::string& dir) {
   }
   HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kExportRows, "rows-", &rows));
   rows.step = m.step;
+  rows.samples = m.samples;
+  rows.created_unix_ms = m.created_unix_ms;
   rows.delta_sequence = m.delta_sequence;
   rows.job_yaml = m.job_yaml;
   return rows;
@@ -72,6 +74,8 @@ absl::Status ApplyDelta(Env* env, const std::string& dir, ServingRows* rows) {
   HYREC_RETURN_IF_ERROR(FoldRowsFiles(env, dir, m, FileKind::kDeltaRows, "delta-", rows));
   rows->model = std::move(model);
   rows->step = m.step;
+  rows->samples = m.samples;
+  rows->created_unix_ms = m.created_unix_ms;
   rows->delta_sequence = m.delta_sequence;
   return absl::OkStatus();
 }

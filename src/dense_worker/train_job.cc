@@ -8,6 +8,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/common/thread_priority.h"
+#include "hyrec/data_loader/loader_metrics.h"
 #include "hyrec/dense_worker/monitor.h"
 #include "hyrec/dense_worker/process_tuning.h"
 #include "hyrec/dense_worker/worker.h"
@@ -16,13 +17,16 @@
 namespace hyrec::dense_worker {
 namespace {
 
-// Passes worker 0's reports on, publishing the in-process shards' statistics with each.
+// Passes worker 0's reports on, publishing the in-process shards' and loader's statistics with
+// each.
 class PsMetricsObserver : public TrainObserver {
  public:
-  PsMetricsObserver(TrainObserver* next, embedding_ps::EmbeddingClient* ps, MetricsRegistry* metrics)
-      : next_(next), ps_(ps), metrics_(metrics) {}
+  PsMetricsObserver(TrainObserver* next, embedding_ps::EmbeddingClient* ps, const data_loader::Loader* loader,
+                    MetricsRegistry* metrics)
+      : next_(next), ps_(ps), loader_(loader), metrics_(metrics) {}
   void OnProgress(const Progress& p) override {
     (void)PublishPsMetrics(ps_, metrics_);
+    if (loader_ != nullptr) data_loader::PublishLoaderMetrics(loader_->Stats(), metrics_);
     if (next_ != nullptr) next_->OnProgress(p);
   }
   void OnEvaluation(uint64_t samples, const Evaluation& e) override {
@@ -36,6 +40,7 @@ class PsMetricsObserver : public TrainObserver {
  private:
   TrainObserver* next_;
   embedding_ps::EmbeddingClient* ps_;
+  const data_loader::Loader* loader_;  // Null when the workers' streams come from elsewhere.
   MetricsRegistry* metrics_;
 };
 
@@ -102,7 +107,7 @@ absl::StatusOr<TrainReport> RunTrainJob(const job::JobPlan& plan, const TrainJob
         loader, data_loader::Loader::Start(loader_options,
                                            resume ? resume->positions : std::vector<data_loader::ReaderPosition>()));
   }
-  PsMetricsObserver observer(options.observer, ps.get(), options.metrics);
+  PsMetricsObserver observer(options.observer, ps.get(), loader.get(), options.metrics);
   job::Endpoints endpoints = plan.endpoints;  // One process: the rendezvous is on loopback.
   endpoints.master_addr = "127.0.0.1";
   endpoints.master_port = PickFreeLoopbackPort();

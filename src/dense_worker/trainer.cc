@@ -371,7 +371,7 @@ absl::Status TrainingContext::NextFromStream(data_loader::Batch* batch) {
   }
 }
 
-void TrainingContext::Fill() {
+void TrainingContext::Fill(bool wait) {
   // Lookups run the window's depth ahead and updates may lag the rest of it (StalenessWindow).
   const StalenessWindow rule(options_.embedding_staleness);
   while (status_.ok() && !stream_done_ && window_.size() < rule.depth()) {
@@ -385,7 +385,9 @@ void TrainingContext::Fill() {
       }
     }
     auto tb = std::make_unique<TrainBatch>();
-    absl::Status s = NextFromStream(&tb->batch);
+    const bool waits = wait && window_.empty();
+    absl::Status s = waits ? NextFromStream(&tb->batch) : stream_->Next(&tb->batch, absl::ZeroDuration());
+    if (!waits && absl::IsDeadlineExceeded(s)) return;  // None there yet: the next Next waits.
     if (wait_abandoned_) return;
     if (absl::IsOutOfRange(s)) {
       stream_done_ = true;
@@ -415,7 +417,7 @@ void TrainingContext::Fill() {
 bool TrainingContext::Next(TrainBatch** batch) {
   if (!status_.ok()) return false;
   wait_abandoned_ = false;
-  Fill();
+  Fill(/*wait=*/true);
   if (window_.empty()) return false;
   Pending pending = std::move(window_.front());
   window_.pop_front();
@@ -430,7 +432,7 @@ bool TrainingContext::Next(TrainBatch** batch) {
   current_->labels = ToDevice(
       torch::from_blob(current_->batch.labels.data(), {current_->batch.batch_size}, torch::kFloat), options_.device);
   *batch = current_.get();
-  Fill();  // Keep the window full while this batch trains.
+  Fill(/*wait=*/false);  // Keep the window full while this batch trains.
   return status_.ok();
 }
 
@@ -612,7 +614,7 @@ absl::Status TrainingContext::PushUpdate() {
   updates_.push_back(PendingUpdate{batch->index, std::move(done)});
   ++stats_.batches;
   stats_.samples += static_cast<uint64_t>(batch->batch.batch_size);
-  Fill();  // Lookups that waited for this batch to train can go now.
+  Fill(/*wait=*/false);  // Lookups that waited for this batch to train can go now.
   return status_;
 }
 

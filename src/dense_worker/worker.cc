@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <optional>
@@ -303,9 +304,11 @@ class WorkerLoop {
           bytes_read(b.batch.bytes_read),
           bytes_total(b.batch.bytes_total),
           batch_id(static_cast<int64_t>(b.batch.batch_id)),
+          data_time(b.batch.data_time),
           position(b.batch.next_position) {}
     uint64_t epoch, bytes_read, bytes_total;
     int64_t batch_id;
+    uint64_t data_time;
     data_loader::ReaderPosition position;
   };
   void Trained(const BatchMarks& m) {
@@ -313,6 +316,7 @@ class WorkerLoop {
     last_bytes_read_ = m.bytes_read;
     last_bytes_total_ = m.bytes_total;
     last_batch_id_ = m.batch_id;
+    newest_event_time_ = std::max(newest_event_time_, m.data_time);
     last_position_ = m.position;
     batch_ = nullptr;
   }
@@ -480,13 +484,16 @@ class WorkerLoop {
   // replacement of a lost peer waiting to regroup. Its own batch may not come until they have
   // (the loader holds a new generation's batches until every worker's stream has arrived), and
   // it would learn of the loss only in the vote.
+  // A stop request ends the wait too: a stream without end may have nothing to send for a long
+  // time, and the stop is voted on as usual.
   TrainerOptions MainContextOptions() const {
     TrainerOptions o = trainer_options_;
+    std::function<bool()> replacement_waiting;
     if (sync_ != nullptr && plan_.heal_timeout_seconds > 0) {
       nn_sync::DenseSync* sync = sync_.get();
       const int rank = plan_.rank;
       auto said = std::make_shared<bool>(false);
-      o.abandon_wait = [sync, rank, said] {
+      replacement_waiting = [sync, rank, said] {
         absl::StatusOr<bool> waiting = sync->ReplacementWaiting();
         if (!waiting.ok()) {  // Said once: the wait goes on, and the vote finds out.
           if (!*said) std::cerr << "hyrec worker " << rank << ": " << waiting.status().message() << std::endl;
@@ -496,17 +503,23 @@ class WorkerLoop {
         return *waiting;
       };
     }
+    const std::atomic<bool>* stop = options_.stop;
+    if (stop != nullptr || replacement_waiting) {
+      o.abandon_wait = [stop, replacement_waiting] {
+        return (stop != nullptr && stop->load()) || (replacement_waiting && replacement_waiting());
+      };
+    }
     return o;
   }
 
   absl::StatusOr<bool> NextStep(TrainingContext& ctx, TrainBatch** batch) {
     // A batch in hand (the vote or the step failed and the group healed) is voted on again.
     const bool has_batch = *batch != nullptr || ctx.Next(batch);
-    if (!has_batch && ctx.wait_abandoned()) {
+    const bool stop = options_.stop != nullptr && options_.stop->load();
+    if (!has_batch && ctx.wait_abandoned() && !stop) {
       return absl::AbortedError(
           absl::StrCat("worker ", plan_.rank, ": a replacement of a lost worker waits to regroup"));
     }
-    const bool stop = options_.stop != nullptr && options_.stop->load();
     int vote = stop ? kVoteStop : has_batch ? kVoteGo : kVoteEnd;
     if (vote == kVoteGo && leader_ && evaluator_.DueAtEpoch(RunSteps(ctx), last_epoch_, (*batch)->batch.epoch)) {
       vote = kVoteEvaluate;
@@ -588,6 +601,8 @@ class WorkerLoop {
     p.samples_per_second = samples / std::max(p.elapsed_seconds, 1e-9);
     p.loss = loss_window_ / loss_count_;
     if (progressive_.has_value()) p.progressive = progressive_->Measure();
+    p.event_time = newest_event_time_;
+    p.stream = plan_.stream.has_value();
     p.stats = st;
     p.last = last;
     report_.mean_loss_last = p.loss;
@@ -704,7 +719,7 @@ class WorkerLoop {
   // The checkpoint at the end (or after an interrupt), the last delta, and worker 0's export.
   absl::Status FinalCuts(TrainingContext& ctx) {
     if (cuts_ == nullptr) return absl::OkStatus();
-    const bool wanted = interrupted_ ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
+    const bool wanted = interrupted_ && !plan_.ends_on_stop() ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
     if (wanted && !plan_.checkpoint.dir.empty() && GlobalStep(ctx) != schedule_.last_checkpoint_step()) {
       HYREC_RETURN_IF_ERROR(
           CutNow(ctx, JobCuts::Kind::kCheckpoint, report_.has_final_eval ? &report_.final_eval : nullptr));
@@ -719,7 +734,7 @@ class WorkerLoop {
     report_.checkpoint_failures = cuts_->failed();
     report_.checkpoint_pause_seconds = cuts_->pause_seconds();
     report_.checkpoint_write_seconds = cuts_->write_seconds();
-    if (!leader_ || plan_.serving.dir.empty() || interrupted_) return absl::OkStatus();
+    if (!leader_ || plan_.serving.dir.empty() || (interrupted_ && !plan_.ends_on_stop())) return absl::OkStatus();
     const bool best = evaluator_.keeps_best() && !report_.best_checkpoint.empty();
     const std::string& from = best ? report_.best_checkpoint : report_.last_checkpoint;
     if (from.empty()) {
@@ -770,6 +785,7 @@ class WorkerLoop {
   bool epoch_length_noted_ = false;
   uint64_t last_epoch_ = 0;
   uint64_t last_bytes_read_ = 0;
+  uint64_t newest_event_time_ = 0;  // Of the samples worker 0 trained (Sample::time, unix s).
   uint64_t last_bytes_total_ = 0;
   data_loader::ReaderPosition last_position_;   // After the last trained batch.
   int64_t last_batch_id_ = -1;                  // Of the last trained batch; -1: none yet.

@@ -104,6 +104,9 @@ struct LoaderStats {
   uint64_t batches = 0;
   std::vector<std::string> first_bad;  // "file:line: reason" of the first few bad lines.
   uint64_t skipped_batches = 0;        // Batches not delivered because every line was bad.
+  // A stream source: the records of its topic not yet read into a window (consumer lag), as last
+  // asked of the brokers (about once a second); -1: not a stream, or not known yet.
+  int64_t stream_lag = -1;
 };
 
 // One worker's batches. Not thread-safe; one consumer per stream.

@@ -1,6 +1,7 @@
 // Follower: serving's view of a training job's export.dir, kept up to date while the job trains.
-// It holds the newest complete model: a base export (an export directory, kind "export") with
-// every committed delta after it applied in order (export.delta_every_*). Poll brings it up to
+// It holds the newest complete model: a base export (an export directory, kind "export", or
+// none before a job's first) with every committed delta after it applied in order
+// (export.delta_every_*). Poll brings it up to
 // date; a scorer takes model() and scores with it, and no Poll ever changes a model once handed
 // out, so a scorer never sees a half-applied delta.
 //
@@ -34,14 +35,19 @@ class Follower {
   // One complete model; immutable.
   struct Model {
     std::shared_ptr<Predictor> predictor;
-    std::string base;             // The base export's directory.
-    uint64_t step = 0;            // Of the base or of the last delta applied.
-    uint64_t delta_sequence = 0;  // The last delta applied (a base alone: the last before its cut).
-    int deltas = 0;               // Deltas applied onto the base.
+    std::string base;              // The base export's directory.
+    std::string newest;            // The directory of the last delta applied, or the base.
+    uint64_t step = 0;             // Of the base or of the last delta applied.
+    uint64_t samples = 0;          // The job had trained at that cut,
+    uint64_t created_unix_ms = 0;  // which was taken then.
+    uint64_t delta_sequence = 0;   // The last delta applied (a base alone: the last before its cut).
+    int deltas = 0;                // Deltas applied onto the base.
   };
 
-  // Loads the newest base export under `export_root` that verifies and the deltas after it.
-  // NotFound when the root holds no export yet; a gap or a damaged delta is an error as in Poll.
+  // Loads the newest base export under `export_root` and the deltas after it. Before a job's
+  // first base, a follower starts from its first delta (sequence 1, which holds every row the
+  // job's first run changed) when that is still there. NotFound when the root holds neither yet;
+  // a damaged export, a gap or a damaged delta is an error as in Poll.
   static absl::StatusOr<std::unique_ptr<Follower>> Start(const std::string& export_root, Env* env = nullptr);
 
   // Brings the model up to date with what the root holds now: a newer base, then the committed

@@ -95,6 +95,8 @@ absl::Status PublishPsMetrics(embedding_ps::EmbeddingClient* ps, MetricsRegistry
 void PublishEvaluation(const Evaluation& evaluation, MetricsRegistry* metrics);
 // hyrec_progressive_auc and hyrec_progressive_log_loss: progressive validation (Progress::progressive).
 void PublishProgressive(const Evaluation& progressive, MetricsRegistry* metrics);
+// hyrec_event_freshness_seconds: now less the newest trained sample's time.
+void PublishEventFreshness(double seconds, MetricsRegistry* metrics);
 
 }  // namespace hyrec::dense_worker
 

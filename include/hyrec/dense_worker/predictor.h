@@ -32,11 +32,13 @@ namespace hyrec::dense_worker {
 // The rows of an export as a follower holds them: per table, id -> weights.
 struct ServingRows {
   std::map<std::string, absl::flat_hash_map<uint64_t, std::vector<float>>> tables;
-  std::string model;            // model.pt's bytes.
-  std::string script;           // A TorchScript model's module.pt (torchscript_model.h); else empty.
-  uint64_t step = 0;            // Of the export or of the last delta applied.
-  uint64_t delta_sequence = 0;  // The last delta folded in (an export: the last before its cut).
-  std::string job_yaml;         // The job's text, from the export's manifest.
+  std::string model;             // model.pt's bytes.
+  std::string script;            // A TorchScript model's module.pt (torchscript_model.h); else empty.
+  uint64_t step = 0;             // Of the export or of the last delta applied.
+  uint64_t samples = 0;          // The job had trained at that cut.
+  uint64_t created_unix_ms = 0;  // When that cut was taken (its manifest's creation).
+  uint64_t delta_sequence = 0;   // The last delta folded in (an export: the last before its cut).
+  std::string job_yaml;          // The job's text, from the export's manifest.
 };
 
 // Reads a verified export directory.

@@ -53,6 +53,11 @@ struct Progress {
   // Progressive validation (eval.progressive_window): over worker 0's last samples, each scored
   // before it was trained on; samples 0 when off.
   Evaluation progressive;
+  // The newest sample time worker 0 has trained (Sample::time, unix seconds; 0: its source has
+  // none), and whether it reads a stream: then the progress shows event-time freshness, the
+  // time since that sample happened.
+  uint64_t event_time = 0;
+  bool stream = false;
   TrainerStats stats;  // Worker 0's.
   bool last = false;   // The final (possibly shorter) interval.
 };

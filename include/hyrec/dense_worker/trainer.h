@@ -180,7 +180,11 @@ class TrainingContext {
   class TaskThreads;
   // Waits for the updates of batches < index, then takes the acknowledgements already there.
   absl::Status WaitForUpdatesBefore(uint64_t index);
-  void Fill();
+  // Takes batches into the lookahead window (their lookups start) up to its depth: the batches the
+  // stream holds now, and, with `wait` and an empty window, the next one however long it takes
+  // (within batch_timeout). A batch in hand never waits for later ones: a stream's records train
+  // as soon as their batch is there.
+  void Fill(bool wait);
   // The stream's next batch within batch_timeout, asking abandon_wait between slices of it.
   absl::Status NextFromStream(data_loader::Batch* batch);
   absl::Status LookupRows(TrainBatch* tb);
