@@ -232,20 +232,33 @@ absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& file
   return Score(files, ScoreOptions(), logits, labels, nullptr);
 }
 
+namespace {
+
+// The job's source as scoring reads it: its format and columns, labels optional or not, `keep`'s
+// columns passed through, and no stream (a stream job's model scores lines in its records'
+// format).
+data_loader::SourceConfig ScoringSource(data_loader::SourceConfig source, bool label_optional,
+                                        std::vector<std::string> keep) {
+  source.criteo.label_optional = label_optional;
+  source.libsvm.label_optional = label_optional;
+  source.csv.label_optional = label_optional;
+  source.keep = std::move(keep);
+  source.kafka.reset();
+  return source;
+}
+
+}  // namespace
+
 absl::StatusOr<Evaluation> Predictor::Score(const std::vector<std::string>& files, const ScoreOptions& score,
                                             std::vector<float>* logits, std::vector<float>* labels,
                                             std::vector<std::string>* kept) {
   data_loader::LoaderOptions o = plan_.loader.options;
-  o.source.criteo.label_optional = score.label_optional;
-  o.source.libsvm.label_optional = score.label_optional;
-  o.source.csv.label_optional = score.label_optional;
-  o.source.keep = score.keep;
+  o.source = ScoringSource(o.source, score.label_optional, score.keep);
   if (kept != nullptr) kept->clear();
   if (o.source.format == data_loader::Format::kSynthetic) {
     return absl::InvalidArgumentError("the export's job reads a synthetic source; give it a file format to score");
   }
   o.source.files = files;
-  o.source.kafka.reset();  // A stream job's model scores files in its records' format.
   o.source.skip_bad_files = false;
   o.num_workers = 1;
   o.num_shards = 1;
@@ -287,15 +300,10 @@ class OneBatch final : public data_loader::BatchStream {
 }  // namespace
 
 absl::StatusOr<data_loader::SourceConfig> Predictor::LineSource(const std::string& header) const {
-  data_loader::SourceConfig source = plan_.loader.options.source;
+  data_loader::SourceConfig source = ScoringSource(plan_.loader.options.source, /*label_optional=*/true, {});
   if (source.format == data_loader::Format::kSynthetic) {
     return absl::InvalidArgumentError("the export's job reads a synthetic source; it has no lines to score");
   }
-  source.criteo.label_optional = true;
-  source.libsvm.label_optional = true;
-  source.csv.label_optional = true;
-  source.keep.clear();
-  source.kafka.reset();
   if (source.format == data_loader::Format::kCsv) {
     std::vector<std::string> fields;
     if (source.csv.header) HYREC_RETURN_IF_ERROR(data_loader::SplitCsvLine(header, source.csv, &fields));
