@@ -409,16 +409,32 @@ absl::StatusOr<std::string> ExportCheckpoint(Env* env, const std::string& checkp
   return out;
 }
 
+namespace {
+
+// The committed directories under `root` named with `prefix`, oldest first, with their manifests:
+// those of job `job_id` (of any job when empty). One whose manifest does not read is left out.
+std::vector<std::pair<std::string, CheckpointManifest>> CommittedDirs(Env* env, const std::string& root,
+                                                                      const std::string& prefix,
+                                                                      const std::string& job_id) {
+  std::vector<std::pair<std::string, CheckpointManifest>> out;
+  for (const std::string& name : ListCheckpointDirs(env, root, prefix)) {
+    const std::string dir = JoinPath(root, name);
+    if (!env->FileExists(JoinPath(dir, kManifestName))) continue;
+    absl::StatusOr<CheckpointManifest> m = ReadManifest(env, dir);
+    if (m.ok() && (job_id.empty() || m->job_id == job_id)) out.emplace_back(dir, *std::move(m));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string FindExportOf(Env* env, const std::string& export_root, const std::string& checkpoint_dir) {
   env = EnvOr(env);
   absl::StatusOr<CheckpointManifest> c = ReadManifest(env, checkpoint_dir);
   if (!c.ok()) return "";
-  for (const std::string& name : ListCheckpointDirs(env, export_root, kExportPrefix)) {
-    const std::string dir = JoinPath(export_root, name);
-    if (!env->FileExists(JoinPath(dir, kManifestName))) continue;
-    absl::StatusOr<CheckpointManifest> e = ReadManifest(env, dir);
-    if (e.ok() && e->kind == "export" && e->job_id == c->job_id && e->step == c->step && e->samples == c->samples &&
-        e->delta_sequence == c->delta_sequence) {
+  for (const auto& [dir, e] : CommittedDirs(env, export_root, kExportPrefix, c->job_id)) {
+    if (e.kind == "export" && e.job_id == c->job_id && e.step == c->step && e.samples == c->samples &&
+        e.delta_sequence == c->delta_sequence) {
       return dir;
     }
   }
@@ -427,30 +443,18 @@ std::string FindExportOf(Env* env, const std::string& export_root, const std::st
 
 absl::Status RetireExports(Env* env, const std::string& export_root, int keep_bases, const std::string& job_id) {
   env = EnvOr(env);
-  auto ours = [&](const std::string& dir, CheckpointManifest* m) {
-    if (!env->FileExists(JoinPath(dir, kManifestName))) return false;
-    absl::StatusOr<CheckpointManifest> read = ReadManifest(env, dir);
-    if (!read.ok() || (!job_id.empty() && read->job_id != job_id)) return false;
-    *m = *std::move(read);
-    return true;
-  };
   std::vector<std::pair<std::string, uint64_t>> bases;  // Oldest first, with their delta_sequence.
-  for (const std::string& name : ListCheckpointDirs(env, export_root, kExportPrefix)) {
-    const std::string dir = JoinPath(export_root, name);
-    CheckpointManifest m;
-    if (ours(dir, &m) && m.kind == "export") bases.emplace_back(dir, m.delta_sequence);
+  for (const auto& [dir, m] : CommittedDirs(env, export_root, kExportPrefix, job_id)) {
+    if (m.kind == "export") bases.emplace_back(dir, m.delta_sequence);
   }
   if (bases.size() <= static_cast<size_t>(keep_bases)) return absl::OkStatus();
   const size_t first_kept = bases.size() - keep_bases;
   uint64_t held = bases[first_kept].second;
   for (size_t i = first_kept; i < bases.size(); ++i) held = std::min(held, bases[i].second);
   for (size_t i = 0; i < first_kept; ++i) HYREC_RETURN_IF_ERROR(DeleteDirAndFiles(env, bases[i].first));
-  for (const std::string& name : ListCheckpointDirs(env, export_root, kDeltaPrefix)) {
-    uint64_t seq = 0;
-    if (!DeltaSequenceOf(name, &seq)) continue;
-    const std::string dir = JoinPath(export_root, name);
-    CheckpointManifest m;
-    if (seq <= held && ours(dir, &m)) HYREC_RETURN_IF_ERROR(DeleteDirAndFiles(env, dir));
+  // A delta's manifest carries its own sequence number, as its directory's name does.
+  for (const auto& [dir, m] : CommittedDirs(env, export_root, kDeltaPrefix, job_id)) {
+    if (m.kind == "delta" && m.delta_sequence <= held) HYREC_RETURN_IF_ERROR(DeleteDirAndFiles(env, dir));
   }
   return absl::OkStatus();
 }
