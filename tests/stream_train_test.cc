@@ -172,6 +172,31 @@ TEST(StreamFollow, AFollowerServesNewerModelsAsTheJobTrainsAndEndsOnTheFinalExpo
   EXPECT_EQ(served.size(), 64u);
 }
 
+// `hyrec predict --follow`'s flags: what it does not take is refused by name (exit 2) before it
+// waits for any model.
+TEST(StreamFollow, BadFlagsAreRefusedByName) {
+  const std::string root = ::testing::TempDir() + "/stream_follow_flags";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  std::ofstream(root + "/MANIFEST") << "not read: its presence makes the directory one export";
+  const std::string models = "--model=" + root + "/models";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--follow"}, "--model=DIR"},
+      {{models, "--follow", "--input=x.tsv"}, "--input is not taken"},
+      {{models, "--follow", "--keep=I1"}, "--keep is not taken"},
+      {{models, "--follow", "--nodeltas"}, "--nodeltas is not taken"},
+      {{models, "--follow", "--poll_ms=0"}, "--poll_ms"},
+      {{"--model=" + root, "--follow"}, "is one export"},
+  };
+  for (const auto& [flags, said] : cases) {
+    std::vector<std::string> argv = {HYREC_PREDICT_BINARY};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    hyrec::testing::CommandResult r = RunCommand(argv);
+    EXPECT_EQ(r.code, 2) << r.all();
+    EXPECT_TRUE(absl::StrContains(r.err, said)) << said << ": " << r.all();
+  }
+}
+
 TEST(StreamTrainErrors, TheExampleStreamJobPlans) {
   absl::StatusOr<job::JobPlan> plan = job::PlanJobFile(HYREC_SOURCE_DIR "/examples/configs/stream.yaml");
   ASSERT_TRUE(plan.ok()) << plan.status();
