@@ -4,9 +4,14 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "data.pb.h"
 #include "deadline.h"
@@ -569,6 +574,48 @@ TEST(DataService, AKafkaSourceIsReadWithItsKeysChecked) {
       << ParseLoaderConfig(*root, "loader").status();
   root = ParseYaml("source:\n  format: synthetic\n  kafka: {brokers: k, topic: t, group: g}\n", "t");
   EXPECT_FALSE(ParseLoaderConfig(*root, "loader").ok());
+}
+
+// A stream's end: end_offsets per partition or an RFC 3339 end_time, at most one of the three
+// ends, each bad value refused naming its key and line.
+TEST(DataService, AKafkaSourcesEndIsReadWithItsKeysChecked) {
+  const std::string head =
+      "source:\n  format: criteo\n  kafka:\n    brokers: k:9092\n    topic: clicks\n    group: g\n";
+  auto parse = [&](const std::string& end) {
+    auto root = ParseYaml(head + end, "t");
+    EXPECT_TRUE(root.ok()) << root.status();
+    return ParseLoaderConfig(*root, "loader");
+  };
+  absl::StatusOr<LoaderOptions> o = parse("    end_offsets: {0: 500, 3: 0}\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->source.kafka->end_offsets, (std::map<int32_t, int64_t>{{0, 500}, {3, 0}}));
+  EXPECT_TRUE(o->source.kafka->ends());
+  o = parse("    end_time: 2026-12-04T18:00:00Z\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->source.kafka->end_time, absl::FromUnixSeconds(1796407200));
+  EXPECT_TRUE(o->source.kafka->ends());
+  o = parse("    end_time: 2026-12-04T19:00:00.5+01:00\n");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->source.kafka->end_time, absl::FromUnixMillis(int64_t{1796407200500}));
+  o = parse("");
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->source.kafka->ends()) << "a stream without end";
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"    end_offsets: {0: -1}\n", "loader.source.kafka.end_offsets.0 (line 7): an end offset is a non-negative"},
+      {"    end_offsets: {x: 5}\n", "loader.source.kafka.end_offsets (line 7): a partition is a non-negative"},
+      {"    end_offsets: [5]\n", "loader.source.kafka.end_offsets (line 7): expected a mapping"},
+      {"    end_offsets: {}\n", "loader.source.kafka.end_offsets (line 7): expected a mapping"},
+      {"    end_time: yesterday\n", "loader.source.kafka.end_time (line 7): expected an RFC 3339 time"},
+      {"    end_time: 1796407200\n", "loader.source.kafka.end_time (line 7): expected an RFC 3339 time"},
+      {"    bounded: true\n    end_time: 2026-12-04T18:00:00Z\n", "at most one of bounded, end_offsets and end_time"},
+      {"    end_offsets: {0: 1}\n    end_time: 2026-12-04T18:00:00Z\n", "at most one of"},
+      {"    end_offset: {0: 1}\n", "did you mean 'end_offsets'"},
+  };
+  for (const auto& [yaml, error] : refused) {
+    o = parse(yaml);
+    EXPECT_FALSE(o.ok()) << yaml;
+    EXPECT_TRUE(absl::StrContains(o.status().message(), error)) << yaml << ": " << o.status();
+  }
 }
 
 }  // namespace

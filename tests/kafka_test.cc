@@ -8,6 +8,8 @@
 
 #include "hyrec/data_loader/loader.h"
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <set>
 #include <string>
@@ -16,10 +18,12 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "deadline.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "kafka_mock.h"
+#include "kafka_proxy.h"
 
 namespace hyrec::data_loader {
 namespace {
@@ -269,6 +273,158 @@ TEST(KafkaLoader, WorkersGetEveryRecordOnceAcrossAStopAndAResume) {
   EXPECT_EQ(newest, 1700000000u + records - 1) << "the batches carry the records' times";
 }
 
+// Reads both workers' streams in turn until each ends; returns how one ended (OUT_OF_RANGE: the
+// end of the stream). Adds the ids read to `seen` (failing on one seen twice) and counts samples.
+absl::Status ReadToEnd(Loader& loader, std::set<std::string>* seen, uint64_t* samples) {
+  absl::Status end;
+  for (bool open = true; open;) {
+    open = false;
+    for (int w = 0; w < 2; ++w) {
+      Batch b;
+      const absl::Status s = loader.stream(w)->Next(&b, absl::Seconds(30));
+      if (!s.ok()) {
+        end = s;
+        continue;
+      }
+      open = true;
+      if (samples != nullptr) *samples += b.batch_size;
+      if (seen == nullptr) continue;
+      for (const std::string& id : b.kept) EXPECT_TRUE(seen->insert(id).second) << "record " << id << " twice";
+    }
+  }
+  return end;
+}
+
+// end_offsets: each partition's records before its offset, and then the end; a partition it does
+// not name stops the loader at its start, named.
+TEST(KafkaLoader, EndOffsetsEndEachPartitionWhereTheyName) {
+  MockKafka kafka;
+  ASSERT_TRUE(kafka.CreateTopic("clicks", 3));
+  for (int id = 0; id < 600; ++id) {  // Record id: partition id % 3, offset id / 3.
+    ASSERT_TRUE(kafka.Produce("clicks", id % 3, hyrec::testing::CriteoRecord(id), 1700000000000 + id));
+  }
+  ASSERT_TRUE(kafka.Flush());
+  const std::map<int32_t, int64_t> ends = {{0, 150}, {1, 77}, {2, 0}};
+  std::set<std::string> want;
+  for (int id = 0; id < 600; ++id) {
+    if (id / 3 < ends.at(id % 3)) want.insert(absl::StrCat(id));
+  }
+  LoaderOptions o = StreamLoader(kafka);
+  o.source.kafka->end_offsets = ends;
+  auto loader = Loader::Start(o, {});
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  std::set<std::string> seen;
+  const absl::Status end = ReadToEnd(**loader, &seen, nullptr);
+  EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
+  EXPECT_EQ(seen, want);
+
+  o.source.kafka->end_offsets.erase(1);
+  auto refused = Loader::Start(o, {});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "end_offsets names no end for partition 1 of topic 'clicks'"))
+      << refused.status();
+}
+
+// end_time: a partition ends before its first record stamped at or after end_time, in offset
+// order (a later record stamped earlier is not read); a partition without one (a quiet
+// partition, an empty one) ends once the clock is past end_time; a resumed loader ends where the
+// first would have.
+TEST(KafkaLoader, EndTimeEndsEachPartitionAtItsFirstRecordAtOrAfterIt) {
+  MockKafka kafka;
+  ASSERT_TRUE(kafka.CreateTopic("clicks", 3));
+  const int64_t t = absl::ToUnixMillis(absl::Now() + absl::Seconds(3));
+  const absl::Time end_time = absl::FromUnixMillis(t);  // The records' resolution.
+  std::set<std::string> want;
+  // Partition 0: 300 records stamped before end_time, 50 at or after it, then one stamped before
+  // it again (late). Partition 1: 100 records, all before. Partition 2: none.
+  int id = 0;
+  for (int i = 0; i < 300; ++i, ++id) {
+    ASSERT_TRUE(kafka.Produce("clicks", 0, hyrec::testing::CriteoRecord(id), t - 300000 + 1000 * i));
+    want.insert(absl::StrCat(id));
+  }
+  for (int i = 0; i < 50; ++i, ++id) ASSERT_TRUE(kafka.Produce("clicks", 0, hyrec::testing::CriteoRecord(id), t + i));
+  ASSERT_TRUE(kafka.Produce("clicks", 0, hyrec::testing::CriteoRecord(id++), t - 1));
+  for (int i = 0; i < 100; ++i, ++id) {
+    ASSERT_TRUE(kafka.Produce("clicks", 1, hyrec::testing::CriteoRecord(id), t - 200000 + 1000 * i));
+    want.insert(absl::StrCat(id));
+  }
+  ASSERT_TRUE(kafka.Flush());
+  LoaderOptions o = StreamLoader(kafka);
+  o.source.kafka->end_time = end_time;
+  std::set<std::string> seen;
+  std::vector<ReaderPosition> positions;
+  {
+    auto loader = Loader::Start(o, {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    uint64_t newest = 0;
+    ReadIds(**loader, &seen, want.size(), 3, &newest);
+    ASSERT_EQ(seen.size(), 6u * 32);
+    for (int w = 0; w < 2; ++w) positions.push_back((*loader)->stream(w)->Position());
+  }
+  auto resumed = Loader::Start(o, positions);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  const absl::Status end = ReadToEnd(**resumed, &seen, nullptr);
+  EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
+  EXPECT_GE(absl::Now(), end_time) << "partitions 1 and 2 end only once the clock is past end_time";
+  std::vector<std::string> missing, extra;
+  std::set_difference(want.begin(), want.end(), seen.begin(), seen.end(), std::back_inserter(missing));
+  std::set_difference(seen.begin(), seen.end(), want.begin(), want.end(), std::back_inserter(extra));
+  EXPECT_TRUE(missing.empty() && extra.empty())
+      << "not read: " << absl::StrJoin(missing, " ") << "; read past the end: " << absl::StrJoin(extra, " ");
+}
+
+// The partitions that `positions` name.
+std::set<int32_t> Partitions(const std::vector<ReaderPosition>& positions) {
+  std::set<int32_t> named;
+  for (const ReaderPosition& p : positions) {
+    for (const PartitionRange& r : p.partitions) named.insert(r.partition);
+  }
+  return named;
+}
+
+// A partition added to the topic while the loader runs is found (within the loader's 10 s
+// metadata refresh) and read from its first record, every record once, and a loader resumed
+// from positions that name it reads on where they say. The mock cluster cannot add partitions,
+// so the topic has four from the start and a protocol proxy shows clients two, then four.
+TEST(KafkaLoader, APartitionAddedWhileRunningIsRead) {
+  MockKafka kafka;
+  ASSERT_TRUE(kafka.CreateTopic("clicks", 4));
+  hyrec::testing::KafkaPartitionProxy proxy(kafka.brokers(), "clicks", 2);
+  int id = 0;
+  auto produce = [&](std::vector<int> partitions, int records) {
+    for (int i = 0; i < records; ++i, ++id) {
+      ASSERT_TRUE(kafka.Produce("clicks", partitions[i % partitions.size()], hyrec::testing::CriteoRecord(id),
+                                1700000000000 + id));
+    }
+    ASSERT_TRUE(kafka.Flush());
+  };
+  produce({0, 1}, 320);
+  LoaderOptions o = StreamLoader(kafka);
+  o.source.kafka->brokers = proxy.address();
+  std::set<std::string> seen;
+  uint64_t newest = 0;
+  std::vector<ReaderPosition> positions;
+  {
+    auto loader = Loader::Start(o, {});
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    ReadIds(**loader, &seen, 320, 5, &newest);
+    ASSERT_EQ(seen.size(), 320u);
+    ASSERT_EQ(Partitions({(*loader)->stream(0)->Position()}), (std::set<int32_t>{0, 1})) << "the topic shows two";
+    proxy.ShowPartitions(4);
+    produce({2, 3}, 320);
+    ReadIds(**loader, &seen, 640, 10, &newest);
+    ASSERT_EQ(seen.size(), 640u) << "the records of the added partitions";
+    for (int w = 0; w < 2; ++w) positions.push_back((*loader)->stream(w)->Position());
+  }
+  EXPECT_EQ(Partitions(positions), (std::set<int32_t>{0, 1, 2, 3}));
+  produce({0, 1, 2, 3}, 256);
+  auto resumed = Loader::Start(o, positions);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  ReadIds(**resumed, &seen, 896, 8, &newest);
+  EXPECT_EQ(seen.size(), 896u) << "every record once";
+}
+
 // Malformed records are counted and skipped within max_bad_fraction, named by topic, partition
 // and offset; beyond it the streams fail with DATA_LOSS naming them.
 TEST(KafkaLoader, MalformedRecordsAreCountedAndBounded) {
@@ -291,20 +447,7 @@ TEST(KafkaLoader, MalformedRecordsAreCountedAndBounded) {
     auto loader = Loader::Start(o, {});
     ASSERT_TRUE(loader.ok()) << loader.status();
     uint64_t samples = 0;
-    absl::Status end;
-    for (bool open = true; open;) {
-      open = false;
-      for (int w = 0; w < 2; ++w) {
-        Batch b;
-        const absl::Status s = (*loader)->stream(w)->Next(&b, absl::Seconds(30));
-        if (s.ok()) {
-          samples += b.batch_size;
-          open = true;
-        } else {
-          end = s;
-        }
-      }
-    }
+    const absl::Status end = ReadToEnd(**loader, nullptr, &samples);
     if (every == 20) {
       EXPECT_TRUE(absl::IsOutOfRange(end)) << end;
       EXPECT_EQ(samples, static_cast<uint64_t>(good));

@@ -1,9 +1,9 @@
 // Training from a Kafka topic (librdkafka's mock cluster in this process, the real protocol on
-// loopback): `hyrec train`, embedded and with --processes, trains a bounded stream's records once
-// each and checkpoints; a resume from its last checkpoint has nothing left; a missing topic and
-// brokers that do not answer stop the job at its start with their exit codes, named; and a
-// follower (`hyrec predict --follow`) started before the job serves strictly newer models as it
-// trains, and ends scoring exactly as `hyrec predict` on the final export.
+// loopback): `hyrec train`, embedded and with --processes, trains the records of a stream with an
+// end (bounded, end_time) once each and checkpoints; a resume from its last checkpoint has nothing left; a missing
+// topic and brokers that do not answer stop the job at its start with their exit codes, named; and a follower (`hyrec
+// predict --follow`) started before the job serves strictly newer models as it trains, and ends scoring exactly as
+// `hyrec predict` on the final export.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "hyrec/job/job_plan.h"
@@ -35,12 +36,13 @@ using hyrec::testing::MockKafka;
 using hyrec::testing::ReportField;
 using hyrec::testing::RunCommand;
 
+// A job on `topic`, whose end is `end` (a loader.source.kafka key and value).
 std::string WriteJob(const std::string& name, const std::string& brokers, const std::string& topic,
-                     const std::string& dir, const std::string& extra = "") {
+                     const std::string& dir, const std::string& extra = "", const std::string& end = "bounded: true") {
   const std::string path = ::testing::TempDir() + "/" + name + ".yaml";
   std::ofstream(path) << absl::StrCat(
       "loader:\n  source:\n    format: criteo\n    kafka: {brokers: '", brokers, "', topic: ", topic,
-      ", group: hyrec-test, bounded: true, connect_timeout_seconds: 5, linger_ms: 20}\n",
+      ", group: hyrec-test, ", end, ", connect_timeout_seconds: 5, linger_ms: 20}\n",
       "  batch_size: 64\n  threads: 1\n  shuffle_window: 256\n",
       "model: {kind: dlrm, embedding_dim: 4, bottom: [8], top: [8]}\n", "ps: {shards: 2}\n",
       "train: {workers: 2, log_every_batches: 2}\n", "eval: {progressive_window: 512}\n", "checkpoint: {dir: ", dir,
@@ -58,36 +60,49 @@ void Produce(MockKafka& kafka, int records) {
 
 class StreamTrain : public ::testing::TestWithParam<bool> {};
 
-TEST_P(StreamTrain, ABoundedStreamTrainsEveryRecordOnceAndResumesWithNothingLeft) {
+// Embedded, the stream ends where the topic ended at the start (bounded); with --processes, at
+// an end_time that the record of id 768 is stamped with (the records after it are not trained).
+TEST_P(StreamTrain, AStreamWithAnEndTrainsEveryRecordOnceAndResumesWithNothingLeft) {
   const bool processes = GetParam();
   MockKafka kafka;
   Produce(kafka, 1024);  // 16 batches of 64: 8 steps of 2 workers.
   const std::string dir = ::testing::TempDir() + (processes ? "/stream_processes" : "/stream_embedded");
   std::filesystem::remove_all(dir);
-  const std::string job = WriteJob(processes ? "stream_p" : "stream_e", kafka.brokers(), "clicks", dir);
+  const std::string end =
+      processes ? absl::StrCat("end_time: '",
+                               absl::FormatTime(absl::RFC3339_full, absl::FromUnixMillis(1700000000000 + 1000 * 768),
+                                                absl::UTCTimeZone()),
+                               "'")
+                : "bounded: true";
+  const std::string samples = processes ? "768" : "1024";
+  const std::string job = WriteJob(processes ? "stream_p" : "stream_e", kafka.brokers(), "clicks", dir, "", end);
   const std::string report = dir + "_report.yaml";
   std::vector<std::string> argv = {HYREC_TRAIN_BINARY, "--config=" + job, "--plot=", "--report=" + report,
                                    "--progress=lines"};
   if (processes) argv.push_back("--processes");
   hyrec::testing::CommandResult r = RunCommand(argv);
   ASSERT_EQ(r.code, 0) << r.all();
-  EXPECT_EQ(ReportField(report, "samples"), "1024") << r.all();
+  EXPECT_EQ(ReportField(report, "samples"), samples) << r.all();
   EXPECT_FALSE(ReportField(report, "checkpoint").empty()) << r.all();
   EXPECT_TRUE(absl::StrContains(r.all(), "progressive AUC")) << "each batch scored before it trains: " << r.all();
   EXPECT_TRUE(absl::StrContains(r.all(), "freshness ")) << "event-time freshness: " << r.all();
   // The group heard of the checkpoints: each partition's committed offset is where the last
-  // checkpoint's earliest window starts, past the first window and within the partition.
+  // checkpoint's earliest window starts, so the offsets are at most a window (256 records)
+  // behind what the job trained, and within the partitions.
   const std::map<int32_t, int64_t> committed = kafka.Committed("hyrec-test", "clicks", 3);
   ASSERT_EQ(committed.size(), 3u);
+  int64_t behind = processes ? 768 : 1024;
   for (const auto& [p, offset] : committed) {
-    EXPECT_GT(offset, 0) << "partition " << p;
+    EXPECT_GE(offset, 0) << "partition " << p;
     EXPECT_LE(offset, 342) << "partition " << p;
+    behind -= offset;
   }
+  EXPECT_LE(behind, 256) << "the committed offsets are a window behind the trained records at most";
 
   argv.push_back("--resume=latest");
   r = RunCommand(argv);
   ASSERT_EQ(r.code, 0) << r.all();
-  EXPECT_EQ(ReportField(report, "samples"), "1024") << "nothing left to train: " << r.all();
+  EXPECT_EQ(ReportField(report, "samples"), samples) << "nothing left to train: " << r.all();
 }
 
 INSTANTIATE_TEST_SUITE_P(EmbeddedAndProcesses, StreamTrain, ::testing::Bool());

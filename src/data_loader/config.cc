@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/common/yaml_config.h"
 
@@ -139,10 +140,56 @@ absl::Status ReadSynthetic(const YAML::Node& syn, const std::string& yp, Synthet
   return absl::OkStatus();
 }
 
+// loader.source.kafka's end: bounded, end_offsets or end_time, at most one.
+absl::Status ReadKafkaEnd(const YAML::Node& node, const std::string& kp, KafkaOptions* kafka) {
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "bounded", kp, &kafka->bounded));
+  int ends = kafka->bounded ? 1 : 0;
+  if (const YAML::Node offsets = node["end_offsets"]) {
+    ++ends;
+    const std::string op = JoinKey(kp, "end_offsets");
+    if (!offsets.IsMap() || offsets.size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " (", YamlWhere(offsets), "): expected a mapping of partition: end offset"));
+    }
+    for (const auto& item : offsets) {
+      int32_t partition = 0;
+      int64_t offset = 0;
+      if (!item.first.IsScalar() || !absl::SimpleAtoi(item.first.Scalar(), &partition) || partition < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, " (", YamlWhere(item.first), "): a partition is a non-negative integer"));
+      }
+      const std::string at = JoinKey(op, item.first.Scalar());
+      if (!item.second.IsScalar() || !absl::SimpleAtoi(item.second.Scalar(), &offset) || offset < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, " (", YamlWhere(item.second), "): an end offset is a non-negative integer"));
+      }
+      if (!kafka->end_offsets.emplace(partition, offset).second) {
+        return absl::InvalidArgumentError(absl::StrCat(at, " (", YamlWhere(item.first), "): partition named twice"));
+      }
+    }
+  }
+  if (const YAML::Node time = node["end_time"]) {
+    ++ends;
+    absl::Time t;
+    std::string error;
+    if (!time.IsScalar() || !absl::ParseTime(absl::RFC3339_full, time.Scalar(), &t, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(JoinKey(kp, "end_time"), " (", YamlWhere(time),
+                                                     "): expected an RFC 3339 time such as 2026-12-04T18:00:00Z"));
+    }
+    kafka->end_time = t;
+  }
+  if (ends > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kp, " (", YamlWhere(node), "): at most one of bounded, end_offsets and end_time"));
+  }
+  return absl::OkStatus();
+}
+
 // loader.source.kafka: a stream source's cluster, topic and consumer group.
 absl::Status ReadKafka(const YAML::Node& node, const std::string& kp, KafkaOptions* kafka) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, kp, {"brokers", "topic", "group", "properties", "connect_timeout_seconds", "linger_ms", "bounded"}));
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, kp,
+                                  {"brokers", "topic", "group", "properties", "connect_timeout_seconds", "linger_ms",
+                                   "bounded", "end_offsets", "end_time"}));
   for (const char* key : {"brokers", "topic", "group"}) {
     if (!node[key])
       return absl::InvalidArgumentError(absl::StrCat(kp, " (", YamlWhere(node), "): missing key '", key, "'"));
@@ -154,7 +201,7 @@ absl::Status ReadKafka(const YAML::Node& node, const std::string& kp, KafkaOptio
   double linger_ms = absl::ToDoubleMilliseconds(kafka->linger);
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "connect_timeout_seconds", kp, &connect_seconds));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "linger_ms", kp, &linger_ms));
-  HYREC_RETURN_IF_ERROR(ReadScalar(node, "bounded", kp, &kafka->bounded));
+  HYREC_RETURN_IF_ERROR(ReadKafkaEnd(node, kp, kafka));
   if (!(connect_seconds > 0 && connect_seconds <= 3600)) {
     return absl::InvalidArgumentError(absl::StrCat(JoinKey(kp, "connect_timeout_seconds"), " (",
                                                    YamlWhere(node["connect_timeout_seconds"]),

@@ -405,7 +405,7 @@ class LoaderImpl final : public Loader {
     const KafkaOptions& kafka = *options_.source.kafka;
     HYREC_ASSIGN_OR_RETURN(std::unique_ptr<KafkaReader> reader, KafkaReader::Open(kafka, 0, 1));
     const uint64_t B = static_cast<uint64_t>(options_.batch_size);
-    stream_ = std::make_unique<StreamWindows>(std::move(reader), B, window_batches_ * B, kafka.linger, kafka.bounded);
+    stream_ = std::make_unique<StreamWindows>(std::move(reader), B, window_batches_ * B, kafka);
     return stream_->Start(start_.partitions);
   }
 

@@ -24,12 +24,11 @@ void Order(std::vector<KafkaRecord>* records) {
 }  // namespace
 
 StreamWindows::StreamWindows(std::unique_ptr<KafkaReader> reader, uint64_t batch_size, uint64_t window_records,
-                             absl::Duration linger, bool bounded)
+                             const KafkaOptions& options)
     : reader_(std::move(reader)),
       batch_size_(std::max<uint64_t>(1, batch_size)),
       window_records_(std::max(batch_size_, window_records - window_records % batch_size_)),
-      linger_(linger),
-      bounded_(bounded) {}
+      options_(options) {}
 
 absl::Status StreamWindows::Start(const std::vector<PartitionRange>& first) {
   PartitionOffsets start;
@@ -40,14 +39,27 @@ absl::Status StreamWindows::Start(const std::vector<PartitionRange>& first) {
   HYREC_RETURN_IF_ERROR(reader_->Seek(start));
   for (const auto& [p, offset] : reader_->positions()) next_[p] = polled_[p] = offset;
   refreshed_ = absl::Now();
-  if (bounded_) {
+  if (options_.bounded) {
     HYREC_ASSIGN_OR_RETURN(bound_, reader_->EndOffsets());
+  }
+  if (!options_.end_offsets.empty()) {
+    for (int32_t p : reader_->partitions()) {
+      auto end = options_.end_offsets.find(p);
+      if (end == options_.end_offsets.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("loader.source.kafka.end_offsets names no end for partition ", p,
+                                                       " of topic '", options_.topic, "'"));
+      }
+      bound_[p] = end->second;
+    }
   }
   return absl::OkStatus();
 }
 
 absl::Status StreamWindows::Poll(absl::Duration timeout) {
-  if (!bounded_ && absl::Now() - refreshed_ >= kRefreshEvery) {
+  // A stream whose ends are offsets reads the partitions it started with; one without end, or
+  // one that ends at a time, takes up partitions added to the topic.
+  const bool fixed_partitions = options_.bounded || !options_.end_offsets.empty();
+  if (!fixed_partitions && absl::Now() - refreshed_ >= kRefreshEvery) {
     refreshed_ = absl::Now();
     HYREC_RETURN_IF_ERROR(reader_->RefreshPartitions().status());
     for (const auto& [p, offset] : reader_->positions()) {
@@ -63,17 +75,37 @@ absl::Status StreamWindows::Poll(absl::Duration timeout) {
 
 void StreamWindows::Arrived(KafkaRecord r) {
   polled_[r.partition] = r.offset + 1;
-  if (bounded_) {
+  if (options_.ends()) {
     auto bound = bound_.find(r.partition);
-    if (bound == bound_.end() || r.offset >= bound->second) return;  // After the stream's end.
+    if (bound == bound_.end() && options_.end_time.has_value() && r.timestamp_ms >= 0 &&
+        absl::FromUnixMillis(r.timestamp_ms) >= *options_.end_time) {
+      bound = bound_.emplace(r.partition, r.offset).first;  // The partition's first record at its end.
+    }
+    if (bound != bound_.end() && r.offset >= bound->second) return;       // After the partition's end.
+    if (bound == bound_.end() && !options_.end_time.has_value()) return;  // A partition not read.
   }
   pending_.push_back(std::move(r));
 }
 
+absl::Status StreamWindows::EndQuietPartitions() {
+  if (!options_.end_time.has_value() || absl::Now() < *options_.end_time) return absl::OkStatus();
+  if (absl::Now() - quiet_asked_ < absl::Seconds(1)) return absl::OkStatus();
+  bool open = false;
+  for (const auto& [p, polled] : polled_) open = open || bound_.find(p) == bound_.end();
+  if (!open) return absl::OkStatus();
+  quiet_asked_ = absl::Now();
+  HYREC_ASSIGN_OR_RETURN(const PartitionOffsets ends, reader_->EndOffsets());
+  for (const auto& [p, end] : ends) {
+    auto polled = polled_.find(p);
+    if (polled != polled_.end() && polled->second >= end) bound_.emplace(p, polled->second);
+  }
+  return absl::OkStatus();
+}
+
 bool StreamWindows::AllPolled() const {
-  for (const auto& [p, bound] : bound_) {
-    auto at = polled_.find(p);
-    if (at == polled_.end() || at->second < bound) return false;
+  for (const auto& [p, polled] : polled_) {
+    auto bound = bound_.find(p);
+    if (bound == bound_.end() || polled < bound->second) return false;
   }
   return true;
 }
@@ -83,7 +115,8 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
   absl::Time batch_at = absl::InfiniteFuture();  // When the window first held a whole batch.
   while (pending_.size() < window_records_) {
     if (stopping()) return absl::CancelledError("the loader was stopped");
-    if (bounded_ && AllPolled()) {  // The end: what is left, a window at a time.
+    if (options_.ends()) HYREC_RETURN_IF_ERROR(EndQuietPartitions());
+    if (options_.ends() && AllPolled()) {  // The end: what is left, a window at a time.
       StreamWindow w = Take(std::min<size_t>(pending_.size(), window_records_));
       w.last = pending_.empty();
       return w;
@@ -91,10 +124,10 @@ absl::StatusOr<StreamWindow> StreamWindows::Next(const std::function<bool()>& st
     const absl::Time now = absl::Now();
     if (pending_.size() >= batch_size_) {
       if (batch_at == absl::InfiniteFuture()) batch_at = now;
-      if (now - batch_at >= linger_) break;
+      if (now - batch_at >= options_.linger) break;
     }
     HYREC_RETURN_IF_ERROR(
-        Poll(pending_.size() >= batch_size_ ? std::min(kPollSlice, batch_at + linger_ - now) : kPollSlice));
+        Poll(pending_.size() >= batch_size_ ? std::min(kPollSlice, batch_at + options_.linger - now) : kPollSlice));
   }
   const size_t n = std::min<size_t>(pending_.size(), window_records_);
   StreamWindow w = Take(n - n % batch_size_);

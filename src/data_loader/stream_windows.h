@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "hyrec/data_loader/kafka_options.h"
 #include "hyrec/data_loader/sample.h"
 #include "src/data_loader/kafka_reader.h"
 
@@ -26,7 +27,7 @@ namespace hyrec::data_loader {
 struct StreamWindow {
   std::vector<KafkaRecord> records;    // In the window's order.
   std::vector<PartitionRange> ranges;  // Every partition's, [start, end); ascending partitions.
-  bool last = false;                   // A bounded stream's last window (it may end in a partial batch).
+  bool last = false;                   // The last window of a stream with an end (may end in a partial batch).
   // The records of the topic after this window, for this reader's partitions (asked of the
   // brokers at most once a second); -1: not asked this time, or they did not say.
   int64_t lag = -1;
@@ -34,14 +35,15 @@ struct StreamWindow {
 
 class StreamWindows {
  public:
-  // `window_records`: a multiple of `batch_size`.
-  // `bounded`: only the records each partition held at Start (KafkaOptions::bounded).
+  // `window_records`: a multiple of `batch_size`. `options`: the linger and the stream's end
+  // (KafkaOptions::ends).
   StreamWindows(std::unique_ptr<KafkaReader> reader, uint64_t batch_size, uint64_t window_records,
-                absl::Duration linger, bool bounded);
+                const KafkaOptions& options);
 
   // Reads from `first`: a window read before (some end > start), read again exactly; or the
   // starts of the next window (every end == start; empty: every partition from its earliest
-  // record). DATA_LOSS when a start is no longer in its partition.
+  // record). DATA_LOSS when a start is no longer in its partition; INVALID_ARGUMENT when
+  // end_offsets names no end for one of the topic's partitions.
   absl::Status Start(const std::vector<PartitionRange>& first);
 
   // The next window. `stopping` is asked between waits; once true the read ends with CANCELLED.
@@ -49,20 +51,25 @@ class StreamWindows {
 
  private:
   absl::Status Poll(absl::Duration timeout);
-  // A record polled for the live windows: noted in polled_, and pending unless past a bounded
-  // stream's end.
+  // A record polled for the live windows: noted in polled_, and pending unless past its
+  // partition's end.
   void Arrived(KafkaRecord r);
   absl::StatusOr<StreamWindow> Replay(const std::function<bool()>& stopping);
   StreamWindow Take(size_t n);
-  // bounded_: whether every partition's records up to its bound were polled.
+  // An end_time stream past end_time: ends each partition with no end yet whose every record was
+  // polled where it was polled to (asks the brokers at most once a second).
+  absl::Status EndQuietPartitions();
+  // A stream with an end: whether every partition has its end and its records up to it were
+  // polled.
   bool AllPolled() const;
 
   const std::unique_ptr<KafkaReader> reader_;
   const uint64_t batch_size_;
   const uint64_t window_records_;
-  const absl::Duration linger_;
-  const bool bounded_;
-  std::map<int32_t, int64_t> bound_;   // bounded_: each partition's end offset at Start.
+  const KafkaOptions options_;
+  // Each partition's end offset, once known (at Start, or for end_time when its first record
+  // stamped at or after end_time is polled, or EndQuietPartitions).
+  std::map<int32_t, int64_t> bound_;
   std::deque<KafkaRecord> pending_;    // Polled, in arrival order, not yet in a window.
   std::map<int32_t, int64_t> next_;    // Per partition: the offset after the last window's records.
   std::map<int32_t, int64_t> replay_;  // The ends of the window to read again first; empty: none.
@@ -70,6 +77,7 @@ class StreamWindows {
   std::map<int32_t, int64_t> polled_;
   absl::Time refreshed_ = absl::InfinitePast();
   absl::Time lag_asked_ = absl::InfinitePast();
+  absl::Time quiet_asked_ = absl::InfinitePast();
 };
 
 }  // namespace hyrec::data_loader

@@ -2,7 +2,9 @@
 #ifndef HYREC_DATA_LOADER_KAFKA_OPTIONS_H_
 #define HYREC_DATA_LOADER_KAFKA_OPTIONS_H_
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,9 +27,22 @@ struct KafkaOptions {
   // How long the loader waits for more records once it holds a whole batch: a batch goes out
   // within this of its last record's arrival when records come slower than batches.
   absl::Duration linger = absl::Milliseconds(100);
-  // Read only the records each partition held when the loader started (its end offsets then),
-  // then end the epoch, as a file source ends: a backfill, or a test. False: read until stopped.
+  // Where the stream ends, as a file source's epoch ends; at most one of the three, and none: the
+  // stream is read until the job is stopped.
+  // bounded: the records each partition held when the loader started (its end offsets then; a
+  // restarted loader takes them again): a backfill, or a test.
   bool bounded = false;
+  // end_offsets: each partition's records before its offset here. It names every partition of
+  // the topic; a partition added later is not read.
+  std::map<int32_t, int64_t> end_offsets;
+  // end_time: each partition's records before its first record stamped at or after end_time
+  // (the records' Kafka timestamps, in offset order, as Kafka's offsets-for-times finds it). A
+  // partition with no such record ends where it was read to, once the clock is past end_time and
+  // the loader holds every record the partition has: a quiet partition does not hold the job.
+  std::optional<absl::Time> end_time;
+
+  // Whether the stream has an end (one of the three above).
+  bool ends() const { return bounded || !end_offsets.empty() || end_time.has_value(); }
 };
 
 // The offsets a cut holds, as a consumer group's offsets: per partition, the earliest start of

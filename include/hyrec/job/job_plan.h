@@ -117,9 +117,9 @@ struct WorkerPlan {
   bool synthetic = false;  // The teacher's AUC (the best reachable) is known.
   // A stream source (loader.source.kafka): worker 0 commits each checkpoint's offsets to its group.
   std::optional<data_loader::KafkaOptions> stream;
-  // A stream without end (not kafka.bounded): a stop request (SIGTERM, Ctrl-C) is how the job
-  // ends, so it then exports as at the end of data and its processes exit 0.
-  bool ends_on_stop() const { return stream.has_value() && !stream->bounded; }
+  // A stream without end (KafkaOptions::ends false): a stop request (SIGTERM, Ctrl-C) is how the
+  // job ends, so it then exports as at the end of data and its processes exit 0.
+  bool ends_on_stop() const { return stream.has_value() && !stream->ends(); }
 };
 
 struct JobPlan {
