@@ -23,6 +23,7 @@ namespace {
 
 using embedding_ps::CutKind;
 using embedding_ps::EmbeddingShardStore;
+using embedding_ps::OptimizerName;
 using embedding_ps::StoreOptions;
 using embedding_ps::TableConfig;
 
@@ -146,16 +147,23 @@ TEST(ManifestTest, RoundTripsAndRefusesEveryCorruption) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeManifest("M", EncodeManifest(evil)).status()));
 }
 
-StoreOptions Options(uint64_t capacity = 0, bool track = false) {
+// The sparse optimizers of the two tables the tests train. Every kind goes through the
+// restore, reshard and delta tests below (EveryOptimizer).
+struct Optimizers {
+  embedding_ps::OptimizerKind user = embedding_ps::OptimizerKind::kAdagrad;
+  embedding_ps::OptimizerKind item = embedding_ps::OptimizerKind::kAdam;
+};
+
+StoreOptions Options(uint64_t capacity = 0, bool track = false, Optimizers kinds = {}) {
   TableConfig user;
   user.name = "user";
   user.dim = 8;
-  user.optimizer.kind = embedding_ps::OptimizerKind::kAdagrad;
+  user.optimizer.kind = kinds.user;
   TableConfig item;
   item.name = "item";
   item.dim = 4;
   item.seed = 3;
-  item.optimizer.kind = embedding_ps::OptimizerKind::kAdam;
+  item.optimizer.kind = kinds.item;
   StoreOptions o;
   o.tables = {user, item};
   o.num_stripes = 8;
@@ -214,9 +222,9 @@ CheckpointManifest WriteCheckpoint(Env* env, const std::string& dir,
   return m;
 }
 
-std::vector<std::unique_ptr<EmbeddingShardStore>> Cluster(int shards, int ids) {
+std::vector<std::unique_ptr<EmbeddingShardStore>> Cluster(int shards, int ids, Optimizers kinds = {}) {
   std::vector<std::unique_ptr<EmbeddingShardStore>> stores;
-  for (int k = 0; k < shards; ++k) stores.push_back(*EmbeddingShardStore::Create(Options()));
+  for (int k = 0; k < shards; ++k) stores.push_back(*EmbeddingShardStore::Create(Options(0, false, kinds)));
   for (int round = 1; round <= 3; ++round) {
     std::vector<std::vector<uint64_t>> per(shards);
     for (int i = 0; i < ids; ++i) {
@@ -251,16 +259,18 @@ TEST(ResumeFlagTest, AutoResumesOnlyFromACommittedCheckpoint) {
   EXPECT_EQ(ResolveResumeFlag(env, root, kCheckpointPrefix, "", nullptr), "");
 }
 
-TEST(ShardCheckpointTest, RestoresExactlyWithOptimizerState) {
-  const std::string dir = FreshDir("exact");
-  auto stores = Cluster(2, 300);
+class EveryOptimizer : public ::testing::TestWithParam<Optimizers> {};
+
+TEST_P(EveryOptimizer, RestoresExactlyWithOptimizerState) {
+  const std::string dir = FreshDir(absl::StrCat("exact_", OptimizerName(GetParam().user)));
+  auto stores = Cluster(2, 300, GetParam());
   const CheckpointManifest m = WriteCheckpoint(Env::Default(), dir, stores);
   for (int k = 0; k < 2; ++k) {
-    auto restored = *EmbeddingShardStore::Create(Options());
+    auto restored = *EmbeddingShardStore::Create(Options(0, false, GetParam()));
     ASSERT_TRUE(
         embedding_ps::RestoreShard(Env::Default(), dir, *ReadManifest(Env::Default(), dir), k, 2, restored.get()).ok());
     EXPECT_EQ(Rows(*restored), Rows(*stores[k]));
-    // The same next update gives the same rows (Adagrad and Adam state came back).
+    // The same next update gives the same rows (the optimizers' state came back).
     Train(restored.get(), {7, 8, 9}, 10);
     Train(stores[k].get(), {7, 8, 9}, 10);
     EXPECT_EQ(Rows(*restored), Rows(*stores[k]));
@@ -432,9 +442,9 @@ TEST(ShardCheckpointerTest, ASmallStoreIsCopiedInMemory) {
   }
 }
 
-void ExpectReshard(int from, int to) {
-  const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to));
-  auto stores = Cluster(from, 500);
+void ExpectReshard(int from, int to, Optimizers kinds) {
+  const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to, "_", OptimizerName(kinds.user)));
+  auto stores = Cluster(from, 500, kinds);
   WriteCheckpoint(Env::Default(), dir, stores);
   std::map<std::pair<int, uint64_t>, std::vector<float>> before, after;
   for (auto& s : stores) {
@@ -442,7 +452,7 @@ void ExpectReshard(int from, int to) {
   }
   const CheckpointManifest m = *ReadManifest(Env::Default(), dir);
   for (int k = 0; k < to; ++k) {
-    auto restored = *EmbeddingShardStore::Create(Options());
+    auto restored = *EmbeddingShardStore::Create(Options(0, false, kinds));
     ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), dir, m, k, to, restored.get()).ok());
     for (auto& [key, value] : Rows(*restored)) {
       EXPECT_EQ(ShardForId(key.second, to), k) << "id " << key.second << " on the wrong shard";
@@ -452,8 +462,8 @@ void ExpectReshard(int from, int to) {
   EXPECT_EQ(after, before);  // Every row once, with its weights and optimizer state.
 }
 
-TEST(ShardCheckpointTest, ReshardsFourToThree) { ExpectReshard(4, 3); }
-TEST(ShardCheckpointTest, ReshardsTwoToFive) { ExpectReshard(2, 5); }
+TEST_P(EveryOptimizer, ReshardsFourToThree) { ExpectReshard(4, 3, GetParam()); }
+TEST_P(EveryOptimizer, ReshardsTwoToFive) { ExpectReshard(2, 5, GetParam()); }
 
 TEST(ShardCheckpointTest, CorruptionIsDetectedAndLatestFallsBack) {
   const std::string root = FreshDir("fallback");
@@ -580,9 +590,9 @@ TEST(CheckpointTest, ACheckpointDirHasOneRunAndRetentionAndLatestKeepToTheirJob)
   EXPECT_EQ(ListCheckpointDirs(env, root, kCheckpointPrefix), (std::vector<std::string>{b2, a1, a2}));
 }
 
-TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {
-  const std::string dir = FreshDir("delta");
-  auto store = *EmbeddingShardStore::Create(Options(/*capacity=*/120, /*track=*/true));
+TEST_P(EveryOptimizer, AnExportPlusItsDeltasEqualsTheLaterState) {
+  const std::string dir = FreshDir(absl::StrCat("delta_", OptimizerName(GetParam().user)));
+  auto store = *EmbeddingShardStore::Create(Options(/*capacity=*/120, /*track=*/true, GetParam()));
   std::vector<uint64_t> ids;
   for (uint64_t i = 0; i < 100; ++i) ids.push_back(i * 3);
   Train(store.get(), ids, 1);
@@ -622,6 +632,16 @@ TEST(DeltaTest, AnExportPlusItsDeltasEqualsTheLaterState) {
   EXPECT_EQ(follower, expected);
   EXPECT_GT(store->Stats().tables[0].evictions, 0u);
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, EveryOptimizer,
+    ::testing::Values(Optimizers{embedding_ps::OptimizerKind::kAdagrad, embedding_ps::OptimizerKind::kAdam},
+                      Optimizers{embedding_ps::OptimizerKind::kAdagradRowwise,
+                                 embedding_ps::OptimizerKind::kAdamRowwise},
+                      Optimizers{embedding_ps::OptimizerKind::kSgd, embedding_ps::OptimizerKind::kFtrl}),
+    [](const ::testing::TestParamInfo<Optimizers>& info) {
+      return absl::StrCat(OptimizerName(info.param.user), "_", OptimizerName(info.param.item));
+    });
 
 TEST(PositionsTest, RemapsAConsistentCutToOtherWorkerCounts) {
   data_loader::ReaderPosition a, b;

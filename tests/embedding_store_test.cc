@@ -201,7 +201,7 @@ TEST(EmbeddingShardStore, CapacityBytesBoundsMemory) {
 }
 
 TEST(EmbeddingShardStore, OverheadPerRowAtFullCapacityIsAtMost20Bytes) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdagradRowwise}) {
     for (int dim : {16, 64}) {
       auto store = MakeStore({Table("t", dim, kind)}, 200000, 16);
       std::vector<uint64_t> ids(1000);
@@ -495,10 +495,12 @@ TEST(EmbeddingShardStore, RepeatedIdsInOneUpdateGetOneStepOfTheirSummedGradient)
 }
 
 TEST(EmbeddingShardStore, AStepThatWouldMakeARowNonFiniteLeavesItUnchanged) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam,
+                             OptimizerKind::kAdagradRowwise, OptimizerKind::kAdamRowwise}) {
     auto store = MakeStore({Table("t", 2, kind, 1.0f)});
-    // Finite gradients whose step overflows: g^2 at once for Adagrad and Adam; for SGD the
-    // second of two steps (w = -3e38, then -6e38).
+    // Finite gradients whose step overflows: g^2 at once for the Adagrad and Adam kinds (in
+    // the accumulator, where the row-wise kinds leave the weights finite); for SGD the second of
+    // two steps (w = -3e38, then -6e38).
     std::vector<float> before;
     UpdateResult r;
     for (int step = 0; step < 2 && r.nonfinite == 0; ++step) {

@@ -1,6 +1,7 @@
 // Each sparse optimizer against an independent double-precision reference over several steps,
 // plus small cases computed by hand.
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -119,6 +120,49 @@ std::vector<double> ReferenceFtrl(const OptimizerConfig& c, const Problem& p = P
   return w;
 }
 
+// FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator of the row's mean square.
+std::vector<double> ReferenceAdagradRowwise(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init;
+  double a = c.initial_accumulator;
+  for (const auto& g : p.grads) {
+    std::vector<double> gi(dim);
+    double squares = 0;
+    for (int i = 0; i < dim; ++i) {
+      gi[i] = Preprocess(c, g[i], w[i]);
+      squares += gi[i] * gi[i];
+    }
+    a += squares / dim;
+    for (int i = 0; i < dim; ++i) w[i] = PostClip(c, w[i] - c.learning_rate * gi[i] / (std::sqrt(a) + c.epsilon));
+  }
+  return w;
+}
+
+// FBGEMM's PARTIAL_ROWWISE_ADAM: m per element, v of the row's mean square.
+std::vector<double> ReferenceAdamRowwise(const OptimizerConfig& c, const Problem& p = Problem()) {
+  const int dim = p.dim();
+  std::vector<double> w = p.init, m(dim, 0);
+  double v = 0;
+  int t = 0;
+  for (const auto& g : p.grads) {
+    ++t;
+    std::vector<double> gi(dim);
+    double squares = 0;
+    for (int i = 0; i < dim; ++i) {
+      gi[i] = Preprocess(c, g[i], w[i]);
+      squares += gi[i] * gi[i];
+    }
+    v = c.beta2 * v + (1 - c.beta2) * squares / dim;
+    const double vh = v / (1 - std::pow(c.beta2, t));
+    for (int i = 0; i < dim; ++i) {
+      m[i] = c.beta1 * m[i] + (1 - c.beta1) * gi[i];
+      const double mh = m[i] / (1 - std::pow(c.beta1, t));
+      w[i] = PostClip(c, w[i] - c.learning_rate * mh / (std::sqrt(vh) + c.epsilon));
+    }
+  }
+  return w;
+}
+
 // The reference of the config's optimizer.
 std::vector<double> Reference(const OptimizerConfig& c, const Problem& p = Problem()) {
   switch (c.kind) {
@@ -130,9 +174,17 @@ std::vector<double> Reference(const OptimizerConfig& c, const Problem& p = Probl
       return ReferenceAdam(c, p);
     case OptimizerKind::kFtrl:
       return ReferenceFtrl(c, p);
+    case OptimizerKind::kAdagradRowwise:
+      return ReferenceAdagradRowwise(c, p);
+    case OptimizerKind::kAdamRowwise:
+      return ReferenceAdamRowwise(c, p);
   }
   return {};
 }
+
+constexpr OptimizerKind kEveryKind[] = {
+    OptimizerKind::kSgd,  OptimizerKind::kAdagrad,        OptimizerKind::kAdam,
+    OptimizerKind::kFtrl, OptimizerKind::kAdagradRowwise, OptimizerKind::kAdamRowwise};
 
 void ExpectClose(const std::vector<float>& got, const std::vector<double>& want) {
   ASSERT_EQ(got.size(), want.size());
@@ -179,7 +231,7 @@ TEST(Optimizer, AdamFirstStepMovesByLearningRate) {
   ApplyOptimizer(c, 2, g, w, state.data());
   EXPECT_NEAR(w[0], -0.1f, 1e-6);
   EXPECT_NEAR(w[1], 0.1f, 1e-6);
-  EXPECT_EQ(AdamStep(state.data(), 2), 1u);
+  EXPECT_EQ(AdamStep(c.kind, state.data(), 2), 1u);
 }
 
 TEST(Optimizer, SgdMatchesReference) {
@@ -203,7 +255,41 @@ TEST(Optimizer, AdamMatchesReferenceWithPerRowStep) {
   c.learning_rate = 0.01f;
   OptimizerRun r = RunOptimizer(c);
   ExpectClose(r.w, ReferenceAdam(c));
-  EXPECT_EQ(AdamStep(r.state.data(), kDim), kGrads.size());
+  EXPECT_EQ(AdamStep(c.kind, r.state.data(), kDim), kGrads.size());
+}
+
+// Row-wise Adagrad by hand: one accumulator, the mean of the row's squared gradient.
+TEST(Optimizer, AdagradRowwiseHandComputed) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdagradRowwise;
+  c.learning_rate = 1.0f;
+  c.epsilon = 1e-10f;
+  ASSERT_EQ(OptimizerStateFloats(c.kind, 2), 1);
+  float w[2] = {1.0f, 1.0f}, a[1];
+  InitOptimizerState(c, 2, a);
+  const float g[2] = {3.0f, 5.0f};
+  ApplyOptimizer(c, 2, g, w, a);  // a = (9 + 25) / 2 = 17; w = 1 - g / sqrt(17)
+  EXPECT_FLOAT_EQ(a[0], 17.0f);
+  EXPECT_NEAR(w[0], 1.0f - 3.0f / std::sqrt(17.0f), 1e-6);
+  EXPECT_NEAR(w[1], 1.0f - 5.0f / std::sqrt(17.0f), 1e-6);
+}
+
+TEST(Optimizer, RowwiseKindsMatchReferenceWithOneAccumulatorARow) {
+  for (OptimizerKind kind : {OptimizerKind::kAdagradRowwise, OptimizerKind::kAdamRowwise}) {
+    SCOPED_TRACE(std::string(OptimizerName(kind)));
+    OptimizerConfig c;
+    c.kind = kind;
+    c.learning_rate = 0.05f;
+    c.initial_accumulator = 0.1f;
+    OptimizerRun r = RunOptimizer(c);
+    ExpectClose(r.w, Reference(c));
+    if (kind == OptimizerKind::kAdamRowwise) {
+      EXPECT_EQ(r.state.size(), static_cast<size_t>(kDim + 2));
+      EXPECT_EQ(AdamStep(c.kind, r.state.data(), kDim), kGrads.size());
+    } else {
+      EXPECT_EQ(r.state.size(), 1u);
+    }
+  }
 }
 
 TEST(Optimizer, FtrlMatchesReference) {
@@ -226,8 +312,7 @@ TEST(Optimizer, FtrlL1ZeroesSmallCoordinates) {
 }
 
 TEST(Optimizer, WeightDecayAndClippingWrapEveryOptimizer) {
-  for (OptimizerKind kind :
-       {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
+  for (OptimizerKind kind : kEveryKind) {
     OptimizerConfig c;
     c.kind = kind;
     c.learning_rate = 0.2f;
@@ -248,8 +333,7 @@ TEST(Optimizer, EveryOptimizerMatchesReferenceAtVectorWidths) {
   for (int dim : {1, 7, 8, 16, 17, 64}) {
     const Problem p = WideProblem(dim, 6);
     for (bool adjust : {false, true}) {
-      for (OptimizerKind kind :
-           {OptimizerKind::kSgd, OptimizerKind::kAdagrad, OptimizerKind::kAdam, OptimizerKind::kFtrl}) {
+      for (OptimizerKind kind : kEveryKind) {
         OptimizerConfig c;
         c.kind = kind;
         c.learning_rate = 0.05f;

@@ -604,8 +604,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     thread_local std::vector<float> before;
     before.assign(weights, weights + floats);
     ApplyOptimizer(config.optimizer, layout.dim, grad, weights, weights + layout.dim);
-    // Adam's last state float holds its step count, not a float.
-    const size_t checked = static_cast<size_t>(layout.dim + std::min(layout.state_floats, 2 * layout.dim));
+    const size_t checked =
+        static_cast<size_t>(layout.dim + OptimizerFloatStateFloats(config.optimizer.kind, layout.dim));
     if (FirstNonFinite(weights, checked) == checked) return true;
     std::memcpy(weights, before.data(), floats * sizeof(float));
     return false;

@@ -79,6 +79,39 @@ template <bool kAdjust>
   }
 }
 
+template <bool kAdjust>
+[[gnu::always_inline]] inline void AdagradRowwise(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                                  float* __restrict w, float* __restrict acc) {
+  const float lr = c.learning_rate, eps = c.epsilon;
+  float squares = 0.0f;
+  for (int i = 0; i < dim; ++i) {
+    const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
+    squares += g * g;
+  }
+  *acc += squares / static_cast<float>(dim);
+  const float step = lr / (std::sqrt(*acc) + eps);
+  for (int i = 0; i < dim; ++i) w[i] -= step * EffectiveGrad<kAdjust>(c, grad[i], w[i]);
+}
+
+template <bool kAdjust>
+[[gnu::always_inline]] inline void AdamRowwise(const OptimizerConfig& c, int dim, const float* __restrict grad,
+                                               float* __restrict w, float* __restrict m, float* __restrict v,
+                                               float correction1, float correction2) {
+  const float lr = c.learning_rate, eps = c.epsilon, b1 = c.beta1, b2 = c.beta2;
+  float squares = 0.0f;
+  for (int i = 0; i < dim; ++i) {
+    const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
+    squares += g * g;
+  }
+  *v = b2 * *v + (1.0f - b2) * (squares / static_cast<float>(dim));
+  const float denominator = std::sqrt(*v / correction2) + eps;
+  for (int i = 0; i < dim; ++i) {
+    const float g = EffectiveGrad<kAdjust>(c, grad[i], w[i]);
+    m[i] = b1 * m[i] + (1.0f - b1) * g;
+    w[i] -= lr * (m[i] / correction1) / denominator;
+  }
+}
+
 HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state,
                               float correction1, float correction2) {
   const bool adjust = c.grad_clip > 0.0f || c.weight_decay != 0.0f;
@@ -96,6 +129,13 @@ HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* gr
     case OptimizerKind::kFtrl:
       adjust ? Ftrl<true>(c, dim, grad, w, state, state + dim) : Ftrl<false>(c, dim, grad, w, state, state + dim);
       break;
+    case OptimizerKind::kAdagradRowwise:
+      adjust ? AdagradRowwise<true>(c, dim, grad, w, state) : AdagradRowwise<false>(c, dim, grad, w, state);
+      break;
+    case OptimizerKind::kAdamRowwise:
+      adjust ? AdamRowwise<true>(c, dim, grad, w, state, state + dim, correction1, correction2)
+             : AdamRowwise<false>(c, dim, grad, w, state, state + dim, correction1, correction2);
+      break;
   }
   if (c.value_clip > 0.0f) {
     const float clip = c.value_clip;
@@ -105,10 +145,22 @@ HYREC_VECTOR_CLONES void Step(const OptimizerConfig& c, int dim, const float* gr
 
 }  // namespace
 
-uint32_t AdamStep(const float* state, int dim) {
+namespace {
+
+// Where Adam's step counter lives in a row's state.
+int AdamStepIndex(OptimizerKind kind, int dim) { return kind == OptimizerKind::kAdamRowwise ? dim + 1 : 2 * dim; }
+
+}  // namespace
+
+uint32_t AdamStep(OptimizerKind kind, const float* state, int dim) {
   uint32_t step;
-  std::memcpy(&step, state + 2 * dim, sizeof(step));
+  std::memcpy(&step, state + AdamStepIndex(kind, dim), sizeof(step));
   return step;
+}
+
+int OptimizerFloatStateFloats(OptimizerKind kind, int dim) {
+  const bool counter = kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamRowwise;
+  return OptimizerStateFloats(kind, dim) - (counter ? 1 : 0);
 }
 
 void InitOptimizerState(const OptimizerConfig& config, int dim, float* state) {
@@ -128,14 +180,23 @@ void InitOptimizerState(const OptimizerConfig& config, int dim, float* state) {
       std::fill(state, state + dim, 0.0f);                                  // z
       std::fill(state + dim, state + 2 * dim, config.initial_accumulator);  // n
       return;
+    case OptimizerKind::kAdagradRowwise:
+      state[0] = config.initial_accumulator;
+      return;
+    case OptimizerKind::kAdamRowwise: {
+      std::fill(state, state + dim + 1, 0.0f);  // m, v
+      const uint32_t zero = 0;
+      std::memcpy(state + dim + 1, &zero, sizeof(zero));
+      return;
+    }
   }
 }
 
 void ApplyOptimizer(const OptimizerConfig& c, int dim, const float* grad, float* w, float* state) {
   float correction1 = 1.0f, correction2 = 1.0f;
-  if (c.kind == OptimizerKind::kAdam) {
-    const uint32_t step = AdamStep(state, dim) + 1;
-    std::memcpy(state + 2 * dim, &step, sizeof(step));
+  if (c.kind == OptimizerKind::kAdam || c.kind == OptimizerKind::kAdamRowwise) {
+    const uint32_t step = AdamStep(c.kind, state, dim) + 1;
+    std::memcpy(state + AdamStepIndex(c.kind, dim), &step, sizeof(step));
     const double t = static_cast<double>(step);
     correction1 = static_cast<float>(1.0 - std::pow(double{c.beta1}, t));
     correction2 = static_cast<float>(1.0 - std::pow(double{c.beta2}, t));

@@ -28,7 +28,9 @@ namespace {
 constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sgd"},
                                                        {OptimizerKind::kAdagrad, "adagrad"},
                                                        {OptimizerKind::kAdam, "adam"},
-                                                       {OptimizerKind::kFtrl, "ftrl"}};
+                                                       {OptimizerKind::kFtrl, "ftrl"},
+                                                       {OptimizerKind::kAdagradRowwise, "adagrad_rowwise"},
+                                                       {OptimizerKind::kAdamRowwise, "adam_rowwise"}};
 constexpr EnumName<InitializerKind> kInitializerNames[] = {
     {InitializerKind::kUniform, "uniform"}, {InitializerKind::kNormal, "normal"}, {InitializerKind::kZeros, "zeros"}};
 constexpr EnumName<EvictionPolicy> kEvictionPolicyNames[] = {
@@ -59,6 +61,10 @@ int OptimizerStateFloats(OptimizerKind kind, int dim) {
       return 2 * dim + 1;
     case OptimizerKind::kFtrl:
       return 2 * dim;
+    case OptimizerKind::kAdagradRowwise:
+      return 1;
+    case OptimizerKind::kAdamRowwise:
+      return dim + 2;
   }
   return 0;
 }

@@ -39,7 +39,10 @@ struct InitializerConfig {
   float stddev = 0.01f;
 };
 
-enum class OptimizerKind { kSgd, kAdagrad, kAdam, kFtrl };
+// The row-wise kinds keep one second-moment accumulator per row instead of one per element
+// (FBGEMM's EXACT_ROWWISE_ADAGRAD and PARTIAL_ROWWISE_ADAM): a row of dim 16 then carries 1 or 18
+// state floats instead of 16 or 33.
+enum class OptimizerKind { kSgd, kAdagrad, kAdam, kFtrl, kAdagradRowwise, kAdamRowwise };
 
 // Sparse optimizer applied on the PS to each updated row. For every step, with gradient g and
 // weights w of one row:
@@ -53,10 +56,10 @@ struct OptimizerConfig {
   float weight_decay = 0.0f;
   float grad_clip = 0.0f;
   float value_clip = 0.0f;
-  float epsilon = 1e-8f;             // Adagrad, Adam.
-  float initial_accumulator = 0.0f;  // Adagrad's initial sum of squares; FTRL's initial n.
-  float beta1 = 0.9f;                // Adam.
-  float beta2 = 0.999f;              // Adam.
+  float epsilon = 1e-8f;             // Adagrad, Adam and their row-wise kinds.
+  float initial_accumulator = 0.0f;  // Adagrad's initial sum of squares (row-wise: mean square); FTRL's n.
+  float beta1 = 0.9f;                // Adam, adam_rowwise.
+  float beta2 = 0.999f;              // Adam, adam_rowwise.
   float ftrl_beta = 1.0f;            // FTRL-Proximal.
   float ftrl_l1 = 0.0f;
   float ftrl_l2 = 0.0f;
