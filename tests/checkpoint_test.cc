@@ -24,6 +24,7 @@ namespace {
 using embedding_ps::CutKind;
 using embedding_ps::EmbeddingShardStore;
 using embedding_ps::OptimizerName;
+using embedding_ps::RowPrecisionName;
 using embedding_ps::StoreOptions;
 using embedding_ps::TableConfig;
 
@@ -147,11 +148,12 @@ TEST(ManifestTest, RoundTripsAndRefusesEveryCorruption) {
   EXPECT_TRUE(absl::IsDataLoss(DecodeManifest("M", EncodeManifest(evil)).status()));
 }
 
-// The sparse optimizers of the two tables the tests train. Every kind goes through the
-// restore, reshard and delta tests below (EveryOptimizer).
+// The sparse optimizers and the row precision of the two tables the tests train. Every kind and
+// precision goes through the restore, reshard and delta tests below (EveryOptimizer).
 struct Optimizers {
   embedding_ps::OptimizerKind user = embedding_ps::OptimizerKind::kAdagrad;
   embedding_ps::OptimizerKind item = embedding_ps::OptimizerKind::kAdam;
+  embedding_ps::RowPrecision precision = embedding_ps::RowPrecision::kFp32;
 };
 
 StoreOptions Options(uint64_t capacity = 0, bool track = false, Optimizers kinds = {}) {
@@ -164,6 +166,7 @@ StoreOptions Options(uint64_t capacity = 0, bool track = false, Optimizers kinds
   item.dim = 4;
   item.seed = 3;
   item.optimizer.kind = kinds.item;
+  user.precision = item.precision = kinds.precision;
   StoreOptions o;
   o.tables = {user, item};
   o.num_stripes = 8;
@@ -262,7 +265,8 @@ TEST(ResumeFlagTest, AutoResumesOnlyFromACommittedCheckpoint) {
 class EveryOptimizer : public ::testing::TestWithParam<Optimizers> {};
 
 TEST_P(EveryOptimizer, RestoresExactlyWithOptimizerState) {
-  const std::string dir = FreshDir(absl::StrCat("exact_", OptimizerName(GetParam().user)));
+  const std::string dir =
+      FreshDir(absl::StrCat("exact_", OptimizerName(GetParam().user), RowPrecisionName(GetParam().precision)));
   auto stores = Cluster(2, 300, GetParam());
   const CheckpointManifest m = WriteCheckpoint(Env::Default(), dir, stores);
   for (int k = 0; k < 2; ++k) {
@@ -443,7 +447,8 @@ TEST(ShardCheckpointerTest, ASmallStoreIsCopiedInMemory) {
 }
 
 void ExpectReshard(int from, int to, Optimizers kinds) {
-  const std::string dir = FreshDir(absl::StrCat("reshard_", from, "_", to, "_", OptimizerName(kinds.user)));
+  const std::string dir = FreshDir(
+      absl::StrCat("reshard_", from, "_", to, "_", OptimizerName(kinds.user), RowPrecisionName(kinds.precision)));
   auto stores = Cluster(from, 500, kinds);
   WriteCheckpoint(Env::Default(), dir, stores);
   std::map<std::pair<int, uint64_t>, std::vector<float>> before, after;
@@ -591,7 +596,8 @@ TEST(CheckpointTest, ACheckpointDirHasOneRunAndRetentionAndLatestKeepToTheirJob)
 }
 
 TEST_P(EveryOptimizer, AnExportPlusItsDeltasEqualsTheLaterState) {
-  const std::string dir = FreshDir(absl::StrCat("delta_", OptimizerName(GetParam().user)));
+  const std::string dir =
+      FreshDir(absl::StrCat("delta_", OptimizerName(GetParam().user), RowPrecisionName(GetParam().precision)));
   auto store = *EmbeddingShardStore::Create(Options(/*capacity=*/120, /*track=*/true, GetParam()));
   std::vector<uint64_t> ids;
   for (uint64_t i = 0; i < 100; ++i) ids.push_back(i * 3);
@@ -638,9 +644,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Optimizers{embedding_ps::OptimizerKind::kAdagrad, embedding_ps::OptimizerKind::kAdam},
                       Optimizers{embedding_ps::OptimizerKind::kAdagradRowwise,
                                  embedding_ps::OptimizerKind::kAdamRowwise},
-                      Optimizers{embedding_ps::OptimizerKind::kSgd, embedding_ps::OptimizerKind::kFtrl}),
+                      Optimizers{embedding_ps::OptimizerKind::kSgd, embedding_ps::OptimizerKind::kFtrl},
+                      Optimizers{embedding_ps::OptimizerKind::kAdagrad, embedding_ps::OptimizerKind::kAdam,
+                                 embedding_ps::RowPrecision::kFp16},
+                      Optimizers{embedding_ps::OptimizerKind::kAdagradRowwise,
+                                 embedding_ps::OptimizerKind::kAdamRowwise, embedding_ps::RowPrecision::kFp16}),
     [](const ::testing::TestParamInfo<Optimizers>& info) {
-      return absl::StrCat(OptimizerName(info.param.user), "_", OptimizerName(info.param.item));
+      return absl::StrCat(OptimizerName(info.param.user), "_", OptimizerName(info.param.item), "_",
+                          RowPrecisionName(info.param.precision));
     });
 
 TEST(PositionsTest, RemapsAConsistentCutToOtherWorkerCounts) {

@@ -115,6 +115,35 @@ TEST(JobSpec, NamedTablesCarryTheirOwnSettings) {
   EXPECT_EQ(dense.schedule.warmup_steps, 5);
 }
 
+// ps.precision gives every table its row precision, tables[].precision its own; both reach the
+// PS shards' stores, and a precision the PS does not have is refused naming the key and line.
+TEST(JobSpec, RowPrecisionIsTheTablesOwnOrThePsDefault) {
+  const std::string base =
+      "loader: {source: {format: criteo, files: [a.tsv]}}\n"
+      "model: {kind: dlrm, embedding_dim: 8, bottom: [8], top: [8]}\n";
+  auto spec = Parse(base + "ps: {precision: fp16, optimizer: adagrad_rowwise}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  for (const TableSpec& t : spec->tables) {
+    EXPECT_EQ(t.config.precision, embedding_ps::RowPrecision::kFp16) << t.config.name;
+    EXPECT_EQ(t.config.optimizer.kind, embedding_ps::OptimizerKind::kAdagradRowwise) << t.config.name;
+  }
+  auto plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->ps[0].store.tables[0].precision, embedding_ps::RowPrecision::kFp16);
+  spec = Parse(base);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->tables[0].config.precision, embedding_ps::RowPrecision::kFp32) << "the default";
+  std::string own = kTwoTables;
+  own.replace(own.find("    optimizer: sgd\n"), 19, "    optimizer: sgd\n    precision: fp16\n");
+  spec = Parse(own);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->tables[0].config.precision, embedding_ps::RowPrecision::kFp32);
+  EXPECT_EQ(spec->tables[2].config.precision, embedding_ps::RowPrecision::kFp16) << "the table's own";
+  const auto refused = Parse(base + "ps: {precision: fp8}\n");
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("ps.precision (line 3)"), std::string::npos) << refused.status();
+}
+
 TEST(JobPlan, EveryRoleGetsTheTablesOfTheSpec) {
   auto spec = Parse(kTwoTables);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -265,6 +265,64 @@ TEST(UpdateLog, ARefusedCallChangesNothingAndLeavesNoRecord) {
   EXPECT_EQ(RowOf(*recovered, 1, 7), RowOf(*live, 1, 7));
 }
 
+// A recovery replays the log into rows equal to the live ones, bit for bit, for every optimizer
+// and row precision: an fp16 row's stochastic rounding draws from the row's id and bytes, so the
+// same updates in the same order round the same way.
+struct RowFormat {
+  OptimizerKind kind;
+  RowPrecision precision;
+};
+
+class ReplayEveryRowFormat : public ::testing::TestWithParam<RowFormat> {};
+
+TEST_P(ReplayEveryRowFormat, ARecoveryRoundsAsTheLiveStoreDid) {
+  UpdateLogOptions options;
+  options.dir =
+      FreshDir(absl::StrCat("rounding_", OptimizerName(GetParam().kind), "_", RowPrecisionName(GetParam().precision)));
+  options.sync = LogSync::kOff;
+  auto log = UpdateLog::Open(options);
+  ASSERT_TRUE(log.ok()) << log.status();
+  ASSERT_TRUE((*log)->Reset("").ok());
+  StoreOptions store;
+  TableConfig t;
+  t.name = "t";
+  t.dim = 1;
+  t.optimizer.kind = GetParam().kind;
+  t.optimizer.learning_rate = 0.3f;
+  t.precision = GetParam().precision;
+  store.tables = {t};
+  auto live = EmbeddingShardStore::Create(store);
+  ASSERT_TRUE(live.ok()) << live.status();
+  const RequestLimits limits;
+  for (uint64_t s = 1; s <= 400; ++s) {
+    proto::UpdateTablesRequest request;
+    *request.add_updates() = Part("t", s % 37, 0.01f * std::sin(0.7f * s) + 0.0013f, s);
+    proto::UpdateTablesResponse response;
+    ASSERT_TRUE(HandleUpdateTables(**live, limits, request, &response, log->get()).ok());
+  }
+  ASSERT_TRUE((*log)->Close().ok());
+  auto reopened = UpdateLog::Open(options);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  auto recovered = EmbeddingShardStore::Create(store);
+  ASSERT_TRUE(recovered.ok()) << recovered.status();
+  ReplayStats stats;
+  ASSERT_TRUE(ReplayInto(**reopened, 1, recovered->get(), &stats).ok());
+  EXPECT_EQ(stats.records, 400u);
+  for (uint64_t id = 0; id < 37; ++id) EXPECT_EQ(RowOf(**recovered, 0, id), RowOf(**live, 0, id)) << "id " << id;
+  EXPECT_EQ((*recovered)->Snapshot().tables[0].values, (*live)->Snapshot().tables[0].values) << "and their state";
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, ReplayEveryRowFormat,
+                         ::testing::Values(RowFormat{OptimizerKind::kAdagrad, RowPrecision::kFp32},
+                                           RowFormat{OptimizerKind::kAdagrad, RowPrecision::kFp16},
+                                           RowFormat{OptimizerKind::kAdagradRowwise, RowPrecision::kFp16},
+                                           RowFormat{OptimizerKind::kAdamRowwise, RowPrecision::kFp16},
+                                           RowFormat{OptimizerKind::kSgd, RowPrecision::kFp16}),
+                         [](const ::testing::TestParamInfo<RowFormat>& info) {
+                           return absl::StrCat(OptimizerName(info.param.kind), "_",
+                                               RowPrecisionName(info.param.precision));
+                         });
+
 TEST(UpdateLog, ATornTailAtEveryByteDropsOnlyTheUnfinishedRecord) {
   UpdateLogOptions options;
   options.dir = FreshDir("torn");

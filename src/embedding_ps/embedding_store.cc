@@ -19,6 +19,7 @@
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/optimizer.h"
 #include "src/embedding_ps/frozen_store.h"
+#include "src/embedding_ps/row_codec.h"
 #include "src/embedding_ps/row_index.h"
 #include "src/embedding_ps/sequence_window.h"
 #include "src/embedding_ps/store_layout.h"
@@ -115,16 +116,17 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
                                                      " floats, expected ", ids.size(), " ids x dim ", layout.dim));
     }
     uint64_t not_admitted = 0;
-    const size_t row_bytes = sizeof(float) * layout.dim;
     GroupByStripe(t, ids);
-    VisitRows(t, ids, /*create=*/true, static_cast<uint32_t>(Slab::kHeaderBytes + row_bytes),
+    VisitRows(t, ids, /*create=*/true, Slab::kHeaderBytes + layout.weight_bytes,
               [&](uint32_t position, const Rows& r, RowIndex::Position at) {
                 float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
                 if (at == RowIndex::kNone) {
-                  std::memset(dst, 0, row_bytes);
+                  std::memset(dst, 0, sizeof(float) * layout.dim);
                   ++not_admitted;
-                } else {
+                } else if (layout.precision == RowPrecision::kFp32) {
                   CopyFloats(r.floats(r.index.slot(at)), dst, layout.dim);
+                } else {
+                  DecodeWeights(layout.precision, r.weights(r.index.slot(at)), layout.dim, dst);
                 }
               });
     if (result != nullptr) result->not_admitted = not_admitted;
@@ -186,7 +188,9 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
                   ++local.dropped;
                   return;
                 }
-                if (!StepRow(r.floats(r.index.slot(at)), layout, config,
+                const SlotHandle slot = r.index.slot(at);
+                const uint64_t draw = RoundingDraw(r.id(slot), update_id, position);
+                if (!StepRow(r.weights(slot), draw, layout, config,
                              grads.data() + static_cast<size_t>(position) * layout.dim)) {
                   ++local.nonfinite;
                   return;
@@ -282,7 +286,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     }
     for (int t = 0; t < num_tables(); ++t) {
       stats.rows += stats.tables[t].rows;
-      stats.payload_bytes += stats.tables[t].rows * sizeof(float) * (layouts_[t].dim + layouts_[t].state_floats);
+      stats.payload_bytes +=
+          stats.tables[t].rows * (layouts_[t].weight_bytes + sizeof(float) * layouts_[t].state_floats);
     }
     return stats;
   }
@@ -386,6 +391,13 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       return absl::InvalidArgumentError(
           absl::StrCat("table '", table(t).name, "': restored row of id ", ids[k / floats], " holds ", values[k]));
     }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!FitsPrecision(layout.precision, values.data() + i * floats, layout.dim)) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table(t).name, "': restored row of id ", ids[i],
+                                                       " has a weight that ", RowPrecisionName(layout.precision),
+                                                       " cannot hold"));
+      }
+    }
     absl::Status status;
     GroupByStripe(t, ids);
     const uint64_t* hashes = Scratch().hashes.data();
@@ -402,7 +414,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
           continue;
         }
         const SlotHandle slot = r.index.slot(at);
-        CopyFloats(values.data() + p * floats, r.floats(slot), static_cast<int>(floats));
+        WriteRow(layout, values.data() + p * floats, /*seed=*/0, r.weights(slot));
         const uint16_t score = RestoredScoreLocked(
             stripe, t, scores.empty() ? std::optional<uint64_t>() : std::optional<uint64_t>(scores[p]), ttl_now);
         r.index.set_score(at, score);
@@ -477,8 +489,9 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
           if (!r.index.marked(p)) return;
           r.index.set_mark(p, false);
           out.ids.push_back(r.id(slot));
-          const float* w = r.floats(slot);
-          out.weights.insert(out.weights.end(), w, w + dim);
+          const size_t at = out.weights.size();
+          out.weights.resize(at + dim);
+          DecodeWeights(layouts_[t].precision, r.weights(slot), dim, out.weights.data() + at);
         });
         out.tombstones.insert(out.tombstones.end(), part.tombstones.begin(), part.tombstones.end());
         part.tombstones.clear();
@@ -572,7 +585,14 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
         const uint64_t age = static_cast<uint64_t>(rank) * layout.ttl_granule;
         score = now > age ? now - age : 0;
       }
-      fn(r.id(slot), r.floats(slot), floats, score);
+      if (layout.precision == RowPrecision::kFp32) {
+        fn(r.id(slot), r.floats(slot), floats, score);
+      } else {
+        thread_local std::vector<float> row;
+        row.resize(floats);
+        ReadRow(layout, r.weights(slot), row.data());
+        fn(r.id(slot), row.data(), floats, score);
+      }
     }
   }
 
@@ -599,16 +619,62 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
 
   // One optimizer step of a row, kept only when the weights and the optimizer's moments stay
   // finite; otherwise the row is put back as it was and false returned.
-  static bool StepRow(float* weights, const TableLayout& layout, const TableConfig& config, const float* grad) {
+  // `row`: the slot's weights, then its state. A row of lower precision steps on fp32 copies and
+  // is written back with stochastic rounding, seeded by `draw` (RoundingDraw) and the row's bytes
+  // before the step, so that replaying the same updates rounds the same way while every update
+  // (and every step of a row the last one left unchanged) draws anew.
+  static bool StepRow(char* row, uint64_t draw, const TableLayout& layout, const TableConfig& config,
+                      const float* grad) {
     const size_t floats = static_cast<size_t>(layout.dim + layout.state_floats);
-    thread_local std::vector<float> before;
-    before.assign(weights, weights + floats);
-    ApplyOptimizer(config.optimizer, layout.dim, grad, weights, weights + layout.dim);
     const size_t checked =
         static_cast<size_t>(layout.dim + OptimizerFloatStateFloats(config.optimizer.kind, layout.dim));
-    if (FirstNonFinite(weights, checked) == checked) return true;
-    std::memcpy(weights, before.data(), floats * sizeof(float));
-    return false;
+    if (layout.precision == RowPrecision::kFp32) {
+      float* weights = reinterpret_cast<float*>(row);
+      thread_local std::vector<float> before;
+      before.assign(weights, weights + floats);
+      ApplyOptimizer(config.optimizer, layout.dim, grad, weights, weights + layout.dim);
+      if (FirstNonFinite(weights, checked) == checked) return true;
+      std::memcpy(weights, before.data(), floats * sizeof(float));
+      return false;
+    }
+    thread_local std::vector<float> work;
+    work.resize(floats);
+    ReadRow(layout, row, work.data());
+    ApplyOptimizer(config.optimizer, layout.dim, grad, work.data(), work.data() + layout.dim);
+    if (FirstNonFinite(work.data(), checked) != checked) return false;
+    return WriteRow(layout, work.data(), RoundingSeed(draw, row, layout.weight_bytes + 4 * layout.state_floats), row);
+  }
+
+  // A row's weights (decoded) and state as floats, from its slot's `row`.
+  static void ReadRow(const TableLayout& layout, const char* row, float* out) {
+    DecodeWeights(layout.precision, row, layout.dim, out);
+    std::memcpy(out + layout.dim, row + layout.weight_bytes, sizeof(float) * layout.state_floats);
+  }
+
+  // Writes weights and state (`values`, as ReadRow gives them) into a slot's `row`; `seed` as
+  // EncodeWeights takes it. False, writing nothing, when a weight does not fit the precision.
+  static bool WriteRow(const TableLayout& layout, const float* values, uint64_t seed, char* row) {
+    if (!EncodeWeights(layout.precision, values, layout.dim, seed, row)) return false;
+    std::memcpy(row + layout.weight_bytes, values + layout.dim, sizeof(float) * layout.state_floats);
+    return true;
+  }
+
+  // What an update draws its rounding from: the row's id, the update's id and the row's place in
+  // it, all of which a replay of the update log gives again.
+  static uint64_t RoundingDraw(uint64_t id, UpdateId update, uint32_t position) {
+    return Mix64(Mix64(Mix64(id ^ 0x6a09e667f3bcc909ULL) ^ update.sequence) ^
+                 (uint64_t{update.worker_id} << 32 | position));
+  }
+
+  // A nonzero seed from a draw and a row's bytes (its weights and state).
+  static uint64_t RoundingSeed(uint64_t draw, const char* row, uint32_t bytes) {
+    uint64_t h = draw;
+    for (uint32_t at = 0; at < bytes; at += sizeof(uint32_t)) {
+      uint32_t word;
+      std::memcpy(&word, row + at, sizeof(word));
+      h = Mix64(h ^ word);
+    }
+    return h | 1;
   }
 
   // The positions of one call's ids grouped by stripe (GroupByStripe), reused by the thread.
@@ -793,7 +859,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     char* base;
     uint64_t rows() const { return index.size(); }
     uint64_t id(SlotHandle slot) const { return Slab::id(base, slot); }
-    float* floats(SlotHandle slot) const { return Slab::floats(base, slot); }
+    float* floats(SlotHandle slot) const { return Slab::floats(base, slot); }  // An fp32 row's.
+    char* weights(SlotHandle slot) const { return Slab::Slot(base, slot) + Slab::kHeaderBytes; }
   };
   Rows RowsOf(Stripe& stripe, int t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     return Rows{stripe.parts[t], IndexOf(stripe, t), arena_.base()};
@@ -959,10 +1026,16 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       ++part.counters.admission_rejections;
       return RowIndex::kNone;
     }
-    if (init) {
+    if (init && layout.precision == RowPrecision::kFp32) {
       float* weights = r.floats(slot);
       InitialRow(table(t), id, weights);
       InitOptimizerState(table(t).optimizer, layout.dim, weights + layout.dim);
+    } else if (init) {
+      thread_local std::vector<float> row;
+      row.resize(layout.dim + layout.state_floats);
+      InitialRow(table(t), id, row.data());
+      InitOptimizerState(table(t).optimizer, layout.dim, row.data() + layout.dim);
+      WriteRow(layout, row.data(), /*seed=*/0, r.weights(slot));  // Initial weights are small: they fit.
     }
     RowScores::Upkeep upkeep = RowScores::Upkeep::kNone;
     const uint16_t ttl_now = TtlNow(t);

@@ -6,6 +6,7 @@
 #include "hyrec/common/hash.h"
 #include "hyrec/embedding_ps/optimizer.h"
 #include "src/embedding_ps/count_min_sketch.h"
+#include "src/embedding_ps/row_codec.h"
 #include "src/embedding_ps/row_index.h"
 #include "src/embedding_ps/slab.h"
 
@@ -37,6 +38,12 @@ uint64_t PerStripe(uint64_t rows, int stripes) {
 
 }  // namespace
 
+uint64_t RowChargeBytes(const TableConfig& table) {
+  StoreOptions options;
+  options.tables = {table};
+  return MakeLayouts(options)[0].charge;
+}
+
 std::vector<TableLayout> MakeLayouts(const StoreOptions& options) {
   std::vector<TableLayout> layouts;
   const int stripes = std::max(options.num_stripes, 1);
@@ -45,7 +52,10 @@ std::vector<TableLayout> MakeLayouts(const StoreOptions& options) {
     TableLayout layout;
     layout.dim = config.dim;
     layout.state_floats = OptimizerStateFloats(config.optimizer.kind, config.dim);
-    layout.slot_bytes = static_cast<uint32_t>(Slab::kHeaderBytes + sizeof(float) * (layout.dim + layout.state_floats));
+    layout.precision = config.precision;
+    layout.weight_bytes = WeightBytes(config.precision, config.dim);
+    layout.slot_bytes =
+        static_cast<uint32_t>(Slab::kHeaderBytes + layout.weight_bytes + sizeof(float) * layout.state_floats);
     layout.charge = layout.slot_bytes + kIndexChargePerRow;
     layout.salt = Mix64(0xa0761d6478bd642fULL * (t + 1));
     layout.policy = config.eviction.policy;

@@ -15,9 +15,11 @@ namespace hyrec::embedding_ps {
 struct TableLayout {
   int dim = 0;
   int state_floats = 0;
-  uint32_t slot_bytes = 0;  // Slab::kHeaderBytes + 4 * (dim + state_floats).
-  uint64_t charge = 0;      // Bytes charged against capacity_bytes per row.
-  uint64_t salt = 0;        // Mixed into the ids' hashes, so tables spread independently.
+  RowPrecision precision = RowPrecision::kFp32;
+  uint32_t weight_bytes = 0;  // WeightBytes(precision, dim) (row_codec.h).
+  uint32_t slot_bytes = 0;    // Slab::kHeaderBytes + weight_bytes + 4 * state_floats.
+  uint64_t charge = 0;        // Bytes charged against capacity_bytes per row.
+  uint64_t salt = 0;          // Mixed into the ids' hashes, so tables spread independently.
   EvictionPolicy policy = EvictionPolicy::kLru;
   uint64_t ttl_granule = 1;      // kTtl: seconds of data time per score step.
   uint32_t ttl_granules = 0;     // kTtl: the TTL in granules (at most 1024).

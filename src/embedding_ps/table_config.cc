@@ -33,6 +33,7 @@ constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sg
                                                        {OptimizerKind::kAdamRowwise, "adam_rowwise"}};
 constexpr EnumName<InitializerKind> kInitializerNames[] = {
     {InitializerKind::kUniform, "uniform"}, {InitializerKind::kNormal, "normal"}, {InitializerKind::kZeros, "zeros"}};
+constexpr EnumName<RowPrecision> kRowPrecisionNames[] = {{RowPrecision::kFp32, "fp32"}, {RowPrecision::kFp16, "fp16"}};
 constexpr EnumName<EvictionPolicy> kEvictionPolicyNames[] = {
     {EvictionPolicy::kLru, "lru"}, {EvictionPolicy::kLfu, "lfu"}, {EvictionPolicy::kTtl, "ttl"}};
 
@@ -47,6 +48,10 @@ absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name) {
   return ParseName(kInitializerNames, name, "initializer");
 }
 absl::string_view EvictionPolicyName(EvictionPolicy policy) { return NameOf(kEvictionPolicyNames, policy); }
+absl::string_view RowPrecisionName(RowPrecision precision) { return NameOf(kRowPrecisionNames, precision); }
+absl::StatusOr<RowPrecision> ParseRowPrecision(absl::string_view name) {
+  return ParseName(kRowPrecisionNames, name, "precision");
+}
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name) {
   return ParseName(kEvictionPolicyNames, name, "eviction policy");
 }
@@ -184,6 +189,18 @@ absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path,
   return ReadScalar(node, "min_count", path, &out->min_count);
 }
 
+absl::Status ReadRowPrecision(const YAML::Node& map, absl::string_view path, RowPrecision* out) {
+  std::string name(RowPrecisionName(*out));
+  HYREC_RETURN_IF_ERROR(ReadScalar(map, "precision", path, &name));
+  auto precision = ParseRowPrecision(name);
+  if (!precision.ok()) {
+    return Annotate(precision.status(),
+                    absl::StrCat(JoinKey(path, "precision"), " (", YamlWhere(map["precision"]), ")"));
+  }
+  *out = *precision;
+  return absl::OkStatus();
+}
+
 absl::Status ReadEvictionConfig(const YAML::Node& node, absl::string_view path, EvictionConfig* out) {
   std::string name;
   if (node.IsScalar()) {
@@ -214,11 +231,13 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& nod
     const YAML::Node t = node[k];
     const std::string where = absl::StrCat(path, "[", k, "]");
     HYREC_RETURN_IF_ERROR(CheckKeys(
-        t, where, {"name", "dim", "seed", "capacity_rows", "initializer", "optimizer", "admission", "eviction"}));
+        t, where,
+        {"name", "dim", "precision", "seed", "capacity_rows", "initializer", "optimizer", "admission", "eviction"}));
     TableConfig table;
     table.seed = k;
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "name", where, &table.name));
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "dim", where, &table.dim));
+    HYREC_RETURN_IF_ERROR(ReadRowPrecision(t, where, &table.precision));
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "seed", where, &table.seed));
     HYREC_RETURN_IF_ERROR(ReadScalar(t, "capacity_rows", where, &table.capacity_rows));
     if (const YAML::Node init = t["initializer"]) {

@@ -31,6 +31,7 @@ struct TableDefaults {
   Pooling pooling = Pooling::kSum;
   embedding_ps::OptimizerConfig optimizer;
   embedding_ps::InitializerConfig initializer;
+  embedding_ps::RowPrecision precision = embedding_ps::RowPrecision::kFp32;
 };
 
 absl::Status ReadPooling(const YAML::Node& map, absl::string_view key, absl::string_view path, Pooling* out) {
@@ -108,7 +109,7 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   HYREC_RETURN_IF_ERROR(CheckKeys(
       node, "ps",
       {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters", "max_ids_per_request",
-       "threads", "optimizer", "learning_rate", "init_stddev", "update_log", "recovery_timeout_seconds"}));
+       "threads", "optimizer", "learning_rate", "init_stddev", "precision", "update_log", "recovery_timeout_seconds"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "shards", "ps", &ps->shards));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_rows", "ps", &ps->capacity_rows));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps", &ps->capacity_bytes));
@@ -128,6 +129,7 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   if (const YAML::Node optimizer = node["optimizer"]) {
     HYREC_RETURN_IF_ERROR(embedding_ps::ReadOptimizerConfig(optimizer, "ps.optimizer", &defaults->optimizer));
   }
+  HYREC_RETURN_IF_ERROR(embedding_ps::ReadRowPrecision(node, "ps", &defaults->precision));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "learning_rate", "ps", &defaults->optimizer.learning_rate));
   if (node["learning_rate"] &&
       !(defaults->optimizer.learning_rate > 0 && std::isfinite(defaults->optimizer.learning_rate))) {
@@ -322,13 +324,15 @@ absl::Status ReadTableFeature(const YAML::Node& node, const std::string& where, 
 absl::Status ReadTable(const YAML::Node& node, const std::string& where, int index, const TableDefaults& defaults,
                        TableSpec* table) {
   HYREC_RETURN_IF_ERROR(CheckKeys(node, where,
-                                  {"name", "features", "dim", "pooling", "optimizer", "initializer", "admission",
-                                   "eviction", "capacity_rows", "seed"}));
+                                  {"name", "features", "dim", "precision", "pooling", "optimizer", "initializer",
+                                   "admission", "eviction", "capacity_rows", "seed"}));
   embedding_ps::TableConfig& c = table->config;
   c.dim = defaults.dim;
   c.seed = static_cast<uint64_t>(index);
   c.optimizer = defaults.optimizer;
   c.initializer = defaults.initializer;
+  c.precision = defaults.precision;
+  HYREC_RETURN_IF_ERROR(embedding_ps::ReadRowPrecision(node, where, &c.precision));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "name", where, &c.name));
   if (c.name.empty()) return Invalid(JoinKey(where, "name"), node, "every table needs a name");
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "dim", where, &c.dim));
@@ -487,6 +491,7 @@ absl::Status ParseInto(const YAML::Node& root, JobSpec* spec) {
       table.config.seed = k;
       table.config.optimizer = defaults.optimizer;
       table.config.initializer = defaults.initializer;
+      table.config.precision = defaults.precision;
       table.features.push_back(TableFeature{spec->features[k], defaults.pooling});
       absl::Status valid = table.config.Validate();
       if (!valid.ok()) return Annotate(valid, "the tables made from model.embedding_dim and ps");

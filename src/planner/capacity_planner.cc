@@ -69,11 +69,7 @@ absl::StatusOr<double> ParseCount(absl::string_view text, absl::string_view key,
 
 namespace {
 
-// What the store charges a row of `table` against capacity_bytes: its slot and 8 bytes of index.
-uint64_t Charge(const embedding_ps::TableConfig& table) {
-  return 16 +
-         4 * static_cast<uint64_t>(table.dim + embedding_ps::OptimizerStateFloats(table.optimizer.kind, table.dim)) + 8;
-}
+uint64_t Charge(const embedding_ps::TableConfig& table) { return embedding_ps::RowChargeBytes(table); }
 
 }  // namespace
 

@@ -183,7 +183,7 @@ struct StoreStats {
   uint64_t capacity_bytes = 0;
   uint64_t rows = 0;
   uint64_t bytes = 0;          // Everything allocated: chunks, index, sketches, stripe headers.
-  uint64_t payload_bytes = 0;  // rows * 4 * (dim + state floats), summed over tables.
+  uint64_t payload_bytes = 0;  // rows * (weight bytes + 4 * state floats), summed over tables.
   std::vector<TableStats> tables;
 
   // (bytes - payload_bytes) / rows: what the store spends per row beyond its floats.
@@ -211,6 +211,10 @@ struct StoreMemoryPlan {
   uint64_t payload_bytes = 0;  // Values and optimizer state alone.
 };
 StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table);
+
+// What a store charges a row of `table` against StoreOptions::capacity_bytes: its slot (the id,
+// the weights in the table's precision, the optimizer's state) and its share of the index.
+uint64_t RowChargeBytes(const TableConfig& table);
 
 // Publishes a store's statistics as Prometheus families, every sample labelled with `labels`
 // (e.g. {{"shard", "0"}}) plus table="<name>" where per table: hyrec_ps_rows,

@@ -96,9 +96,16 @@ struct EvictionConfig {
   uint32_t lfu_aging_touches = 16;  // kLfu: >= 1.
 };
 
+// How a table's rows store their weights (src/embedding_ps/row_codec.h): fp32, or fp16 with
+// the optimizer's math in fp32 and stochastic rounding when a step writes a row back (half the
+// weights' bytes). The optimizer's state stays fp32 either way; checkpoints, deltas and exports
+// carry the weights as fp32 values, which an fp16 table reads back exactly.
+enum class RowPrecision { kFp32, kFp16 };
+
 struct TableConfig {
   std::string name;
   int dim = 0;
+  RowPrecision precision = RowPrecision::kFp32;
   uint64_t seed = 0;  // Row initialization is a pure function of (seed, id).
   // Most rows of this table one store holds; 0: bounded by the store's capacity only. A job's
   // table capacity is split evenly among its PS shards (include/hyrec/job/job_plan.h).
@@ -117,6 +124,8 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(absl::string_view name);
 absl::string_view InitializerName(InitializerKind kind);
 absl::StatusOr<InitializerKind> ParseInitializerKind(absl::string_view name);
 absl::string_view EvictionPolicyName(EvictionPolicy policy);
+absl::string_view RowPrecisionName(RowPrecision precision);
+absl::StatusOr<RowPrecision> ParseRowPrecision(absl::string_view name);
 absl::StatusOr<EvictionPolicy> ParseEvictionPolicy(absl::string_view name);
 
 // Number of optimizer-state floats stored after the `dim` weights of a row.
@@ -131,6 +140,8 @@ absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path,
 absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out);
 // `eviction: lfu`, or a mapping {policy, ttl_seconds, lfu_aging_touches}.
 absl::Status ReadEvictionConfig(const YAML::Node& node, absl::string_view path, EvictionConfig* out);
+// The `precision` key of `map` (fp32 or fp16), when present.
+absl::Status ReadRowPrecision(const YAML::Node& map, absl::string_view path, RowPrecision* out);
 
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path);
