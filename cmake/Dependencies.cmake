@@ -36,6 +36,23 @@ else()
   message(WARNING "librdkafka not found: the loader is built without its Kafka source")
 endif()
 
+# liburing and RocksDB (liburing-dev, librocksdb-dev): the two ways a disk tier under the PS store
+# could read rows, measured against the disk's own floor by benchmarks/disk_read_benchmark.cc,
+# which is built only where both are found.
+find_path(URING_INCLUDE_DIR liburing.h)
+find_library(URING_LIBRARY uring)
+find_path(ROCKSDB_INCLUDE_DIR rocksdb/db.h)
+find_library(ROCKSDB_LIBRARY rocksdb)
+if(URING_INCLUDE_DIR AND URING_LIBRARY AND ROCKSDB_INCLUDE_DIR AND ROCKSDB_LIBRARY)
+  set(HYREC_HAS_DISK_READERS ON)
+  add_library(hyrec_disk_readers INTERFACE IMPORTED)
+  set_target_properties(hyrec_disk_readers PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${URING_INCLUDE_DIR};${ROCKSDB_INCLUDE_DIR}"
+    INTERFACE_LINK_LIBRARIES "${URING_LIBRARY};${ROCKSDB_LIBRARY}")
+else()
+  set(HYREC_HAS_DISK_READERS OFF)
+endif()
+
 # LibTorch is only linked by the dense tiers (nn_sync, dense_worker). The PS and the loader never
 # see its headers, which keeps their builds fast on small machines.
 if(HYREC_WITH_TORCH)

@@ -9,6 +9,7 @@ HYREC_DEBS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev zlib1g-dev libxxhash-dev libcpp-httplib-dev libssl-dev librdkafka-dev
+  liburing-dev librocksdb-dev
 )
 
 # What the installed binaries need at run time (the Dockerfile's runtime stage): the shared

@@ -27,7 +27,7 @@ StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<u
     StoreMemoryPlan::Table table;
     table.rows = t < rows_per_table.size() ? rows_per_table[t] : 0;
     table.slot_bytes = layout.slot_bytes;
-    table.value_bytes = static_cast<uint32_t>(4 * layout.dim);
+    table.value_bytes = layout.weight_bytes;
     table.state_bytes = static_cast<uint32_t>(4 * layout.state_floats);
     const uint64_t per_stripe = (table.rows + stripes - 1) / stripes;
     const uint64_t chunk_rows = uint64_t{1} << layout.chunk_shift;

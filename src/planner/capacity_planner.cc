@@ -249,6 +249,7 @@ class Planner {
       table.name = configs_[t].name;
       table.dim = configs_[t].dim;
       table.optimizer = std::string(embedding_ps::OptimizerName(configs_[t].optimizer.kind));
+      table.precision = std::string(embedding_ps::RowPrecisionName(configs_[t].precision));
       table.eviction = std::string(embedding_ps::EvictionPolicyName(configs_[t].eviction.policy));
       bool bounded = true;
       for (const PsShardPlan& s : plan_.ps) {

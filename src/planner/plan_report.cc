@@ -53,12 +53,13 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
   std::string out = absl::StrFormat("parameters: %s logical, %s resident; %d worker(s), batch %d; %zu PS shard(s)\n\n",
                                     Count(c.logical_parameters), Count(c.resident_parameters), c.workers, c.batch_size,
                                     c.shards.size());
-  absl::StrAppendFormat(&out, "%-20s %5s %-8s %-5s %10s %10s %10s  %s\n", "table", "dim", "optim", "evict", "logical",
-                        "capacity", "resident", "bytes/row = key + evict + values + state + index (+ slab)");
+  absl::StrAppendFormat(&out, "%-20s %5s %-4s %-15s %-5s %10s %10s %10s  %s\n", "table", "dim", "prec", "optim",
+                        "evict", "logical", "capacity", "resident",
+                        "bytes/row = key + evict + values + state + index (+ slab)");
   for (const CapacityPlan::Table& t : c.tables) {
     absl::StrAppendFormat(
-        &out, "%-20s %5d %-8s %-5s %10s %10s %10s  %.1f = %u + %u + %u + %u + %.1f (+ %.1f)\n", t.name, t.dim,
-        t.optimizer, t.eviction, t.logical_rows > 0 ? Count(t.logical_rows) : "-",
+        &out, "%-20s %5d %-4s %-15s %-5s %10s %10s %10s  %.1f = %u + %u + %u + %u + %.1f (+ %.1f)\n", t.name, t.dim,
+        t.precision, t.optimizer, t.eviction, t.logical_rows > 0 ? Count(t.logical_rows) : "-",
         t.capacity_rows > 0 ? Count(t.capacity_rows) : "-", Count(t.resident_rows), t.bytes_per_row, t.key_bytes,
         t.eviction_bytes, t.value_bytes, t.state_bytes, t.index_bytes,
         t.bytes_per_row - (t.key_bytes + t.eviction_bytes + t.value_bytes + t.state_bytes) - t.index_bytes);
@@ -96,13 +97,14 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
 std::string CapacityPlanJson(const CapacityPlan& c, const ThroughputPlan* t) {
   std::vector<std::string> tables;
   for (const CapacityPlan::Table& t : c.tables) {
-    tables.push_back(absl::StrCat(
-        "{\"name\":", Quote(t.name), ",\"dim\":", t.dim, ",\"optimizer\":", Quote(t.optimizer), ",\"eviction\":",
-        Quote(t.eviction), ",\"logical_rows\":", t.logical_rows, ",\"capacity_rows\":", t.capacity_rows,
-        ",\"resident_rows\":", t.resident_rows, ",\"bytes_per_row\":{\"total\":", Num(t.bytes_per_row),
-        ",\"key\":", t.key_bytes, ",\"eviction\":", t.eviction_bytes, ",\"values\":", t.value_bytes,
-        ",\"optimizer_state\":", t.state_bytes, ",\"index\":", Num(t.index_bytes),
-        "},\"ids_per_sample\":", Num(t.ids_per_sample), ",\"dedup_ratio\":", Num(t.dedup_ratio), "}"));
+    tables.push_back(
+        absl::StrCat("{\"name\":", Quote(t.name), ",\"dim\":", t.dim, ",\"optimizer\":", Quote(t.optimizer),
+                     ",\"precision\":", Quote(t.precision), ",\"eviction\":", Quote(t.eviction),
+                     ",\"logical_rows\":", t.logical_rows, ",\"capacity_rows\":", t.capacity_rows,
+                     ",\"resident_rows\":", t.resident_rows, ",\"bytes_per_row\":{\"total\":", Num(t.bytes_per_row),
+                     ",\"key\":", t.key_bytes, ",\"eviction\":", t.eviction_bytes, ",\"values\":", t.value_bytes,
+                     ",\"optimizer_state\":", t.state_bytes, ",\"index\":", Num(t.index_bytes),
+                     "},\"ids_per_sample\":", Num(t.ids_per_sample), ",\"dedup_ratio\":", Num(t.dedup_ratio), "}"));
   }
   std::vector<std::string> shards;
   for (const CapacityPlan::Shard& s : c.shards) {

@@ -198,7 +198,7 @@ struct StoreMemoryPlan {
   struct Table {
     uint64_t rows = 0;
     uint32_t slot_bytes = 0;   // A row's slot: the id (8 bytes), then its floats.
-    uint32_t value_bytes = 0;  // 4 x dim.
+    uint32_t value_bytes = 0;  // The weights in the table's precision (4 x dim for fp32).
     uint32_t state_bytes = 0;  // 4 x the optimizer's state floats.
     uint64_t slab_bytes = 0;   // Its slots, allocated in whole chunks, over every stripe.
   };

@@ -104,12 +104,14 @@ struct CapacityPlan {
     std::string name;
     int dim = 0;
     std::string optimizer;
+    std::string precision;  // Of the weights: fp32 or fp16.
     std::string eviction;
     uint64_t logical_rows = 0;   // 0: unknown (no size of its own, planned at its store's bound).
     uint64_t capacity_rows = 0;  // Over every shard; 0: unbounded.
     uint64_t resident_rows = 0;  // Over every shard: the logical rows, bounded by the capacities.
     // Bytes of one resident row, by what holds them: its key (8), eviction state beside the row
-    // (none: its score is in its index entry), values (4 dim), optimizer state, and its share of
+    // (none: its score is in its index entry), values (the weights in the table's precision: 4 dim
+    // for fp32, 2 dim for fp16, padded to 4 bytes), optimizer state, and its share of
     // the index and of the slabs' last chunks.
     uint32_t key_bytes = 8;
     uint32_t eviction_bytes = 0;
