@@ -654,6 +654,22 @@ INSTANTIATE_TEST_SUITE_P(
                           RowPrecisionName(info.param.precision));
     });
 
+// An fp16 table's shard files, deltas and exports hold its weights as halves: the same rows take
+// 2 bytes a weight less than in fp32 (each table block names the precision: 12 bytes more).
+TEST(ShardCheckpointTest, AnFp16TablesFilesHoldItsWeightsAsHalves) {
+  std::vector<uint64_t> lengths;
+  for (const embedding_ps::RowPrecision precision :
+       {embedding_ps::RowPrecision::kFp32, embedding_ps::RowPrecision::kFp16}) {
+    const Optimizers kinds{embedding_ps::OptimizerKind::kAdagradRowwise, embedding_ps::OptimizerKind::kAdam, precision};
+    const std::string dir = FreshDir(absl::StrCat("halves_", RowPrecisionName(precision)));
+    auto stores = Cluster(1, 300, kinds);
+    const CheckpointManifest m = WriteCheckpoint(Env::Default(), dir, stores);
+    lengths.push_back(m.files[0].length);
+  }
+  const uint64_t rows = 300;  // Of each table: the user table's dim 8 and the item table's dim 4.
+  EXPECT_EQ(lengths[0] - lengths[1], rows * 2 * (8 + 4) - 2 * 12) << lengths[0] << " vs " << lengths[1];
+}
+
 TEST(PositionsTest, RemapsAConsistentCutToOtherWorkerCounts) {
   data_loader::ReaderPosition a, b;
   a.window_global = 8;

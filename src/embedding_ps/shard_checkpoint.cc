@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hyrec/common/block_file.h"
+#include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
 #include "src/embedding_ps/frozen_store.h"
@@ -21,15 +22,18 @@ namespace hyrec::embedding_ps {
 namespace {
 
 // Block types of shard files.
-constexpr uint32_t kStoreBlock = 10;   // u32 shard, u32 num_shards, u32 num_stripes, u32 tables, u64 delta seq
-constexpr uint32_t kTableBlock = 11;   // bytes name, u32 dim, u32 state floats, bytes optimizer, u64 rows
-constexpr uint32_t kRowsBlock = 12;    // u32 table, u32 n, n x u64 id, n x floats
+constexpr uint32_t kStoreBlock = 10;  // u32 shard, u32 num_shards, u32 num_stripes, u32 tables, u64 delta seq
+// A table block ends with `bytes precision` when the table's weights are not fp32; its rows then
+// carry each row's weights in that precision (fp16: dim halves) before the row's state floats.
+constexpr uint32_t kTableBlock =
+    11;  // bytes name, u32 dim, u32 state floats, bytes optimizer, u64 rows[, bytes precision]
+constexpr uint32_t kRowsBlock = 12;    // u32 table, u32 n, n x u64 id, n x row values
 constexpr uint32_t kSketchBlock = 13;  // u32 stripe, u32 table, u64 increments, bytes counters
 constexpr uint32_t kRngBlock = 14;     // u32 n, n x u64
 constexpr uint32_t kDedupBlock = 15;   // u32 worker, u32 table, u64 highest, 16 x u64
 constexpr uint32_t kTombBlock = 16;    // u32 table, u32 n, n x u64 id
 constexpr uint32_t kPolicyBlock = 17;  // u32 table, bytes eviction policy, u64 data time, u32 n, n x u64 lfu uses
-constexpr uint32_t kScoredBlock = 18;  // u32 table, u32 n, n x u64 id, n x u64 score, n x floats
+constexpr uint32_t kScoredBlock = 18;  // u32 table, u32 n, n x u64 id, n x u64 score, n x row values
 
 constexpr size_t kRowsPerBlock = 1 << 16;
 constexpr uint32_t kMaxTables = 256;
@@ -41,6 +45,10 @@ struct TableHeader {
   uint32_t state_floats = 0;
   std::string optimizer;
   uint64_t rows = 0;
+  RowPrecision precision = RowPrecision::kFp32;  // Of the weights in the rows blocks.
+
+  // Bytes of one row's values in a rows block: its weights in `precision`, then its state.
+  uint64_t row_bytes() const { return (precision == RowPrecision::kFp16 ? 2ull : 4ull) * dim + 4ull * state_floats; }
 };
 
 std::string EncodeTable(const TableHeader& t) {
@@ -50,26 +58,44 @@ std::string EncodeTable(const TableHeader& t) {
   e.U32(t.state_floats);
   e.Bytes(t.optimizer);
   e.U64(t.rows);
+  if (t.precision != RowPrecision::kFp32) e.Bytes(RowPrecisionName(t.precision));
   return std::move(e.str());
 }
 
 // Appends ids of one table in blocks of at most kRowsPerBlock rows, each id followed in its block
-// by `floats_per_row` values (rows blocks) or by none (tombstone blocks: values null, 0 floats);
-// in scored blocks, the ids' `scores` come between the ids and the values.
-absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table, const std::vector<uint64_t>& ids,
-                         const float* values, size_t floats_per_row, const uint64_t* scores = nullptr) {
+// by its row of `table`'s values, `values` holding `table.dim + table.state_floats` floats a row
+// (rows blocks), or by none (tombstone blocks: values null); in scored blocks, the ids' `scores`
+// come between the ids and the values. An fp16 table's weights are written as halves: the
+// store's fp16 rows give values that halves hold exactly.
+absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table_index, const TableHeader& table,
+                         const std::vector<uint64_t>& ids, const float* values, const uint64_t* scores = nullptr) {
+  const size_t floats = values != nullptr ? table.dim + table.state_floats : 0;
+  std::string halved;
+  std::vector<uint16_t> halves(table.dim);
   for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
     const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
     Encoder head;
-    head.U32(table);
+    head.U32(table_index);
     head.U32(static_cast<uint32_t>(n));
-    // The ids and values go to the file straight from the caller's arrays.
+    absl::string_view rows(reinterpret_cast<const char*>(values + begin * floats), n * floats * sizeof(float));
+    if (floats > 0 && table.precision == RowPrecision::kFp16) {
+      halved.resize(n * table.row_bytes());
+      char* out = halved.data();
+      for (size_t i = 0; i < n; ++i) {
+        const float* row = values + (begin + i) * floats;
+        FloatsToHalves(row, halves.data(), table.dim);
+        std::memcpy(out, halves.data(), 2ull * table.dim);
+        std::memcpy(out + 2ull * table.dim, row + table.dim, 4ull * table.state_floats);
+        out += table.row_bytes();
+      }
+      rows = halved;
+    }
+    // The ids (and fp32 values) go to the file straight from the caller's arrays.
     HYREC_RETURN_IF_ERROR(w->AddParts(
         type, {head.str(), absl::string_view(reinterpret_cast<const char*>(ids.data() + begin), n * sizeof(uint64_t)),
                scores != nullptr ? absl::string_view(reinterpret_cast<const char*>(scores + begin), n * 8)
                                  : absl::string_view(),
-               absl::string_view(reinterpret_cast<const char*>(values + begin * floats_per_row),
-                                 floats_per_row > 0 ? n * floats_per_row * sizeof(float) : 0)}));
+               rows}));
   }
   return absl::OkStatus();
 }
@@ -191,6 +217,11 @@ class ShardFileReader {
     t.state_floats = d.U32();
     t.optimizer = d.Bytes();
     t.rows = d.U64();
+    if (d.ok() && !d.done()) {
+      auto precision = ParseRowPrecision(d.Bytes());
+      if (!precision.ok()) return Bad(b, "a table block of an unknown row precision");
+      t.precision = *precision;
+    }
     if (!d.done() || t.dim == 0 || t.dim > kMaxDim || t.state_floats > 2 * kMaxDim + 1 || t.name.size() > 4096) {
       return Bad(b, "malformed table block");
     }
@@ -222,8 +253,9 @@ class ShardFileReader {
     if (!d.ok() || table >= tables_->size()) return Bad(b, "rows of an undeclared table");
     const TableHeader& t = (*tables_)[table];
     const uint64_t floats = b.type != kTombBlock ? static_cast<uint64_t>(t.dim) + t.state_floats : 0;
+    const uint64_t row_bytes = b.type != kTombBlock ? t.row_bytes() : 0;
     const uint64_t score_bytes = b.type == kScoredBlock ? 8 : 0;
-    if (d.remaining() != n * (8 + score_bytes + 4 * floats)) {
+    if (d.remaining() != n * (8 + score_bytes + row_bytes)) {
       return Bad(b, "rows block length does not match its row count");
     }
     ids_.resize(n);  // Reused from block to block: no allocation per block.
@@ -231,7 +263,17 @@ class ShardFileReader {
     scores_.resize(b.type == kScoredBlock ? n : 0);
     d.Raw(scores_.data(), scores_.size() * 8);
     values_.resize(n * floats);
-    d.Raw(values_.data(), values_.size() * 4);
+    if (t.precision == RowPrecision::kFp32) {
+      d.Raw(values_.data(), values_.size() * 4);
+    } else {
+      halves_.resize(t.dim);
+      for (uint64_t i = 0; i < n && floats > 0; ++i) {
+        float* row = values_.data() + i * floats;
+        d.Raw(halves_.data(), 2ull * t.dim);
+        HalvesToFloats(halves_.data(), row, t.dim);
+        d.Raw(row + t.dim, 4ull * t.state_floats);
+      }
+    }
     if (b.type == kScoredBlock && h_.scored_rows) return Annotate(h_.scored_rows(table, ids_, values_, scores_), path_);
     if (b.type != kTombBlock) return h_.rows ? Annotate(h_.rows(table, ids_, values_), path_) : absl::OkStatus();
     return h_.tombstones ? Annotate(h_.tombstones(table, ids_), path_) : absl::OkStatus();
@@ -281,6 +323,7 @@ class ShardFileReader {
   std::vector<uint64_t> ids_;
   std::vector<uint64_t> scores_;
   std::vector<float> values_;
+  std::vector<uint16_t> halves_;  // One row's weights, of a table whose rows hold halves.
 };
 
 }  // namespace
@@ -308,12 +351,17 @@ absl::StatusOr<ShardFileInfo> WriteShardFileFrom(
   HYREC_RETURN_IF_ERROR(
       AddStoreBlock(w.get(), shard, num_shards, head.num_stripes, tables.size(), head.delta_sequence));
   ShardFileInfo info;
+  std::vector<TableHeader> headers;
   for (size_t t = 0; t < tables.size(); ++t) {
-    TableHeader h{tables[t].name, static_cast<uint32_t>(tables[t].dim),
+    TableHeader h{tables[t].name,
+                  static_cast<uint32_t>(tables[t].dim),
                   static_cast<uint32_t>(OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim)),
-                  std::string(OptimizerName(tables[t].optimizer.kind)), rows_per_table[t]};
+                  std::string(OptimizerName(tables[t].optimizer.kind)),
+                  rows_per_table[t],
+                  tables[t].precision};
     HYREC_RETURN_IF_ERROR(w->Add(kTableBlock, EncodeTable(h)));
     info.table_rows.push_back(h.rows);
+    headers.push_back(std::move(h));
   }
   for (size_t t = 0; t < tables.size(); ++t) {
     if (tables[t].eviction.policy == EvictionPolicy::kLru && head.tables[t].data_time == 0) continue;
@@ -327,11 +375,10 @@ absl::StatusOr<ShardFileInfo> WriteShardFileFrom(
   }
   std::vector<uint64_t> written(tables.size(), 0);
   HYREC_RETURN_IF_ERROR(rows([&](int t, const StoreSnapshot::Table& piece) -> absl::Status {
-    const size_t floats = tables[t].dim + OptimizerStateFloats(tables[t].optimizer.kind, tables[t].dim);
     const bool scored = piece.scores.size() == piece.ids.size() && tables[t].eviction.policy != EvictionPolicy::kLru;
     written[t] += piece.ids.size();
-    return AddIdBlocks(w.get(), scored ? kScoredBlock : kRowsBlock, static_cast<uint32_t>(t), piece.ids,
-                       piece.values.data(), floats, scored ? piece.scores.data() : nullptr);
+    return AddIdBlocks(w.get(), scored ? kScoredBlock : kRowsBlock, static_cast<uint32_t>(t), headers[t], piece.ids,
+                       piece.values.data(), scored ? piece.scores.data() : nullptr);
   }));
   for (size_t t = 0; t < tables.size(); ++t) {
     if (written[t] != rows_per_table[t]) {
@@ -404,17 +451,23 @@ absl::StatusOr<ShardFileInfo> WriteDeltaFile(Env* env, const std::string& dir, i
       BlockWriter::Create(env, JoinPath(dir, ShardFileName(CutKind::kDelta, shard, num_shards)), FileKind::kDeltaRows));
   HYREC_RETURN_IF_ERROR(AddStoreBlock(w.get(), shard, num_shards, 0, tables.size(), delta.sequence));
   ShardFileInfo info;
+  std::vector<TableHeader> headers;
   for (size_t t = 0; t < tables.size(); ++t) {
-    TableHeader h{tables[t].name, static_cast<uint32_t>(tables[t].dim), 0,
-                  std::string(OptimizerName(tables[t].optimizer.kind)), delta.tables[t].ids.size()};
+    TableHeader h{tables[t].name,
+                  static_cast<uint32_t>(tables[t].dim),
+                  0,
+                  std::string(OptimizerName(tables[t].optimizer.kind)),
+                  delta.tables[t].ids.size(),
+                  tables[t].precision};
     HYREC_RETURN_IF_ERROR(w->Add(kTableBlock, EncodeTable(h)));
     info.table_rows.push_back(h.rows);
+    headers.push_back(std::move(h));
   }
   for (size_t t = 0; t < tables.size(); ++t) {
+    const uint32_t index = static_cast<uint32_t>(t);
+    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), kTombBlock, index, headers[t], delta.tables[t].tombstones, nullptr));
     HYREC_RETURN_IF_ERROR(
-        AddIdBlocks(w.get(), kTombBlock, static_cast<uint32_t>(t), delta.tables[t].tombstones, nullptr, 0));
-    HYREC_RETURN_IF_ERROR(AddIdBlocks(w.get(), kRowsBlock, static_cast<uint32_t>(t), delta.tables[t].ids,
-                                      delta.tables[t].weights.data(), tables[t].dim));
+        AddIdBlocks(w.get(), kRowsBlock, index, headers[t], delta.tables[t].ids, delta.tables[t].weights.data()));
   }
   HYREC_ASSIGN_OR_RETURN(info.file, w->Finish());
   return info;
@@ -584,7 +637,8 @@ absl::StatusOr<std::vector<AppliedUpdates>> ReadAppliedUpdates(Env* env, const s
 absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoint_dir, const FileEntry& shard_file,
                                           const std::string& out_dir, const std::string& out_name) {
   HYREC_ASSIGN_OR_RETURN(auto w, BlockWriter::Create(env, JoinPath(out_dir, out_name), FileKind::kExportRows));
-  std::vector<TableHeader> tables;
+  std::vector<TableHeader> tables;    // The checkpoint's.
+  std::vector<TableHeader> exported;  // The same, without optimizer state.
   std::vector<float> weights;
   ShardFileReader::Handlers h;
   h.tables = [&](const ShardFileHeader& header) -> absl::Status {
@@ -593,6 +647,7 @@ absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoin
     for (TableHeader t : tables) {
       t.state_floats = 0;
       HYREC_RETURN_IF_ERROR(w->Add(kTableBlock, EncodeTable(t)));
+      exported.push_back(std::move(t));
     }
     return absl::OkStatus();
   };
@@ -603,7 +658,8 @@ absl::StatusOr<FileEntry> ExportShardFile(Env* env, const std::string& checkpoin
     for (size_t i = 0; i < ids.size(); ++i) {
       std::copy_n(values.begin() + i * floats, dim, weights.begin() + i * dim);
     }
-    return AddIdBlocks(w.get(), kRowsBlock, t, std::vector<uint64_t>(ids.begin(), ids.end()), weights.data(), dim);
+    return AddIdBlocks(w.get(), kRowsBlock, t, exported[t], std::vector<uint64_t>(ids.begin(), ids.end()),
+                       weights.data());
   };
   ShardFileHeader header;
   HYREC_RETURN_IF_ERROR(ShardFileReader::Read(env, JoinPath(checkpoint_dir, shard_file.name), FileKind::kPsShard,

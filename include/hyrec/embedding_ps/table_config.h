@@ -99,7 +99,7 @@ struct EvictionConfig {
 // How a table's rows store their weights (src/embedding_ps/row_codec.h): fp32, or fp16 with
 // the optimizer's math in fp32 and stochastic rounding when a step writes a row back (half the
 // weights' bytes). The optimizer's state stays fp32 either way; checkpoints, deltas and exports
-// carry the weights as fp32 values, which an fp16 table reads back exactly.
+// carry an fp16 table's weights as halves, and a restore reads them as fp32 values.
 enum class RowPrecision { kFp32, kFp16 };
 
 struct TableConfig {
