@@ -6,8 +6,9 @@
 // (an initial row, a restored one: a value the precision holds comes back exactly), or
 // stochastically (an optimizer step: up or down with the probabilities that make the rounding
 // unbiased, so that updates smaller than a step still move the row in expectation). The
-// stochastic rounding draws from a seed the caller gives; the store derives it from the row's id
-// and its bytes before the step, so that a replay of the same updates rounds the same way.
+// stochastic rounding draws from a seed the caller gives; the store derives it from the row's id,
+// the update's (worker, sequence), the row's place in the call and its bytes before the step, so
+// that a replay of the same updates rounds the same way while every update draws anew.
 #ifndef HYREC_SRC_EMBEDDING_PS_ROW_CODEC_H_
 #define HYREC_SRC_EMBEDDING_PS_ROW_CODEC_H_
 
