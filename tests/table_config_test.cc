@@ -7,9 +7,12 @@ namespace hyrec::embedding_ps {
 namespace {
 
 TEST(TableConfig, ParsesCompactSpecs) {
-  auto tables = ParseTableSpecs("user:16:adagrad:0.05, item:32:adam ,bias:1");
+  auto tables = ParseTableSpecs("user:16:adagrad:0.05, item:32:adam ,bias:1,ads:8:adagrad_rowwise:0.1:fp16");
   ASSERT_TRUE(tables.ok()) << tables.status();
-  ASSERT_EQ(tables->size(), 3u);
+  ASSERT_EQ(tables->size(), 4u);
+  EXPECT_EQ((*tables)[3].optimizer.kind, OptimizerKind::kAdagradRowwise);
+  EXPECT_EQ((*tables)[3].precision, RowPrecision::kFp16);
+  EXPECT_EQ((*tables)[0].precision, RowPrecision::kFp32);
   EXPECT_EQ((*tables)[0].name, "user");
   EXPECT_EQ((*tables)[0].dim, 16);
   EXPECT_FLOAT_EQ((*tables)[0].optimizer.learning_rate, 0.05f);
@@ -23,6 +26,10 @@ TEST(TableConfig, CompactSpecErrorsNameTheSpec) {
   EXPECT_NE(ParseTableSpecs("a").status().message().find("expected name:dim"), std::string::npos);
   EXPECT_NE(ParseTableSpecs("a:16:sgd:fast").status().message().find("'fast' is not a number"), std::string::npos);
   EXPECT_NE(ParseTableSpecs("a:0").status().message().find("dim must be in"), std::string::npos);
+  const absl::Status precision = ParseTableSpecs("a:16:sgd:0.1:fp8").status();
+  EXPECT_NE(precision.message().find("table spec 'a:16:sgd:0.1:fp8'"), std::string::npos) << precision;
+  EXPECT_NE(precision.message().find("fp8"), std::string::npos) << precision;
+  EXPECT_NE(ParseTableSpecs("a:16:sgd:0.1:fp16:x").status().message().find("expected name:dim"), std::string::npos);
   EXPECT_EQ(ParseTableSpecs("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -309,7 +309,8 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   embedding_ps::ServerOptions server_options;
   if (f.config.empty() == f.tables.empty()) {
     return absl::InvalidArgumentError(
-        "give --config=JOB.yaml (with --shard_index) or --tables=name:dim[:optimizer[:lr]],... (a PS without a job)");
+        "give --config=JOB.yaml (with --shard_index) or --tables=name:dim[:optimizer[:lr[:precision]]],... (a PS "
+        "without a job)");
   }
   job::PsShardPlan planned;  // Its update log's settings; none without a job.
   HYREC_RETURN_IF_ERROR(f.config.empty() ? StandaloneShard(flags, f, &store_options, &server_options)
@@ -368,7 +369,8 @@ int PsMain(int argc, char** argv) {
             "Port to listen on; 0 picks a free one (printed); -1: the job's cluster.ps port "
             "(with --config), else 0.",
             -1, 65535);
-  flags.String("tables", &f.tables, "SPECS", "Without --config: tables as name:dim[:optimizer[:learning_rate]],...");
+  flags.String("tables", &f.tables, "SPECS",
+               "Without --config: tables as name:dim[:optimizer[:learning_rate[:precision]]],...");
   flags.Int("num_shards", &f.num_shards, "Without --config: the number of PS shards.", 1, 1024);
   flags.Uint64("capacity_rows", &f.capacity_rows, "Without --config: most rows held (all tables); 0: unbounded.");
   flags.Uint64("capacity_bytes", &f.capacity_bytes, "Without --config: most bytes held (all tables); 0: unbounded.");

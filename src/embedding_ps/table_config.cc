@@ -264,9 +264,9 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs
   for (absl::string_view spec : absl::StrSplit(specs, ',', absl::SkipWhitespace())) {
     spec = absl::StripAsciiWhitespace(spec);
     std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
-    if (parts.size() < 2 || parts.size() > 4) {
+    if (parts.size() < 2 || parts.size() > 5) {
       return absl::InvalidArgumentError(
-          absl::StrCat("table spec '", spec, "': expected name:dim[:optimizer[:learning_rate]]"));
+          absl::StrCat("table spec '", spec, "': expected name:dim[:optimizer[:learning_rate[:precision]]]"));
     }
     TableConfig table;
     table.name = std::string(parts[0]);
@@ -280,7 +280,12 @@ absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs
       if (!kind.ok()) return Annotate(kind.status(), absl::StrCat("table spec '", spec, "'"));
       table.optimizer.kind = *kind;
     }
-    if (parts.size() == 4 && !absl::SimpleAtof(parts[3], &table.optimizer.learning_rate)) {
+    if (parts.size() >= 5) {
+      auto precision = ParseRowPrecision(parts[4]);
+      if (!precision.ok()) return Annotate(precision.status(), absl::StrCat("table spec '", spec, "'"));
+      table.precision = *precision;
+    }
+    if (parts.size() >= 4 && !absl::SimpleAtof(parts[3], &table.optimizer.learning_rate)) {
       return absl::InvalidArgumentError(
           absl::StrCat("table spec '", spec, "': learning rate '", parts[3], "' is not a number"));
     }

@@ -11,7 +11,7 @@
 //   HYREC_RETURN_IF_ERROR(t.Validate());
 //
 // Tables are also read from YAML (ParseTableConfigs) or from the compact flag form
-// "name:dim[:optimizer[:learning_rate]]" (ParseTableSpecs).
+// "name:dim[:optimizer[:learning_rate[:precision]]]" (ParseTableSpecs).
 #ifndef HYREC_EMBEDDING_PS_TABLE_CONFIG_H_
 #define HYREC_EMBEDDING_PS_TABLE_CONFIG_H_
 
@@ -146,8 +146,9 @@ absl::Status ReadRowPrecision(const YAML::Node& map, absl::string_view path, Row
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
 absl::StatusOr<std::vector<TableConfig>> ParseTableConfigs(const YAML::Node& node, absl::string_view path);
 
-// Parses "name:dim[:optimizer[:learning_rate]]" entries separated by commas, e.g.
-// "user:16:adagrad:0.05,item:32:sgd". Seeds default to the entry's position.
+// Parses "name:dim[:optimizer[:learning_rate[:precision]]]" entries separated by commas, e.g.
+// "user:16:adagrad:0.05,item:32:sgd,ads:16:adagrad_rowwise:0.05:fp16". Seeds default to the
+// entry's position.
 absl::StatusOr<std::vector<TableConfig>> ParseTableSpecs(absl::string_view specs);
 
 }  // namespace hyrec::embedding_ps
