@@ -247,7 +247,7 @@ absl::StatusOr<int> Train(const TrainFlags& f, const RoleCommands& roles) {
     options.resume = ResumeFlag(spec, f.training.resume);
     options.checkpoint_request = signals.checkpoint_flag();
     HYREC_ASSIGN_OR_RETURN(report, dense_worker::RunTrainJob(plan, options));
-    code = report.interrupted && !plan.workers[0].ends_on_stop() ? kExitInterrupted : kExitOk;
+    code = plan.workers[0].StoppedShort(report.interrupted) ? kExitInterrupted : kExitOk;
   }
   PlotIfAsked(report, f.training.plot, std::cout);
   HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
@@ -396,7 +396,7 @@ absl::Status FinishWorkerZero(const TrainReport& report, const WorkerFlags& f, c
                               const SecurityOptions& security) {
   PlotIfAsked(report, f.training.plot, std::cout);
   HYREC_RETURN_IF_ERROR(WriteReport(report, f.training.report));
-  if ((!report.interrupted || plan.workers[0].ends_on_stop()) && plan.spec.cluster.services_exit_when_done) {
+  if (!plan.workers[0].StoppedShort(report.interrupted) && plan.spec.cluster.services_exit_when_done) {
     // The job is finished (its final checkpoint and export included): the shards may go.
     for (const absl::Status& told :
          {embedding_ps::TellShardsJobDone(plan.endpoints.ps, security, absl::Seconds(10)),
@@ -484,7 +484,7 @@ absl::StatusOr<int> Work(const WorkerFlags& f) {
   options.security = security;
   HYREC_ASSIGN_OR_RETURN(TrainReport report, dense_worker::RunWorker(plan.workers[rank], plan.endpoints, options));
   if (rank == 0) HYREC_RETURN_IF_ERROR(FinishWorkerZero(report, f, plan, security));
-  return report.interrupted && !plan.workers[rank].ends_on_stop() ? kExitInterrupted : kExitOk;
+  return plan.workers[rank].StoppedShort(report.interrupted) ? kExitInterrupted : kExitOk;
 }
 
 int Finish(const std::string& program, const absl::StatusOr<int>& result) {

@@ -719,7 +719,7 @@ class WorkerLoop {
   // The checkpoint at the end (or after an interrupt), the last delta, and worker 0's export.
   absl::Status FinalCuts(TrainingContext& ctx) {
     if (cuts_ == nullptr) return absl::OkStatus();
-    const bool wanted = interrupted_ && !plan_.ends_on_stop() ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
+    const bool wanted = plan_.StoppedShort(interrupted_) ? plan_.checkpoint.on_interrupt : plan_.checkpoint.at_end;
     if (wanted && !plan_.checkpoint.dir.empty() && GlobalStep(ctx) != schedule_.last_checkpoint_step()) {
       HYREC_RETURN_IF_ERROR(
           CutNow(ctx, JobCuts::Kind::kCheckpoint, report_.has_final_eval ? &report_.final_eval : nullptr));
@@ -734,7 +734,7 @@ class WorkerLoop {
     report_.checkpoint_failures = cuts_->failed();
     report_.checkpoint_pause_seconds = cuts_->pause_seconds();
     report_.checkpoint_write_seconds = cuts_->write_seconds();
-    if (!leader_ || plan_.serving.dir.empty() || (interrupted_ && !plan_.ends_on_stop())) return absl::OkStatus();
+    if (!leader_ || plan_.serving.dir.empty() || plan_.StoppedShort(interrupted_)) return absl::OkStatus();
     const bool best = evaluator_.keeps_best() && !report_.best_checkpoint.empty();
     const std::string& from = best ? report_.best_checkpoint : report_.last_checkpoint;
     if (from.empty()) {

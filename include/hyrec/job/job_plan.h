@@ -120,6 +120,9 @@ struct WorkerPlan {
   // A stream without end (KafkaOptions::ends false): a stop request (SIGTERM, Ctrl-C) is how the
   // job ends, so it then exports as at the end of data and its processes exit 0.
   bool ends_on_stop() const { return stream.has_value() && !stream->ends(); }
+  // Whether a run that a stop request ended (`interrupted`) stopped short of its end: what decides
+  // exit code 130, checkpoint.on_interrupt over at_end, and no export.
+  bool StoppedShort(bool interrupted) const { return interrupted && !ends_on_stop(); }
 };
 
 struct JobPlan {
