@@ -70,7 +70,8 @@ int main(int argc, char** argv) {
   } cases[] = {{RowPrecision::kFp32, OptimizerKind::kAdagradRowwise},
                {RowPrecision::kFp16, OptimizerKind::kAdagrad},
                {RowPrecision::kFp16, OptimizerKind::kAdagradRowwise},
-               {RowPrecision::kFp16, OptimizerKind::kSgd}};
+               {RowPrecision::kFp16, OptimizerKind::kSgd},
+               {RowPrecision::kInt8, OptimizerKind::kAdagradRowwise}};
   for (const auto& c : cases) {
     const double bytes = BytesPerRow(c.precision, c.kind, dim, rows);
     if (bytes <= 0) return 1;

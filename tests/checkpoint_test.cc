@@ -648,26 +648,30 @@ INSTANTIATE_TEST_SUITE_P(
                       Optimizers{embedding_ps::OptimizerKind::kAdagrad, embedding_ps::OptimizerKind::kAdam,
                                  embedding_ps::RowPrecision::kFp16},
                       Optimizers{embedding_ps::OptimizerKind::kAdagradRowwise,
-                                 embedding_ps::OptimizerKind::kAdamRowwise, embedding_ps::RowPrecision::kFp16}),
+                                 embedding_ps::OptimizerKind::kAdamRowwise, embedding_ps::RowPrecision::kFp16},
+                      Optimizers{embedding_ps::OptimizerKind::kAdagradRowwise, embedding_ps::OptimizerKind::kAdam,
+                                 embedding_ps::RowPrecision::kInt8}),
     [](const ::testing::TestParamInfo<Optimizers>& info) {
       return absl::StrCat(OptimizerName(info.param.user), "_", OptimizerName(info.param.item), "_",
                           RowPrecisionName(info.param.precision));
     });
 
-// An fp16 table's shard files, deltas and exports hold its weights as halves: the same rows take
-// 2 bytes a weight less than in fp32 (each table block names the precision: 12 bytes more).
-TEST(ShardCheckpointTest, AnFp16TablesFilesHoldItsWeightsAsHalves) {
+// A table's shard files, deltas and exports hold its weights in its precision: against fp32,
+// fp16 rows take 2 bytes a weight less and int8 rows 3 a weight less but 8 a row more (their min
+// and max); each table block names a precision other than fp32 (12 bytes more).
+TEST(ShardCheckpointTest, ATablesFilesHoldItsWeightsInItsPrecision) {
   std::vector<uint64_t> lengths;
   for (const embedding_ps::RowPrecision precision :
-       {embedding_ps::RowPrecision::kFp32, embedding_ps::RowPrecision::kFp16}) {
+       {embedding_ps::RowPrecision::kFp32, embedding_ps::RowPrecision::kFp16, embedding_ps::RowPrecision::kInt8}) {
     const Optimizers kinds{embedding_ps::OptimizerKind::kAdagradRowwise, embedding_ps::OptimizerKind::kAdam, precision};
-    const std::string dir = FreshDir(absl::StrCat("halves_", RowPrecisionName(precision)));
+    const std::string dir = FreshDir(absl::StrCat("packed_", RowPrecisionName(precision)));
     auto stores = Cluster(1, 300, kinds);
     const CheckpointManifest m = WriteCheckpoint(Env::Default(), dir, stores);
     lengths.push_back(m.files[0].length);
   }
   const uint64_t rows = 300;  // Of each table: the user table's dim 8 and the item table's dim 4.
   EXPECT_EQ(lengths[0] - lengths[1], rows * 2 * (8 + 4) - 2 * 12) << lengths[0] << " vs " << lengths[1];
+  EXPECT_EQ(lengths[0] - lengths[2], rows * (3 * (8 + 4) - 2 * 8) - 2 * 12) << lengths[0] << " vs " << lengths[2];
 }
 
 TEST(PositionsTest, RemapsAConsistentCutToOtherWorkerCounts) {

@@ -3,8 +3,10 @@
 // table in a store: half the weight bytes, rows that read back what was written, the mean of
 // many rows written with the same value is that value, and updates smaller than a half's step
 // still move a row as they would an fp32 row, on average.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -69,6 +71,49 @@ TEST(RowCodec, StochasticRoundingIsUnbiased) {
   char out[4] = {1, 2, 3, 4};
   EXPECT_FALSE(EncodeWeights(RowPrecision::kFp16, huge, 1, 5, out));
   EXPECT_EQ(out[0], 1) << "nothing written";
+}
+
+// An int8 row's bytes: the row's min and max stand exactly for themselves, a weight between them
+// rounds to a neighbouring grid step without bias, and a row decoded and encoded again (to
+// nearest, as checkpoints and restores do) is the same row.
+TEST(RowCodec, Int8RowsAreUnbiasedAndRoundTrip) {
+  EXPECT_EQ(WeightBytes(RowPrecision::kInt8, 16), 24u) << "min, max, 16 bytes";
+  EXPECT_EQ(WeightBytes(RowPrecision::kInt8, 3), 12u) << "padded to 4 bytes";
+  EXPECT_EQ(PackedWeightBytes(RowPrecision::kInt8, 3), 11u);
+  EXPECT_EQ(QuantizeStochastic(-0.5f, -0.5f, 1.5f, 0.999f), 0);
+  EXPECT_EQ(QuantizeStochastic(1.5f, -0.5f, 1.5f, 0.0f), 255);
+  EXPECT_EQ(Dequantize(0, -0.5f, 1.5f), -0.5f);
+  EXPECT_EQ(Dequantize(255, -0.5f, 1.5f), 1.5f);
+  std::mt19937_64 rng(5);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (const float x : {0.1f, 0.333f, 1.49f, -0.4999f}) {
+    constexpr int kDraws = 200000;
+    const double step = 2.0 / 255;
+    double sum = 0;
+    for (int i = 0; i < kDraws; ++i) sum += Dequantize(QuantizeStochastic(x, -0.5f, 1.5f, unit(rng)), -0.5f, 1.5f);
+    EXPECT_NEAR(sum / kDraws, x, 4 * step * 0.5 / std::sqrt(kDraws)) << x;
+    const uint8_t nearest = QuantizeStochastic(x, -0.5f, 1.5f, -1.0f);
+    EXPECT_LE(std::fabs(Dequantize(nearest, -0.5f, 1.5f) - x), step / 2 + 1e-7) << x;
+  }
+  std::normal_distribution<float> normal(0.0f, 0.05f);
+  for (int row = 0; row < 1000; ++row) {
+    float w[16];
+    for (float& v : w) v = normal(rng) + (row % 7 - 3);
+    char a[24], b[24];
+    ASSERT_TRUE(EncodeWeights(RowPrecision::kInt8, w, 16, row + 1, a));
+    float back[16];
+    DecodeWeights(RowPrecision::kInt8, a, 16, back);
+    EXPECT_EQ(*std::min_element(back, back + 16), *std::min_element(w, w + 16)) << "min exact";
+    EXPECT_EQ(*std::max_element(back, back + 16), *std::max_element(w, w + 16)) << "max exact";
+    ASSERT_TRUE(EncodeWeights(RowPrecision::kInt8, back, 16, 0, b));
+    ASSERT_EQ(std::memcmp(a, b, sizeof(a)), 0) << "row " << row;
+  }
+  const float same[3] = {0.25f, 0.25f, 0.25f};
+  char out[12];
+  ASSERT_TRUE(EncodeWeights(RowPrecision::kInt8, same, 3, 9, out));
+  float back[3];
+  DecodeWeights(RowPrecision::kInt8, out, 3, back);
+  EXPECT_EQ(back[1], 0.25f) << "a row of one value holds it exactly";
 }
 
 std::unique_ptr<EmbeddingShardStore> Store(RowPrecision precision, OptimizerKind kind, float lr, int dim = 4) {
@@ -142,6 +187,46 @@ TEST(RowPrecision, UpdatesSmallerThanAStepStillMoveTheRowsOnAverage) {
   const double n = kRows * kDim;
   EXPECT_NEAR(sum32 / n, 1.1, 1e-3);
   EXPECT_NEAR(sum16 / n, sum32 / n, 1e-3);
+}
+
+// An int8 table: a quarter of the weight bytes plus 8 a row; a weight between its row's min and
+// max is unbiased over many rows, and steps far smaller than the row's grid move it on average.
+TEST(RowPrecision, AnInt8TableHoldsAByteAWeightAndItsRowsMoveAsFp32RowsOnAverage) {
+  constexpr int kDim = 3;
+  constexpr uint64_t kRows = 20000;
+  auto int8 = Store(RowPrecision::kInt8, OptimizerKind::kSgd, 1.0f, 16);
+  auto fp32 = Store(RowPrecision::kFp32, OptimizerKind::kSgd, 1.0f, 16);
+  Rows(*int8, 1, 16);
+  Rows(*fp32, 1, 16);
+  EXPECT_EQ(fp32->Stats().tables[0].row_bytes - int8->Stats().tables[0].row_bytes, 64u - 24u);
+
+  auto store = Store(RowPrecision::kInt8, OptimizerKind::kSgd, 1.0f, kDim);
+  std::vector<uint64_t> ids(kRows);
+  for (uint64_t i = 0; i < kRows; ++i) ids[i] = i;
+  std::vector<float> grads;
+  for (uint64_t i = 0; i < kRows; ++i) grads.insert(grads.end(), {0.0f, -0.1f, -2.0f});  // Rows (0, 0.1, 2).
+  UpdateResult r;
+  ASSERT_TRUE(store->Update(0, ids, grads, UpdateId{1, 1}, &r).ok());
+  const double step = 2.0 / 255;
+  double sum = 0;
+  std::vector<float> rows = Rows(*store, kRows, kDim);
+  for (uint64_t i = 0; i < kRows; ++i) {
+    EXPECT_EQ(rows[i * kDim], 0.0f);
+    EXPECT_EQ(rows[i * kDim + 2], 2.0f);
+    sum += rows[i * kDim + 1];
+  }
+  EXPECT_NEAR(sum / kRows, 0.1, 4 * step * 0.5 / std::sqrt(kRows)) << "unbiased";
+  // 500 steps of 1e-4 (a 78th of the grid's step) on every weight: the middle one ends near 0.15.
+  for (uint64_t s = 0; s < 500; ++s) StepAll(*store, kRows, kDim, -1e-4f, 2 + s);
+  sum = 0;
+  rows = Rows(*store, kRows, kDim);
+  for (uint64_t i = 0; i < kRows; ++i) sum += rows[i * kDim + 1];
+  // Each write adds at most step / 2 of independent, unbiased noise a row: 500 writes over
+  // kRows rows leave the mean within 4 standard errors of 0.15.
+  EXPECT_NEAR(sum / kRows, 0.15, 4 * step * 0.5 * std::sqrt(500.0 / kRows)) << "where fp32 ends";
+  float max = 2.0f;
+  for (int s = 0; s < 500; ++s) max -= 1.0f * -1e-4f;
+  EXPECT_NEAR(rows[2], max, 1e-6f) << "the max, as fp32 steps it";
 }
 
 // A weight an fp16 row cannot hold is refused as a non-finite one: the row is unchanged.

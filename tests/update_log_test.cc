@@ -317,7 +317,9 @@ INSTANTIATE_TEST_SUITE_P(Formats, ReplayEveryRowFormat,
                                            RowFormat{OptimizerKind::kAdagrad, RowPrecision::kFp16},
                                            RowFormat{OptimizerKind::kAdagradRowwise, RowPrecision::kFp16},
                                            RowFormat{OptimizerKind::kAdamRowwise, RowPrecision::kFp16},
-                                           RowFormat{OptimizerKind::kSgd, RowPrecision::kFp16}),
+                                           RowFormat{OptimizerKind::kSgd, RowPrecision::kFp16},
+                                           RowFormat{OptimizerKind::kAdagradRowwise, RowPrecision::kInt8},
+                                           RowFormat{OptimizerKind::kAdam, RowPrecision::kInt8}),
                          [](const ::testing::TestParamInfo<RowFormat>& info) {
                            return absl::StrCat(OptimizerName(info.param.kind), "_",
                                                RowPrecisionName(info.param.precision));

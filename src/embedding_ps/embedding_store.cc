@@ -620,7 +620,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   // One optimizer step of a row, kept only when the weights and the optimizer's moments stay
   // finite; otherwise the row is put back as it was and false returned.
   // `row`: the slot's weights, then its state. A row of lower precision steps on fp32 copies and
-  // is written back with stochastic rounding, seeded by `draw` (RoundingDraw) and the row's bytes
+  // is written back with stochastic rounding, seeded by `draw` (RoundingDraw) and the row's values
   // before the step, so that replaying the same updates rounds the same way while every update
   // (and every step of a row the last one left unchanged) draws anew.
   static bool StepRow(char* row, uint64_t draw, const TableLayout& layout, const TableConfig& config,
@@ -640,9 +640,10 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     thread_local std::vector<float> work;
     work.resize(floats);
     ReadRow(layout, row, work.data());
+    const uint64_t seed = RoundingSeed(draw, work.data(), floats);
     ApplyOptimizer(config.optimizer, layout.dim, grad, work.data(), work.data() + layout.dim);
     if (FirstNonFinite(work.data(), checked) != checked) return false;
-    return WriteRow(layout, work.data(), RoundingSeed(draw, row, layout.weight_bytes + 4 * layout.state_floats), row);
+    return WriteRow(layout, work.data(), seed, row);
   }
 
   // A row's weights (decoded) and state as floats, from its slot's `row`.
@@ -666,12 +667,14 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
                  (uint64_t{update.worker_id} << 32 | position));
   }
 
-  // A nonzero seed from a draw and a row's bytes (its weights and state).
-  static uint64_t RoundingSeed(uint64_t draw, const char* row, uint32_t bytes) {
+  // A nonzero seed from a draw and a row's values (its decoded weights and state): values, not
+  // slot bytes, so that a row restored from a checkpoint, whose bytes may differ where they
+  // decode alike, rounds as the row it was taken from.
+  static uint64_t RoundingSeed(uint64_t draw, const float* values, size_t floats) {
     uint64_t h = draw;
-    for (uint32_t at = 0; at < bytes; at += sizeof(uint32_t)) {
+    for (size_t i = 0; i < floats; ++i) {
       uint32_t word;
-      std::memcpy(&word, row + at, sizeof(word));
+      std::memcpy(&word, values + i, sizeof(word));
       h = Mix64(h ^ word);
     }
     return h | 1;

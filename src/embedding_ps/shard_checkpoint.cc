@@ -13,10 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "hyrec/common/block_file.h"
-#include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
 #include "src/embedding_ps/frozen_store.h"
+#include "src/embedding_ps/row_codec.h"
 
 namespace hyrec::embedding_ps {
 namespace {
@@ -24,7 +24,8 @@ namespace {
 // Block types of shard files.
 constexpr uint32_t kStoreBlock = 10;  // u32 shard, u32 num_shards, u32 num_stripes, u32 tables, u64 delta seq
 // A table block ends with `bytes precision` when the table's weights are not fp32; its rows then
-// carry each row's weights in that precision (fp16: dim halves) before the row's state floats.
+// carry each row's weights in that precision (row_codec.h's PackedWeightBytes: fp16, dim halves;
+// int8, the row's min and max as floats, then dim bytes) before the row's state floats.
 constexpr uint32_t kTableBlock =
     11;  // bytes name, u32 dim, u32 state floats, bytes optimizer, u64 rows[, bytes precision]
 constexpr uint32_t kRowsBlock = 12;    // u32 table, u32 n, n x u64 id, n x row values
@@ -48,7 +49,7 @@ struct TableHeader {
   RowPrecision precision = RowPrecision::kFp32;  // Of the weights in the rows blocks.
 
   // Bytes of one row's values in a rows block: its weights in `precision`, then its state.
-  uint64_t row_bytes() const { return (precision == RowPrecision::kFp16 ? 2ull : 4ull) * dim + 4ull * state_floats; }
+  uint64_t row_bytes() const { return PackedWeightBytes(precision, dim) + 4ull * state_floats; }
 };
 
 std::string EncodeTable(const TableHeader& t) {
@@ -65,30 +66,34 @@ std::string EncodeTable(const TableHeader& t) {
 // Appends ids of one table in blocks of at most kRowsPerBlock rows, each id followed in its block
 // by its row of `table`'s values, `values` holding `table.dim + table.state_floats` floats a row
 // (rows blocks), or by none (tombstone blocks: values null); in scored blocks, the ids' `scores`
-// come between the ids and the values. An fp16 table's weights are written as halves: the
-// store's fp16 rows give values that halves hold exactly.
+// come between the ids and the values. A table's weights are written in its precision, rounded
+// to nearest: the store's rows of that precision give values it holds.
 absl::Status AddIdBlocks(BlockWriter* w, uint32_t type, uint32_t table_index, const TableHeader& table,
                          const std::vector<uint64_t>& ids, const float* values, const uint64_t* scores = nullptr) {
   const size_t floats = values != nullptr ? table.dim + table.state_floats : 0;
-  std::string halved;
-  std::vector<uint16_t> halves(table.dim);
+  std::string packed;
+  std::vector<char> weights(WeightBytes(table.precision, table.dim));
+  const uint32_t weight_bytes = PackedWeightBytes(table.precision, table.dim);
   for (size_t begin = 0; begin < ids.size(); begin += kRowsPerBlock) {
     const size_t n = std::min(kRowsPerBlock, ids.size() - begin);
     Encoder head;
     head.U32(table_index);
     head.U32(static_cast<uint32_t>(n));
     absl::string_view rows(reinterpret_cast<const char*>(values + begin * floats), n * floats * sizeof(float));
-    if (floats > 0 && table.precision == RowPrecision::kFp16) {
-      halved.resize(n * table.row_bytes());
-      char* out = halved.data();
+    if (floats > 0 && table.precision != RowPrecision::kFp32) {
+      packed.resize(n * table.row_bytes());
+      char* out = packed.data();
       for (size_t i = 0; i < n; ++i) {
         const float* row = values + (begin + i) * floats;
-        FloatsToHalves(row, halves.data(), table.dim);
-        std::memcpy(out, halves.data(), 2ull * table.dim);
-        std::memcpy(out + 2ull * table.dim, row + table.dim, 4ull * table.state_floats);
+        if (!EncodeWeights(table.precision, row, table.dim, /*seed=*/0, weights.data())) {
+          return absl::InvalidArgumentError(absl::StrCat("row ", ids[begin + i], " of table ", table.name,
+                                                         " does not fit ", RowPrecisionName(table.precision)));
+        }
+        std::memcpy(out, weights.data(), weight_bytes);
+        std::memcpy(out + weight_bytes, row + table.dim, 4ull * table.state_floats);
         out += table.row_bytes();
       }
-      rows = halved;
+      rows = packed;
     }
     // The ids (and fp32 values) go to the file straight from the caller's arrays.
     HYREC_RETURN_IF_ERROR(w->AddParts(
@@ -266,11 +271,11 @@ class ShardFileReader {
     if (t.precision == RowPrecision::kFp32) {
       d.Raw(values_.data(), values_.size() * 4);
     } else {
-      halves_.resize(t.dim);
+      weights_.resize(WeightBytes(t.precision, t.dim));
       for (uint64_t i = 0; i < n && floats > 0; ++i) {
         float* row = values_.data() + i * floats;
-        d.Raw(halves_.data(), 2ull * t.dim);
-        HalvesToFloats(halves_.data(), row, t.dim);
+        d.Raw(weights_.data(), PackedWeightBytes(t.precision, t.dim));
+        DecodeWeights(t.precision, weights_.data(), t.dim, row);
         d.Raw(row + t.dim, 4ull * t.state_floats);
       }
     }
@@ -323,7 +328,7 @@ class ShardFileReader {
   std::vector<uint64_t> ids_;
   std::vector<uint64_t> scores_;
   std::vector<float> values_;
-  std::vector<uint16_t> halves_;  // One row's weights, of a table whose rows hold halves.
+  std::vector<char> weights_;  // One row's weights, of a table whose rows are not fp32.
 };
 
 }  // namespace

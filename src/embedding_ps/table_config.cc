@@ -33,7 +33,8 @@ constexpr EnumName<OptimizerKind> kOptimizerNames[] = {{OptimizerKind::kSgd, "sg
                                                        {OptimizerKind::kAdamRowwise, "adam_rowwise"}};
 constexpr EnumName<InitializerKind> kInitializerNames[] = {
     {InitializerKind::kUniform, "uniform"}, {InitializerKind::kNormal, "normal"}, {InitializerKind::kZeros, "zeros"}};
-constexpr EnumName<RowPrecision> kRowPrecisionNames[] = {{RowPrecision::kFp32, "fp32"}, {RowPrecision::kFp16, "fp16"}};
+constexpr EnumName<RowPrecision> kRowPrecisionNames[] = {
+    {RowPrecision::kFp32, "fp32"}, {RowPrecision::kFp16, "fp16"}, {RowPrecision::kInt8, "int8"}};
 constexpr EnumName<EvictionPolicy> kEvictionPolicyNames[] = {
     {EvictionPolicy::kLru, "lru"}, {EvictionPolicy::kLfu, "lfu"}, {EvictionPolicy::kTtl, "ttl"}};
 

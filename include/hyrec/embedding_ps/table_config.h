@@ -96,11 +96,13 @@ struct EvictionConfig {
   uint32_t lfu_aging_touches = 16;  // kLfu: >= 1.
 };
 
-// How a table's rows store their weights (src/embedding_ps/row_codec.h): fp32, or fp16 with
-// the optimizer's math in fp32 and stochastic rounding when a step writes a row back (half the
-// weights' bytes). The optimizer's state stays fp32 either way; checkpoints, deltas and exports
-// carry an fp16 table's weights as halves, and a restore reads them as fp32 values.
-enum class RowPrecision { kFp32, kFp16 };
+// How a table's rows store their weights (src/embedding_ps/row_codec.h): fp32; fp16 (half the
+// weights' bytes); or int8, each weight one byte on a grid of 256 steps between the row's own
+// fp32 minimum and maximum (a quarter of the weights' bytes, plus 8 a row). Below fp32, the
+// optimizer's math runs in fp32 and a step writes the row back with stochastic rounding. The
+// optimizer's state stays fp32 in every precision; checkpoints, deltas and exports carry a
+// table's weights in its precision, and a restore reads them as fp32 values.
+enum class RowPrecision { kFp32, kFp16, kInt8 };
 
 struct TableConfig {
   std::string name;
@@ -140,7 +142,7 @@ absl::Status ReadOptimizerConfig(const YAML::Node& node, absl::string_view path,
 absl::Status ReadAdmissionConfig(const YAML::Node& node, absl::string_view path, AdmissionConfig* out);
 // `eviction: lfu`, or a mapping {policy, ttl_seconds, lfu_aging_touches}.
 absl::Status ReadEvictionConfig(const YAML::Node& node, absl::string_view path, EvictionConfig* out);
-// The `precision` key of `map` (fp32 or fp16), when present.
+// The `precision` key of `map` (fp32, fp16 or int8), when present.
 absl::Status ReadRowPrecision(const YAML::Node& map, absl::string_view path, RowPrecision* out);
 
 // Parses a YAML sequence of tables; `path` names the node in errors (e.g. "tables").
