@@ -5,8 +5,10 @@
 // the file, the better of two ways with no library in the way: `--depth` threads each with one
 // pread(O_DIRECT) at a time, and one thread keeping `--depth` O_DIRECT reads in flight through
 // io_uring (liburing). A row costs one block read, so a reader's rows/s divides by it.
-// Reader measured against it: RocksDB (one key a row; direct reads, an 8 MiB block cache, no
-// compression), MultiGet of `--depth` random keys at a time from one thread; target >= 0.5.
+// Readers measured against it: hyrec's disk tier (src/embedding_ps/disk_tier.h) taking
+// `--depth` random rows at a time (each put back, untimed), with the floor taken again on the
+// tier's own file; and RocksDB (one key a row; direct reads, an 8 MiB block cache, no
+// compression), MultiGet of `--depth` random keys at a time from one thread. Target >= 0.5.
 //
 //   build/benchmarks/disk_read_benchmark [--dir=/tmp] [--rows=20000000] [--row_bytes=48]
 //                                        [--depth=32] [--seconds=5]
@@ -33,6 +35,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/slice.h"
 #include "rocksdb/table.h"
+#include "src/embedding_ps/disk_tier.h"
 
 namespace {
 
@@ -132,6 +135,50 @@ double Uring(const std::string& path, uint64_t blocks, const Flags& f) {
   return rate;
 }
 
+// hyrec's disk tier holding `rows` rows of row_bytes - 8 payload bytes (the id is the rest):
+// rows/s of Take of `depth` random rows at a time; `floor` gets the better floor on its file.
+double Tier(const std::string& path, const Flags& f, double* floor) {
+  using hyrec::embedding_ps::DiskTier;
+  const uint32_t payload = static_cast<uint32_t>(f.row_bytes - 8);
+  const uint64_t per_page = (DiskTier::kPageBytes - DiskTier::kPageHeaderBytes) / (16 + ((payload + 7) & ~7u));
+  hyrec::embedding_ps::DiskTierOptions o;
+  o.path = path;
+  o.queue_depth = f.depth;
+  o.capacity_bytes = (f.rows / per_page / 85 * 100 + 64) * DiskTier::kPageBytes;
+  auto tier = DiskTier::Open(o, {payload});
+  if (!tier.ok()) {
+    std::fprintf(stderr, "disk_read_benchmark: %s\n", tier.status().ToString().c_str());
+    return -1;
+  }
+  std::string row(payload, 'r');
+  for (uint64_t id = 0; id < f.rows; ++id) {
+    if (!(*tier)->Put(0, id, 0, row.data()).ok()) return -1;
+  }
+  const uint64_t pages = (*tier)->Stats().used_pages;
+  *floor = std::max(Floor(path, pages, f), Uring(path, pages, f));
+  std::mt19937_64 rng(13);
+  std::vector<uint64_t> ids(f.depth);
+  std::vector<std::string> taken(f.depth);
+  uint64_t rows = 0;
+  double busy = 0;
+  const double end = Now() + f.seconds;
+  while (Now() < end) {
+    for (auto& id : ids) id = rng() % f.rows;
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    const double start = Now();
+    absl::Status s = (*tier)->Take(0, ids, [&](size_t i, uint64_t, const char* p) { taken[i].assign(p, payload); });
+    busy += Now() - start;
+    if (!s.ok()) return -1;
+    rows += ids.size();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      if (!(*tier)->Put(0, ids[i], 0, taken[i].data()).ok()) return -1;
+    }
+    ids.resize(f.depth);
+  }
+  return rows / busy;
+}
+
 std::string Key(uint64_t id) { return std::string(reinterpret_cast<const char*>(&id), sizeof(id)); }
 
 // RocksDB: `rows` keys written once (bulk, compacted), then MultiGet of `depth` random keys at a
@@ -224,9 +271,14 @@ int main(int argc, char** argv) {
   std::printf("io_uring, %d in flight, one thread    %10.0f blocks/s\n", f.depth, uring);
   const double floor = std::max(threads, uring);
   std::printf("floor                                 %10.0f blocks/s\n", floor);
+  double tier_floor = 0;
+  const double tier = Tier(base + "/tier", f, &tier_floor);
+  std::printf(
+      "hyrec disk tier, %d rows a take        %10.0f rows/s  %.2f of the floor on its own file (%.0f blocks/s)\n",
+      f.depth, tier, tier / tier_floor, tier_floor);
   const double rocks = Rocks(base + "/rocksdb", f);
   std::printf("rocksdb MultiGet of %d, one thread     %10.0f rows/s  %.2f of the floor\n", f.depth, rocks,
               rocks / floor);
   std::filesystem::remove_all(base);
-  return uring > 0 && rocks > 0 ? 0 : 1;
+  return uring > 0 && tier > 0 && rocks > 0 ? 0 : 1;
 }

@@ -36,14 +36,24 @@ else()
   message(WARNING "librdkafka not found: the loader is built without its Kafka source")
 endif()
 
-# liburing and RocksDB (liburing-dev, librocksdb-dev): the two ways a disk tier under the PS store
-# could read rows, measured against the disk's own floor by benchmarks/disk_read_benchmark.cc,
-# which is built only where both are found.
+# liburing (liburing-dev): the PS store's disk tier keeps its page reads in flight through
+# io_uring; a tree without it (the CUDA recipe's) reads them one at a time with pread. RocksDB
+# (librocksdb-dev) is the other way a disk tier could read rows; benchmarks/disk_read_benchmark.cc
+# measures both against the disk's own floor and is built only where both are found.
 find_path(URING_INCLUDE_DIR liburing.h)
 find_library(URING_LIBRARY uring)
+if(URING_INCLUDE_DIR AND URING_LIBRARY)
+  set(HYREC_HAS_URING ON)
+  add_library(hyrec_uring INTERFACE IMPORTED)
+  set_target_properties(hyrec_uring PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${URING_INCLUDE_DIR}" INTERFACE_LINK_LIBRARIES "${URING_LIBRARY}")
+else()
+  set(HYREC_HAS_URING OFF)
+  message(WARNING "liburing not found: the PS disk tier reads its pages one at a time (install liburing-dev)")
+endif()
 find_path(ROCKSDB_INCLUDE_DIR rocksdb/db.h)
 find_library(ROCKSDB_LIBRARY rocksdb)
-if(URING_INCLUDE_DIR AND URING_LIBRARY AND ROCKSDB_INCLUDE_DIR AND ROCKSDB_LIBRARY)
+if(HYREC_HAS_URING AND ROCKSDB_INCLUDE_DIR AND ROCKSDB_LIBRARY)
   set(HYREC_HAS_DISK_READERS ON)
   add_library(hyrec_disk_readers INTERFACE IMPORTED)
   set_target_properties(hyrec_disk_readers PROPERTIES

@@ -401,6 +401,60 @@ TEST(ShardCheckpointerTest, AForkedCutWritesTheStoreAsItWasAtBegin) {
   EXPECT_EQ(Rows(*restored), rows_then);
 }
 
+// A store with a disk tier under a DRAM capacity of 120 rows holds the rows a store without
+// bounds holds, bit for bit, most of them on disk; a forked cut of it writes both tiers as they
+// were at Begin while the parent trains on, and restores into a store with or without a tier.
+TEST(ShardCheckpointerTest, AStoreWithADiskTierCutsBothTiersAndRestoresIntoEither) {
+  const std::string dir = FreshDir("tier_cut");
+  for (const auto precision : {embedding_ps::RowPrecision::kFp32, embedding_ps::RowPrecision::kFp16}) {
+    Optimizers kinds{embedding_ps::OptimizerKind::kAdagradRowwise, embedding_ps::OptimizerKind::kAdam, precision};
+    StoreOptions tiered_options = Options(120, false, kinds);
+    tiered_options.disk.path = JoinPath(dir, absl::StrCat("tier_", RowPrecisionName(precision)));
+    tiered_options.disk.capacity_bytes = 1 << 20;
+    std::shared_ptr<EmbeddingShardStore> tiered = *EmbeddingShardStore::Create(tiered_options);
+    auto reference = *EmbeddingShardStore::Create(Options(0, false, kinds));
+    uint64_t sequence = 0;
+    auto train_both = [&](uint64_t i) {
+      const std::vector<uint64_t> ids = {Mix64(i) % 600, Mix64(i + 1) % 600, 10000 + i % 50};
+      Train(tiered.get(), ids, ++sequence);
+      Train(reference.get(), ids, sequence);
+    };
+    for (uint64_t i = 0; i < 400; ++i) train_both(i);
+    const auto rows_then = Rows(*reference);
+    ASSERT_EQ(Rows(*tiered), rows_then) << "every row, in DRAM or on disk";
+    const embedding_ps::StoreStats stats = tiered->Stats();
+    EXPECT_LE(stats.rows, 120u + 8) << "DRAM holds its capacity (a row a stripe over, at most)";
+    EXPECT_GT(stats.tables[0].disk_rows, 200u);
+    EXPECT_GT(stats.tables[0].disk_reads, 100u) << "rows came back from disk";
+    EXPECT_EQ(stats.tables[0].disk_writes - stats.tables[0].disk_reads, stats.tables[0].disk_rows);
+    EXPECT_GT(stats.disk.page_writes, 0u);
+
+    embedding_ps::ShardCheckpointerOptions always_fork;
+    always_fork.fork_min_bytes = 0;
+    embedding_ps::ShardCheckpointer cutter(tiered, 0, 1, Env::Default(), always_fork);
+    const std::string cut = JoinPath(dir, absl::StrCat("cut_", RowPrecisionName(precision)));
+    ASSERT_TRUE(cutter.Begin(cut, 1, embedding_ps::CutKind::kCheckpoint).ok());
+    EXPECT_TRUE(cutter.last_forked());
+    for (uint64_t i = 400; i < 600; ++i) train_both(i);  // Rows move between the tiers meanwhile.
+    absl::StatusOr<embedding_ps::ShardFileInfo> info = cutter.Await(1, absl::Minutes(1));
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(Rows(*tiered), Rows(*reference));
+    CheckpointManifest m;
+    m.num_shards = 1;
+    m.num_workers = 1;
+    m.files = {info->file};
+    ASSERT_TRUE(CommitManifest(Env::Default(), cut, m).ok());
+    auto plain = *EmbeddingShardStore::Create(Options(0, false, kinds));
+    ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), cut, m, 0, 1, plain.get()).ok());
+    EXPECT_EQ(Rows(*plain), rows_then) << "the cut is the moment of Begin";
+    tiered_options.disk.path += "_restored";
+    auto restored = *EmbeddingShardStore::Create(tiered_options);
+    ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), cut, m, 0, 1, restored.get()).ok());
+    EXPECT_EQ(Rows(*restored), rows_then);
+    EXPECT_GT(restored->Stats().tables[0].disk_rows, 200u) << "restored past DRAM onto disk";
+  }
+}
+
 // A child that cannot write its file reports why; the next cut works.
 TEST(ShardCheckpointerTest, AForkedCutsFailureComesBackFromTheChild) {
   const std::string dir = FreshDir("fork_fail");

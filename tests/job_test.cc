@@ -144,6 +144,42 @@ TEST(JobSpec, RowPrecisionIsTheTablesOwnOrThePsDefault) {
   EXPECT_NE(refused.status().message().find("ps.precision (line 3)"), std::string::npos) << refused.status();
 }
 
+// ps.disk gives every shard's store a disk tier of its own file; a tier without a DRAM
+// capacity, with export deltas, or with a bad key or value is refused naming the key and line.
+TEST(JobSpec, PsDiskGivesEachShardItsOwnTier) {
+  const std::string base =
+      "loader: {source: {format: criteo, files: [a.tsv]}}\n"
+      "model: {kind: dlrm, embedding_dim: 8, bottom: [8], top: [8]}\n";
+  auto spec = Parse(base + "ps: {shards: 2, capacity_rows: 1000, disk: {dir: /ssd, capacity_bytes: 1073741824}}\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = Plan(*spec);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_EQ(plan->ps.size(), 2u);
+  EXPECT_EQ(plan->ps[0].store.disk.path, "/ssd/ps-0.tier");
+  EXPECT_EQ(plan->ps[1].store.disk.path, "/ssd/ps-1.tier");
+  EXPECT_EQ(plan->ps[1].store.disk.capacity_bytes, 1073741824u);
+  EXPECT_EQ(plan->ps[1].store.disk.queue_depth, 32);
+  spec = Parse(base);
+  ASSERT_TRUE(spec.ok());
+  EXPECT_TRUE((*Plan(*spec)).ps[0].store.disk.path.empty()) << "none by default";
+  const std::pair<std::string, std::string> refusals[] = {
+      {"ps: {disk: {dir: /ssd, capacity_bytes: 1073741824}}\n", "needs ps.capacity_rows"},
+      {"ps: {capacity_rows: 10, disk: {capacity_bytes: 1073741824}}\n", "ps.disk.dir"},
+      {"ps: {capacity_rows: 10, disk: {dir: /ssd, capacity_bytes: 1000}}\n", "ps.disk.capacity_bytes (line 3"},
+      {"ps: {capacity_rows: 10, disk: {dir: /ssd, capacity_bytes: 1073741824, queue_depth: 0}}\n",
+       "ps.disk.queue_depth"},
+      {"ps: {capacity_rows: 10, disk: {dir: /ssd, capacity_bytes: 1073741824, size: 3}}\n", "size"},
+      {"ps: {capacity_rows: 10, disk: {dir: /ssd, capacity_bytes: 1073741824}}\n"
+       "checkpoint: {dir: /c}\nexport: {dir: /e, delta_every_steps: 10}\n",
+       "export deltas"},
+  };
+  for (const auto& [yaml, expected] : refusals) {
+    const auto refused = Parse(base + yaml);
+    ASSERT_FALSE(refused.ok()) << yaml;
+    EXPECT_NE(refused.status().message().find(expected), std::string::npos) << refused.status();
+  }
+}
+
 TEST(JobPlan, EveryRoleGetsTheTablesOfTheSpec) {
   auto spec = Parse(kTwoTables);
   ASSERT_TRUE(spec.ok()) << spec.status();

@@ -26,9 +26,14 @@
 namespace hyrec::embedding_ps {
 namespace {
 
+absl::Status UpdateEvery(EmbeddingClient& client, uint64_t sequence);
+void UpdateEvery(EmbeddingClient& client, uint64_t first, uint64_t last);
+
 class PsRecoveryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void SetUp() override { WriteJob("{shards: 2}"); }
+
+  void WriteJob(const std::string& ps) {
     dir_ = ::testing::TempDir() + "/ps_recovery_" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
@@ -37,7 +42,7 @@ class PsRecoveryTest : public ::testing::Test {
                         << "features: [f]\n"
                         << "tables: [{name: counts, features: [f], dim: 1, initializer: zeros,\n"
                         << "          optimizer: {kind: sgd, learning_rate: 1}}]\n"
-                        << "ps: {shards: 2}\nsecurity: {mode: none}\n"
+                        << "ps: " << ps << "\nsecurity: {mode: none}\n"
                         << "checkpoint: {dir: " << dir_ << "/ckpt}\n";
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -87,6 +92,27 @@ class PsRecoveryTest : public ::testing::Test {
     ASSERT_TRUE(CommitManifest(Env::Default(), JoinPath(dir_ + "/ckpt", name), m).ok());
   }
 
+  // Updates 1..100, a checkpoint, then updates 101..400 streaming while shard 1 (on port1) is
+  // killed and restarted with --recover; each call waits and resends.
+  void StreamThroughAKill(EmbeddingClient& client, int port1) {
+    UpdateEvery(client, 1, 100);
+    Checkpoint(client, 1);  // The log's next segment starts from it.
+    std::atomic<uint64_t> acknowledged{100};
+    std::thread stream([&] {
+      for (uint64_t s = 101; s <= 400; ++s) {
+        const absl::Status status = UpdateEvery(client, s);
+        ASSERT_TRUE(status.ok()) << "update " << s << ": " << status;
+        acknowledged = s;
+      }
+    });
+    while (acknowledged < 180) absl::SleepFor(absl::Milliseconds(1));
+    Kill(1);
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
+    stream.join();
+    ASSERT_EQ(acknowledged.load(), 400u);
+  }
+
   std::string dir_, job_;
   std::unique_ptr<Subprocess> shards_[2];
   std::vector<std::string> addresses_;
@@ -129,25 +155,7 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
   ASSERT_TRUE(client.ok()) << client.status();
   auto update = [&](uint64_t sequence) { return UpdateEvery(**client, sequence); };
-  UpdateEvery(**client, 1, 100);
-  Checkpoint(**client, 1);  // The log's next segment starts from it.
-
-  // Updates 101..400 stream while shard 1 is killed and restarted; each call waits and resends.
-  std::atomic<uint64_t> acknowledged{100};
-  std::thread stream([&] {
-    for (uint64_t s = 101; s <= 400; ++s) {
-      const absl::Status status = update(s);
-      ASSERT_TRUE(status.ok()) << "update " << s << ": " << status;
-      acknowledged = s;
-    }
-  });
-  while (acknowledged < 180) absl::SleepFor(absl::Milliseconds(1));
-  Kill(1);
-  absl::SleepFor(absl::Milliseconds(300));
-  ASSERT_EQ(StartShard(1, port1, /*recover=*/true), port1);
-  stream.join();
-  ASSERT_EQ(acknowledged.load(), 400u);
-
+  StreamThroughAKill(**client, port1);
   ExpectEveryRow(**client, -400.0f);
   // A resend of an applied update after the crash is recognized and not applied again.
   ASSERT_TRUE(update(400).ok());
@@ -172,6 +180,26 @@ TEST_F(PsRecoveryTest, EveryAcknowledgedUpdateSurvivesAKilledShardAndNoneIsAppli
   const absl::Status refused = update(402);
   EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
   EXPECT_NE(refused.message().find("restarted without recovering its rows"), std::string::npos) << refused;
+}
+
+// The same with a disk tier under 4 rows of DRAM a shard (one stripe, so that every new row
+// evicts): of each shard's 8 rows, 4 are on disk at any time and every update moves rows between
+// the tiers; the killed shard recovers every acknowledged update from its checkpoint (which cut
+// both tiers) and its log.
+TEST_F(PsRecoveryTest, AShardWithADiskTierRecoversEveryAcknowledgedUpdate) {
+  WriteJob(absl::StrCat("{shards: 2, capacity_rows: 4, num_stripes: 1, disk: {dir: ", ::testing::TempDir(),
+                        "/ps_recovery_tier_", getpid(), ", capacity_bytes: 1048576}}"));
+  const std::string tier_dir = absl::StrCat(::testing::TempDir(), "/ps_recovery_tier_", getpid());
+  std::filesystem::create_directories(tier_dir);
+  const int port1 = StartBoth();
+  EXPECT_TRUE(std::filesystem::exists(tier_dir + "/ps-1.tier")) << "the shard keeps its tier there";
+  auto client = ConnectEmbeddingClient(addresses_, WaitingClient());
+  ASSERT_TRUE(client.ok()) << client.status();
+  StreamThroughAKill(**client, port1);
+  ExpectEveryRow(**client, -400.0f);
+  ASSERT_TRUE(UpdateEvery(**client, 400).ok());
+  ExpectEveryRow(**client, -400.0f);  // A resend is not applied again.
+  std::filesystem::remove_all(tier_dir);
 }
 
 // A second `hyrec ps` for a shard that serves (the same job, any port) is refused before it

@@ -16,7 +16,7 @@ HYREC_DEBS=(
 # libraries of the packages above, without compilers and headers.
 HYREC_RUNTIME_DEBS=(
   libtorch1.13 libopenblas0-pthread libgloo0 libgrpc++1.51 libgrpc29 libprotobuf32
-  libabsl20220623 libspdlog1.10 libfmt9 libyaml-cpp0.7 zlib1g libxxhash0 libcpp-httplib0.11 libssl3 librdkafka1
+  libabsl20220623 libspdlog1.10 libfmt9 libyaml-cpp0.7 zlib1g libxxhash0 libcpp-httplib0.11 libssl3 librdkafka1 liburing2
   ca-certificates
 )
 

@@ -18,6 +18,7 @@
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/embedding_ps/optimizer.h"
+#include "src/embedding_ps/disk_tier.h"
 #include "src/embedding_ps/frozen_store.h"
 #include "src/embedding_ps/row_codec.h"
 #include "src/embedding_ps/row_index.h"
@@ -79,7 +80,7 @@ uint64_t ArenaBytes(const StoreOptions& options) {
 
 class StripedStore final : public EmbeddingShardStore, public FrozenStore {
  public:
-  StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts)
+  StripedStore(const StoreOptions& options, std::vector<TableLayout> layouts, std::unique_ptr<DiskTier> tier)
       : EmbeddingShardStore(options.tables),
         capacity_rows_(options.capacity_rows),
         capacity_bytes_(options.capacity_bytes),
@@ -92,6 +93,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
         nonfinite_results_(layouts_.size()),
         table_rows_(layouts_.size()),
         data_time_(layouts_.size()),
+        tier_(std::move(tier)),
+        disk_rows_(layouts_.size()),
         dedup_(layouts_.size()) {
     const uint32_t sketch_width = SketchWidth(options);
     stripes_.reserve(num_stripes_);
@@ -117,6 +120,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     }
     uint64_t not_admitted = 0;
     GroupByStripe(t, ids);
+    if (tier_ != nullptr) HYREC_RETURN_IF_ERROR(ReadBackFromDisk(t, ids));
+    InsertError() = absl::OkStatus();
     VisitRows(t, ids, /*create=*/true, Slab::kHeaderBytes + layout.weight_bytes,
               [&](uint32_t position, const Rows& r, RowIndex::Position at) {
                 float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
@@ -130,7 +135,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
                 }
               });
     if (result != nullptr) result->not_admitted = not_admitted;
-    return absl::OkStatus();
+    return InsertError();
   }
 
   absl::Status CheckUpdate(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
@@ -167,6 +172,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     if (const size_t k = FirstNonFinite(grads.data(), grads.size()); k < grads.size()) {
       return NonFiniteGradient(t, ids, grads, k);
     }
+    if (tier_ != nullptr) HYREC_RETURN_IF_ERROR(ReadBackFromDisk(t, ids));
     UpdateResult local;
     if (update_id.sequence != 0) {
       absl::MutexLock lock(&dedup_mu_);
@@ -181,6 +187,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       }
     }
     // Updates never admit: an id without a row gets one only when the table admits everything.
+    InsertError() = absl::OkStatus();
     VisitRows(t, ids, /*create=*/config.admission.AdmitsEverything(), layout.slot_bytes,
               [&](uint32_t position, const Rows& r, RowIndex::Position at) {
                 if (at == RowIndex::kNone) {
@@ -201,7 +208,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
               });
     if (local.nonfinite > 0) nonfinite_results_[t].fetch_add(local.nonfinite, std::memory_order_relaxed);
     if (result != nullptr) *result = local;
-    return absl::OkStatus();
+    return InsertError();
   }
 
   void AdvanceDataTime(int t, uint64_t seconds) override {
@@ -280,9 +287,28 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
         ts.expirations += c.expirations;
         ts.admission_rejections += c.admission_rejections;
         ts.dropped_updates += c.dropped_updates;
+        ts.dram_hits += c.dram_hits;
+        ts.disk_writes += c.disk_writes;
+        ts.disk_reads += c.disk_reads;
         ts.bytes += part.slab.bytes();
         stats.bytes += part.slab.bytes() + r.index.bytes() + part.sketch.bytes();
       }
+    }
+    if (tier_ != nullptr) {
+      const DiskTierStats d = tier_->Stats();
+      stats.disk = DiskStats{d.pages * DiskTier::kPageBytes,
+                             d.pages,
+                             d.used_pages,
+                             d.page_reads,
+                             d.page_writes,
+                             d.bytes_read,
+                             d.bytes_written,
+                             d.cleaned_pages,
+                             d.full_refusals,
+                             d.checksum_failures,
+                             d.index_bytes};
+      stats.bytes += d.index_bytes;
+      for (int t = 0; t < num_tables(); ++t) stats.tables[t].disk_rows = tier_->rows(t);
     }
     for (int t = 0; t < num_tables(); ++t) {
       stats.rows += stats.tables[t].rows;
@@ -299,6 +325,26 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   }
 
   void SnapshotInto(StoreSnapshot* snap) const override {
+    snap->status = absl::OkStatus();
+    if (tier_ != nullptr) {
+      // Rows move between the tiers as they are used: the cut holds every stripe meanwhile.
+      const_cast<StripedStore*>(this)->RunLocked([&] {
+        std::vector<uint64_t> rows;
+        FrozenHead(snap, &rows);
+        const absl::Status read = RowsWhileLocked(
+            size_t{1} << 16,
+            [&](int t, const StoreSnapshot::Table& piece) {
+              StoreSnapshot::Table& out = snap->tables[t];
+              out.ids.insert(out.ids.end(), piece.ids.begin(), piece.ids.end());
+              out.values.insert(out.values.end(), piece.values.begin(), piece.values.end());
+              out.scores.insert(out.scores.end(), piece.scores.begin(), piece.scores.end());
+              return absl::OkStatus();
+            },
+            /*forked_child=*/false);
+        snap->status = read;
+      });
+      return;
+    }
     SnapshotHead(snap);
     for (int t = 0; t < num_tables(); ++t) {  // Once: rows created meanwhile only grow the vectors.
       const uint64_t rows = table_rows_[t].load(std::memory_order_relaxed);
@@ -324,7 +370,22 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     }
   }
 
-  void RunFrozen(const std::function<void()>& fn) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  void RunFrozen(const std::function<void()>& fn) override {
+    if (tier_ == nullptr) return RunLocked(fn);
+    tier_->HoldPages();
+    RunLocked([&] {
+      tier_->LockForFork();
+      fn();
+      tier_->UnlockAfterFork();
+    });
+  }
+
+  void ChildDone() override {
+    if (tier_ != nullptr) tier_->ReleasePages();
+  }
+
+  // Runs fn with the deduplication state and every stripe locked.
+  void RunLocked(const std::function<void()>& fn) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     absl::MutexLock dedup(&dedup_mu_);
     for (const auto& stripe : stripes_) stripe->mu.Lock();
     fn();
@@ -342,9 +403,19 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       SnapshotStripeStateLocked(stripe, s, head);
       for (int t = 0; t < num_tables(); ++t) (*rows_per_table)[t] += IndexOf(stripe, t).size();
     }
+    // With every stripe locked no row is on its way between the tiers: the count is the tier's.
+    for (int t = 0; t < num_tables(); ++t) (*rows_per_table)[t] += disk_rows_[t].load(std::memory_order_relaxed);
   }
 
-  absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const override {
+    return RowsWhileLocked(piece_rows, rows, /*forked_child=*/true);
+  }
+
+  // FrozenRows, with every stripe locked by this thread (RunLocked) or in a forked child. A
+  // table's rows on disk come first: they are the coldest, and a restore into a store with a
+  // tier then sends them back to disk first.
+  absl::Status RowsWhileLocked(size_t piece_rows, const RowPieceFn& rows,
+                               bool forked_child) const ABSL_NO_THREAD_SAFETY_ANALYSIS {
     piece_rows = std::max<size_t>(piece_rows, 1);
     StoreSnapshot::Table piece;
     for (int t = 0; t < num_tables(); ++t) {
@@ -355,6 +426,22 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       piece.values.reserve(piece_rows * floats);
       piece.scores.clear();
       absl::Status status;
+      if (tier_ != nullptr) {
+        const TableLayout& layout = layouts_[t];
+        auto disk_row = [&](uint64_t id, uint64_t score, const char* payload) -> absl::Status {
+          piece.ids.push_back(id);
+          piece.values.resize(piece.values.size() + floats);
+          ReadRow(layout, payload, piece.values.data() + piece.values.size() - floats);
+          if (layout.policy != EvictionPolicy::kLru) piece.scores.push_back(score);
+          if (piece.ids.size() < piece_rows) return absl::OkStatus();
+          absl::Status s = rows(t, piece);
+          piece.ids.clear();
+          piece.values.clear();
+          piece.scores.clear();
+          return s;
+        };
+        status = forked_child ? tier_->ForEachInForkedChild(t, disk_row) : tier_->ForEach(t, disk_row);
+      }
       for (int s = 0; s < num_stripes_ && status.ok(); ++s) {
         ForEachRowLocked(*stripes_[s], t, [&](uint64_t id, const float* w, int n, std::optional<uint64_t> score) {
           if (!status.ok()) return;
@@ -401,16 +488,22 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     absl::Status status;
     GroupByStripe(t, ids);
     const uint64_t* hashes = Scratch().hashes.data();
+    InsertError() = absl::OkStatus();
     VisitGroups([&](Stripe& stripe, absl::Span<const uint32_t> positions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
       Rows r = RowsOf(stripe, t);
       TablePart& part = r.part;
       const uint16_t ttl_now = TtlNow(t);
       for (const uint32_t p : positions) {
         RowIndex::Position at = FindLocked(r, ids[p], hashes[p]);
+        if (at == RowIndex::kNone && tier_ != nullptr && disk_rows_[t].load(std::memory_order_relaxed) > 0 &&
+            tier_->Erase(t, ids[p])) {
+          disk_rows_[t].fetch_sub(1, std::memory_order_relaxed);
+        }
         if (at == RowIndex::kNone) at = InsertLocked(stripe, t, ids[p], hashes[p], /*init=*/false);
         if (at == RowIndex::kNone) {
-          status = absl::ResourceExhaustedError(
-              absl::StrCat("table '", table(t).name, "': a stripe is full while restoring"));
+          status = !InsertError().ok() ? InsertError()
+                                       : absl::ResourceExhaustedError(absl::StrCat(
+                                             "table '", table(t).name, "': a stripe is full while restoring"));
           continue;
         }
         const SlotHandle slot = r.index.slot(at);
@@ -839,6 +932,12 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
         EvictLocked(stripe, t, at, hashes[p], /*expired=*/true);
         at = RowIndex::kNone;
       }
+      if (at == RowIndex::kNone && tier_ != nullptr && disk_rows_[t].load(std::memory_order_relaxed) > 0) {
+        // On disk after all: moved there since ReadBackFromDisk by this call's own inserts.
+        at = TakeOneLocked(stripe, t, ids[p], hashes[p]);
+      } else if (at != RowIndex::kNone) {
+        ++r.part.counters.dram_hits;
+      }
       if (at != RowIndex::kNone) {
         if (scored) {
           RowScores::Upkeep upkeep = RowScores::Upkeep::kNone;
@@ -955,7 +1054,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
 
   bool TableOverCapacity(int t) const {
     const uint64_t capacity = table(t).capacity_rows;
-    return capacity > 0 && table_rows_[t].load(std::memory_order_relaxed) > capacity;
+    return capacity > 0 &&
+           table_rows_[t].load(std::memory_order_relaxed) + disk_rows_[t].load(std::memory_order_relaxed) > capacity;
   }
 
   // The table whose row the store's capacity evicts for a new row of table t: t itself when it
@@ -975,15 +1075,149 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   }
 
   // Evicts one row of table t in this stripe (which must have one) for a new row whose hash is
-  // `hash`: the row of the highest rank in the new row's home bucket of t's index.
-  void EvictForLocked(Stripe& stripe, int t, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+  // `hash`: the row of the highest rank in the new row's home bucket of t's index. `spill`: to
+  // the disk tier, unless it has expired; the tier's refusal leaves the row where it was.
+  absl::Status EvictForLocked(Stripe& stripe, int t, uint64_t hash, bool spill)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     Rows r = RowsOf(stripe, t);
     TablePart& part = r.part;
     const uint16_t ttl_now = TtlNow(t);
     const RowIndex::Position victim =
         r.index.Victim(hash, [&](uint16_t score) { return part.scores.Rank(score, ttl_now); });
-    const uint64_t id = r.id(r.index.slot(victim));
-    EvictLocked(stripe, t, victim, Hash(t, id), part.scores.Expired(r.index.score(victim), ttl_now));
+    const SlotHandle slot = r.index.slot(victim);
+    const uint64_t id = r.id(slot);
+    const bool expired = part.scores.Expired(r.index.score(victim), ttl_now);
+    if (spill && !expired) {
+      const uint64_t score = SnapshotScoreLocked(r, t, victim).value_or(0);
+      HYREC_RETURN_IF_ERROR(tier_->Put(t, id, score, r.weights(slot)));
+      ++part.counters.disk_writes;
+      disk_rows_[t].fetch_add(1, std::memory_order_relaxed);
+      RemoveLocked(stripe, t, victim, Hash(t, id));
+      return absl::OkStatus();
+    }
+    EvictLocked(stripe, t, victim, Hash(t, id), expired);
+    return absl::OkStatus();
+  }
+
+  // The score of the row at `p` as StoreSnapshot::Table::scores holds it (none under lru).
+  std::optional<uint64_t> SnapshotScoreLocked(const Rows& r, int t, RowIndex::Position p) const {
+    const TableLayout& layout = layouts_[t];
+    if (layout.policy == EvictionPolicy::kLfu) return r.index.score(p);
+    if (layout.policy != EvictionPolicy::kTtl) return std::nullopt;
+    const uint64_t now = data_time_[t].load(std::memory_order_relaxed);
+    const uint64_t age = static_cast<uint64_t>(r.part.scores.Rank(r.index.score(p), TtlNow(t))) * layout.ttl_granule;
+    return now > age ? now - age : 0;
+  }
+
+  // The status of the last insert on this thread that the disk tier refused room for.
+  static absl::Status& InsertError() {
+    thread_local absl::Status error;
+    return error;
+  }
+
+  // Reads the rows of `ids` (grouped by GroupByStripe) that are on disk back into DRAM, all
+  // together, every stripe of the call locked meanwhile (so that no other call moves them).
+  // ResourceExhausted, nothing written, when the rows this call may create would not fit the
+  // tier; DataLoss when a page fails its checksum (the rows of other pages are read back).
+  absl::Status ReadBackFromDisk(int t, absl::Span<const uint64_t> ids) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    GroupScratch& scratch = Scratch();
+    const uint64_t* hashes = scratch.hashes.data();
+    for (int s = 0; s < num_stripes_; ++s) {
+      if (scratch.starts[s] != scratch.starts[s + 1]) stripes_[s]->mu.Lock();
+    }
+    thread_local std::vector<uint64_t> missing;
+    thread_local std::vector<uint32_t> missing_at;
+    missing.clear();
+    missing_at.clear();
+    for (size_t k = 0; k < ids.size(); ++k) {
+      const uint32_t p = scratch.order[k];
+      const Rows r = RowsOf(*stripes_[scratch.stripe_of[p]], t);
+      if (FindLocked(r, ids[p], hashes[p]) != RowIndex::kNone) continue;
+      missing.push_back(ids[p]);
+      missing_at.push_back(p);
+    }
+    absl::Status status;
+    const size_t held = missing.empty() ? 0 : tier_->CountHeld(t, missing);
+    if (missing.size() > held && !tier_->HasRoomFor(t, missing.size() - held)) {
+      status = absl::ResourceExhaustedError(absl::StrCat("table '", table(t).name, "': ", missing.size() - held,
+                                                         " new rows would not fit the disk tier ", tier_->path(),
+                                                         " (ps.disk.capacity_bytes); nothing written"));
+    } else if (held > 0) {
+      const uint32_t bytes = layouts_[t].weight_bytes + 4 * layouts_[t].state_floats;
+      thread_local std::vector<std::pair<size_t, uint64_t>> taken;  // (index in missing, score)
+      thread_local std::string payloads;
+      taken.clear();
+      payloads.clear();
+      status = tier_->Take(t, missing, [&](size_t i, uint64_t score, const char* payload) {
+        taken.emplace_back(i, score);
+        payloads.append(payload, bytes);
+      });
+      for (size_t k = 0; k < taken.size(); ++k) {
+        const uint32_t p = missing_at[taken[k].first];
+        absl::Status placed = PlaceLocked(*stripes_[scratch.stripe_of[p]], t, ids[p], hashes[p], taken[k].second,
+                                          payloads.data() + k * bytes);
+        if (status.ok()) status = placed;
+      }
+    }
+    for (int s = 0; s < num_stripes_; ++s) {
+      if (scratch.starts[s] != scratch.starts[s + 1]) stripes_[s]->mu.Unlock();
+    }
+    return status;
+  }
+
+  // Puts a row read back from disk into DRAM: its slot's weights and state (`payload`) and its
+  // score. A row DRAM cannot take (the tier refusing the row that would make room) goes back
+  // to disk; DataLoss when not even that is possible.
+  absl::Status PlaceLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash, uint64_t score, const char* payload)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    disk_rows_[t].fetch_sub(1, std::memory_order_relaxed);
+    Rows r = RowsOf(stripe, t);
+    InsertError() = absl::OkStatus();
+    const RowIndex::Position at = InsertLocked(stripe, t, id, hash, /*init=*/false);
+    if (at == RowIndex::kNone) {
+      absl::Status back = tier_->Put(t, id, score, payload);
+      if (!back.ok()) {
+        return absl::DataLossError(
+            absl::StrCat("table '", table(t).name, "': row ", id,
+                         " read back from disk has no room in DRAM or on disk: ", back.message()));
+      }
+      disk_rows_[t].fetch_add(1, std::memory_order_relaxed);
+      return InsertError().ok() ? absl::ResourceExhaustedError("a stripe is full") : InsertError();
+    }
+    const TableLayout& layout = layouts_[t];
+    std::memcpy(r.weights(r.index.slot(at)), payload, layout.weight_bytes + 4 * layout.state_floats);
+    const uint16_t ttl_now = TtlNow(t);
+    const uint16_t restored = RestoredScoreLocked(
+        stripe, t, layout.policy == EvictionPolicy::kLru ? std::optional<uint64_t>() : std::optional<uint64_t>(score),
+        ttl_now);
+    r.index.set_score(at, restored);
+    r.part.scores.Note(restored, ttl_now);
+    ++r.part.counters.disk_reads;
+    return absl::OkStatus();
+  }
+
+  // The row of (t, id) read back from disk on its own, when the tier holds it; kNone otherwise.
+  RowIndex::Position TakeOneLocked(Stripe& stripe, int t, uint64_t id, uint64_t hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint32_t bytes = layouts_[t].weight_bytes + 4 * layouts_[t].state_floats;
+    std::string payload;
+    uint64_t score = 0;
+    const uint64_t one[1] = {id};
+    absl::Status taken = tier_->Take(t, one, [&](size_t, uint64_t s, const char* p) {
+      score = s;
+      payload.assign(p, bytes);
+    });
+    if (!taken.ok()) {
+      InsertError() = taken;
+      return RowIndex::kNone;
+    }
+    if (payload.empty()) return RowIndex::kNone;
+    absl::Status placed = PlaceLocked(stripe, t, id, hash, score, payload.data());
+    if (!placed.ok()) {
+      InsertError() = placed;
+      return RowIndex::kNone;
+    }
+    return FindLocked(RowsOf(stripe, t), id, hash);
   }
 
   // Removes the row at `at` of table t's index in this stripe; `hash` is its id's. `expired`: a
@@ -992,14 +1226,20 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     Rows r = RowsOf(stripe, t);
     TablePart& part = r.part;
+    if (track_changes_) part.tombstones.push_back(r.id(r.index.slot(at)));
+    ++(expired ? part.counters.expirations : part.counters.evictions);
+    RemoveLocked(stripe, t, at, hash);
+  }
+
+  // Takes the row at `at` out of DRAM (evicted, or moved to disk).
+  void RemoveLocked(Stripe& stripe, int t, RowIndex::Position at, uint64_t hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    Rows r = RowsOf(stripe, t);
+    TablePart& part = r.part;
     const SlotHandle slot = r.index.slot(at);
-    if (track_changes_) {
-      part.tombstones.push_back(r.id(slot));
-    }
     r.index.Erase(hash, at);
     part.slab.Free(r.base, slot);
     --stripe.rows;
-    ++(expired ? part.counters.expirations : part.counters.evictions);
     total_rows_.fetch_sub(1, std::memory_order_relaxed);
     table_rows_[t].fetch_sub(1, std::memory_order_relaxed);
     total_charged_.fetch_sub(layouts_[t].charge, std::memory_order_relaxed);
@@ -1017,9 +1257,16 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     total_rows_.fetch_add(1, std::memory_order_relaxed);
     table_rows_[t].fetch_add(1, std::memory_order_relaxed);
     total_charged_.fetch_add(layout.charge, std::memory_order_relaxed);
-    while (TableOverCapacity(t) && r.rows() > 0) EvictForLocked(stripe, t, hash);
+    while (TableOverCapacity(t) && r.rows() > 0) EvictForLocked(stripe, t, hash, /*spill=*/false).IgnoreError();
     for (int victim = 0; OverCapacity() && (victim = VictimTableLocked(stripe, t)) >= 0;) {
-      EvictForLocked(stripe, victim, victim == t ? hash : Hash(victim, id));
+      absl::Status spilled = EvictForLocked(stripe, victim, victim == t ? hash : Hash(victim, id), tier_ != nullptr);
+      if (!spilled.ok()) {  // The disk tier is full: the new row is refused, the victim stays.
+        total_rows_.fetch_sub(1, std::memory_order_relaxed);
+        table_rows_[t].fetch_sub(1, std::memory_order_relaxed);
+        total_charged_.fetch_sub(layout.charge, std::memory_order_relaxed);
+        InsertError() = spilled;
+        return RowIndex::kNone;
+      }
     }
     const SlotHandle slot = part.slab.Allocate(arena_, id);
     if (slot == kNoSlot) {
@@ -1074,6 +1321,8 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   std::vector<std::atomic<uint64_t>> nonfinite_results_;
   std::vector<std::atomic<uint64_t>> table_rows_;  // Per table, over all stripes.
   std::vector<std::atomic<uint64_t>> data_time_;   // Per table: the newest data time seen.
+  const std::unique_ptr<DiskTier> tier_;           // StoreOptions::disk; null without.
+  std::vector<std::atomic<uint64_t>> disk_rows_;   // Per table: rows in the tier.
   mutable absl::Mutex dedup_mu_;
   uint64_t delta_sequence_ ABSL_GUARDED_BY(dedup_mu_) = 0;
   // A worker's update of one batch carries the same sequence to every table, and its tables'
@@ -1086,6 +1335,46 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
 double StoreStats::OverheadBytesPerRow() const {
   if (rows == 0) return 0.0;
   return static_cast<double>(bytes - payload_bytes) / static_cast<double>(rows);
+}
+
+// The disk tier's families of PublishStoreMetrics.
+void PublishDiskMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* m) {
+  m->Describe("hyrec_ps_disk_rows", MetricType::kGauge, "Rows of a table in a PS shard's disk tier.");
+  m->Describe("hyrec_ps_disk_writes_total", MetricType::kCounter, "Rows the shard's DRAM capacity moved to disk.");
+  m->Describe("hyrec_ps_disk_reads_total", MetricType::kCounter, "Rows read back from disk into DRAM.");
+  m->Describe("hyrec_ps_dram_hits_total", MetricType::kCounter,
+              "Ids a lookup or update found in DRAM (over hyrec_ps_lookups_total: DRAM's hit rate).");
+  m->Describe("hyrec_ps_disk_pages", MetricType::kGauge, "4 KiB pages of the disk tier's file: used, and all.");
+  m->Describe("hyrec_ps_disk_page_reads_total", MetricType::kCounter, "Pages the disk tier read.");
+  m->Describe("hyrec_ps_disk_page_writes_total", MetricType::kCounter, "Pages the disk tier wrote.");
+  m->Describe("hyrec_ps_disk_bytes_read_total", MetricType::kCounter, "Bytes the disk tier read.");
+  m->Describe("hyrec_ps_disk_bytes_written_total", MetricType::kCounter, "Bytes the disk tier wrote.");
+  m->Describe("hyrec_ps_disk_cleaned_pages_total", MetricType::kCounter,
+              "Pages the disk tier freed by moving their live rows.");
+  m->Describe("hyrec_ps_disk_full_refusals_total", MetricType::kCounter, "Rows refused: the disk tier was full.");
+  m->Describe("hyrec_ps_disk_checksum_failures_total", MetricType::kCounter,
+              "Disk tier pages read whose checksum failed.");
+  for (const TableStats& t : stats.tables) {
+    MetricLabels table_labels = labels;
+    table_labels.emplace_back("table", t.name);
+    m->Set("hyrec_ps_disk_rows", table_labels, static_cast<double>(t.disk_rows));
+    m->Set("hyrec_ps_disk_writes_total", table_labels, static_cast<double>(t.disk_writes));
+    m->Set("hyrec_ps_disk_reads_total", table_labels, static_cast<double>(t.disk_reads));
+    m->Set("hyrec_ps_dram_hits_total", table_labels, static_cast<double>(t.dram_hits));
+  }
+  MetricLabels used = labels;
+  used.emplace_back("state", "used");
+  MetricLabels all = labels;
+  all.emplace_back("state", "all");
+  m->Set("hyrec_ps_disk_pages", used, static_cast<double>(stats.disk.used_pages));
+  m->Set("hyrec_ps_disk_pages", all, static_cast<double>(stats.disk.pages));
+  m->Set("hyrec_ps_disk_page_reads_total", labels, static_cast<double>(stats.disk.page_reads));
+  m->Set("hyrec_ps_disk_page_writes_total", labels, static_cast<double>(stats.disk.page_writes));
+  m->Set("hyrec_ps_disk_bytes_read_total", labels, static_cast<double>(stats.disk.bytes_read));
+  m->Set("hyrec_ps_disk_bytes_written_total", labels, static_cast<double>(stats.disk.bytes_written));
+  m->Set("hyrec_ps_disk_cleaned_pages_total", labels, static_cast<double>(stats.disk.cleaned_pages));
+  m->Set("hyrec_ps_disk_full_refusals_total", labels, static_cast<double>(stats.disk.full_refusals));
+  m->Set("hyrec_ps_disk_checksum_failures_total", labels, static_cast<double>(stats.disk.checksum_failures));
 }
 
 void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* m) {
@@ -1129,6 +1418,7 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
   }
   m->Set("hyrec_ps_bytes", labels, static_cast<double>(stats.bytes));
   m->Set("hyrec_ps_capacity_rows", labels, static_cast<double>(stats.capacity_rows));
+  if (stats.disk.pages > 0) PublishDiskMetrics(stats, labels, m);
 }
 
 void InitialRow(const TableConfig& config, uint64_t id, float* out) {
@@ -1214,8 +1504,25 @@ absl::StatusOr<std::unique_ptr<EmbeddingShardStore>> EmbeddingShardStore::Create
                                                    " bytes or more each is more than this machine's memory (", memory,
                                                    " bytes)"));
   }
+  std::unique_ptr<DiskTier> tier;
+  if (!options.disk.path.empty()) {
+    if (options.track_changes) {
+      return absl::InvalidArgumentError("a store with a disk tier does not track changes for deltas (track_changes)");
+    }
+    if (options.capacity_rows == 0 && options.capacity_bytes == 0) {
+      return absl::InvalidArgumentError(
+          "a disk tier needs the store's capacity (capacity_rows or capacity_bytes) to bound its rows in DRAM");
+    }
+    std::vector<uint32_t> payload;
+    for (const TableLayout& l : layouts) payload.push_back(l.weight_bytes + 4 * l.state_floats);
+    DiskTierOptions disk;
+    disk.path = options.disk.path;
+    disk.capacity_bytes = options.disk.capacity_bytes;
+    disk.queue_depth = options.disk.queue_depth;
+    HYREC_ASSIGN_OR_RETURN(tier, DiskTier::Open(disk, std::move(payload)));
+  }
   try {
-    return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts)));
+    return std::unique_ptr<EmbeddingShardStore>(new StripedStore(options, std::move(layouts), std::move(tier)));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot allocate the store's index for ", rows,
                                                      " rows (capacity) in ", options.num_stripes, " stripes"));

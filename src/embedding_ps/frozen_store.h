@@ -19,7 +19,8 @@ class FrozenStore {
   virtual ~FrozenStore() = default;
 
   // Runs `fn` with the store frozen, every stripe and the deduplication state locked, so that
-  // nothing in the store changes while it runs. `fn` must not call the store; a child it forks
+  // nothing in the store changes while it runs; a disk tier's pages are held until ChildDone.
+  // `fn` must not call the store; a child it forks
   // holds the store as it was and reads it with FrozenHead and FrozenRows.
   virtual void RunFrozen(const std::function<void()>& fn) = 0;
   // Snapshot() in parts without taking a lock, for a child process forked in RunFrozen (where
@@ -30,6 +31,9 @@ class FrozenStore {
   using RowPieceFn = std::function<absl::Status(int table, const StoreSnapshot::Table& piece)>;
   virtual void FrozenHead(StoreSnapshot* head, std::vector<uint64_t>* rows_per_table) const = 0;
   virtual absl::Status FrozenRows(size_t piece_rows, const RowPieceFn& rows) const = 0;
+  // Called once the child forked in RunFrozen has exited: until then the store's disk tier
+  // reuses none of the pages the child may read (DiskTier::HoldPages).
+  virtual void ChildDone() = 0;
 };
 
 // The frozen access of `store` when it has one (every store EmbeddingShardStore::Create makes);

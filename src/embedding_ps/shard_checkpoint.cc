@@ -821,6 +821,7 @@ absl::Status ShardCheckpointer::Begin(const std::string& dir, uint64_t id, CutKi
     // The cut itself, on the caller's thread: what the store holds now.
     std::shared_ptr<StoreSnapshot> snapshot = spare != nullptr ? std::move(spare) : std::make_shared<StoreSnapshot>();
     store_->SnapshotInto(snapshot.get());
+    HYREC_RETURN_IF_ERROR(Annotate(snapshot->status, absl::StrCat("shard ", shard_, " cut ", id)));
     Started(id, /*forked=*/false, [this, dir, snapshot, large]() {
       absl::StatusOr<ShardFileInfo> r = WriteShardFile(env_, dir, shard_, num_shards_, store_->tables(), *snapshot);
       if (!large) {
@@ -861,7 +862,11 @@ absl::Status ShardCheckpointer::BeginForked(const std::string& dir, uint64_t id)
     return absl::UnavailableError(
         absl::StrCat("shard ", shard_, " cut ", id, ": fork: ", std::strerror(fork_errno), "; no cut taken"));
   }
-  Started(id, /*forked=*/true, [this, pid, fd = fds[0]]() { return AwaitCutChild(pid, fd, shard_); });
+  Started(id, /*forked=*/true, [this, pid, fd = fds[0], held = &frozen]() {
+    absl::StatusOr<ShardFileInfo> info = AwaitCutChild(pid, fd, shard_);
+    held->ChildDone();
+    return info;
+  });
   return absl::OkStatus();
 }
 

@@ -25,6 +25,9 @@ struct TableCounters {
   uint64_t expirations = 0;
   uint64_t admission_rejections = 0;
   uint64_t dropped_updates = 0;
+  uint64_t dram_hits = 0;    // Ids found in DRAM.
+  uint64_t disk_writes = 0;  // Rows the store's capacity moved to the disk tier.
+  uint64_t disk_reads = 0;   // Rows read back from it.
 };
 
 // One table's rows in one stripe, but for their index: the store keeps the indexes of a table's

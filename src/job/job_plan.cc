@@ -221,6 +221,11 @@ PsShardPlan PlanPsShard(const JobSpec& spec, const std::vector<TableSpec>& table
   shard.store.num_stripes = spec.ps.num_stripes;
   shard.store.admission_sketch_counters = spec.ps.admission_sketch_counters;
   shard.store.track_changes = spec.serving.takes_deltas();
+  if (!spec.ps.disk_dir.empty()) {
+    shard.store.disk.path = JoinPath(spec.ps.disk_dir, absl::StrCat("ps-", index, ".tier"));
+    shard.store.disk.capacity_bytes = spec.ps.disk_capacity_bytes;
+    shard.store.disk.queue_depth = spec.ps.disk_queue_depth;
+  }
   shard.checkpoint_root = spec.checkpoint.dir;
   shard.export_root = spec.serving.dir;
   if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {

@@ -105,11 +105,29 @@ absl::Status ReadUpdateLog(const YAML::Node& node, PsSpec* ps) {
   return absl::OkStatus();
 }
 
+absl::Status ReadDisk(const YAML::Node& node, PsSpec* ps) {
+  HYREC_RETURN_IF_ERROR(CheckKeys(node, "ps.disk", {"dir", "capacity_bytes", "queue_depth"}));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "dir", "ps.disk", &ps->disk_dir));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps.disk", &ps->disk_capacity_bytes));
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "queue_depth", "ps.disk", &ps->disk_queue_depth));
+  // A key that is absent is named at its mapping.
+  auto at = [&](const char* key) { return node[key] ? node[key] : node; };
+  if (ps->disk_dir.empty()) return Invalid("ps.disk.dir", at("dir"), "must name the directory of the tier's files");
+  if (ps->disk_capacity_bytes < (uint64_t{1} << 20)) {
+    return Invalid("ps.disk.capacity_bytes", at("capacity_bytes"), "must be at least 1048576 (1 MiB)");
+  }
+  if (ps->disk_queue_depth < 1 || ps->disk_queue_depth > 4096) {
+    return Invalid("ps.disk.queue_depth", node["queue_depth"], "must be in [1, 4096]");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults) {
-  HYREC_RETURN_IF_ERROR(CheckKeys(
-      node, "ps",
-      {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters", "max_ids_per_request",
-       "threads", "optimizer", "learning_rate", "init_stddev", "precision", "update_log", "recovery_timeout_seconds"}));
+  HYREC_RETURN_IF_ERROR(
+      CheckKeys(node, "ps",
+                {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters",
+                 "max_ids_per_request", "threads", "optimizer", "learning_rate", "init_stddev", "precision",
+                 "update_log", "recovery_timeout_seconds", "disk"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "shards", "ps", &ps->shards));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_rows", "ps", &ps->capacity_rows));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps", &ps->capacity_bytes));
@@ -126,6 +144,7 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   } else {
     HYREC_RETURN_IF_ERROR(ReadScalar(node, "update_log", "ps", &ps->update_log));  // true or false
   }
+  if (const YAML::Node disk = node["disk"]) HYREC_RETURN_IF_ERROR(ReadDisk(disk, ps));
   if (const YAML::Node optimizer = node["optimizer"]) {
     HYREC_RETURN_IF_ERROR(embedding_ps::ReadOptimizerConfig(optimizer, "ps.optimizer", &defaults->optimizer));
   }
@@ -469,6 +488,17 @@ absl::Status ParseInto(const YAML::Node& root, JobSpec* spec) {
   defaults.optimizer.learning_rate = 0.05f;
   if (const YAML::Node model = root["model"]) HYREC_RETURN_IF_ERROR(ReadModel(model, &spec->model, &defaults));
   if (const YAML::Node ps = root["ps"]) HYREC_RETURN_IF_ERROR(ReadPs(ps, &spec->ps, &defaults));
+  if (!spec->ps.disk_dir.empty()) {
+    const YAML::Node disk = root["ps"]["disk"];
+    if (spec->ps.capacity_rows == 0 && spec->ps.capacity_bytes == 0) {
+      return Invalid("ps.disk", disk,
+                     "needs ps.capacity_rows or ps.capacity_bytes: the rows a shard keeps in DRAM above its disk tier");
+    }
+    if (spec->serving.takes_deltas()) {
+      return Invalid("ps.disk", disk,
+                     "is not yet supported with export deltas (export.delta_every_steps, export.delta_every_seconds)");
+    }
+  }
   if (const YAML::Node train = root["train"]) HYREC_RETURN_IF_ERROR(ReadTrain(train, &spec->train));
   if (const YAML::Node eval = root["eval"]) HYREC_RETURN_IF_ERROR(ReadEval(eval, &spec->eval));
   if (const YAML::Node cluster = root["cluster"]) HYREC_RETURN_IF_ERROR(ReadCluster(cluster, &spec->cluster));

@@ -75,8 +75,22 @@ struct StoreOptions {
   // Count-min sketch counters per table (over all stripes) for tables with admission.min_count.
   uint32_t admission_sketch_counters = 1 << 20;
   // Track the rows changed (and evicted) since the last TakeDelta, for incremental exports. Costs
-  // a byte per row slot and the evicted ids until the next delta.
+  // a byte per row slot and the evicted ids until the next delta. Not with a disk tier.
   bool track_changes = false;
+  // A disk tier under DRAM (src/embedding_ps/disk_tier.h), when `path` is set. The store's own
+  // capacity (capacity_rows, capacity_bytes) then bounds its rows in DRAM, and a row that capacity
+  // evicts is written to the tier instead of dropped; a lookup or update of a row on disk reads it
+  // back into DRAM (a request's rows on disk are read together, queue_depth in flight), evicting
+  // others to disk. A table's capacity_rows bounds its rows in DRAM and on disk together; a row
+  // it evicts is dropped. The tier's file is created empty (truncated) and removed with the
+  // store: checkpoints and the update log make its rows durable, as they do DRAM's. When the
+  // tier is full, a lookup or update that would create rows is refused whole (ResourceExhausted,
+  // nothing written).
+  struct Disk {
+    std::string path;             // The tier's file.
+    uint64_t capacity_bytes = 0;  // The file's bound, in 4 KiB pages.
+    int queue_depth = 32;         // Page reads in flight.
+  } disk;
 };
 
 // A store's state as a checkpoint holds it (shard_checkpoint.h writes and reads it). Rows are per
@@ -117,6 +131,9 @@ struct StoreSnapshot {
   std::vector<Dedup> dedup;
   uint64_t delta_sequence = 0;  // Deltas taken before the snapshot.
   uint32_t num_stripes = 0;
+  // Not OK when a row could not be read (a disk tier's page failed its checksum): the snapshot
+  // is incomplete and must not be written.
+  absl::Status status;
 };
 
 // What changed since the previous delta: per table, the rows created or updated (weights only,
@@ -176,6 +193,27 @@ struct TableStats {
   uint64_t rejected_nonfinite = 0;  // Update requests refused for a NaN/Inf gradient.
   uint64_t nonfinite_results = 0;   // Rows an update left unchanged (UpdateResult::nonfinite).
   uint64_t duplicate_updates = 0;
+  // With a disk tier: rows on disk, rows the store's capacity moved there, rows read back, and
+  // ids a lookup or update found in DRAM (dram_hits / lookups is DRAM's hit rate).
+  uint64_t disk_rows = 0;
+  uint64_t disk_writes = 0;
+  uint64_t disk_reads = 0;
+  uint64_t dram_hits = 0;
+};
+
+// A store's disk tier (StoreOptions::disk), all zero without one.
+struct DiskStats {
+  uint64_t capacity_bytes = 0;
+  uint64_t pages = 0;       // 4 KiB pages of its file.
+  uint64_t used_pages = 0;  // Holding rows.
+  uint64_t page_reads = 0;
+  uint64_t page_writes = 0;
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  uint64_t cleaned_pages = 0;      // Pages freed by moving their live rows.
+  uint64_t full_refusals = 0;      // Rows refused: the tier was full.
+  uint64_t checksum_failures = 0;  // Pages read whose checksum failed.
+  uint64_t index_bytes = 0;        // DRAM its index of rows takes (in StoreStats::bytes).
 };
 
 struct StoreStats {
@@ -185,6 +223,7 @@ struct StoreStats {
   uint64_t bytes = 0;          // Everything allocated: chunks, index, sketches, stripe headers.
   uint64_t payload_bytes = 0;  // rows * (weight bytes + 4 * state floats), summed over tables.
   std::vector<TableStats> tables;
+  DiskStats disk;
 
   // (bytes - payload_bytes) / rows: what the store spends per row beyond its floats.
   double OverheadBytesPerRow() const;
@@ -222,7 +261,12 @@ uint64_t RowChargeBytes(const TableConfig& table);
 // hyrec_ps_data_time_seconds, hyrec_ps_lookups_total, hyrec_ps_updates_total,
 // hyrec_ps_admission_rejections_total, hyrec_ps_rejected_nonfinite_total,
 // hyrec_ps_duplicate_updates_total, hyrec_ps_dropped_updates_total,
-// hyrec_ps_table_capacity_rows; and per store
+// hyrec_ps_table_capacity_rows; with a disk tier, per table hyrec_ps_disk_rows,
+// hyrec_ps_disk_writes_total, hyrec_ps_disk_reads_total, hyrec_ps_dram_hits_total, and per store
+// hyrec_ps_disk_pages (state="used|all"), hyrec_ps_disk_page_reads_total,
+// hyrec_ps_disk_page_writes_total, hyrec_ps_disk_bytes_read_total,
+// hyrec_ps_disk_bytes_written_total, hyrec_ps_disk_cleaned_pages_total,
+// hyrec_ps_disk_full_refusals_total, hyrec_ps_disk_checksum_failures_total; and per store
 // hyrec_ps_bytes and hyrec_ps_capacity_rows.
 void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, MetricsRegistry* metrics);
 

@@ -152,6 +152,11 @@ struct PsSpec {
   // How long a worker's call waits for a shard that is down before it fails: a restarted shard
   // recovers within it (used only when the shards have update logs).
   double recovery_timeout_seconds = 120;
+  // A disk tier under each shard's DRAM rows (StoreOptions::disk): shard i's file is
+  // <disk_dir>/ps-<i>.tier, at most disk_capacity_bytes. Empty dir: none.
+  std::string disk_dir;
+  uint64_t disk_capacity_bytes = 0;
+  int disk_queue_depth = 32;
 };
 
 struct TrainSpec {

@@ -1,0 +1,128 @@
+// Training with a disk tier: the embedded synthetic job (DLRM, 26 slots of Zipf ids, 2 PS
+// shards) whose tables end ten times larger than the shards' DRAM, against the same job with
+// every row in DRAM, in the same binary, on the same batches.
+// Floor: the job's steady samples/s with no capacity (every row in DRAM). Figure: the job's
+// steady samples/s with ps.capacity_rows a tenth of the rows the floor's run ended with and a
+// disk tier (ps.disk) under it; also DRAM's hit rate (hyrec_ps_dram_hits_total over
+// hyrec_ps_lookups_total) and the rows on disk at the end. Target: >= 0.7 with a hit rate >= 90%.
+//
+//   build/benchmarks/disk_tier_train_benchmark [--dir=/tmp] [--samples=600000] [--vocabulary=20000]
+//                                              [--zipf=1.2]
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "hyrec/common/metrics.h"
+#include "hyrec/dense_worker/train_job.h"
+#include "hyrec/job/job_plan.h"
+#include "hyrec/job/job_spec.h"
+
+namespace {
+
+struct Flags {
+  std::string dir = "/tmp";
+  uint64_t samples = 600000;
+  uint64_t vocabulary = 20000;
+  double zipf = 1.2;
+};
+
+struct Run {
+  double samples_per_second = 0;
+  double lookups = 0;
+  double dram_hits = 0;
+  double dram_rows = 0;
+  double disk_rows = 0;
+};
+
+// The sum of every sample of `family` in a rendered registry.
+double Sum(const std::string& rendered, const std::string& family) {
+  double sum = 0;
+  for (absl::string_view line : absl::StrSplit(rendered, '\n')) {
+    if (!absl::StartsWith(line, family + "{")) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(line.rfind(' ') + 1), &v)) sum += v;
+  }
+  return sum;
+}
+
+// The job; `dram_rows` > 0 bounds each shard's DRAM with a disk tier under it.
+absl::StatusOr<Run> Train(const Flags& f, uint64_t dram_rows) {
+  std::string yaml =
+      absl::StrCat("loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: ", f.samples,
+                   ", vocabulary: ", f.vocabulary, ", zipf: ", f.zipf,
+                   ", seed: 1}\n  batch_size: 512\n  threads: 1\n  epochs: 1\n  shuffle_window: 65536\n"
+                   "model: {kind: dlrm, embedding_dim: 16, bottom: [64, 32], top: [64, 32], pooling: sum}\n"
+                   "train: {workers: 1, embedding_staleness: 4, dense_optimizer: adam, dense_learning_rate: 0.002}\n"
+                   "ps:\n  shards: 2\n  optimizer: adagrad_rowwise\n  precision: fp16\n");
+  const std::string tier = f.dir + "/hyrec_disk_tier_train_benchmark";
+  if (dram_rows > 0) {
+    std::filesystem::create_directories(tier);
+    absl::StrAppend(&yaml, "  capacity_rows: ", dram_rows, "\n  disk: {dir: ", tier, ", capacity_bytes: 1073741824}\n");
+  }
+  auto spec = hyrec::job::ParseJobSpecText(yaml, "disk_tier_train_benchmark");
+  if (!spec.ok()) return spec.status();
+  auto plan = hyrec::job::Plan(*spec);
+  if (!plan.ok()) return plan.status();
+  hyrec::MetricsRegistry metrics;
+  hyrec::dense_worker::TrainJobOptions options;
+  options.metrics = &metrics;
+  auto report = hyrec::dense_worker::RunTrainJob(*plan, options);
+  std::filesystem::remove_all(tier);
+  if (!report.ok()) return report.status();
+  const std::string rendered = metrics.Render();
+  Run run;
+  run.samples_per_second = report->steady_samples_per_second;
+  run.lookups = Sum(rendered, "hyrec_ps_lookups_total");
+  run.dram_hits = Sum(rendered, "hyrec_ps_dram_hits_total");
+  run.dram_rows = Sum(rendered, "hyrec_ps_rows");
+  run.disk_rows = Sum(rendered, "hyrec_ps_disk_rows");
+  return run;
+}
+
+bool Parse(int argc, char** argv, Flags* f) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    bool ok = false;
+    if (absl::StartsWith(a, "--dir=")) ok = !(f->dir = a.substr(6)).empty();
+    if (absl::StartsWith(a, "--samples=")) ok = absl::SimpleAtoi(a.substr(10), &f->samples) && f->samples >= 10000;
+    if (absl::StartsWith(a, "--vocabulary=")) {
+      ok = absl::SimpleAtoi(a.substr(13), &f->vocabulary) && f->vocabulary >= 100;
+    }
+    if (absl::StartsWith(a, "--zipf=")) ok = absl::SimpleAtod(a.substr(7), &f->zipf) && f->zipf > 0 && f->zipf < 10;
+    if (!ok) {
+      std::fprintf(stderr, "disk_tier_train_benchmark: bad argument %s\n", a.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  if (!Parse(argc, argv, &f)) return 2;
+  auto floor = Train(f, 0);
+  if (!floor.ok()) {
+    std::fprintf(stderr, "disk_tier_train_benchmark: %s\n", floor.status().ToString().c_str());
+    return 1;
+  }
+  // A tenth of the rows, per shard (the rows spread evenly over the two shards).
+  const uint64_t dram_rows = static_cast<uint64_t>(floor->dram_rows / 10 / 2);
+  std::printf("floor, every row in DRAM: %.0f rows, %.0f samples/s\n", floor->dram_rows, floor->samples_per_second);
+  auto tiered = Train(f, dram_rows);
+  if (!tiered.ok()) {
+    std::fprintf(stderr, "disk_tier_train_benchmark: %s\n", tiered.status().ToString().c_str());
+    return 1;
+  }
+  std::printf("disk tier, %llu rows a shard in DRAM: %.0f in DRAM, %.0f on disk (%.1f x DRAM), %.0f samples/s\n",
+              static_cast<unsigned long long>(dram_rows), tiered->dram_rows, tiered->disk_rows,
+              (tiered->dram_rows + tiered->disk_rows) / std::max(1.0, tiered->dram_rows), tiered->samples_per_second);
+  std::printf("DRAM hit rate %.3f; samples/s %.2f of the floor\n", tiered->dram_hits / std::max(1.0, tiered->lookups),
+              tiered->samples_per_second / floor->samples_per_second);
+  return 0;
+}
