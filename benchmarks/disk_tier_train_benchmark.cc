@@ -1,4 +1,5 @@
-// Training with a disk tier: the embedded synthetic job (DLRM, 26 slots of Zipf ids, 2 PS
+// Training with a disk tier: the embedded synthetic job (DLRM with MLPs of 512-256 as
+// train_benchmark's default shape, 26 slots of Zipf ids, fp16 rows with row-wise Adagrad, 2 PS
 // shards) whose tables end ten times larger than the shards' DRAM, against the same job with
 // every row in DRAM, in the same binary, on the same batches.
 // Floor: the job's steady samples/s with no capacity (every row in DRAM). Figure: the job's
@@ -6,8 +7,8 @@
 // disk tier (ps.disk) under it; also DRAM's hit rate (hyrec_ps_dram_hits_total over
 // hyrec_ps_lookups_total) and the rows on disk at the end. Target: >= 0.7 with a hit rate >= 90%.
 //
-//   build/benchmarks/disk_tier_train_benchmark [--dir=/tmp] [--samples=600000] [--vocabulary=20000]
-//                                              [--zipf=1.2]
+//   build/benchmarks/disk_tier_train_benchmark [--dir=/tmp] [--samples=600000] [--vocabulary=200000]
+//                                              [--zipf=1.2] [--batch=512] [--mlp=512,256]
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -26,8 +27,10 @@ namespace {
 struct Flags {
   std::string dir = "/tmp";
   uint64_t samples = 600000;
-  uint64_t vocabulary = 20000;
+  uint64_t vocabulary = 200000;
   double zipf = 1.2;
+  std::string mlp = "512, 256";  // The bottom and top MLPs' layers.
+  int batch = 512;
 };
 
 struct Run {
@@ -36,6 +39,10 @@ struct Run {
   double dram_hits = 0;
   double dram_rows = 0;
   double disk_rows = 0;
+  double disk_reads = 0;
+  double lookup_ms = 0;
+  double update_ms = 0;
+  double wait_ms = 0;
 };
 
 // The sum of every sample of `family` in a rendered registry.
@@ -53,9 +60,10 @@ double Sum(const std::string& rendered, const std::string& family) {
 absl::StatusOr<Run> Train(const Flags& f, uint64_t dram_rows) {
   std::string yaml =
       absl::StrCat("loader:\n  source:\n    format: synthetic\n    synthetic: {num_samples: ", f.samples,
-                   ", vocabulary: ", f.vocabulary, ", zipf: ", f.zipf,
-                   ", seed: 1}\n  batch_size: 512\n  threads: 1\n  epochs: 1\n  shuffle_window: 65536\n"
-                   "model: {kind: dlrm, embedding_dim: 16, bottom: [64, 32], top: [64, 32], pooling: sum}\n"
+                   ", vocabulary: ", f.vocabulary, ", zipf: ", f.zipf, ", seed: 1}\n  batch_size: ", f.batch,
+                   "\n  threads: 1\n  epochs: 1\n  shuffle_window: 65536\n",
+                   "model: {kind: dlrm, embedding_dim: 16, bottom: [", f.mlp, "], top: [", f.mlp,
+                   "], pooling: sum}\n"
                    "train: {workers: 1, embedding_staleness: 4, dense_optimizer: adam, dense_learning_rate: 0.002}\n"
                    "ps:\n  shards: 2\n  optimizer: adagrad_rowwise\n  precision: fp16\n");
   const std::string tier = f.dir + "/hyrec_disk_tier_train_benchmark";
@@ -80,6 +88,10 @@ absl::StatusOr<Run> Train(const Flags& f, uint64_t dram_rows) {
   run.dram_hits = Sum(rendered, "hyrec_ps_dram_hits_total");
   run.dram_rows = Sum(rendered, "hyrec_ps_rows");
   run.disk_rows = Sum(rendered, "hyrec_ps_disk_rows");
+  run.disk_reads = Sum(rendered, "hyrec_ps_disk_reads_total");
+  run.lookup_ms = report->stats.lookup_ms;
+  run.update_ms = report->stats.update_ms;
+  run.wait_ms = report->stats.wait_for_rows_ms;
   return run;
 }
 
@@ -93,6 +105,13 @@ bool Parse(int argc, char** argv, Flags* f) {
       ok = absl::SimpleAtoi(a.substr(13), &f->vocabulary) && f->vocabulary >= 100;
     }
     if (absl::StartsWith(a, "--zipf=")) ok = absl::SimpleAtod(a.substr(7), &f->zipf) && f->zipf > 0 && f->zipf < 10;
+    if (absl::StartsWith(a, "--batch=")) ok = absl::SimpleAtoi(a.substr(8), &f->batch) && f->batch >= 1;
+    if (absl::StartsWith(a, "--mlp=")) {
+      int layer = 0;
+      ok = true;
+      for (absl::string_view l : absl::StrSplit(a.substr(6), ',')) ok = ok && absl::SimpleAtoi(l, &layer) && layer >= 1;
+      if (ok) f->mlp = a.substr(6);
+    }
     if (!ok) {
       std::fprintf(stderr, "disk_tier_train_benchmark: bad argument %s\n", a.c_str());
       return false;
@@ -122,6 +141,11 @@ int main(int argc, char** argv) {
   std::printf("disk tier, %llu rows a shard in DRAM: %.0f in DRAM, %.0f on disk (%.1f x DRAM), %.0f samples/s\n",
               static_cast<unsigned long long>(dram_rows), tiered->dram_rows, tiered->disk_rows,
               (tiered->dram_rows + tiered->disk_rows) / std::max(1.0, tiered->dram_rows), tiered->samples_per_second);
+  std::printf(
+      "a batch's lookup, update, wait for rows: floor %.2f, %.2f, %.2f ms; disk tier %.2f, %.2f, %.2f ms; "
+      "%.0f rows read back from disk\n",
+      floor->lookup_ms, floor->update_ms, floor->wait_ms, tiered->lookup_ms, tiered->update_ms, tiered->wait_ms,
+      tiered->disk_reads);
   std::printf("DRAM hit rate %.3f; samples/s %.2f of the floor\n", tiered->dram_hits / std::max(1.0, tiered->lookups),
               tiered->samples_per_second / floor->samples_per_second);
   return 0;

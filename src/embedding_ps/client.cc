@@ -304,15 +304,36 @@ class InProcessClient final : public ShardedClient {
         if (absl::StatusOr<int> t = store.TableIndex(call.table); t.ok()) store.AdvanceDataTime(*t, call.data_time);
       }
     }
+    HYREC_RETURN_IF_ERROR(ReadBackParts(calls));
     return ForEachPart(calls, [](EmbeddingShardStore& store, int t, ShardPart& part) {
       return store.Lookup(t, part.ids, part.out, nullptr);
     });
   }
 
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
+    HYREC_RETURN_IF_ERROR(ReadBackParts(calls));
     return ForEachPart(calls, [update_id](EmbeddingShardStore& store, int t, ShardPart& part) {
       return store.Update(t, part.ids, part.grads, update_id, nullptr);
     });
+  }
+
+  // Reads every table's rows of the calls that a shard's disk tier holds back into DRAM, the
+  // shard's tables together (EmbeddingShardStore::ReadBack).
+  absl::Status ReadBackParts(absl::Span<TableCall> calls) {
+    for (size_t shard = 0; shard < stores_.size(); ++shard) {
+      EmbeddingShardStore& store = *stores_[shard];
+      if (!store.has_disk_tier()) continue;
+      std::vector<EmbeddingShardStore::TableIds> reads;
+      for (const TableCall& call : calls) {
+        absl::StatusOr<int> t = store.TableIndex(call.table);
+        if (!t.ok()) return t.status();
+        for (const ShardPart& part : call.parts) {
+          if (part.shard == static_cast<int>(shard)) reads.push_back({*t, part.ids});
+        }
+      }
+      if (absl::Status s = store.ReadBack(reads); !s.ok()) return Annotate(s, absl::StrCat("shard ", shard));
+    }
+    return absl::OkStatus();
   }
 
   // Runs fn(store, table index, part) for every part of every call on its shard's store; the

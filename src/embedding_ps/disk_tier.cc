@@ -322,27 +322,42 @@ bool DiskTier::Erase(int t, uint64_t id) {
 
 absl::Status DiskTier::Take(int t, absl::Span<const uint64_t> ids,
                             const std::function<void(size_t, uint64_t, const char*)>& found) {
+  const TakeCall call{t, ids};
+  return TakeMany(absl::MakeConstSpan(&call, 1), [&](size_t, size_t position, uint64_t score, const char* payload) {
+    found(position, score, payload);
+  });
+}
+
+absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found) {
   absl::MutexLock lock(&mu_);
-  if (t < 0 || t >= static_cast<int>(tables_.size())) return absl::InvalidArgumentError("disk tier: bad table");
-  Table& table = tables_[t];
-  if (table.index.empty()) return absl::OkStatus();
-  // (page, record, position) of the rows on disk, sorted by page; open-page rows are taken now.
-  thread_local std::vector<std::tuple<uint32_t, uint32_t, size_t>> wanted;
-  wanted.clear();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    auto it = table.index.find(ids[i]);
-    if (it == table.index.end()) continue;
-    const uint32_t page = PageOf(it->second);
-    const uint32_t record = RecordOf(it->second);
-    if (page != kOpenPage) {
-      wanted.emplace_back(page, record, i);
-      continue;
+  for (const TakeCall& call : calls) {
+    if (call.table < 0 || call.table >= static_cast<int>(tables_.size())) {
+      return absl::InvalidArgumentError("disk tier: bad table");
     }
-    const char* rec = table.OpenRecord(record);
-    found(i, U64At(rec + 8), rec + 16);
-    --table.open_live;
-    table.index.erase(it);
-    ++stats_.takes;
+  }
+  // (page, record, call, position) of the rows on disk, sorted by page; open-page rows are
+  // taken now.
+  thread_local std::vector<std::tuple<uint32_t, uint32_t, uint32_t, size_t>> wanted;
+  wanted.clear();
+  for (uint32_t c = 0; c < calls.size(); ++c) {
+    Table& table = tables_[calls[c].table];
+    if (table.index.empty()) continue;
+    const absl::Span<const uint64_t> ids = calls[c].ids;
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto it = table.index.find(ids[i]);
+      if (it == table.index.end()) continue;
+      const uint32_t page = PageOf(it->second);
+      const uint32_t record = RecordOf(it->second);
+      if (page != kOpenPage) {
+        wanted.emplace_back(page, record, c, i);
+        continue;
+      }
+      const char* rec = table.OpenRecord(record);
+      found(c, i, U64At(rec + 8), rec + 16);
+      --table.open_live;
+      table.index.erase(it);
+      ++stats_.takes;
+    }
   }
   if (wanted.empty()) return absl::OkStatus();
   std::sort(wanted.begin(), wanted.end());
@@ -362,17 +377,19 @@ absl::Status DiskTier::Take(int t, absl::Span<const uint64_t> ids,
       return absl::OkStatus();  // The page's rows stay held; the other pages are taken.
     }
     for (size_t k = first[p]; k < first[p + 1]; ++k) {
-      const auto [page, record, position] = wanted[k];
+      const auto [page, record, c, position] = wanted[k];
+      Table& table = tables_[calls[c].table];
+      const uint64_t id = calls[c].ids[position];
       const char* rec = buf + kPageHeaderBytes + record * table.record_bytes;
-      if (U64At(rec) != ids[position]) {
+      if (U64At(rec) != id) {
         if (failed.ok()) {
           failed = absl::DataLossError(absl::StrCat("disk tier ", options_.path, ": page ", page, " record ", record,
-                                                    " holds id ", U64At(rec), ", not ", ids[position]));
+                                                    " holds id ", U64At(rec), ", not ", id));
         }
         continue;
       }
-      found(position, U64At(rec + 8), rec + 16);
-      table.index.erase(ids[position]);
+      found(c, position, U64At(rec + 8), rec + 16);
+      table.index.erase(id);
       ForgetLocked(Location(page, record));
       ++stats_.takes;
     }
@@ -407,11 +424,26 @@ absl::Status DiskTier::CheckPage(uint32_t page, const char* buf) const {
                                           uint64_t{page} * kPageBytes, ") fails its checksum"));
 }
 
+// An io_uring of queue_depth entries and a page buffer for each, set up once: a ring's set-up
+// maps memory, and unmapping it flushes every core's TLB.
+struct DiskTier::Reader {
+#if HYREC_HAS_URING
+  io_uring ring;
+#endif
+  PageBuffer bufs;
+  uint32_t depth = 0;
+  ~Reader() {
+#if HYREC_HAS_URING
+    if (depth > 0) io_uring_queue_exit(&ring);
+#endif
+  }
+};
+
 absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
-                                 const std::function<absl::Status(size_t, const char*)>& done) const {
+                                 const std::function<absl::Status(size_t, const char*)>& done,
+                                 bool forked_child) const {
   if (pages.empty()) return absl::OkStatus();
-  const uint32_t depth = std::min<uint32_t>(options_.queue_depth, static_cast<uint32_t>(pages.size()));
-  if (depth == 1 || !HYREC_HAS_URING) {
+  if (pages.size() == 1 || !HYREC_HAS_URING) {
     PageBuffer buf = NewPages(1);
     for (size_t p = 0; p < pages.size(); ++p) {
       const ssize_t n = ::pread(fd_, buf.get(), kPageBytes, static_cast<off_t>(pages[p]) * kPageBytes);
@@ -425,11 +457,23 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
     return absl::OkStatus();
   }
 #if HYREC_HAS_URING
-  io_uring ring;
-  if (const int e = io_uring_queue_init(depth, &ring, 0); e < 0) {
-    return Errno(-e, absl::StrCat("disk tier ", options_.path, ": io_uring"));
+  // A child forked by a checkpoint has its own ring: the parent's is shared memory it goes on
+  // using.
+  std::unique_ptr<Reader> own;
+  Reader* reader = forked_child ? nullptr : reader_.get();
+  if (reader == nullptr) {
+    own = std::make_unique<Reader>();
+    if (const int e = io_uring_queue_init(options_.queue_depth, &own->ring, 0); e < 0) {
+      return Errno(-e, absl::StrCat("disk tier ", options_.path, ": io_uring"));
+    }
+    own->depth = options_.queue_depth;
+    own->bufs = NewPages(own->depth);
+    reader = own.get();
+    if (!forked_child) reader_ = std::move(own);
   }
-  PageBuffer bufs = NewPages(depth);
+  io_uring& ring = reader->ring;
+  const PageBuffer& bufs = reader->bufs;
+  const uint32_t depth = std::min<uint32_t>(reader->depth, static_cast<uint32_t>(pages.size()));
   size_t next = 0;
   uint32_t in_flight = 0;
   auto submit = [&](uint32_t slot) {
@@ -467,7 +511,6 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
       if (status.ok() && next < pages.size()) submit(slot);
     }
   }
-  io_uring_queue_exit(&ring);
   return status;
 #else
   return absl::OkStatus();
@@ -476,12 +519,14 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
 
 absl::Status DiskTier::ForEach(int t, const RowFn& fn) const {
   absl::MutexLock lock(&mu_);
-  return ForEachLocked(t, fn);
+  return ForEachLocked(t, fn, /*forked_child=*/false);
 }
 
-absl::Status DiskTier::ForEachInForkedChild(int t, const RowFn& fn) const { return ForEachLocked(t, fn); }
+absl::Status DiskTier::ForEachInForkedChild(int t, const RowFn& fn) const {
+  return ForEachLocked(t, fn, /*forked_child=*/true);
+}
 
-absl::Status DiskTier::ForEachLocked(int t, const RowFn& fn) const {
+absl::Status DiskTier::ForEachLocked(int t, const RowFn& fn, bool forked_child) const {
   if (t < 0 || t >= static_cast<int>(tables_.size())) return absl::InvalidArgumentError("disk tier: bad table");
   const Table& table = tables_[t];
   std::vector<uint32_t> pages;
@@ -496,17 +541,20 @@ absl::Status DiskTier::ForEachLocked(int t, const RowFn& fn) const {
   }
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-  return ReadPages(pages, [&](size_t p, const char* buf) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
-    HYREC_RETURN_IF_ERROR(CheckPage(pages[p], buf));
-    const uint32_t records = U16At(buf + 6);
-    for (uint32_t r = 0; r < records; ++r) {
-      const char* rec = buf + kPageHeaderBytes + r * table.record_bytes;
-      auto it = table.index.find(U64At(rec));
-      if (it == table.index.end() || it->second != Location(pages[p], r)) continue;
-      HYREC_RETURN_IF_ERROR(fn(it->first, U64At(rec + 8), rec + 16));
-    }
-    return absl::OkStatus();
-  });
+  return ReadPages(
+      pages,
+      [&](size_t p, const char* buf) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        HYREC_RETURN_IF_ERROR(CheckPage(pages[p], buf));
+        const uint32_t records = U16At(buf + 6);
+        for (uint32_t r = 0; r < records; ++r) {
+          const char* rec = buf + kPageHeaderBytes + r * table.record_bytes;
+          auto it = table.index.find(U64At(rec));
+          if (it == table.index.end() || it->second != Location(pages[p], r)) continue;
+          HYREC_RETURN_IF_ERROR(fn(it->first, U64At(rec + 8), rec + 16));
+        }
+        return absl::OkStatus();
+      },
+      forked_child);
 }
 
 void DiskTier::HoldPages() {

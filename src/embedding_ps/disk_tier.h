@@ -98,6 +98,15 @@ class DiskTier {
   absl::Status Take(int table, absl::Span<const uint64_t> ids,
                     const std::function<void(size_t, uint64_t, const char*)>& found);
 
+  // Take for several tables at once, their pages read together: found(call, position in its
+  // ids, score, payload).
+  struct TakeCall {
+    int table = 0;
+    absl::Span<const uint64_t> ids;
+  };
+  using ManyFoundFn = std::function<void(size_t, size_t, uint64_t, const char*)>;
+  absl::Status TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found);
+
   // Forgets (table, id)'s row; whether it was held.
   bool Erase(int table, uint64_t id);
 
@@ -124,6 +133,7 @@ class DiskTier {
 
  private:
   struct Table;
+  struct Reader;
   struct PageFree {
     void operator()(char* p) const;
   };
@@ -138,17 +148,16 @@ class DiskTier {
   absl::Status CleanOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FlushLocked(int table) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ForgetLocked(uint64_t location) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status ForEachLocked(int table, const RowFn& fn) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ForEachLocked(int table, const RowFn& fn, bool forked_child) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The pages the live rows (and `extra` more of table `extra_table`) need packed tight, over
   // the 90% of the pages a Put may fill.
   double FillLocked(int extra_table, uint64_t extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPage(uint32_t page, const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads `pages` with up to queue_depth in flight, calling done(i, buf) for pages[i] in order
-  // of completion.
-  absl::Status ReadPages(absl::Span<const uint32_t> pages,
-                         const std::function<absl::Status(size_t, const char*)>& done) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // of completion; `forked_child`: with a reader of its own.
+  absl::Status ReadPages(absl::Span<const uint32_t> pages, const std::function<absl::Status(size_t, const char*)>& done,
+                         bool forked_child = false) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DiskTierOptions options_;
   const int fd_;
@@ -159,9 +168,10 @@ class DiskTier {
   std::vector<uint16_t> live_ ABSL_GUARDED_BY(mu_);        // Per page: its live rows.
   std::vector<uint16_t> page_table_ ABSL_GUARDED_BY(mu_);  // Per page: its table.
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> held_free_ ABSL_GUARDED_BY(mu_);  // Freed while pages are held.
-  PageBuffer spare_ ABSL_GUARDED_BY(mu_);                 // A zeroed page buffer for the next open page.
-  uint32_t never_used_ ABSL_GUARDED_BY(mu_) = 0;          // Pages at or above it were never used.
+  std::vector<uint32_t> held_free_ ABSL_GUARDED_BY(mu_);         // Freed while pages are held.
+  PageBuffer spare_ ABSL_GUARDED_BY(mu_);                        // A zeroed page buffer for the next open page.
+  mutable std::unique_ptr<Reader> reader_ ABSL_GUARDED_BY(mu_);  // Set up at the first batched read.
+  uint32_t never_used_ ABSL_GUARDED_BY(mu_) = 0;                 // Pages at or above it were never used.
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t clean_draw_ ABSL_GUARDED_BY(mu_) = 0;

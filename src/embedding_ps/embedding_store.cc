@@ -138,6 +138,58 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     return InsertError();
   }
 
+  bool has_disk_tier() const override { return tier_ != nullptr; }
+
+  absl::Status ReadBack(absl::Span<const TableIds> calls) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (tier_ == nullptr) return absl::OkStatus();
+    for (const TableIds& call : calls) HYREC_CHECK_TABLE(call.table);
+    // The ids of each call that DRAM lacks, with their hashes.
+    thread_local std::vector<std::vector<uint64_t>> missing;
+    thread_local std::vector<std::vector<uint64_t>> missing_hashes;
+    missing.resize(calls.size());
+    missing_hashes.resize(calls.size());
+    std::vector<DiskTier::TakeCall> takes(calls.size());
+    for (const auto& stripe : stripes_) stripe->mu.Lock();
+    for (size_t c = 0; c < calls.size(); ++c) {
+      const int t = calls[c].table;
+      missing[c].clear();
+      missing_hashes[c].clear();
+      takes[c].table = t;
+      if (disk_rows_[t].load(std::memory_order_relaxed) == 0) continue;
+      for (const uint64_t id : calls[c].ids) {
+        const uint64_t hash = Hash(t, id);
+        if (FindLocked(RowsOf(*stripes_[StripeIndex(hash)], t), id, hash) != RowIndex::kNone) continue;
+        missing[c].push_back(id);
+        missing_hashes[c].push_back(hash);
+      }
+      takes[c].ids = missing[c];
+    }
+    struct Taken {
+      uint32_t call;
+      uint32_t position;
+      uint64_t score;
+      size_t at;  // In payloads.
+    };
+    thread_local std::vector<Taken> taken;
+    thread_local std::string payloads;
+    taken.clear();
+    payloads.clear();
+    absl::Status status = tier_->TakeMany(takes, [&](size_t c, size_t i, uint64_t score, const char* payload) {
+      const TableLayout& layout = layouts_[calls[c].table];
+      taken.push_back({static_cast<uint32_t>(c), static_cast<uint32_t>(i), score, payloads.size()});
+      payloads.append(payload, layout.weight_bytes + 4 * layout.state_floats);
+    });
+    for (const Taken& k : taken) {
+      const int t = calls[k.call].table;
+      const uint64_t hash = missing_hashes[k.call][k.position];
+      absl::Status placed = PlaceLocked(*stripes_[StripeIndex(hash)], t, missing[k.call][k.position], hash, k.score,
+                                        payloads.data() + k.at);
+      if (status.ok()) status = placed;
+    }
+    for (const auto& stripe : stripes_) stripe->mu.Unlock();
+    return status;
+  }
+
   absl::Status CheckUpdate(int t, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
                            UpdateId update_id) override {
     HYREC_CHECK_TABLE(t);

@@ -1,5 +1,7 @@
 #include "src/embedding_ps/handlers.h"
 
+#include <cstring>
+
 #include <limits>
 #include <vector>
 
@@ -79,6 +81,29 @@ absl::Status HandleLookup(EmbeddingShardStore& store, const RequestLimits& limit
   return absl::OkStatus();
 }
 
+namespace {
+
+// With a disk tier: the rows of every well-formed part on disk, read back into DRAM together
+// (EmbeddingShardStore::ReadBack) before each part is served alone. A malformed part is left to
+// its own refusal.
+template <typename Parts>
+absl::Status ReadBackFromDisk(EmbeddingShardStore& store, const Parts& parts) {
+  if (!store.has_disk_tier()) return absl::OkStatus();
+  std::vector<std::vector<uint64_t>> ids;
+  std::vector<EmbeddingShardStore::TableIds> reads;
+  ids.reserve(parts.size());
+  for (const auto& part : parts) {
+    absl::StatusOr<int> table = store.TableIndex(part.table());
+    if (!table.ok() || part.ids().size() % sizeof(uint64_t) != 0) continue;
+    ids.emplace_back(part.ids().size() / sizeof(uint64_t));
+    std::memcpy(ids.back().data(), part.ids().data(), part.ids().size());
+    reads.push_back({*table, ids.back()});
+  }
+  return store.ReadBack(reads);
+}
+
+}  // namespace
+
 absl::Status HandleLookupTables(EmbeddingShardStore& store, const RequestLimits& limits,
                                 const proto::LookupTablesRequest& request, proto::LookupTablesResponse* response) {
   if (request.lookups_size() == 0) return absl::InvalidArgumentError("LookupTables without lookups");
@@ -105,6 +130,7 @@ absl::Status HandleLookupTables(EmbeddingShardStore& store, const RequestLimits&
                                                      answer_bytes, " bytes; this PS sends at most ",
                                                      limits.max_message_bytes, " (split the request)"));
   }
+  HYREC_RETURN_IF_ERROR(ReadBackFromDisk(store, request.lookups()));
   for (int k = 0; k < request.lookups_size(); ++k) {
     absl::Status status = HandleLookup(store, limits, request.lookups(k), response->add_lookups());
     if (!status.ok()) {
@@ -164,6 +190,11 @@ absl::Status ApplyUpdates(EmbeddingShardStore& store, const RequestLimits& limit
       return absl::Status(status.code(), absl::StrCat("update ", k, " (table '", requests[k]->table().substr(0, 64),
                                                       "'): ", status.message(), "; nothing was applied"));
     }
+  }
+  if (store.has_disk_tier()) {
+    std::vector<EmbeddingShardStore::TableIds> reads;
+    for (const ParsedUpdate& p : *parsed) reads.push_back({p.table, p.ids});
+    HYREC_RETURN_IF_ERROR(store.ReadBack(reads));
   }
   absl::Status status;
   const auto apply = [&] {

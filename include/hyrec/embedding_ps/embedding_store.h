@@ -298,6 +298,17 @@ class EmbeddingShardStore {
   // make non-finite is left as it was and counted (UpdateResult::nonfinite).
   virtual absl::Status Update(int table, absl::Span<const uint64_t> ids, absl::Span<const float> grads,
                               UpdateId update_id, UpdateResult* result) = 0;
+  // With a disk tier (StoreOptions::disk): reads the rows of several tables' ids that are on disk
+  // back into DRAM, all together (many reads in flight), before a request's Lookup or Update of
+  // each table, which otherwise read their own table's rows alone. Creates no row. A no-op
+  // without a tier (has_disk_tier). DataLoss when a page fails its checksum.
+  struct TableIds {
+    int table = 0;
+    absl::Span<const uint64_t> ids;
+  };
+  virtual absl::Status ReadBack(absl::Span<const TableIds> calls) { return absl::OkStatus(); }
+  virtual bool has_disk_tier() const { return false; }
+
   // The refusals Update would answer for these arguments now (a bad table, a wrong gradient
   // length, a NaN/Inf gradient, a sequence too old for its window, one worker id too many),
   // writing nothing: a call of several updates checks them all before it applies or logs any,
