@@ -349,6 +349,44 @@ TEST(K8sRender, PsMemoryComesFromTheCapacities) {
   EXPECT_EQ(resources["limits"]["memory"].as<std::string>(), resources["requests"]["memory"].as<std::string>());
 }
 
+// A job with a disk tier: each PS pod's job file points the tier at its own emptyDir, mounted
+// there, sized by ps.disk.capacity_bytes and requested as ephemeral storage; other pods have none.
+TEST(K8sRender, APsDiskTierIsAnEmptyDirOfItsCapacity) {
+  YAML::Node root = YAML::LoadFile(kExample);
+  root["ps"]["capacity_rows"] = 1000000;
+  root["ps"]["disk"] = YAML::Load("{dir: /ssd, capacity_bytes: 10737418240}");
+  YAML::Emitter out;
+  out << root;
+  auto spec = ParseJobSpecText(out.c_str(), "job.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto r = RenderK8s(*spec, Options("gke"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  const YAML::Node config_map = Find(Objects(r->yaml), "ConfigMap");
+  auto pods = ParseJobSpecText(config_map["data"]["job.yaml"].as<std::string>(), "ConfigMap");
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  EXPECT_EQ(pods->ps.disk_dir, kK8sDiskDir);
+  EXPECT_EQ(pods->ps.disk_capacity_bytes, 10737418240u);
+  const YAML::Node jobs = Find(Objects(r->yaml), "JobSet")["spec"]["replicatedJobs"];
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const YAML::Node pod = jobs[j]["template"]["spec"]["template"]["spec"];
+    const bool ps = jobs[j]["name"].as<std::string>() == "ps";
+    bool mounted = false, volume = false;
+    for (const auto& m : pod["containers"][0]["volumeMounts"]) {
+      mounted |= m["name"].as<std::string>() == "disk" && m["mountPath"].as<std::string>() == kK8sDiskDir;
+    }
+    for (const auto& v : pod["volumes"]) {
+      if (v["name"].as<std::string>() != "disk") continue;
+      volume = true;
+      EXPECT_EQ(v["emptyDir"]["sizeLimit"].as<std::string>(), "10Gi");
+    }
+    EXPECT_EQ(mounted, ps) << jobs[j]["name"];
+    EXPECT_EQ(volume, ps) << jobs[j]["name"];
+    if (ps) {
+      EXPECT_EQ(pod["containers"][0]["resources"]["requests"]["ephemeral-storage"].as<std::string>(), "11Gi");
+    }
+  }
+}
+
 // The example job with a criteo source reading `files` (a YAML flow sequence) instead of the
 // synthetic one, and held-out `eval_files` (none when empty).
 std::string SourceWithFiles(const std::string& job, const std::string& files, const std::string& eval_files = "") {

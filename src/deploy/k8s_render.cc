@@ -137,6 +137,8 @@ class Renderer {
   // Whether `role`'s pods mount the data bucket (--gcs_bucket): the loader and the workers, who
   // read the sources, the held-out files and the module.
   bool ReadsData(K8sRole role) const { return !options_.gcs_bucket.empty() && role != K8sRole::kPs; }
+  // A PS pod of a job with a disk tier (ps.disk) mounts an emptyDir for it.
+  bool HasDisk(K8sRole role) const { return role == K8sRole::kPs && !spec_.ps.disk_dir.empty(); }
   absl::Status PreparePools();
 
   const JobSpec& spec_;
@@ -312,6 +314,7 @@ std::string Renderer::JobText() const {
     root["ps"]["update_log"]["dir"] = absl::StrCat(kK8sStateDir, "/update-log");  // Durable, beside the checkpoints.
   }
   if (!spec_.serving.dir.empty()) root["export"]["dir"] = absl::StrCat(kK8sStateDir, "/exports");
+  if (!spec_.ps.disk_dir.empty()) root["ps"]["disk"]["dir"] = kK8sDiskDir;  // The PS pods' own emptyDir.
   root["security"]["dir"] = kK8sCertsDir;
   YAML::Emitter out;
   out << root;
@@ -422,6 +425,11 @@ KValue Renderer::Container(K8sRole role) const {
   c.Set("ports", ports);
   KValue requests = KValue::Map({{"cpu", Millicores(pool.cpu_request)}, {"memory", Quantity(pool.memory_request)}});
   KValue limits = KValue::Map({{"cpu", Millicores(pool.cpu_limit)}, {"memory", Quantity(pool.memory_limit)}});
+  if (HasDisk(role)) {  // The tier's file and /tmp, on the node's ephemeral storage.
+    const uint64_t ephemeral = spec_.ps.disk_capacity_bytes + (uint64_t{1} << 30);
+    requests.Set("ephemeral-storage", Quantity(ephemeral));
+    limits.Set("ephemeral-storage", Quantity(ephemeral));
+  }
   if (role == K8sRole::kWorker && pool.gpus > 0) {
     limits.Set("nvidia.com/gpu", pool.gpus);
     requests.Set("nvidia.com/gpu", pool.gpus);
@@ -442,6 +450,7 @@ KValue Renderer::Container(K8sRole role) const {
   mounts.Append(certs);
   mounts.Append(KValue::Map({{"name", "state"}, {"mountPath", kK8sStateDir}}));
   mounts.Append(KValue::Map({{"name", "tmp"}, {"mountPath", "/tmp"}}));
+  if (HasDisk(role)) mounts.Append(KValue::Map({{"name", "disk"}, {"mountPath", kK8sDiskDir}}));
   if (ReadsData(role)) mounts.Append(KValue::Map({{"name", "gcs"}, {"mountPath", kK8sGcsDir}, {"readOnly", true}}));
   c.Set("volumeMounts", mounts);
   return c;
@@ -507,6 +516,10 @@ KValue Renderer::PodSpec(K8sRole role) const {
         {{"name", "state"}, {"persistentVolumeClaim", KValue::Map({{"claimName", "state-" + options_.name}})}}));
   }
   volumes.Append(KValue::Map({{"name", "tmp"}, {"emptyDir", KValue::Map({{"sizeLimit", "1Gi"}})}}));
+  if (HasDisk(role)) {
+    volumes.Append(KValue::Map(
+        {{"name", "disk"}, {"emptyDir", KValue::Map({{"sizeLimit", Quantity(spec_.ps.disk_capacity_bytes)}})}}));
+  }
   if (ReadsData(role)) {
     volumes.Append(
         KValue::Map({{"name", "gcs"},

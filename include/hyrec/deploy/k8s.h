@@ -40,6 +40,9 @@ inline constexpr char kK8sBinary[] = "/opt/hyrec/bin/hyrec";
 inline constexpr char kK8sJobDir[] = "/etc/hyrec/job";      // The ConfigMap: job.yaml.
 inline constexpr char kK8sCertsDir[] = "/etc/hyrec/certs";  // This pod's identity and ca.pem.
 inline constexpr char kK8sStateDir[] = "/var/lib/hyrec";    // The shared volume: checkpoints, exports.
+// A PS pod's disk tier (ps.disk): an emptyDir of ps.disk.capacity_bytes, on the node's local SSD
+// where its pool's nodes keep ephemeral storage there (GKE's local-SSD machine shapes).
+inline constexpr char kK8sDiskDir[] = "/var/lib/hyrec-disk";
 // Where the loader and the workers see K8sOptions::gcs_bucket (read-only, GKE's Cloud Storage FUSE).
 inline constexpr char kK8sGcsDir[] = "/mnt/gcs";
 inline constexpr int kK8sHealthPort = 8081;
