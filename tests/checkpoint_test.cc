@@ -403,7 +403,8 @@ TEST(ShardCheckpointerTest, AForkedCutWritesTheStoreAsItWasAtBegin) {
 
 // A store with a disk tier under a DRAM capacity of 120 rows holds the rows a store without
 // bounds holds, bit for bit, most of them on disk; a forked cut of it writes both tiers as they
-// were at Begin while the parent trains on, and restores into a store with or without a tier.
+// were at Begin while the parent trains on, and restores into a store with or without a tier,
+// and onto two shards with tiers.
 TEST(ShardCheckpointerTest, AStoreWithADiskTierCutsBothTiersAndRestoresIntoEither) {
   const std::string dir = FreshDir("tier_cut");
   for (const auto precision : {embedding_ps::RowPrecision::kFp32, embedding_ps::RowPrecision::kFp16}) {
@@ -452,6 +453,21 @@ TEST(ShardCheckpointerTest, AStoreWithADiskTierCutsBothTiersAndRestoresIntoEithe
     ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), cut, m, 0, 1, restored.get()).ok());
     EXPECT_EQ(Rows(*restored), rows_then);
     EXPECT_GT(restored->Stats().tables[0].disk_rows, 200u) << "restored past DRAM onto disk";
+    // Resharded onto two shards with tiers of DRAM 40 rows each: every row once, on its shard.
+    std::map<std::pair<int, uint64_t>, std::vector<float>> resharded;
+    for (int k = 0; k < 2; ++k) {
+      StoreOptions shard_options = Options(40, false, kinds);
+      shard_options.disk.path = absl::StrCat(tiered_options.disk.path, "_shard", k);
+      shard_options.disk.capacity_bytes = 1 << 20;
+      auto shard = *EmbeddingShardStore::Create(shard_options);
+      ASSERT_TRUE(embedding_ps::RestoreShard(Env::Default(), cut, m, k, 2, shard.get()).ok());
+      EXPECT_GT(shard->Stats().tables[0].disk_rows, 100u);
+      for (auto& [key, value] : Rows(*shard)) {
+        EXPECT_EQ(ShardForId(key.second, 2), k) << "id " << key.second << " on the wrong shard";
+        EXPECT_TRUE(resharded.emplace(key, value).second);
+      }
+    }
+    EXPECT_EQ(resharded, rows_then);
   }
 }
 
