@@ -89,11 +89,13 @@ TEST(DiskTier, ARowTakenIsTheRowPutAndIsThenGone) {
   EXPECT_FALSE(tier->Contains(0, 2));
   EXPECT_TRUE(tier->Contains(0, 3));
   EXPECT_TRUE(TakeAll(*tier, 0, {2, 4}).empty()) << "taken rows are gone";
+  EXPECT_EQ(TakeAll(*tier, 0, {9, 9, 11, 9}).size(), 2u) << "an id asked for twice is taken once";
+  EXPECT_EQ(tier->rows(0), 2498u);
   const auto other = TakeAll(*tier, 1, {0, 5, 7});
   ASSERT_EQ(other.size(), 2u) << "tables are apart";
   EXPECT_EQ(other.at(5).payload, Payload(1, 5, 0, 100));
   const DiskTierStats stats = tier->Stats();
-  EXPECT_EQ(stats.takes, 2502u);
+  EXPECT_EQ(stats.takes, 2504u);
   EXPECT_GT(stats.page_reads, 0u);
   EXPECT_EQ(stats.bytes_read, stats.page_reads * DiskTier::kPageBytes);
 }

@@ -378,6 +378,8 @@ absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoun
     }
     for (size_t k = first[p]; k < first[p + 1]; ++k) {
       const auto [page, record, c, position] = wanted[k];
+      // An id asked for twice: sorted by page and record, its second ask comes next.
+      if (k > first[p] && std::get<1>(wanted[k - 1]) == record) continue;
       Table& table = tables_[calls[c].table];
       const uint64_t id = calls[c].ids[position];
       const char* rec = buf + kPageHeaderBytes + record * table.record_bytes;

@@ -92,9 +92,9 @@ class DiskTier {
   // How many of `ids` the tier holds.
   size_t CountHeld(int table, absl::Span<const uint64_t> ids) const;
 
-  // Reads and removes the rows of `ids` the tier holds (ids unique within a call), calling
-  // found(position in ids, score, payload) for each. A page whose checksum fails is DataLoss
-  // naming the file, page and offset; its rows stay held (and fail again), the others are taken.
+  // Reads and removes the rows of `ids` the tier holds, calling found(position in ids, score,
+  // payload) once for each (for the first position of an id given more than once). A page whose checksum fails is
+  // DataLoss naming the file, page and offset; its rows stay held (and fail again), the others are taken.
   absl::Status Take(int table, absl::Span<const uint64_t> ids,
                     const std::function<void(size_t, uint64_t, const char*)>& found);
 
