@@ -103,6 +103,46 @@ TEST(PlanCapacity, SizesTablesShardsAndMachines) {
   EXPECT_TRUE(absl::StrContains(FormatCapacityPlan(*c), "PS machines: 1 x m3-megamem-64")) << FormatCapacityPlan(*c);
 }
 
+// With a disk tier: each shard's DRAM holds ps.capacity_rows and the rest of its share is on
+// disk, in a file and a DRAM index as PlanDiskTier counts them (the index in the shard's memory);
+// the machine's local SSD bounds the shards a machine takes; a machine without local SSD, or a
+// tier too small for its rows, is refused naming the key.
+TEST(PlanCapacity, ADiskTierHoldsTheRowsBeyondDram) {
+  std::string text = kSynthetic;
+  text.replace(text.find("ps: {shards: 2}"), 15,
+               "ps: {shards: 2, capacity_rows: 50000, disk: {dir: /ssd, capacity_bytes: 107374182400}}");
+  const JobPlan plan = PlanOf(text);
+  CapacityOptions o;
+  o.parameters = 100e12;  // Past the tables' capacities: each shard holds its 250,000 rows.
+  o.ps_machine = "z3-highmem-88";
+  absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tables[0].resident_rows + c->tables[1].resident_rows, 500000u) << "DRAM and disk";
+  for (const CapacityPlan::Shard& s : c->shards) {
+    EXPECT_EQ(s.resident_rows, 250000u);
+    EXPECT_NEAR(static_cast<double>(s.disk_rows), 200000, 2) << "the rest of its 250,000";
+    // Records of 144 and 80 bytes (adagrad at dims 16 and 8), 28 and 50 a page, pages 90% full.
+    EXPECT_GT(s.disk_bytes, 200000u * 4096 / 50);
+    EXPECT_LT(s.disk_bytes, 200000u * 4096 / 28 * 10 / 9 + 16 * 4096);
+    EXPECT_GT(s.disk_index_bytes, 200000u * 17);
+    EXPECT_EQ(s.memory_bytes, s.store_bytes + o.process_bytes + s.serving_bytes + s.disk_index_bytes);
+  }
+  EXPECT_TRUE(absl::StrContains(FormatCapacityPlan(*c), "disk tier (ps.disk)")) << FormatCapacityPlan(*c);
+  EXPECT_TRUE(absl::StrContains(CapacityPlanJson(*c), "\"disk_rows\":2000")) << CapacityPlanJson(*c);
+  // 100 GiB a shard: 36,000 GiB of local SSD would take 360, and the job has 2.
+  EXPECT_EQ(c->ps_machines, 1);
+  EXPECT_EQ(PlacePsShards(c->ps_machine, 1000, 1, 0.001, uint64_t{100} << 30).shards_per_machine, 360);
+  o.ps_machine = "m3-megamem-64";
+  absl::Status refused = PlanCapacity(plan, o).status();
+  EXPECT_TRUE(absl::StrContains(refused.message(), "ps.disk.capacity_bytes")) << refused;
+  EXPECT_TRUE(absl::StrContains(refused.message(), "local SSD")) << refused;
+  std::string small = text;
+  small.replace(small.find("107374182400"), 12, "1048576");
+  o.ps_machine = "z3-highmem-88";
+  refused = PlanCapacity(PlanOf(small), o).status();
+  EXPECT_TRUE(absl::StrContains(refused.message(), "ps.disk.capacity_bytes: PS shard 0 would hold 2000")) << refused;
+}
+
 // Ids per sample and deduplication come from the job's own batches; bytes per step follow.
 TEST(PlanCapacity, MeasuresIdsOnTheJobsDataAndCountsBytesPerStep) {
   const JobPlan plan = PlanOf(kSynthetic);

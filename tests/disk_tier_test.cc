@@ -71,7 +71,9 @@ TEST(DiskTier, ARowTakenIsTheRowPutAndIsThenGone) {
   ASSERT_NE(tier, nullptr);
   for (uint64_t id = 0; id < 5000; ++id) {
     ASSERT_TRUE(tier->Put(0, id, id * 3, Payload(0, id, 0, 36).data()).ok());
-    if (id % 5 == 0) ASSERT_TRUE(tier->Put(1, id, id, Payload(1, id, 0, 100).data()).ok());
+    if (id % 5 == 0) {
+      ASSERT_TRUE(tier->Put(1, id, id, Payload(1, id, 0, 100).data()).ok());
+    }
   }
   EXPECT_EQ(tier->rows(0), 5000u);
   EXPECT_EQ(tier->rows(1), 1000u);

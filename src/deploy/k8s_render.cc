@@ -279,7 +279,8 @@ absl::Status Renderer::Prepare() {
   ps_pool_.memory_request = ps_pool_.memory_limit = (largest + kMiB - 1) / kMiB * kMiB;
   if (options_.overlay == K8sOverlay::kGke) {  // As `hyrec plan` places them: several shards may share a node.
     const PsPlacement placement =
-        PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, PsMinCpus(plan_));
+        PlacePsShards(ps_pool_.machine, static_cast<int>(plan_.ps.size()), largest, PsMinCpus(plan_),
+                      spec_.ps.disk_dir.empty() ? 0 : spec_.ps.disk_capacity_bytes);
     ps_pool_.cpu_request = ps_pool_.cpu_limit = placement.cpus_per_pod;
   }
   // A restore reads the shard's rows and their optimizer state; the startup probe allows for it

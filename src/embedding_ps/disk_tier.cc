@@ -24,7 +24,6 @@ namespace hyrec::embedding_ps {
 namespace {
 
 constexpr uint32_t kOpenPage = 0xffffffffu;  // A location's page while its row is in an open page.
-constexpr double kMostFill = 0.9;
 constexpr int kCleanSamples = 64;
 
 uint64_t Location(uint32_t page, uint32_t record) { return uint64_t{page} << 8 | record; }
@@ -109,8 +108,8 @@ DiskTier::DiskTier(DiskTierOptions options, int fd, std::vector<uint32_t> payloa
   for (size_t t = 0; t < tables_.size(); ++t) {
     Table& table = tables_[t];
     table.payload_bytes = payload_bytes[t];
-    table.record_bytes = 16 + ((payload_bytes[t] + 7) & ~7u);
-    table.per_page = std::min<uint32_t>(255, (kPageBytes - kPageHeaderBytes) / table.record_bytes);
+    table.record_bytes = RecordBytes(payload_bytes[t]);
+    table.per_page = RecordsPerPage(payload_bytes[t]);
     table.open = NewPages(1);
   }
 }
@@ -118,6 +117,13 @@ DiskTier::DiskTier(DiskTierOptions options, int fd, std::vector<uint32_t> payloa
 DiskTier::~DiskTier() {
   ::close(fd_);
   ::unlink(options_.path.c_str());
+}
+
+uint64_t DiskTier::IndexBytes(uint64_t rows) {
+  if (rows == 0) return 0;
+  uint64_t capacity = 15;
+  while (capacity - capacity / 8 < rows) capacity = capacity * 2 + 1;
+  return capacity * (sizeof(std::pair<uint64_t, uint64_t>) + 1);
 }
 
 bool DiskTier::HasRoomFor(int table, uint64_t rows) const {
@@ -584,6 +590,7 @@ DiskTierStats DiskTier::Stats() const {
   s.used_pages = never_used_ - free_.size() - held_free_.size();
   s.fill = FillLocked(-1, 0);
   for (const Table& t : tables_) s.index_bytes += t.index.capacity() * (sizeof(std::pair<uint64_t, uint64_t>) + 1);
+  // (IndexBytes plans the same: capacity() slots of a pair and a control byte.)
   return s;
 }
 

@@ -72,6 +72,16 @@ class DiskTier {
  public:
   static constexpr uint32_t kPageBytes = 4096;
   static constexpr uint32_t kPageHeaderBytes = 16;
+  static constexpr double kMostFill = 0.9;  // Of the pages' records a Put may fill.
+  // Bytes of a record of a row of `payload_bytes`, and how many a page holds.
+  static uint32_t RecordBytes(uint32_t payload_bytes) { return 16 + ((payload_bytes + 7) & ~7u); }
+  static uint32_t RecordsPerPage(uint32_t payload_bytes) {
+    const uint32_t n = (kPageBytes - kPageHeaderBytes) / RecordBytes(payload_bytes);
+    return n < 255 ? n : 255;
+  }
+  // The index's bytes for `rows` rows of one table (an absl flat_hash_map of id to location:
+  // capacity 2^k - 1, grown past 7/8 full, 17 bytes a slot).
+  static uint64_t IndexBytes(uint64_t rows);
 
   // `payload_bytes[t]`: the bytes of one row of table t (its weights and state as the store's
   // slot holds them), at most kPageBytes - kPageHeaderBytes - 16. InvalidArgument for a bad

@@ -1,9 +1,11 @@
 // PlanStoreMemory: what a store of given options takes for given rows, by the store's own
 // accounting (EmbeddingShardStore::Stats), from the same layouts the store is built from.
 #include <algorithm>
+#include <cmath>
 
 #include "hyrec/embedding_ps/embedding_store.h"
 #include "src/embedding_ps/count_min_sketch.h"
+#include "src/embedding_ps/disk_tier.h"
 #include "src/embedding_ps/row_index.h"
 #include "src/embedding_ps/store_layout.h"
 #include "src/embedding_ps/stripe.h"
@@ -44,6 +46,37 @@ StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<u
   plan.bytes = plan.index_bytes + plan.sketch_bytes + plan.fixed_bytes;
   for (const StoreMemoryPlan::Table& t : plan.tables) plan.bytes += t.slab_bytes;
   return plan;
+}
+
+DiskTierPlan PlanDiskTier(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table) {
+  const std::vector<TableLayout> layouts = MakeLayouts(options);
+  DiskTierPlan plan;
+  double pages = static_cast<double>(layouts.size() + 1);  // Each table's open page, the cleaner's.
+  for (size_t t = 0; t < layouts.size() && t < rows_per_table.size(); ++t) {
+    const uint32_t payload = layouts[t].weight_bytes + 4 * layouts[t].state_floats;
+    pages += static_cast<double>(rows_per_table[t]) / DiskTier::RecordsPerPage(payload) / DiskTier::kMostFill;
+    plan.index_bytes += DiskTier::IndexBytes(rows_per_table[t]);
+    plan.rows += rows_per_table[t];
+  }
+  plan.file_bytes = static_cast<uint64_t>(std::ceil(pages)) * DiskTier::kPageBytes;
+  return plan;
+}
+
+std::vector<uint64_t> DiskTierRows(const StoreOptions& options, const std::vector<double>& weights) {
+  const std::vector<TableLayout> layouts = MakeLayouts(options);
+  std::vector<uint64_t> rows(layouts.size(), 0);
+  const double pages =
+      static_cast<double>(options.disk.capacity_bytes / DiskTier::kPageBytes) - static_cast<double>(layouts.size() + 1);
+  double pages_per_weight = 0;  // Pages a unit of weight's rows take.
+  for (size_t t = 0; t < layouts.size() && t < weights.size(); ++t) {
+    const uint32_t payload = layouts[t].weight_bytes + 4 * layouts[t].state_floats;
+    pages_per_weight += weights[t] / DiskTier::RecordsPerPage(payload) / DiskTier::kMostFill;
+  }
+  if (pages <= 0 || pages_per_weight <= 0) return rows;
+  for (size_t t = 0; t < layouts.size() && t < weights.size(); ++t) {
+    rows[t] = static_cast<uint64_t>(std::floor(pages / pages_per_weight * weights[t]));
+  }
+  return rows;
 }
 
 }  // namespace hyrec::embedding_ps

@@ -27,6 +27,9 @@ constexpr double kGiB = 1024.0 * 1024 * 1024;
 // the bound holds.
 constexpr uint64_t kUnknownRows = uint64_t{1} << 62;
 constexpr double kPodHeadroom = 1.2;
+// CapacityOptions::rows_per_table past every bound: each shard planned at its bounds
+// (PodRequestBytes), its disk tier full.
+constexpr uint64_t kAtBoundsRows = uint64_t{1} << 62;
 
 }  // namespace
 
@@ -224,7 +227,10 @@ class Planner {
     HYREC_ASSIGN_OR_RETURN(c_.ps_machine, FindMachineType(machines, options_.ps_machine, "--ps_machine"));
     HYREC_RETURN_IF_ERROR(SizeTables());
     MeasureTraffic();
-    for (const PsShardPlan& s : plan_.ps) AddShard(s, ShardRows(s));
+    for (const PsShardPlan& s : plan_.ps) {
+      const std::vector<uint64_t> dram = ShardRows(s);
+      AddShard(s, dram, DiskRows(s, dram));
+    }
     for (CapacityPlan::Table& t : c_.tables) {
       if (t.logical_rows == kUnknownRows) t.logical_rows = 0;  // Unknown: the plan shows what the bound holds.
       c_.logical_parameters += static_cast<double>(t.logical_rows) * t.dim;
@@ -305,14 +311,48 @@ class Planner {
     }
   }
 
-  // Shard s's rows of each table: its share of the logical rows, bounded by its capacities.
-  std::vector<uint64_t> ShardRows(const PsShardPlan& s) {
-    const embedding_ps::StoreOptions& store = s.store;
+  // Shard s's share of each table's logical rows, bounded by the table's capacity.
+  std::vector<uint64_t> TableShares(const PsShardPlan& s) const {
     std::vector<uint64_t> rows(configs_.size());
     for (size_t t = 0; t < configs_.size(); ++t) {
       rows[t] = (c_.tables[t].logical_rows + shards_ - 1) / shards_;
-      if (store.tables[t].capacity_rows > 0) rows[t] = std::min(rows[t], store.tables[t].capacity_rows);
+      if (s.store.tables[t].capacity_rows > 0) rows[t] = std::min(rows[t], s.store.tables[t].capacity_rows);
     }
+    return rows;
+  }
+
+  // With a disk tier: the rows of shard s's shares that its DRAM (`dram`) does not hold, at most
+  // what the tier holds (a plan past it is refused in FitMachines, unless it plans the shards at
+  // their bounds).
+  std::vector<uint64_t> DiskRows(const PsShardPlan& s, const std::vector<uint64_t>& dram) {
+    if (s.store.disk.path.empty()) return {};
+    const std::vector<uint64_t> share = TableShares(s);
+    const std::vector<uint64_t> fits = embedding_ps::DiskTierRows(s.store, weights_);
+    std::vector<uint64_t> rows(share.size());
+    uint64_t wanted = 0;
+    for (size_t t = 0; t < share.size(); ++t) {
+      const uint64_t beyond = share[t] > dram[t] ? share[t] - dram[t] : 0;
+      wanted += beyond;
+      rows[t] = std::min(beyond, fits[t]);
+    }
+    const uint64_t held = std::accumulate(rows.begin(), rows.end(), uint64_t{0});
+    if (held < wanted && options_.rows_per_table < kAtBoundsRows && disk_error_.ok()) {
+      std::vector<uint64_t> needed(share.size());
+      for (size_t t = 0; t < share.size(); ++t) needed[t] = share[t] > dram[t] ? share[t] - dram[t] : 0;
+      disk_error_ = absl::InvalidArgumentError(absl::StrFormat(
+          "ps.disk.capacity_bytes: PS shard %d would hold %d rows on disk, a tier of %d bytes; its %d bytes hold "
+          "%d: raise it, or ps.shards",
+          s.shard_index, wanted, embedding_ps::PlanDiskTier(s.store, needed).file_bytes, s.store.disk.capacity_bytes,
+          held));
+    }
+    return rows;
+  }
+
+  // Shard s's rows of each table in DRAM: its share of the logical rows, bounded by its
+  // capacities.
+  std::vector<uint64_t> ShardRows(const PsShardPlan& s) {
+    const embedding_ps::StoreOptions& store = s.store;
+    std::vector<uint64_t> rows = TableShares(s);
     const uint64_t unbounded_rows = std::accumulate(rows.begin(), rows.end(), uint64_t{0});
     // A store-wide bound is shared as an LRU across tables shares it: in proportion to each
     // table's ids a sample, a table held to fewer rows leaving the rest to the others.
@@ -338,8 +378,9 @@ class Planner {
     return rows;
   }
 
-  // Shard s's memory with `rows`, by the store's accounting, and its pod's request.
-  void AddShard(const PsShardPlan& s, const std::vector<uint64_t>& rows) {
+  // Shard s's memory with `rows` in DRAM and `disk` on its disk tier (none without), by the
+  // store's accounting, and its pod's request.
+  void AddShard(const PsShardPlan& s, const std::vector<uint64_t>& rows, const std::vector<uint64_t>& disk) {
     const embedding_ps::StoreOptions& store = s.store;
     const embedding_ps::StoreMemoryPlan memory = embedding_ps::PlanStoreMemory(store, rows);
     CapacityPlan::Shard shard;
@@ -350,11 +391,23 @@ class Planner {
     shard.response_bytes = static_cast<uint64_t>(response_bytes_ / shards_);
     shard.serving_bytes = options_.serving_fixed_bytes +
                           static_cast<uint64_t>(options_.serving_per_byte * static_cast<double>(shard.response_bytes));
-    shard.memory_bytes = memory.bytes + options_.process_bytes + shard.serving_bytes;
+    uint64_t disk_index_at_capacity = 0;
+    if (!disk.empty()) {
+      const embedding_ps::DiskTierPlan tier = embedding_ps::PlanDiskTier(store, disk);
+      shard.disk_rows = tier.rows;
+      shard.disk_bytes = tier.file_bytes;
+      shard.disk_index_bytes = tier.index_bytes;
+      disk_index_at_capacity =
+          embedding_ps::PlanDiskTier(store, embedding_ps::DiskTierRows(store, weights_)).index_bytes;
+      shard.resident_rows += tier.rows;
+      for (size_t t = 0; t < disk.size(); ++t) c_.tables[t].resident_rows += disk[t];
+    }
+    shard.memory_bytes = memory.bytes + options_.process_bytes + shard.serving_bytes + shard.disk_index_bytes;
     const std::vector<uint64_t> at_capacity = RowsAtCapacity(store);
-    const uint64_t worst = at_capacity.empty() ? shard.memory_bytes
-                                               : embedding_ps::PlanStoreMemory(store, at_capacity).bytes +
-                                                     options_.process_bytes + shard.serving_bytes;
+    const uint64_t worst = at_capacity.empty()
+                               ? shard.memory_bytes
+                               : embedding_ps::PlanStoreMemory(store, at_capacity).bytes + options_.process_bytes +
+                                     shard.serving_bytes + std::max(disk_index_at_capacity, shard.disk_index_bytes);
     shard.request_bytes =
         static_cast<uint64_t>(static_cast<double>(std::max(worst, shard.memory_bytes)) * kPodHeadroom);
     c_.shards.push_back(shard);
@@ -394,11 +447,22 @@ class Planner {
                     std::ceil(static_cast<double>(largest) / kGiB * shards_ / (0.9 * allocatable)));
       return absl::InvalidArgumentError(absl::StrFormat(
           "ps.shards: PS shard %d needs %.1f GiB (its rows at capacity with 20%% headroom), more than a %s node "
-          "offers (%.0f GiB); %s, or choose a larger --ps_machine",
-          largest_shard, static_cast<double>(largest) / kGiB, c_.ps_machine.name, allocatable, more_shards));
+          "offers (%.0f GiB); %s%s, or choose a larger --ps_machine",
+          largest_shard, static_cast<double>(largest) / kGiB, c_.ps_machine.name, allocatable, more_shards,
+          plan_.ps[0].store.disk.path.empty()
+              ? ""
+              : ", or a smaller ps.disk.capacity_bytes (the DRAM index of a full disk tier is in the request)"));
     }
     HYREC_RETURN_IF_ERROR(stripes_error_);
-    c_.placement = PlacePsShards(c_.ps_machine, shards_, largest, PsMinCpus(plan_));
+    HYREC_RETURN_IF_ERROR(disk_error_);
+    const uint64_t disk_per_shard = plan_.ps[0].store.disk.path.empty() ? 0 : plan_.ps[0].store.disk.capacity_bytes;
+    if (disk_per_shard > 0 && static_cast<double>(disk_per_shard) / kGiB > c_.ps_machine.local_ssd_gib) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "ps.disk.capacity_bytes: a PS shard's disk tier of %.1f GiB does not fit a %s node's %.0f GiB of local SSD; "
+          "choose a --ps_machine with local SSD (z3-highmem-88, z3-highmem-176, or local_ssd_gib in a machine file)",
+          static_cast<double>(disk_per_shard) / kGiB, c_.ps_machine.name, c_.ps_machine.local_ssd_gib));
+    }
+    c_.placement = PlacePsShards(c_.ps_machine, shards_, largest, PsMinCpus(plan_), disk_per_shard);
     c_.shards_per_machine = c_.placement.shards_per_machine;
     c_.ps_machines = c_.placement.machines;
     return absl::OkStatus();
@@ -434,6 +498,7 @@ class Planner {
   double response_bytes_ = 0;    // Of one batch of every worker, over all shards.
   bool capacity_bound_ = false;  // Some shard holds fewer rows of a table than its share.
   absl::Status stripes_error_;   // Said after the machines' fit, the larger question.
+  absl::Status disk_error_;      // A disk tier too small for its rows, said there too.
 };
 
 }  // namespace
@@ -446,14 +511,19 @@ double PsMinCpus(const JobPlan& plan) {
   return !plan.ps.empty() && plan.ps[0].threads > 0 ? plan.ps[0].threads : kPsMinCpus;
 }
 
-PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus) {
+PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus,
+                          uint64_t disk_bytes_per_shard) {
   PsPlacement p;
   const double cpus = AllocatableCpus(machine);
   const double memory = AllocatableGiB(machine) * static_cast<double>(kGiB);
   const double by_memory = largest_request_bytes > 0 ? std::floor(memory / static_cast<double>(largest_request_bytes))
                                                      : static_cast<double>(shards);
   const double by_cpu = std::floor(cpus / std::max(min_cpus, 0.001));
-  p.shards_per_machine = static_cast<int>(std::max(1.0, std::min({by_memory, by_cpu, static_cast<double>(shards)})));
+  const double by_disk = disk_bytes_per_shard > 0
+                             ? std::floor(machine.local_ssd_gib * kGiB / static_cast<double>(disk_bytes_per_shard))
+                             : static_cast<double>(shards);
+  p.shards_per_machine =
+      static_cast<int>(std::max(1.0, std::min({by_memory, by_cpu, by_disk, static_cast<double>(shards)})));
   p.machines = (shards + p.shards_per_machine - 1) / p.shards_per_machine;
   p.pods_per_machine = (shards + p.machines - 1) / p.machines;
   p.cpus_per_pod = std::floor(cpus * 1000 / p.pods_per_machine) / 1000;
@@ -466,10 +536,10 @@ uint64_t PodRequestBytes(const JobPlan& plan, int shard) {
     return 0;
   }
   CapacityOptions o;
-  o.rows_per_table = uint64_t{1} << 62;  // Past every capacity: each shard at its bound.
+  o.rows_per_table = kAtBoundsRows;  // Past every capacity: each shard at its bound.
   o.measure_batches = 0;
   o.dedup_ratio = 1;
-  o.machines = {MachineType{"any", 1 << 20, 1e12, 0, 0, 0, ""}};
+  o.machines = {MachineType{"any", 1 << 20, 1e12, 0, 0, 0, "", 1e12}};
   o.ps_machine = "any";
   absl::StatusOr<CapacityPlan> c = PlanCapacity(plan, o);
   return c.ok() ? c->shards[shard].request_bytes : 0;

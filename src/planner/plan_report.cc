@@ -71,6 +71,14 @@ std::string FormatCapacityPlan(const CapacityPlan& c) {
                           Bytes(s.store_bytes), Bytes(s.process_bytes), Bytes(s.serving_bytes), Bytes(s.memory_bytes),
                           Bytes(s.request_bytes));
   }
+  if (!c.shards.empty() && c.shards[0].disk_bytes > 0) {
+    absl::StrAppendFormat(&out, "\ndisk tier (ps.disk): %-6s %12s %12s %14s\n", "shard", "disk rows", "file",
+                          "index in DRAM");
+    for (const CapacityPlan::Shard& s : c.shards) {
+      absl::StrAppendFormat(&out, "                     %-6d %12s %12s %14s\n", s.index, Count(s.disk_rows),
+                            Bytes(s.disk_bytes), Bytes(s.disk_index_bytes));
+    }
+  }
   absl::StrAppendFormat(&out,
                         "\nPS machines: %d x %s (%d cpus, %.0f GiB; %.0f cpus, %.0f GiB allocatable), %d shard(s) each "
                         "(at most %d); a PS pod requests %.3f cpus and %s (hyrec k8s render asks the same)\n",
@@ -111,13 +119,16 @@ std::string CapacityPlanJson(const CapacityPlan& c, const ThroughputPlan* t) {
     shards.push_back(absl::StrCat("{\"index\":", s.index, ",\"resident_rows\":", s.resident_rows,
                                   ",\"store_bytes\":", s.store_bytes, ",\"process_bytes\":", s.process_bytes,
                                   ",\"serving_bytes\":", s.serving_bytes, ",\"response_bytes\":", s.response_bytes,
-                                  ",\"memory_bytes\":", s.memory_bytes, ",\"request_bytes\":", s.request_bytes, "}"));
+                                  ",\"memory_bytes\":", s.memory_bytes, ",\"request_bytes\":", s.request_bytes,
+                                  ",\"disk_rows\":", s.disk_rows, ",\"disk_bytes\":", s.disk_bytes,
+                                  ",\"disk_index_bytes\":", s.disk_index_bytes, "}"));
   }
   return absl::StrCat(
       "{\"logical_parameters\":", Num(c.logical_parameters), ",\"resident_parameters\":", Num(c.resident_parameters),
       ",\"workers\":", c.workers, ",\"batch_size\":", c.batch_size, ",\"tables\":[", absl::StrJoin(tables, ","),
       "],\"shards\":[", absl::StrJoin(shards, ","), "],\"ps_machine\":{\"name\":", Quote(c.ps_machine.name),
       ",\"cpus\":", c.ps_machine.cpus, ",\"memory_gib\":", Num(c.ps_machine.memory_gib),
+      ",\"local_ssd_gib\":", Num(c.ps_machine.local_ssd_gib),
       ",\"allocatable_gib\":", Num(AllocatableGiB(c.ps_machine)), ",\"network_gbps\":", Num(c.ps_machine.network_gbps),
       "},\"shards_per_machine\":", c.shards_per_machine, ",\"ps_machines\":", c.ps_machines,
       ",\"ps_pod\":{\"cpus\":", c.placement.cpus_per_pod, ",\"memory_bytes\":", c.placement.memory_per_pod,

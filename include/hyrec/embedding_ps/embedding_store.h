@@ -251,6 +251,19 @@ struct StoreMemoryPlan {
 };
 StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table);
 
+// What a disk tier (StoreOptions::disk) takes to hold `rows_per_table` rows on disk: its file
+// (pages of the tables' records at the 90% the tier fills them to, with a page a table and the
+// cleaner's) and the DRAM of its index of rows (in StoreStats::bytes of such a store).
+struct DiskTierPlan {
+  uint64_t file_bytes = 0;
+  uint64_t index_bytes = 0;
+  uint64_t rows = 0;
+};
+DiskTierPlan PlanDiskTier(const StoreOptions& options, const std::vector<uint64_t>& rows_per_table);
+// The rows of each table a disk tier of `capacity_bytes` holds when its tables share it in
+// proportion to `weights`: the most rows PlanDiskTier would fit in that file.
+std::vector<uint64_t> DiskTierRows(const StoreOptions& options, const std::vector<double>& weights);
+
 // What a store charges a row of `table` against StoreOptions::capacity_bytes: its slot (the id,
 // the weights in the table's precision, the optimizer's state) and its share of the index.
 uint64_t RowChargeBytes(const TableConfig& table);

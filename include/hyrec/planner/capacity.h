@@ -33,7 +33,8 @@ struct MachineType {
   double network_gbps = 0;    // Egress bandwidth; 0: unknown.
   double price_per_hour = 0;  // 0: unknown.
   int gpus = 0;
-  std::string accelerator;  // cloud.google.com/gke-accelerator, for GPU machines.
+  std::string accelerator;   // cloud.google.com/gke-accelerator, for GPU machines.
+  double local_ssd_gib = 0;  // Local SSD the machine comes with (a PS disk tier's); 0: none.
 };
 
 // What pods of a node may request: about nine tenths of its memory, less a GiB (what GKE
@@ -66,7 +67,10 @@ struct PsPlacement {
 // The CPU a PS shard is given at least: ps.threads when the job sets it, else kPsMinCpus.
 inline constexpr double kPsMinCpus = 2;
 double PsMinCpus(const job::JobPlan& plan);
-PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus);
+// `disk_bytes_per_shard`: each shard's disk tier (ps.disk.capacity_bytes), on the machine's
+// local SSD; 0: none.
+PsPlacement PlacePsShards(const MachineType& machine, int shards, uint64_t largest_request_bytes, double min_cpus,
+                          uint64_t disk_bytes_per_shard = 0);
 
 // A count with an optional suffix K, M, G, T or P (powers of 1000): "100T" is 1e14. InvalidArgument
 // naming `key` for anything else, or a count that is not positive or passes `max`.
@@ -131,6 +135,11 @@ struct CapacityPlan {
     uint64_t response_bytes = 0;  // The responses of one batch of every worker, fp32.
     uint64_t memory_bytes = 0;    // All three: the resident memory planned.
     uint64_t request_bytes = 0;   // The pod's request: at capacity (widest tables first), with 20% headroom.
+    // With a disk tier (ps.disk): the rows on disk (in resident_rows too), the file they take
+    // (PlanDiskTier) and the DRAM of its index (in memory_bytes and request_bytes).
+    uint64_t disk_rows = 0;
+    uint64_t disk_bytes = 0;
+    uint64_t disk_index_bytes = 0;
   };
   std::vector<Table> tables;
   std::vector<Shard> shards;
