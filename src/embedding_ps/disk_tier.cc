@@ -407,7 +407,7 @@ absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoun
   return failed;
 }
 
-absl::Status DiskTier::ReadPage(uint32_t page, char* buf) const {
+absl::Status DiskTier::PreadPage(uint32_t page, char* buf) const {
   const ssize_t n = ::pread(fd_, buf, kPageBytes, static_cast<off_t>(page) * kPageBytes);
   if (n != static_cast<ssize_t>(kPageBytes)) {
     return n < 0 ? Errno(errno, absl::StrCat("disk tier ", options_.path, ": read page ", page))
@@ -415,6 +415,11 @@ absl::Status DiskTier::ReadPage(uint32_t page, char* buf) const {
   }
   stats_.page_reads++;
   stats_.bytes_read += kPageBytes;
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::ReadPage(uint32_t page, char* buf) const {
+  HYREC_RETURN_IF_ERROR(PreadPage(page, buf));
   return CheckPage(page, buf);
 }
 
@@ -454,12 +459,7 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
   if (pages.size() == 1 || !HYREC_HAS_URING) {
     PageBuffer buf = NewPages(1);
     for (size_t p = 0; p < pages.size(); ++p) {
-      const ssize_t n = ::pread(fd_, buf.get(), kPageBytes, static_cast<off_t>(pages[p]) * kPageBytes);
-      if (n != static_cast<ssize_t>(kPageBytes)) {
-        return Errno(n < 0 ? errno : EIO, absl::StrCat("disk tier ", options_.path, ": read page ", pages[p]));
-      }
-      stats_.page_reads++;
-      stats_.bytes_read += kPageBytes;
+      HYREC_RETURN_IF_ERROR(PreadPage(pages[p], buf.get()));
       HYREC_RETURN_IF_ERROR(done(p, buf.get()));
     }
     return absl::OkStatus();

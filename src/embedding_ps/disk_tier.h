@@ -162,6 +162,8 @@ class DiskTier {
   // The pages the live rows (and `extra` more of table `extra_table`) need packed tight, over
   // the 90% of the pages a Put may fill.
   double FillLocked(int extra_table, uint64_t extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reads a page into `buf` (pread), counted; ReadPage also checks it.
+  absl::Status PreadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPage(uint32_t page, const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads `pages` with up to queue_depth in flight, calling done(i, buf) for pages[i] in order

@@ -328,17 +328,15 @@ class Planner {
     if (s.store.disk.path.empty()) return {};
     const std::vector<uint64_t> share = TableShares(s);
     const std::vector<uint64_t> fits = embedding_ps::DiskTierRows(s.store, weights_);
-    std::vector<uint64_t> rows(share.size());
-    uint64_t wanted = 0;
+    std::vector<uint64_t> needed(share.size());  // The rows beyond DRAM.
+    std::vector<uint64_t> rows(share.size());    // Those the tier holds.
     for (size_t t = 0; t < share.size(); ++t) {
-      const uint64_t beyond = share[t] > dram[t] ? share[t] - dram[t] : 0;
-      wanted += beyond;
-      rows[t] = std::min(beyond, fits[t]);
+      needed[t] = share[t] > dram[t] ? share[t] - dram[t] : 0;
+      rows[t] = std::min(needed[t], fits[t]);
     }
+    const uint64_t wanted = std::accumulate(needed.begin(), needed.end(), uint64_t{0});
     const uint64_t held = std::accumulate(rows.begin(), rows.end(), uint64_t{0});
     if (held < wanted && options_.rows_per_table < kAtBoundsRows && disk_error_.ok()) {
-      std::vector<uint64_t> needed(share.size());
-      for (size_t t = 0; t < share.size(); ++t) needed[t] = share[t] > dram[t] ? share[t] - dram[t] : 0;
       disk_error_ = absl::InvalidArgumentError(absl::StrFormat(
           "ps.disk.capacity_bytes: PS shard %d would hold %d rows on disk, a tier of %d bytes; its %d bytes hold "
           "%d: raise it, or ps.shards",
