@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -158,6 +159,80 @@ TEST(DiskTier, RandomPutsTakesAndErasesMatchAReferenceThroughTheCleaner) {
   }
 }
 
+// Pages read ahead serve a later TakeMany only while current: random puts, erases and takes
+// (which rewrite and clean pages) between a ReadAhead of some ids and the TakeMany of more of
+// them (of both tables) never change what the take finds, the reference's latest versions; and a
+// TakeMany right after its ReadAhead reads no page again.
+TEST(DiskTier, PagesReadAheadServeTakesOnlyWhileCurrent) {
+  auto tier = OpenTier("ahead", 64, 8);
+  ASSERT_NE(tier, nullptr);
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> reference[2];  // id -> (version, score)
+  std::mt19937_64 rng(5);
+  uint64_t version = 0;
+  auto put = [&](int t, uint64_t id) {
+    ++version;
+    const uint32_t bytes = t == 0 ? 36 : 100;
+    if (tier->Put(t, id, version * 11, Payload(t, id, version, bytes).data()).ok())
+      reference[t][id] = {version, version * 11};
+  };
+  for (int i = 0; i < 3000; ++i) put(i % 4 == 0 ? 1 : 0, rng() % 3000);
+  DiskTier::PagesRead ahead;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<uint64_t> ids[2];
+    for (int t = 0; t < 2; ++t) {
+      for (int k = 0; k < 40; ++k) ids[t].push_back(rng() % 3000);
+    }
+    // Ahead: the first half of each table's ids.
+    const DiskTier::TakeCall half[2] = {{0, absl::MakeConstSpan(ids[0]).first(20)},
+                                        {1, absl::MakeConstSpan(ids[1]).first(20)}};
+    ASSERT_TRUE(tier->ReadAhead(half, &ahead).ok());
+    const bool quiet = round % 3 == 0;
+    if (quiet) {
+      ASSERT_GT(ahead.size(), 0u);
+    } else {
+      for (int k = 0; k < 60; ++k) {
+        const int t = rng() % 4 == 0 ? 1 : 0;
+        const uint64_t id = rng() % 3000;
+        if (k % 3 == 2) {
+          tier->Erase(t, id);
+          reference[t].erase(id);
+        } else {
+          put(t, id);
+        }
+      }
+    }
+    const uint64_t reads_before = tier->Stats().page_reads;
+    const DiskTier::TakeCall calls[2] = {{0, quiet ? half[0].ids : ids[0]}, {1, quiet ? half[1].ids : ids[1]}};
+    std::map<uint64_t, Row> got[2];
+    ASSERT_TRUE(tier->TakeMany(
+                        calls,
+                        [&](size_t c, size_t i, uint64_t score, const char* payload) {
+                          const uint64_t id = calls[c].ids[i];
+                          EXPECT_EQ(got[c].count(id), 0u) << "found once";
+                          got[c][id] = Row{score, std::string(payload, c == 0 ? 36 : 100)};
+                        },
+                        &ahead)
+                    .ok())
+        << "round " << round;
+    if (quiet) EXPECT_EQ(tier->Stats().page_reads, reads_before) << "round " << round << ": every page was read ahead";
+    for (int t = 0; t < 2; ++t) {
+      for (const uint64_t id : std::set<uint64_t>(calls[t].ids.begin(), calls[t].ids.end())) {
+        auto it = reference[t].find(id);
+        if (it == reference[t].end()) {
+          EXPECT_EQ(got[t].count(id), 0u) << "round " << round;
+          continue;
+        }
+        ASSERT_EQ(got[t].count(id), 1u) << "round " << round << " table " << t << " id " << id;
+        EXPECT_EQ(got[t].at(id).payload, Payload(t, id, it->second.first, t == 0 ? 36 : 100)) << "round " << round;
+        EXPECT_EQ(got[t].at(id).score, it->second.second);
+        reference[t].erase(it);
+      }
+    }
+    for (int k = 0; k < 40; ++k) put(rng() % 4 == 0 ? 1 : 0, rng() % 3000);  // Refills.
+  }
+  EXPECT_GT(tier->Stats().cleaned_pages, 50u) << "the cleaner ran";
+}
+
 // A full tier refuses a new row, naming its file and capacity, and every row it held is still
 // there; a new version of a held row is still accepted.
 TEST(DiskTier, AFullTierRefusesNewRowsAndLosesNone) {
@@ -303,6 +378,45 @@ TEST(StoreDiskTier, ARowMovedToDiskKeepsItsStateAndScore) {
   stats = store->Stats();
   EXPECT_GT(stats.tables[0].disk_reads, 0u);
   EXPECT_GT(stats.tables[0].dram_hits, 0u);
+}
+
+// DRAM's hits count the ids a lookup found in DRAM, not those read back for the call (through
+// ReadBack, as the gRPC handlers and the in-process client do, or the call's own read-back); an
+// update's ids are neither lookups nor hits.
+TEST(StoreDiskTier, DramHitsAreTheIdsFoundInDram) {
+  StoreOptions options = TieredOptions("store_hits", 128, 64);
+  options.tables[0].eviction.policy = EvictionPolicy::kLru;
+  auto store = *EmbeddingShardStore::Create(options);
+  std::vector<float> rows(8);
+  std::vector<uint64_t> ids;
+  for (uint64_t id = 100; id < 140; ++id) ids.push_back(id);
+  std::vector<float> out(ids.size() * 8);
+  ASSERT_TRUE(store->Lookup(0, ids, absl::MakeSpan(out), nullptr).ok());
+  EXPECT_EQ(store->Stats().tables[0].dram_hits, 0u) << "new rows";
+  for (const bool read_back_first : {true, false}) {
+    for (uint64_t id = 1000; id < 1300; ++id) {  // Pushes 100..139 out again.
+      ASSERT_TRUE(store->Lookup(0, std::vector<uint64_t>{id}, absl::MakeSpan(rows), nullptr).ok());
+    }
+    const TableStats before_call = store->Stats().tables[0];
+    if (read_back_first) {
+      const EmbeddingShardStore::TableIds call{0, ids};
+      ASSERT_TRUE(store->ReadBack(absl::MakeConstSpan(&call, 1)).ok());
+    }
+    ASSERT_TRUE(store->Lookup(0, ids, absl::MakeSpan(out), nullptr).ok());
+    const TableStats after_call = store->Stats().tables[0];
+    const uint64_t read = after_call.disk_reads - before_call.disk_reads;
+    EXPECT_GT(read, 0u) << "some of the rows were on disk";
+    EXPECT_EQ(after_call.dram_hits - before_call.dram_hits, ids.size() - read);
+    EXPECT_EQ(after_call.lookups - before_call.lookups, ids.size());
+    ASSERT_TRUE(store->Lookup(0, ids, absl::MakeSpan(out), nullptr).ok());
+    std::vector<float> ones(ids.size() * 8, 1.0f);
+    ASSERT_TRUE(store->Update(0, ids, ones, UpdateId{}, nullptr).ok());
+    const TableStats again = store->Stats().tables[0];
+    EXPECT_EQ(again.disk_reads, after_call.disk_reads) << "they fit DRAM now";
+    EXPECT_EQ(again.dram_hits - after_call.dram_hits, ids.size()) << "the lookup's; the update's are no lookups";
+    EXPECT_EQ(again.lookups - after_call.lookups, ids.size()) << "an update is no lookup";
+    EXPECT_EQ(again.updates - after_call.updates, ids.size());
+  }
 }
 
 // A full tier: a lookup that would create rows is refused whole, naming the tier, and every row

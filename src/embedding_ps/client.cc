@@ -318,20 +318,36 @@ class InProcessClient final : public ShardedClient {
   }
 
   // Reads every table's rows of the calls that a shard's disk tier holds back into DRAM, the
-  // shard's tables together (EmbeddingShardStore::ReadBack).
+  // shard's tables together (EmbeddingShardStore::ReadBack), the shards' reads at once (a thread
+  // each beyond the first), as remote shards' would be.
   absl::Status ReadBackParts(absl::Span<TableCall> calls) {
+    std::vector<std::vector<EmbeddingShardStore::TableIds>> reads(stores_.size());
     for (size_t shard = 0; shard < stores_.size(); ++shard) {
       EmbeddingShardStore& store = *stores_[shard];
       if (!store.has_disk_tier()) continue;
-      std::vector<EmbeddingShardStore::TableIds> reads;
       for (const TableCall& call : calls) {
         absl::StatusOr<int> t = store.TableIndex(call.table);
         if (!t.ok()) return t.status();
         for (const ShardPart& part : call.parts) {
-          if (part.shard == static_cast<int>(shard)) reads.push_back({*t, part.ids});
+          if (part.shard == static_cast<int>(shard) && !part.ids.empty()) reads[shard].push_back({*t, part.ids});
         }
       }
-      if (absl::Status s = store.ReadBack(reads); !s.ok()) return Annotate(s, absl::StrCat("shard ", shard));
+    }
+    std::vector<absl::Status> results(stores_.size());
+    std::vector<std::thread> threads;
+    for (size_t shard = 0; shard < stores_.size(); ++shard) {
+      if (reads[shard].empty()) continue;
+      auto read = [&, shard] { results[shard] = stores_[shard]->ReadBack(reads[shard]); };
+      const bool more = std::any_of(reads.begin() + shard + 1, reads.end(), [](const auto& r) { return !r.empty(); });
+      if (more) {
+        threads.emplace_back(read);
+      } else {
+        read();
+      }
+    }
+    for (std::thread& thread : threads) thread.join();
+    for (size_t shard = 0; shard < stores_.size(); ++shard) {
+      if (!results[shard].ok()) return Annotate(results[shard], absl::StrCat("shard ", shard));
     }
     return absl::OkStatus();
   }

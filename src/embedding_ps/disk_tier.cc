@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "hyrec/common/crc32c.h"
@@ -104,7 +105,8 @@ DiskTier::DiskTier(DiskTierOptions options, int fd, std::vector<uint32_t> payloa
       num_pages_(static_cast<uint32_t>(options_.capacity_bytes / kPageBytes)),
       tables_(payload_bytes.size()),
       live_(num_pages_),
-      page_table_(num_pages_) {
+      page_table_(num_pages_),
+      page_write_(num_pages_) {
   for (size_t t = 0; t < tables_.size(); ++t) {
     Table& table = tables_[t];
     table.payload_bytes = payload_bytes[t];
@@ -232,6 +234,7 @@ absl::Status DiskTier::FlushLocked(int t) {
   }
   live_[*page] = static_cast<uint16_t>(live);
   page_table_[*page] = table16;
+  page_write_[*page] = write;
   if (live == 0) free_.push_back(*page);
   std::memset(full.get(), 0, kPageBytes);
   spare_ = std::move(full);
@@ -334,7 +337,7 @@ absl::Status DiskTier::Take(int t, absl::Span<const uint64_t> ids,
   });
 }
 
-absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found) {
+absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found, const PagesRead* ahead) {
   absl::MutexLock lock(&mu_);
   for (const TakeCall& call : calls) {
     if (call.table < 0 || call.table >= static_cast<int>(tables_.size())) {
@@ -367,52 +370,116 @@ absl::Status DiskTier::TakeMany(absl::Span<const TakeCall> calls, const ManyFoun
   }
   if (wanted.empty()) return absl::OkStatus();
   std::sort(wanted.begin(), wanted.end());
-  std::vector<uint32_t> pages;
-  std::vector<size_t> first;  // Per page read: its first entry in `wanted`.
-  for (size_t k = 0; k < wanted.size(); ++k) {
-    if (k == 0 || std::get<0>(wanted[k]) != std::get<0>(wanted[k - 1])) {
-      pages.push_back(std::get<0>(wanted[k]));
-      first.push_back(k);
+  // The pages to read now, and per page its entries in `wanted` (begin, end); a page read ahead
+  // and not rewritten since is taken from there.
+  thread_local std::vector<uint32_t> pages;
+  thread_local std::vector<std::pair<size_t, size_t>> entries;
+  pages.clear();
+  entries.clear();
+  absl::Status failed;
+  const absl::Span<const std::tuple<uint32_t, uint32_t, uint32_t, size_t>> all(wanted);
+  for (size_t k = 0, end = 0; k < wanted.size(); k = end) {
+    const uint32_t page = std::get<0>(wanted[k]);
+    for (end = k + 1; end < wanted.size() && std::get<0>(wanted[end]) == page;) ++end;
+    const char* buf = ahead != nullptr ? ahead->Find(page) : nullptr;
+    if (buf != nullptr && U64At(buf + 8) == page_write_[page] && PageIntact(buf)) {
+      TakeFromPageLocked(calls, found, page, buf, all.subspan(k, end - k), &failed);
+    } else {
+      pages.push_back(page);
+      entries.emplace_back(k, end);
     }
   }
-  first.push_back(wanted.size());
-  absl::Status failed;
   absl::Status read = ReadPages(pages, [&](size_t p, const char* buf) ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     if (absl::Status s = CheckPage(pages[p], buf); !s.ok()) {
       if (failed.ok()) failed = s;
       return absl::OkStatus();  // The page's rows stay held; the other pages are taken.
     }
-    for (size_t k = first[p]; k < first[p + 1]; ++k) {
-      const auto [page, record, c, position] = wanted[k];
-      // An id asked for twice: sorted by page and record, its second ask comes next.
-      if (k > first[p] && std::get<1>(wanted[k - 1]) == record) continue;
-      Table& table = tables_[calls[c].table];
-      const uint64_t id = calls[c].ids[position];
-      const char* rec = buf + kPageHeaderBytes + record * table.record_bytes;
-      if (U64At(rec) != id) {
-        if (failed.ok()) {
-          failed = absl::DataLossError(absl::StrCat("disk tier ", options_.path, ": page ", page, " record ", record,
-                                                    " holds id ", U64At(rec), ", not ", id));
-        }
-        continue;
-      }
-      found(c, position, U64At(rec + 8), rec + 16);
-      table.index.erase(id);
-      ForgetLocked(Location(page, record));
-      ++stats_.takes;
-    }
+    TakeFromPageLocked(calls, found, pages[p], buf, all.subspan(entries[p].first, entries[p].second - entries[p].first),
+                       &failed);
     return absl::OkStatus();
   });
   HYREC_RETURN_IF_ERROR(read);
   return failed;
 }
 
-absl::Status DiskTier::PreadPage(uint32_t page, char* buf) const {
+void DiskTier::TakeFromPageLocked(absl::Span<const TakeCall> calls, const ManyFoundFn& found, uint32_t page,
+                                  const char* buf,
+                                  absl::Span<const std::tuple<uint32_t, uint32_t, uint32_t, size_t>> wanted,
+                                  absl::Status* failed) {
+  for (size_t k = 0; k < wanted.size(); ++k) {
+    const auto [unused_page, record, c, position] = wanted[k];
+    // An id asked for twice: sorted by page and record, its second ask comes next.
+    if (k > 0 && std::get<1>(wanted[k - 1]) == record) continue;
+    Table& table = tables_[calls[c].table];
+    const uint64_t id = calls[c].ids[position];
+    const char* rec = buf + kPageHeaderBytes + record * table.record_bytes;
+    if (U64At(rec) != id) {
+      if (failed->ok()) {
+        *failed = absl::DataLossError(absl::StrCat("disk tier ", options_.path, ": page ", page, " record ", record,
+                                                   " holds id ", U64At(rec), ", not ", id));
+      }
+      continue;
+    }
+    found(c, position, U64At(rec + 8), rec + 16);
+    table.index.erase(id);
+    ForgetLocked(Location(page, record));
+    ++stats_.takes;
+  }
+}
+
+absl::Status DiskTier::ReadAhead(absl::Span<const TakeCall> calls, PagesRead* ahead) {
+  std::vector<uint32_t>& pages = ahead->pages_;
+  pages.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    for (const TakeCall& call : calls) {
+      if (call.table < 0 || call.table >= static_cast<int>(tables_.size())) {
+        return absl::InvalidArgumentError("disk tier: bad table");
+      }
+      const Table& table = tables_[call.table];
+      if (table.index.empty()) continue;
+      for (const uint64_t id : call.ids) {
+        auto it = table.index.find(id);
+        if (it != table.index.end() && PageOf(it->second) != kOpenPage) pages.push_back(PageOf(it->second));
+      }
+    }
+  }
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  if (pages.empty()) return absl::OkStatus();
+  if (ahead->capacity_ < pages.size()) {
+    ahead->capacity_ = std::max(pages.size(), 2 * ahead->capacity_);
+    ahead->bufs_ = NewPages(ahead->capacity_);
+  }
+  uint64_t reads = 0;
+  absl::Status status = ReadPagesWithReader(
+      pages, ahead->bufs_.get(), [](size_t, const char*) { return absl::OkStatus(); }, /*forked_child=*/false, &reads);
+  {
+    absl::MutexLock lock(&mu_);
+    stats_.page_reads += reads;
+    stats_.bytes_read += reads * kPageBytes;
+  }
+  if (!status.ok()) pages.clear();
+  return status;
+}
+
+const char* DiskTier::PagesRead::Find(uint32_t page) const {
+  auto it = std::lower_bound(pages_.begin(), pages_.end(), page);
+  if (it == pages_.end() || *it != page) return nullptr;
+  return bufs_.get() + static_cast<size_t>(it - pages_.begin()) * kPageBytes;
+}
+
+absl::Status DiskTier::PreadRaw(uint32_t page, char* buf) const {
   const ssize_t n = ::pread(fd_, buf, kPageBytes, static_cast<off_t>(page) * kPageBytes);
   if (n != static_cast<ssize_t>(kPageBytes)) {
     return n < 0 ? Errno(errno, absl::StrCat("disk tier ", options_.path, ": read page ", page))
                  : absl::DataLossError(absl::StrCat("disk tier ", options_.path, ": short read of page ", page));
   }
+  return absl::OkStatus();
+}
+
+absl::Status DiskTier::PreadPage(uint32_t page, char* buf) const {
+  HYREC_RETURN_IF_ERROR(PreadRaw(page, buf));
   stats_.page_reads++;
   stats_.bytes_read += kPageBytes;
   return absl::OkStatus();
@@ -423,15 +490,17 @@ absl::Status DiskTier::ReadPage(uint32_t page, char* buf) const {
   return CheckPage(page, buf);
 }
 
-absl::Status DiskTier::CheckPage(uint32_t page, const char* buf) const {
+bool DiskTier::PageIntact(const char* buf) const {
   uint32_t crc;
   std::memcpy(&crc, buf, 4);
   const uint16_t t = U16At(buf + 4);
   const uint16_t records = U16At(buf + 6);
-  if (crc == Crc32c(absl::string_view(buf + 4, kPageBytes - 4)) && t < tables_.size() &&
-      records <= tables_[t].per_page) {
-    return absl::OkStatus();
-  }
+  return crc == Crc32c(absl::string_view(buf + 4, kPageBytes - 4)) && t < tables_.size() &&
+         records <= tables_[t].per_page;
+}
+
+absl::Status DiskTier::CheckPage(uint32_t page, const char* buf) const {
+  if (PageIntact(buf)) return absl::OkStatus();
   ++stats_.checksum_failures;
   return absl::DataLossError(absl::StrCat("disk tier ", options_.path, ": page ", page, " (offset ",
                                           uint64_t{page} * kPageBytes, ") fails its checksum"));
@@ -455,19 +524,33 @@ struct DiskTier::Reader {
 absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
                                  const std::function<absl::Status(size_t, const char*)>& done,
                                  bool forked_child) const {
+  uint64_t reads = 0;
+  absl::Status status = ReadPagesWithReader(pages, nullptr, done, forked_child, &reads);
+  stats_.page_reads += reads;
+  stats_.bytes_read += reads * kPageBytes;
+  return status;
+}
+
+absl::Status DiskTier::ReadPagesWithReader(absl::Span<const uint32_t> pages, char* into,
+                                           const std::function<absl::Status(size_t, const char*)>& done,
+                                           bool forked_child, uint64_t* reads) const {
   if (pages.empty()) return absl::OkStatus();
   if (pages.size() == 1 || !HYREC_HAS_URING) {
-    PageBuffer buf = NewPages(1);
+    PageBuffer own = into == nullptr ? NewPages(1) : nullptr;
     for (size_t p = 0; p < pages.size(); ++p) {
-      HYREC_RETURN_IF_ERROR(PreadPage(pages[p], buf.get()));
-      HYREC_RETURN_IF_ERROR(done(p, buf.get()));
+      char* buf = into != nullptr ? into + p * kPageBytes : own.get();
+      HYREC_RETURN_IF_ERROR(PreadRaw(pages[p], buf));
+      ++*reads;
+      HYREC_RETURN_IF_ERROR(done(p, buf));
     }
     return absl::OkStatus();
   }
 #if HYREC_HAS_URING
-  // A child forked by a checkpoint has its own ring: the parent's is shared memory it goes on
-  // using.
+  // A child forked by a checkpoint has its own ring (the parent's is shared memory it goes on
+  // using) and takes no lock (a thread of the parent may have held it at the fork).
   std::unique_ptr<Reader> own;
+  std::optional<absl::MutexLock> lock;
+  if (!forked_child) lock.emplace(&read_mu_);
   Reader* reader = forked_child ? nullptr : reader_.get();
   if (reader == nullptr) {
     own = std::make_unique<Reader>();
@@ -480,14 +563,16 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
     if (!forked_child) reader_ = std::move(own);
   }
   io_uring& ring = reader->ring;
-  const PageBuffer& bufs = reader->bufs;
   const uint32_t depth = std::min<uint32_t>(reader->depth, static_cast<uint32_t>(pages.size()));
+  // Page p goes to into's p-th page when given, else to the reader's buffer of its slot.
+  auto buffer = [&](uint32_t slot, size_t p) {
+    return into != nullptr ? into + p * kPageBytes : reader->bufs.get() + size_t{slot} * kPageBytes;
+  };
   size_t next = 0;
   uint32_t in_flight = 0;
   auto submit = [&](uint32_t slot) {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring);
-    io_uring_prep_read(sqe, fd_, bufs.get() + size_t{slot} * kPageBytes, kPageBytes,
-                       static_cast<uint64_t>(pages[next]) * kPageBytes);
+    io_uring_prep_read(sqe, fd_, buffer(slot, next), kPageBytes, static_cast<uint64_t>(pages[next]) * kPageBytes);
     io_uring_sqe_set_data64(sqe, uint64_t{slot} << 32 | next);
     ++next;
     ++in_flight;
@@ -512,9 +597,8 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
           status = Errno(res < 0 ? -res : EIO, absl::StrCat("disk tier ", options_.path, ": read page ", pages[p]));
         }
       } else {
-        stats_.page_reads++;
-        stats_.bytes_read += kPageBytes;
-        if (status.ok()) status = done(p, bufs.get() + size_t{slot} * kPageBytes);
+        ++*reads;
+        if (status.ok()) status = done(p, buffer(slot, p));
       }
       if (status.ok() && next < pages.size()) submit(slot);
     }

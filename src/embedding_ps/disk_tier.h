@@ -23,7 +23,10 @@
 // where the build found no liburing).
 //
 // Thread safety: every method is safe for concurrent use; one mutex serializes them, held across
-// a Take's reads (the store calls Take for the rows of one request at a time).
+// a Take's reads. ReadAhead reads pages without it, so that a caller can read a request's pages
+// while holding no lock of its own, and then Take the rows under its locks from those pages: a
+// page read ahead is used only when it was not rewritten since (its write number is the page's
+// latest) and passes its checksum; otherwise Take reads it again.
 //
 // Checkpoints: a snapshot taken while the store is frozen (FrozenStore) reads the tier's pages
 // from a forked child while the parent keeps training. Between HoldPages and ReleasePages no page
@@ -35,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -115,7 +119,13 @@ class DiskTier {
     absl::Span<const uint64_t> ids;
   };
   using ManyFoundFn = std::function<void(size_t, size_t, uint64_t, const char*)>;
-  absl::Status TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found);
+  // Pages read by ReadAhead, for a later TakeMany; reusable.
+  class PagesRead;
+  // `ahead`, when given, holds pages ReadAhead read: TakeMany uses those still current.
+  absl::Status TakeMany(absl::Span<const TakeCall> calls, const ManyFoundFn& found, const PagesRead* ahead = nullptr);
+  // Reads the pages that hold the rows of `calls` now into `ahead` (replacing what it held),
+  // holding the tier's lock only to find them. Takes nothing; an I/O error's status.
+  absl::Status ReadAhead(absl::Span<const TakeCall> calls, PagesRead* ahead);
 
   // Forgets (table, id)'s row; whether it was held.
   bool Erase(int table, uint64_t id);
@@ -162,14 +172,29 @@ class DiskTier {
   // The pages the live rows (and `extra` more of table `extra_table`) need packed tight, over
   // the 90% of the pages a Put may fill.
   double FillLocked(int extra_table, uint64_t extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads a page into `buf` (pread), counted; ReadPage also checks it.
+  // Reads a page into `buf` (pread); PreadPage counts it, ReadPage also checks it.
+  absl::Status PreadRaw(uint32_t page, char* buf) const;
   absl::Status PreadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPage(uint32_t page, const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a page's bytes pass its checksum and name a table and a record count it can have.
+  bool PageIntact(const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reads `pages` with up to queue_depth in flight, calling done(i, buf) for pages[i] in order
   // of completion; `forked_child`: with a reader of its own.
   absl::Status ReadPages(absl::Span<const uint32_t> pages, const std::function<absl::Status(size_t, const char*)>& done,
                          bool forked_child = false) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Takes the rows of `wanted` ((page, record, call, position), sorted) from `buf`, page
+  // `page`'s bytes, which passed CheckPage.
+  void TakeFromPageLocked(absl::Span<const TakeCall> calls, const ManyFoundFn& found, uint32_t page, const char* buf,
+                          absl::Span<const std::tuple<uint32_t, uint32_t, uint32_t, size_t>> wanted,
+                          absl::Status* failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ReadPages for any caller: pages[i] goes to into + i * kPageBytes when `into` is given (else
+  // to a buffer of the reader's); adds the pages read to *reads, and counts nothing in stats_.
+  // The reader is read_mu_'s (taken after mu_ where both are held).
+  absl::Status ReadPagesWithReader(absl::Span<const uint32_t> pages, char* into,
+                                   const std::function<absl::Status(size_t, const char*)>& done, bool forked_child,
+                                   uint64_t* reads) const;
 
   const DiskTierOptions options_;
   const int fd_;
@@ -179,15 +204,36 @@ class DiskTier {
   mutable absl::Mutex mu_;
   std::vector<uint16_t> live_ ABSL_GUARDED_BY(mu_);        // Per page: its live rows.
   std::vector<uint16_t> page_table_ ABSL_GUARDED_BY(mu_);  // Per page: its table.
+  std::vector<uint64_t> page_write_ ABSL_GUARDED_BY(mu_);  // Per page: its latest write number.
   std::vector<uint32_t> free_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> held_free_ ABSL_GUARDED_BY(mu_);         // Freed while pages are held.
-  PageBuffer spare_ ABSL_GUARDED_BY(mu_);                        // A zeroed page buffer for the next open page.
-  mutable std::unique_ptr<Reader> reader_ ABSL_GUARDED_BY(mu_);  // Set up at the first batched read.
-  uint32_t never_used_ ABSL_GUARDED_BY(mu_) = 0;                 // Pages at or above it were never used.
+  std::vector<uint32_t> held_free_ ABSL_GUARDED_BY(mu_);  // Freed while pages are held.
+  PageBuffer spare_ ABSL_GUARDED_BY(mu_);                 // A zeroed page buffer for the next open page.
+  mutable absl::Mutex read_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  mutable std::unique_ptr<Reader> reader_ ABSL_GUARDED_BY(read_mu_);  // Set up at the first batched read.
+  uint32_t never_used_ ABSL_GUARDED_BY(mu_) = 0;                      // Pages at or above it were never used.
   bool holding_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_write_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t clean_draw_ ABSL_GUARDED_BY(mu_) = 0;
   mutable DiskTierStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+class DiskTier::PagesRead {
+ public:
+  PagesRead() = default;
+  PagesRead(const PagesRead&) = delete;
+  PagesRead& operator=(const PagesRead&) = delete;
+
+  size_t size() const { return pages_.size(); }  // Pages read by the last ReadAhead.
+  size_t capacity() const { return capacity_; }  // Pages its buffers hold room for.
+
+ private:
+  friend class DiskTier;
+  // The bytes read of `page`, or null when it was not read.
+  const char* Find(uint32_t page) const;
+
+  std::vector<uint32_t> pages_;  // Sorted.
+  PageBuffer bufs_;              // pages_[i]'s bytes at i * kPageBytes.
+  size_t capacity_ = 0;          // Pages bufs_ holds room for.
 };
 
 }  // namespace hyrec::embedding_ps

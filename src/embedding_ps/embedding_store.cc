@@ -11,6 +11,7 @@
 #include "absl/base/attributes.h"
 #include "absl/base/optimization.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -122,7 +123,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     GroupByStripe(t, ids);
     if (tier_ != nullptr) HYREC_RETURN_IF_ERROR(ReadBackFromDisk(t, ids));
     InsertError() = absl::OkStatus();
-    VisitRows(t, ids, /*create=*/true, Slab::kHeaderBytes + layout.weight_bytes,
+    VisitRows(t, ids, /*lookup=*/true, /*create=*/true, Slab::kHeaderBytes + layout.weight_bytes,
               [&](uint32_t position, const Rows& r, RowIndex::Position at) {
                 float* dst = out.data() + static_cast<size_t>(position) * layout.dim;
                 if (at == RowIndex::kNone) {
@@ -149,21 +150,46 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     missing.resize(calls.size());
     missing_hashes.resize(calls.size());
     std::vector<DiskTier::TakeCall> takes(calls.size());
-    for (const auto& stripe : stripes_) stripe->mu.Lock();
-    for (size_t c = 0; c < calls.size(); ++c) {
-      const int t = calls[c].table;
-      missing[c].clear();
-      missing_hashes[c].clear();
-      takes[c].table = t;
-      if (disk_rows_[t].load(std::memory_order_relaxed) == 0) continue;
-      for (const uint64_t id : calls[c].ids) {
-        const uint64_t hash = Hash(t, id);
-        if (FindLocked(RowsOf(*stripes_[StripeIndex(hash)], t), id, hash) != RowIndex::kNone) continue;
-        missing[c].push_back(id);
-        missing_hashes[c].push_back(hash);
+    auto find_missing = [&] {
+      for (size_t c = 0; c < calls.size(); ++c) {
+        const int t = calls[c].table;
+        missing[c].clear();
+        missing_hashes[c].clear();
+        takes[c].table = t;
+        if (disk_rows_[t].load(std::memory_order_relaxed) > 0) {
+          for (const uint64_t id : calls[c].ids) {
+            const uint64_t hash = Hash(t, id);
+            if (FindLocked(RowsOf(*stripes_[StripeIndex(hash)], t), id, hash) != RowIndex::kNone) continue;
+            missing[c].push_back(id);
+            missing_hashes[c].push_back(hash);
+          }
+        }
+        takes[c].ids = missing[c];
       }
-      takes[c].ids = missing[c];
+    };
+    // The pages of the rows on disk are read with no stripe locked, so that other calls go on
+    // meanwhile; then, every stripe locked, the rows still missing are taken from those pages
+    // (or read again where they moved since).
+    std::unique_ptr<DiskTier::PagesRead> ahead;
+    {
+      absl::MutexLock lock(&ahead_mu_);
+      if (!ahead_.empty()) {
+        ahead = std::move(ahead_.back());
+        ahead_.pop_back();
+      }
     }
+    if (ahead == nullptr) ahead = std::make_unique<DiskTier::PagesRead>();
+    absl::Cleanup keep = [&] {
+      if (ahead->capacity() > kAheadPagesKept) return;  // A large request's pages are not kept.
+      absl::MutexLock lock(&ahead_mu_);
+      ahead_.push_back(std::move(ahead));
+    };
+    for (const auto& stripe : stripes_) stripe->mu.Lock();
+    find_missing();
+    for (const auto& stripe : stripes_) stripe->mu.Unlock();
+    HYREC_RETURN_IF_ERROR(tier_->ReadAhead(takes, ahead.get()));
+    for (const auto& stripe : stripes_) stripe->mu.Lock();
+    find_missing();
     struct Taken {
       uint32_t call;
       uint32_t position;
@@ -174,11 +200,14 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     thread_local std::string payloads;
     taken.clear();
     payloads.clear();
-    absl::Status status = tier_->TakeMany(takes, [&](size_t c, size_t i, uint64_t score, const char* payload) {
-      const TableLayout& layout = layouts_[calls[c].table];
-      taken.push_back({static_cast<uint32_t>(c), static_cast<uint32_t>(i), score, payloads.size()});
-      payloads.append(payload, layout.weight_bytes + 4 * layout.state_floats);
-    });
+    absl::Status status = tier_->TakeMany(
+        takes,
+        [&](size_t c, size_t i, uint64_t score, const char* payload) {
+          const TableLayout& layout = layouts_[calls[c].table];
+          taken.push_back({static_cast<uint32_t>(c), static_cast<uint32_t>(i), score, payloads.size()});
+          payloads.append(payload, layout.weight_bytes + 4 * layout.state_floats);
+        },
+        ahead.get());
     for (const Taken& k : taken) {
       const int t = calls[k.call].table;
       const uint64_t hash = missing_hashes[k.call][k.position];
@@ -240,7 +269,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
     }
     // Updates never admit: an id without a row gets one only when the table admits everything.
     InsertError() = absl::OkStatus();
-    VisitRows(t, ids, /*create=*/config.admission.AdmitsEverything(), layout.slot_bytes,
+    VisitRows(t, ids, /*lookup=*/false, /*create=*/config.admission.AdmitsEverything(), layout.slot_bytes,
               [&](uint32_t position, const Rows& r, RowIndex::Position at) {
                 if (at == RowIndex::kNone) {
                   ++r.part.counters.dropped_updates;
@@ -920,8 +949,9 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   // `touch_bytes`) at step i + kSlotLag, and the row is found and used at step i + kRowLag. The
   // stripes ahead of the row being used are locked in ascending order as the pipeline reaches
   // them (a window of a few stripes), and each is unlocked once its last row is used.
+  // `lookup`: the ids count as looked up (TableStats::lookups).
   template <typename RowFn>
-  void VisitRows(int t, absl::Span<const uint64_t> ids, bool create, uint32_t touch_bytes,
+  void VisitRows(int t, absl::Span<const uint64_t> ids, bool lookup, bool create, uint32_t touch_bytes,
                  RowFn&& row) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     constexpr size_t kSlotLag = 8;
     constexpr size_t kRowLag = 16;
@@ -970,7 +1000,7 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       const uint32_t s = stripe_of[p];
       Stripe& stripe = *stripes_[s];
       Rows r = RowsOf(stripe, t);
-      ++r.part.counters.lookups;
+      if (lookup) ++r.part.counters.lookups;
       if (ttl && (i == 0 || stripe_of[order[i - 1]] != s) && r.part.scores.MayHaveExpired(ttl_now)) {
         SweepExpiredLocked(stripe, t, /*all=*/false);
       }
@@ -987,8 +1017,14 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
       if (at == RowIndex::kNone && tier_ != nullptr && disk_rows_[t].load(std::memory_order_relaxed) > 0) {
         // On disk after all: moved there since ReadBackFromDisk by this call's own inserts.
         at = TakeOneLocked(stripe, t, ids[p], hashes[p]);
+        if (at != RowIndex::kNone) r.index.set_mark(at, false);
       } else if (at != RowIndex::kNone) {
-        ++r.part.counters.dram_hits;
+        // A row read back from disk for this call (marked by PlaceLocked) is no DRAM hit.
+        if (tier_ != nullptr && r.index.marked(at)) {
+          r.index.set_mark(at, false);
+        } else if (lookup) {
+          ++r.part.counters.dram_hits;
+        }
       }
       if (at != RowIndex::kNone) {
         if (scored) {
@@ -1244,6 +1280,9 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
         ttl_now);
     r.index.set_score(at, restored);
     r.part.scores.Note(restored, ttl_now);
+    // Marked until a lookup or update visits it, so that the visit is not counted a DRAM hit (a
+    // store with a tier keeps no change marks: it refuses track_changes).
+    r.index.set_mark(at, true);
     ++r.part.counters.disk_reads;
     return absl::OkStatus();
   }
@@ -1375,6 +1414,11 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   std::vector<std::atomic<uint64_t>> data_time_;   // Per table: the newest data time seen.
   const std::unique_ptr<DiskTier> tier_;           // StoreOptions::disk; null without.
   std::vector<std::atomic<uint64_t>> disk_rows_;   // Per table: rows in the tier.
+  // Page buffers for ReadBack's reads ahead, one a concurrent ReadBack, kept for the next when
+  // they hold at most kAheadPagesKept pages (4 MiB).
+  static constexpr size_t kAheadPagesKept = 1024;
+  absl::Mutex ahead_mu_;
+  std::vector<std::unique_ptr<DiskTier::PagesRead>> ahead_ ABSL_GUARDED_BY(ahead_mu_);
   mutable absl::Mutex dedup_mu_;
   uint64_t delta_sequence_ ABSL_GUARDED_BY(dedup_mu_) = 0;
   // A worker's update of one batch carries the same sequence to every table, and its tables'
@@ -1395,7 +1439,8 @@ void PublishDiskMetrics(const StoreStats& stats, const MetricLabels& labels, Met
   m->Describe("hyrec_ps_disk_writes_total", MetricType::kCounter, "Rows the shard's DRAM capacity moved to disk.");
   m->Describe("hyrec_ps_disk_reads_total", MetricType::kCounter, "Rows read back from disk into DRAM.");
   m->Describe("hyrec_ps_dram_hits_total", MetricType::kCounter,
-              "Ids a lookup or update found in DRAM (over hyrec_ps_lookups_total: DRAM's hit rate).");
+              "Ids a lookup found in DRAM, not read back from disk for it (over hyrec_ps_lookups_total: "
+              "DRAM's hit rate).");
   m->Describe("hyrec_ps_disk_pages", MetricType::kGauge, "4 KiB pages of the disk tier's file: used, and all.");
   m->Describe("hyrec_ps_disk_page_reads_total", MetricType::kCounter, "Pages the disk tier read.");
   m->Describe("hyrec_ps_disk_page_writes_total", MetricType::kCounter, "Pages the disk tier wrote.");
@@ -1437,7 +1482,7 @@ void PublishStoreMetrics(const StoreStats& stats, const MetricLabels& labels, Me
   m->Describe("hyrec_ps_expirations_total", MetricType::kCounter,
               "Rows of a ttl table evicted for going unused longer than the TTL of data time.");
   m->Describe("hyrec_ps_data_time_seconds", MetricType::kGauge, "The newest data time a table has seen.");
-  m->Describe("hyrec_ps_lookups_total", MetricType::kCounter, "Ids looked up.");
+  m->Describe("hyrec_ps_lookups_total", MetricType::kCounter, "Ids looked up (not counting updates).");
   m->Describe("hyrec_ps_updates_total", MetricType::kCounter, "Rows updated.");
   m->Describe("hyrec_ps_admission_rejections_total", MetricType::kCounter, "New ids not admitted (yet).");
   m->Describe("hyrec_ps_rejected_nonfinite_total", MetricType::kCounter, "Updates refused for a NaN/Inf gradient.");

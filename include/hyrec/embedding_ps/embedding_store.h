@@ -193,8 +193,9 @@ struct TableStats {
   uint64_t rejected_nonfinite = 0;  // Update requests refused for a NaN/Inf gradient.
   uint64_t nonfinite_results = 0;   // Rows an update left unchanged (UpdateResult::nonfinite).
   uint64_t duplicate_updates = 0;
-  // With a disk tier: rows on disk, rows the store's capacity moved there, rows read back, and
-  // ids a lookup or update found in DRAM (dram_hits / lookups is DRAM's hit rate).
+  // With a disk tier: rows on disk, rows the store's capacity moved there, rows read back (for
+  // lookups and updates), and ids a lookup found in DRAM, not read back from disk for it
+  // (dram_hits / lookups is DRAM's hit rate; the other lookups read back or created their rows).
   uint64_t disk_rows = 0;
   uint64_t disk_writes = 0;
   uint64_t disk_reads = 0;
