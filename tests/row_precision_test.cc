@@ -189,6 +189,31 @@ TEST(RowPrecision, UpdatesSmallerThanAStepStillMoveTheRowsOnAverage) {
   EXPECT_NEAR(sum16 / n, sum32 / n, 1e-3);
 }
 
+// Two runs of one job round alike: a worker's update sequences are a clock-made origin (a
+// multiple of 2^20) plus the step, so stores updated under different origins end with the same
+// rows, while each step still rounds anew.
+TEST(RowPrecision, RunsWhoseSequencesStartAtDifferentOriginsRoundAlike) {
+  constexpr int kDim = 4;
+  constexpr uint64_t kRows = 500;
+  for (const RowPrecision precision : {RowPrecision::kFp16, RowPrecision::kInt8}) {
+    auto first = Store(precision, OptimizerKind::kSgd, 1.0f, kDim);
+    auto second = Store(precision, OptimizerKind::kSgd, 1.0f, kDim);
+    auto shifted = Store(precision, OptimizerKind::kSgd, 1.0f, kDim);
+    std::vector<uint64_t> ids(kRows);
+    for (uint64_t i = 0; i < kRows; ++i) ids[i] = i;
+    std::vector<float> grads(kRows * kDim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.0123f * static_cast<float>(1 + (i % kDim) * (i % kDim));
+    for (uint64_t step = 1; step <= 20; ++step) {
+      ASSERT_TRUE(first->Update(0, ids, grads, UpdateId{1, (uint64_t{1700000000000} << 20) + step}, nullptr).ok());
+      ASSERT_TRUE(second->Update(0, ids, grads, UpdateId{1, (uint64_t{1700000000777} << 20) + step}, nullptr).ok());
+      ASSERT_TRUE(
+          shifted->Update(0, ids, grads, UpdateId{1, (uint64_t{1700000000777} << 20) + step + 1}, nullptr).ok());
+    }
+    EXPECT_EQ(Rows(*first, kRows, kDim), Rows(*second, kRows, kDim)) << "the same steps round alike";
+    EXPECT_NE(Rows(*first, kRows, kDim), Rows(*shifted, kRows, kDim)) << "other steps round otherwise";
+  }
+}
+
 // An int8 table: a quarter of the weight bytes plus 8 a row; a weight between its row's min and
 // max is unbiased over many rows, and steps far smaller than the row's grid move it on average.
 TEST(RowPrecision, AnInt8TableHoldsAByteAWeightAndItsRowsMoveAsFp32RowsOnAverage) {

@@ -835,9 +835,12 @@ class StripedStore final : public EmbeddingShardStore, public FrozenStore {
   }
 
   // What an update draws its rounding from: the row's id, the update's id and the row's place in
-  // it, all of which a replay of the update log gives again.
+  // it, all of which a replay of the update log gives again. Of the sequence, its low 20 bits: a
+  // worker's sequences are a clock-made origin, a multiple of 2^20, plus the step (wire.md), so
+  // that two runs of the same job with the same seeds round alike.
   static uint64_t RoundingDraw(uint64_t id, UpdateId update, uint32_t position) {
-    return Mix64(Mix64(Mix64(id ^ 0x6a09e667f3bcc909ULL) ^ update.sequence) ^
+    constexpr uint64_t kStepBits = (uint64_t{1} << 20) - 1;
+    return Mix64(Mix64(Mix64(id ^ 0x6a09e667f3bcc909ULL) ^ (update.sequence & kStepBits)) ^
                  (uint64_t{update.worker_id} << 32 | position));
   }
 
