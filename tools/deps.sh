@@ -10,6 +10,7 @@ HYREC_DEBS=(
   libabsl-dev libspdlog-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libyaml-cpp-dev zlib1g-dev libxxhash-dev libcpp-httplib-dev libssl-dev librdkafka-dev
   liburing-dev librocksdb-dev
+  iproute2
 )
 
 # What the installed binaries need at run time (the Dockerfile's runtime stage): the shared
