@@ -43,6 +43,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "applied_counts.h"
 #include "child_processes.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
@@ -254,18 +255,7 @@ class ChaosTest : public ::testing::Test {
 
   // Of a checkpoint: every "applied" line's count, per "<shard file> worker <w> table <t>".
   static std::map<std::string, uint64_t> AppliedCounts(const std::string& checkpoint) {
-    std::map<std::string, uint64_t> counts;
-    const std::string out = Output({HYREC_CHECKPOINT_BINARY, "inspect", checkpoint});
-    for (absl::string_view line : absl::StrSplit(out, '\n')) {
-      line = absl::StripLeadingAsciiWhitespace(line);
-      if (!absl::ConsumePrefix(&line, "applied ")) continue;
-      const size_t colon = line.find(':');
-      uint64_t n = 0;
-      if (colon == absl::string_view::npos) continue;
-      absl::string_view rest = line.substr(colon + 2);
-      if (absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &n)) counts[std::string(line.substr(0, colon))] = n;
-    }
-    return counts;
+    return testing::AppliedCounts(Output({HYREC_CHECKPOINT_BINARY, "inspect", checkpoint}));
   }
 
   struct FaultCounts {

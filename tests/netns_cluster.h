@@ -32,8 +32,9 @@ namespace hyrec::testing {
 
 class NetnsCluster {
  public:
-  // Hosts named `hosts` (letters, digits and '-'), in namespaces "hyrec-<tag>-<host>"; `number`
-  // (0 to 255) picks the cluster's subnet, so that clusters of different tests never meet.
+  // Hosts named `hosts` (letters, digits and '-'), in namespaces "hyrec-<tag>-<host>" (a tag
+  // unique to the process, so that two runs never share a namespace); `number` (0 to 255) picks
+  // the cluster's subnet.
   static absl::StatusOr<std::unique_ptr<NetnsCluster>> Create(const std::string& tag, int number,
                                                               const std::vector<std::string>& hosts) {
     if (geteuid() != 0) return absl::FailedPreconditionError("network namespaces need root");

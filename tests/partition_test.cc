@@ -10,6 +10,7 @@
 // Needs root for the namespaces; where they cannot be made, it says so and skips.
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "applied_counts.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
 #include "netns_cluster.h"
@@ -48,7 +50,7 @@ struct Outcome {
 class PartitionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = testing::NetnsCluster::Create("part", 1, kHosts);
+    auto cluster = testing::NetnsCluster::Create(absl::StrCat("part", getpid()), 1, kHosts);
     if (!cluster.ok()) GTEST_SKIP() << "no hosts to run across: " << cluster.status();
     cluster_ = std::move(*cluster);
     dir_ = ::testing::TempDir() + "/partition_" + std::to_string(getpid());
@@ -158,18 +160,7 @@ class PartitionTest : public ::testing::Test {
 
   // Of a checkpoint: every "applied" line's count, per "<shard file> worker <w> table <t>".
   static std::map<std::string, uint64_t> AppliedCounts(const std::string& checkpoint) {
-    std::map<std::string, uint64_t> counts;
-    const testing::CommandResult out = testing::RunCommand({HYREC_BINARY, "checkpoint", "inspect", checkpoint});
-    for (absl::string_view line : absl::StrSplit(out.out, '\n')) {
-      line = absl::StripLeadingAsciiWhitespace(line);
-      if (!absl::ConsumePrefix(&line, "applied ")) continue;
-      const size_t colon = line.find(':');
-      uint64_t n = 0;
-      if (colon == absl::string_view::npos) continue;
-      absl::string_view rest = line.substr(colon + 2);
-      if (absl::SimpleAtoi(rest.substr(0, rest.find(' ')), &n)) counts[std::string(line.substr(0, colon))] = n;
-    }
-    return counts;
+    return testing::AppliedCounts(testing::RunCommand({HYREC_BINARY, "checkpoint", "inspect", checkpoint}).out);
   }
 
   static bool HasCheckpointOfStep(const std::string& dir, uint64_t step) {

@@ -675,6 +675,7 @@ DiskTierStats DiskTier::Stats() const {
   s.fill = FillLocked(-1, 0);
   for (const Table& t : tables_) s.index_bytes += t.index.capacity() * (sizeof(std::pair<uint64_t, uint64_t>) + 1);
   // (IndexBytes plans the same: capacity() slots of a pair and a control byte.)
+  s.index_bytes += uint64_t{num_pages_} * kPageStateBytes;
   return s;
 }
 

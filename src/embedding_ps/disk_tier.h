@@ -69,7 +69,7 @@ struct DiskTierStats {
   uint64_t cleaned_pages = 0;  // Pages the cleaner freed by moving their rows.
   uint64_t full_refusals = 0;  // Puts refused: the tier was full.
   uint64_t checksum_failures = 0;
-  uint64_t index_bytes = 0;  // DRAM the index of rows takes.
+  uint64_t index_bytes = 0;  // DRAM the index of rows and the pages' state (kPageStateBytes each) take.
 };
 
 class DiskTier {
@@ -77,6 +77,9 @@ class DiskTier {
   static constexpr uint32_t kPageBytes = 4096;
   static constexpr uint32_t kPageHeaderBytes = 16;
   static constexpr double kMostFill = 0.9;  // Of the pages' records a Put may fill.
+  // DRAM a page of the file takes beside the index of rows: its live rows, its table and its
+  // latest write number, for every page of capacity_bytes.
+  static constexpr uint64_t kPageStateBytes = 2 * sizeof(uint16_t) + sizeof(uint64_t);
   // Bytes of a record of a row of `payload_bytes`, and how many a page holds.
   static uint32_t RecordBytes(uint32_t payload_bytes) { return 16 + ((payload_bytes + 7) & ~7u); }
   static uint32_t RecordsPerPage(uint32_t payload_bytes) {

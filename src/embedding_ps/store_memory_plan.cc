@@ -59,6 +59,7 @@ DiskTierPlan PlanDiskTier(const StoreOptions& options, const std::vector<uint64_
     plan.rows += rows_per_table[t];
   }
   plan.file_bytes = static_cast<uint64_t>(std::ceil(pages)) * DiskTier::kPageBytes;
+  plan.index_bytes += options.disk.capacity_bytes / DiskTier::kPageBytes * DiskTier::kPageStateBytes;
   return plan;
 }
 

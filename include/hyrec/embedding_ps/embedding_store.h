@@ -214,7 +214,7 @@ struct DiskStats {
   uint64_t cleaned_pages = 0;      // Pages freed by moving their live rows.
   uint64_t full_refusals = 0;      // Rows refused: the tier was full.
   uint64_t checksum_failures = 0;  // Pages read whose checksum failed.
-  uint64_t index_bytes = 0;        // DRAM its index of rows takes (in StoreStats::bytes).
+  uint64_t index_bytes = 0;        // DRAM its index of rows and its pages' state take (in StoreStats::bytes).
 };
 
 struct StoreStats {
@@ -254,7 +254,8 @@ StoreMemoryPlan PlanStoreMemory(const StoreOptions& options, const std::vector<u
 
 // What a disk tier (StoreOptions::disk) takes to hold `rows_per_table` rows on disk: its file
 // (pages of the tables' records at the 90% the tier fills them to, with a page a table and the
-// cleaner's) and the DRAM of its index of rows (in StoreStats::bytes of such a store).
+// cleaner's) and the DRAM of its index of rows and of the state of every page of
+// options.disk.capacity_bytes (in StoreStats::bytes of such a store).
 struct DiskTierPlan {
   uint64_t file_bytes = 0;
   uint64_t index_bytes = 0;
