@@ -456,8 +456,7 @@ absl::Status DiskTier::ReadAhead(absl::Span<const TakeCall> calls, PagesRead* ah
       pages, ahead->bufs_.get(), [](size_t, const char*) { return absl::OkStatus(); }, /*forked_child=*/false, &reads);
   {
     absl::MutexLock lock(&mu_);
-    stats_.page_reads += reads;
-    stats_.bytes_read += reads * kPageBytes;
+    CountPageReadsLocked(reads);
   }
   if (!status.ok()) pages.clear();
   return status;
@@ -478,15 +477,14 @@ absl::Status DiskTier::PreadRaw(uint32_t page, char* buf) const {
   return absl::OkStatus();
 }
 
-absl::Status DiskTier::PreadPage(uint32_t page, char* buf) const {
-  HYREC_RETURN_IF_ERROR(PreadRaw(page, buf));
-  stats_.page_reads++;
-  stats_.bytes_read += kPageBytes;
-  return absl::OkStatus();
+void DiskTier::CountPageReadsLocked(uint64_t pages) const {
+  stats_.page_reads += pages;
+  stats_.bytes_read += pages * kPageBytes;
 }
 
 absl::Status DiskTier::ReadPage(uint32_t page, char* buf) const {
-  HYREC_RETURN_IF_ERROR(PreadPage(page, buf));
+  HYREC_RETURN_IF_ERROR(PreadRaw(page, buf));
+  CountPageReadsLocked(1);
   return CheckPage(page, buf);
 }
 
@@ -526,8 +524,7 @@ absl::Status DiskTier::ReadPages(absl::Span<const uint32_t> pages,
                                  bool forked_child) const {
   uint64_t reads = 0;
   absl::Status status = ReadPagesWithReader(pages, nullptr, done, forked_child, &reads);
-  stats_.page_reads += reads;
-  stats_.bytes_read += reads * kPageBytes;
+  CountPageReadsLocked(reads);
   return status;
 }
 

@@ -175,10 +175,11 @@ class DiskTier {
   // The pages the live rows (and `extra` more of table `extra_table`) need packed tight, over
   // the 90% of the pages a Put may fill.
   double FillLocked(int extra_table, uint64_t extra) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reads a page into `buf` (pread); PreadPage counts it, ReadPage also checks it.
+  // Reads a page into `buf` (pread); ReadPage also counts and checks it.
   absl::Status PreadRaw(uint32_t page, char* buf) const;
-  absl::Status PreadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ReadPage(uint32_t page, char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds `pages` page reads to stats_.
+  void CountPageReadsLocked(uint64_t pages) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckPage(uint32_t page, const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Whether a page's bytes pass its checksum and name a table and a record count it can have.
   bool PageIntact(const char* buf) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
