@@ -162,7 +162,10 @@ TEST(PlanCapacity, MeasuresIdsOnTheJobsDataAndCountsBytesPerStep) {
   const double unique = 2 * 1024 * 3 * 0.5;  // Workers x batch x ids a sample x unique share.
   EXPECT_DOUBLE_EQ(c->id_bytes_per_step, unique * 8);
   EXPECT_DOUBLE_EQ(c->row_bytes_per_step_fp32, 2 * 1024 * 0.5 * (2 * 16 + 8) * 4);
-  EXPECT_DOUBLE_EQ(c->loader_bytes_per_step, 2 * 1024 * (4.0 * 5 + 8.0 * 3));
+  // A batch: labels and 4 dense features, 3 slots' offsets, 3 ids a sample (8 bytes as the slot's,
+  // 4 as its index among the table's unique ids), the unique ids, 2 tables' shard offsets.
+  EXPECT_DOUBLE_EQ(c->loader_bytes_per_step,
+                   2 * (1024 * 4.0 * 5 + 3 * 1025 * 4 + 1024 * 3 * 12.0 + 1024 * 3 * 0.5 * 8 + 2 * 3 * 4));
   // A larger batch and more workers re-plan the job.
   o.workers = 4;
   o.batch_size = 4096;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "hyrec/common/finite.h"
 #include "hyrec/common/fp16.h"
 #include "hyrec/common/hash.h"
+#include "hyrec/common/ownership.h"
 #include "hyrec/common/process_info.h"
 #include "hyrec/common/staleness_window.h"
 #include "hyrec/common/subprocess.h"
@@ -88,6 +90,51 @@ TEST(EnvLock, AProbeSeesAHolderButNotAnotherProbe) {
   ::close(other);
   EXPECT_EQ(*ReadFileToString(env, path, 100), "a run of job 42") << "probes write nothing";
   EXPECT_TRUE(env->LockFile(path, "x").ok());
+  std::filesystem::remove_all(dir);
+}
+
+// Two holders of one epoch file, as a replaced role and its replacement on hosts sharing a
+// volume: the second raises it, and the first learns so at its next read, once.
+TEST(OwnershipEpoch, ANewHolderRaisesTheEpochAndTheOldOneLearnsItOnce) {
+  const std::string dir = ::testing::TempDir() + "/ownership_epoch";
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(Env::Default()->CreateDirs(dir).ok());
+  OwnershipOptions options;
+  options.path = dir + "/EPOCH";
+  options.what = "the test's role";
+  options.lease = absl::Hours(1);  // No re-read within the lease: CheckLease answers from memory.
+  int lost = 0;
+  options.on_lost = [&lost](const absl::Status&) { ++lost; };
+  auto first = OwnershipEpoch::Take(options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ((*first)->epoch(), 1u);
+  EXPECT_EQ(*ReadFileToString(Env::Default(), options.path, 64), "1\n");
+  EXPECT_GT((*first)->UntilServeable(), absl::Minutes(59)) << "a new holder waits out a former one's lease";
+  EXPECT_TRUE((*first)->Check().ok());
+
+  OwnershipOptions quick = options;
+  quick.lease = absl::ZeroDuration();  // Every CheckLease reads the file.
+  quick.on_lost = nullptr;
+  auto second = OwnershipEpoch::Take(quick);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ((*second)->epoch(), 2u);
+  EXPECT_EQ((*second)->UntilServeable(), absl::ZeroDuration());
+  EXPECT_TRUE((*second)->CheckLease().ok());
+
+  EXPECT_TRUE((*first)->CheckLease().ok()) << "within its lease the first holder does not read the file";
+  EXPECT_EQ(lost, 0);
+  const absl::Status stale = (*first)->Check();
+  EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
+  EXPECT_EQ(stale.message(), "the test's role was taken over by another process (its epoch is 2, this process's 1)");
+  EXPECT_EQ(lost, 1);
+  EXPECT_TRUE(absl::IsFailedPrecondition((*first)->CheckLease())) << "lost for good";
+  EXPECT_TRUE(absl::IsFailedPrecondition((*first)->Check()));
+  EXPECT_EQ(lost, 1) << "on_lost is called once";
+
+  // A file that holds no epoch is no holder's: DATA_LOSS at Take, a loss for a holder that reads it.
+  std::ofstream(options.path, std::ios::trunc) << "garbage";
+  EXPECT_TRUE(absl::IsDataLoss(OwnershipEpoch::Take(quick).status()));
+  EXPECT_TRUE(absl::IsFailedPrecondition((*second)->CheckLease()));
   std::filesystem::remove_all(dir);
 }
 

@@ -24,8 +24,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "run_command.h"
 
 namespace hyrec::testing {
@@ -67,20 +69,9 @@ class NetnsCluster {
         if (absl::Status s = c->Must(argv); !s.ok()) return s;
       }
       c->hosts_[hosts[i]] = Host{ns, port, address};
+      c->names_[hosts[i]] = address;
     }
-    // Each host's /etc/hosts (`ip netns exec` mounts /etc/netns/<ns>/hosts over it): every
-    // host's name, its own name first, as a cluster's DNS names its pods.
-    for (const auto& [name, host] : c->hosts_) {
-      const std::string dir = "/etc/netns/" + host.ns;
-      std::error_code error;
-      std::filesystem::create_directories(dir, error);
-      std::ofstream out(dir + "/hosts");
-      out << "127.0.0.1 localhost\n" << host.address << " " << name << "\n";
-      for (const auto& [other, h] : c->hosts_) {
-        if (other != name) out << h.address << " " << other << "\n";
-      }
-      if (!out) return absl::InternalError("cannot write " + dir + "/hosts");
-    }
+    if (absl::Status s = c->WriteHostsFiles(); !s.ok()) return s;
     return c;
   }
 
@@ -109,6 +100,26 @@ class NetnsCluster {
     return Must({"ip", "-n", hub_, "link", "set", hosts_.at(host).port, up ? "up" : "down"});
   }
 
+  // Points `name` at `host`'s address in every other host's /etc/hosts (as a cluster's DNS names
+  // a pod recreated on another node): a process resolving it from then on reaches `host`. The
+  // files are rewritten in place, so that the processes already running on each host see it.
+  absl::Status MoveName(const std::string& name, const std::string& host) {
+    names_.at(name) = hosts_.at(host).address;
+    return WriteHostsFiles();
+  }
+
+  // What `host` has sent on its link since it was made: its end's byte counter (Ethernet frames,
+  // so every header and acknowledgement is counted).
+  absl::StatusOr<uint64_t> SentBytes(const std::string& host) const {
+    const CommandResult r =
+        RunCommand({"ip", "netns", "exec", hosts_.at(host).ns, "cat", "/sys/class/net/eth0/statistics/tx_bytes"});
+    uint64_t bytes = 0;
+    if (r.code != 0 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(r.out), &bytes)) {
+      return absl::InternalError(absl::StrCat("cannot read ", host, "'s sent bytes: ", r.err));
+    }
+    return bytes;
+  }
+
   // Limits what `host` sends to `mbit` Mbit/s (a token bucket on its end of the link); 0 lifts it.
   absl::Status Limit(const std::string& host, int mbit) {
     const Host& h = hosts_.at(host);
@@ -133,6 +144,24 @@ class NetnsCluster {
     return "ip";
   }
 
+  // Each host's /etc/hosts (`ip netns exec` mounts /etc/netns/<ns>/hosts over it, by inode: the
+  // file is rewritten, never replaced): its own name first, with its own address, then every
+  // other name with the address names_ gives it.
+  absl::Status WriteHostsFiles() const {
+    for (const auto& [name, host] : hosts_) {
+      const std::string dir = "/etc/netns/" + host.ns;
+      std::error_code error;
+      std::filesystem::create_directories(dir, error);
+      std::ofstream out(dir + "/hosts", std::ios::trunc);
+      out << "127.0.0.1 localhost\n" << host.address << " " << name << "\n";
+      for (const auto& [other, address] : names_) {
+        if (other != name) out << address << " " << other << "\n";
+      }
+      if (!out.flush()) return absl::InternalError("cannot write " + dir + "/hosts");
+    }
+    return absl::OkStatus();
+  }
+
   std::string Namespace(const std::string& host) const { return absl::StrCat("hyrec-", tag_, "-", host); }
 
   static CommandResult Run(const std::vector<std::string>& argv) { return RunCommand(argv); }
@@ -146,6 +175,7 @@ class NetnsCluster {
   std::string hub_;
   std::vector<std::string> made_;  // Namespaces, in the order made.
   std::map<std::string, Host> hosts_;
+  std::map<std::string, std::string> names_;  // Each host name's address in the hosts files.
 };
 
 }  // namespace hyrec::testing

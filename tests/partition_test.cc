@@ -1,9 +1,11 @@
 // A job across hosts: two PS shards with update logs, a loader and two workers, each started by
 // hand on a host of its own (a network namespace, tests/netns_cluster.h) as on a cluster, each
-// reaching the others by address through a bridge. One host's link is taken down for a few
-// seconds (below the job's timeouts) and brought back, once for each kind of role, a worker
-// included. The job must finish by itself: every role exits 0, worker 0 trained exactly the
-// data's samples, and every shard applied each worker's update of every step once (the
+// reaching the others by host name through a bridge, on connections that notice 2 s of silence.
+// - One host's link is taken down for 3 s (beyond the keepalive, below the job's other timeouts)
+//   and brought back, once for each kind of role, a worker included.
+// - A PS host is cut off for longer and its shard replaced on a spare host, by name.
+// The job must finish by itself: every role exits 0 (a replaced one 2), worker 0 trained exactly
+// the data's samples, and every shard applied each worker's update of every step once (the
 // checkpoint's counts, as in the chaos test). It prints what each partition cost against the
 // same job with no fault.
 //
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
 #include <vector>
@@ -26,6 +29,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "applied_counts.h"
 #include "gtest/gtest.h"
@@ -37,14 +42,118 @@ namespace hyrec {
 namespace {
 
 constexpr uint64_t kSamples = 256 * 2 * 300;  // 300 steps of two workers' batches of 256.
-const std::vector<std::string> kHosts = {"ps-0", "ps-1", "loader", "worker-0", "worker-1"};
+// The job's roles, a host each, and a spare host a lost role may be started on again.
+const std::vector<std::string> kRoles = {"ps-0", "ps-1", "loader", "worker-0", "worker-1"};
+const std::vector<std::string> kHosts = {"ps-0", "ps-1", "loader", "worker-0", "worker-1", "spare"};
 
 struct Outcome {
-  std::map<std::string, int> codes;  // Per host: its role's exit code.
+  std::map<std::string, int> codes;  // Per role (a host, or a replacement's name): its exit code.
   double seconds = 0;
   uint64_t samples = 0;
   std::string checkpoint;
   std::string log;  // Every role's stderr, for a failure's message.
+};
+
+// The processes of one run, each started, read to its end (so that it never blocks on a full
+// pipe) and waited for by a thread of its own, which lives as long as its process: a child is
+// killed when the thread that started it ends (Subprocess's parent-death signal). Start may be
+// called while others run.
+class Roles {
+ public:
+  ~Roles() { JoinAll(); }
+
+  void Start(const testing::NetnsCluster& cluster, const std::string& name, const std::string& host,
+             const std::vector<std::string>& argv) {
+    const std::vector<std::string> command = cluster.On(host, argv);
+    absl::Notification spawned;
+    {
+      absl::MutexLock lock(&mu_);
+      roles_[name];
+      waiters_.emplace_back([this, name, command, &spawned] {
+        SpawnOptions spawn;
+        spawn.capture_stderr = true;
+        auto p = Subprocess::Spawn(command, spawn);
+        Subprocess* process = nullptr;
+        {
+          absl::MutexLock lock(&mu_);
+          Role& role = roles_.at(name);
+          if (p.ok()) {
+            role.process = std::move(*p);
+            process = role.process.get();
+          } else {
+            role.log = absl::StrCat(name, ": cannot start: ", p.status().ToString(), "\n");
+            role.done = true;
+          }
+        }
+        spawned.Notify();
+        if (process == nullptr) return;
+        std::string log;
+        for (;;) {
+          absl::StatusOr<std::string> line = process->ReadErrorLine(absl::Seconds(600));
+          if (!line.ok()) break;
+          absl::StrAppend(&log, name, ": ", *line, "\n");
+        }
+        absl::StatusOr<int> code = process->Wait(absl::Seconds(600));
+        absl::MutexLock lock(&mu_);
+        Role& r = roles_.at(name);
+        r.log += log;
+        r.code = code.ok() ? *code : -1;
+        r.done = true;
+      });
+    }
+    spawned.WaitForNotification();
+  }
+
+  // Whether `name` ended with a code other than 0.
+  bool Failed(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    return roles_.count(name) != 0 && roles_.at(name).done && roles_.at(name).code != 0;
+  }
+  bool Done(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    return roles_.count(name) == 0 || roles_.at(name).done;
+  }
+  std::vector<std::string> Names() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> names;
+    for (const auto& [name, role] : roles_) names.push_back(name);
+    return names;
+  }
+  void Signal(const std::string& name, int signal) {
+    absl::MutexLock lock(&mu_);
+    Role& role = roles_.at(name);
+    if (!role.done && role.process != nullptr) role.process->Signal(signal);
+  }
+  // Waits for every process to end (after Signal, for any still running), then gives each one's
+  // exit code and log.
+  void Finish(Outcome* r) {
+    JoinAll();
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, role] : roles_) {
+      r->codes[name] = role.code;
+      r->log += role.log;
+    }
+  }
+
+ private:
+  struct Role {
+    std::unique_ptr<Subprocess> process;
+    std::string log;
+    int code = -1;
+    bool done = false;
+  };
+  void JoinAll() {
+    std::vector<std::thread> waiters;
+    {
+      absl::MutexLock lock(&mu_);
+      waiters.swap(waiters_);
+    }
+    for (std::thread& t : waiters) t.join();
+  }
+
+  absl::Mutex mu_;
+  std::map<std::string, Role> roles_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> waiters_ ABSL_GUARDED_BY(mu_);
 };
 
 class PartitionTest : public ::testing::Test {
@@ -61,7 +170,10 @@ class PartitionTest : public ::testing::Test {
     if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
-  std::string Job(const std::string& name) {
+  // The roles reach each other by host name (each host's /etc/hosts, as a cluster's DNS), on
+  // connections that notice 2 s of silence (cluster.keepalive_seconds).
+  // `train` and `ps` add keys to those sections.
+  std::string Job(const std::string& name, const std::string& train = "", const std::string& ps = "") {
     const std::string path = dir_ + "/" + name + ".yaml";
     std::ofstream(path) << "loader:\n  source:\n    format: synthetic\n"
                         << "    synthetic: {num_samples: " << kSamples
@@ -69,24 +181,32 @@ class PartitionTest : public ::testing::Test {
                         << "  batch_size: 256\n  threads: 1\n"
                         << "eval: {samples: 5000}\n"
                         << "model: {embedding_dim: 8, bottom: [16], top: [16]}\n"
-                        << "ps: {shards: 2}\n"
-                        << "train: {workers: 2, embedding_staleness: 0, seed: 3, log_every_batches: 20}\n"
+                        << "ps: {shards: 2" << ps << "}\n"
+                        << "train: {workers: 2, embedding_staleness: 0, seed: 3, log_every_batches: 20" << train
+                        << "}\n"
                         << "checkpoint: {dir: " << dir_ << "/" << name << "-ckpt, every_steps: 100}\n"
                         << "security: {mode: none}\n"
-                        << "cluster:\n  ps: [" << cluster_->address("ps-0") << ":7000, " << cluster_->address("ps-1")
-                        << ":7000]\n"
-                        << "  loader: " << cluster_->address("loader") << ":7100\n"
-                        << "  master: " << cluster_->address("worker-0") << ":29500\n"
+                        << "cluster:\n  ps: [ps-0:7000, ps-1:7000]\n  loader: loader:7100\n"
+                        << "  master: worker-0:29500\n  keepalive_seconds: 2\n"
                         << "  services_exit_when_done: true\n";
     return path;
   }
 
-  // Runs the job's roles on their hosts; `fault` runs beside them, given whether worker 0 still
-  // runs.
-  Outcome Run(const std::string& job, const std::function<void(const std::function<bool()>&)>& fault) {
+  // Waits until the job has cut the checkpoint of `step`, or worker 0 ended; false if it ended.
+  bool AwaitCheckpoint(const std::string& job_name, uint64_t step, Roles* roles) {
+    const std::string checkpoints = dir_ + "/" + job_name + "-ckpt";
+    const absl::Time deadline = absl::Now() + absl::Seconds(300);
+    while (!HasCheckpointOfStep(checkpoints, step) && !roles->Done("worker-0") && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return !roles->Done("worker-0");
+  }
+
+  // Runs the job's roles on their hosts; `fault` runs beside them (and may start more roles).
+  Outcome Run(const std::string& job, const std::function<void(Roles*)>& fault) {
     Outcome r;
     const std::string report = job + ".report";
-    std::map<std::string, std::vector<std::string>> argv = {
+    const std::map<std::string, std::vector<std::string>> argv = {
         {"ps-0", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=0"}},
         {"ps-1", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=1"}},
         {"loader", {HYREC_BINARY, "loader", "--config=" + job}},
@@ -95,60 +215,32 @@ class PartitionTest : public ::testing::Test {
         {"worker-1", {HYREC_BINARY, "worker", "--config=" + job, "--rank=1", "--progress=none", "--plot="}},
     };
     const absl::Time start = absl::Now();
-    std::map<std::string, std::unique_ptr<Subprocess>> roles;
-    SpawnOptions spawn;
-    spawn.capture_stderr = true;
-    for (const std::string& host : kHosts) {
-      auto p = Subprocess::Spawn(cluster_->On(host, argv.at(host)), spawn);
-      EXPECT_TRUE(p.ok()) << host << ": " << p.status();
-      if (p.ok()) roles[host] = std::move(*p);
-    }
-    // Each role's stderr to its end (so that it never blocks on a full pipe), then its exit.
-    std::map<std::string, std::string> logs;
-    std::map<std::string, std::atomic<bool>> done;
-    for (const std::string& host : kHosts) {  // Every entry first: the threads only look them up.
-      logs[host];
-      done[host] = false;
-      r.codes[host] = -1;
-    }
+    Roles roles;
+    for (const std::string& host : kRoles) roles.Start(*cluster_, host, host, argv.at(host));
     std::thread faults([&] {
-      if (fault) fault([&] { return !done.at("worker-0").load(); });
+      if (fault) fault(&roles);
     });
-    std::vector<std::thread> waiters;
-    for (auto& [host, role] : roles) {
-      waiters.emplace_back([&, host = host, role = role.get()] {
-        for (;;) {
-          absl::StatusOr<std::string> line = role->ReadErrorLine(absl::Seconds(600));
-          if (!line.ok()) break;
-          absl::StrAppend(&logs.at(host), host, ": ", *line, "\n");
-        }
-        absl::StatusOr<int> code = role->Wait(absl::Seconds(600));
-        r.codes.at(host) = code.ok() ? *code : -1;
-        done.at(host) = true;
-      });
-    }
     // The services exit by themselves once worker 0 has told them the job is done; those that
     // have not a minute after both workers ended are killed and count as failed.
     const absl::Time deadline = absl::Now() + absl::Seconds(400);
-    while (!(done.at("worker-0") && done.at("worker-1")) && absl::Now() < deadline) {
+    while (!(roles.Done("worker-0") && roles.Done("worker-1")) && absl::Now() < deadline) {
       absl::SleepFor(absl::Milliseconds(100));
     }
+    faults.join();
     const absl::Time grace = std::min(deadline, absl::Now() + absl::Seconds(60));
     std::vector<std::string> killed;
-    for (auto& [host, role] : roles) {
-      while (!done.at(host) && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(100));
-      if (!done.at(host)) {
-        role->Signal(SIGKILL);
-        killed.push_back(host);
+    for (const std::string& name : roles.Names()) {
+      while (!roles.Done(name) && absl::Now() < grace) absl::SleepFor(absl::Milliseconds(100));
+      if (!roles.Done(name)) {
+        roles.Signal(name, SIGKILL);
+        killed.push_back(name);
       }
     }
-    for (std::thread& w : waiters) w.join();
-    for (const std::string& host : killed) {
-      r.codes.at(host) = -2;
-      absl::StrAppend(&logs.at(host), host, ": killed by the test, still running after the workers ended\n");
+    roles.Finish(&r);
+    for (const std::string& name : killed) {
+      r.codes.at(name) = -2;
+      absl::StrAppend(&r.log, name, ": killed by the test, still running after the workers ended\n");
     }
-    for (const auto& [host, log] : logs) r.log += log;
-    faults.join();
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     std::ifstream in(report);
     for (std::string line; std::getline(in, line);) {
@@ -171,9 +263,10 @@ class PartitionTest : public ::testing::Test {
     return false;
   }
 
-  void ExpectFinishedWhole(const Outcome& r, const std::string& what) {
-    for (const std::string& host : kHosts) {
-      EXPECT_EQ(r.codes.count(host) ? r.codes.at(host) : -1, 0) << what << ": " << host << "\n" << r.log;
+  // Every role in `exit0` exited 0, and the job trained its samples and applied its updates once.
+  void ExpectFinishedWhole(const Outcome& r, const std::string& what, const std::vector<std::string>& exit0 = kRoles) {
+    for (const std::string& name : exit0) {
+      EXPECT_EQ(r.codes.count(name) ? r.codes.at(name) : -1, 0) << what << ": " << name << "\n" << r.log;
     }
     EXPECT_EQ(r.samples, kSamples) << what << ": samples lost or trained twice";
     const uint64_t steps = kSamples / (256 * 2);
@@ -192,17 +285,14 @@ TEST_F(PartitionTest, AHostCutOffBelowTheTimeoutsCostsTimeNotTheJob) {
   const Outcome calm = Run(Job("calm"), nullptr);
   ExpectFinishedWhole(calm, "no partition");
   std::printf("no partition: %.1f s\n", calm.seconds);
+  // 3 s: beyond the keepalive (the connections to the host are closed and made again), within
+  // every other timeout.
   for (const std::string host : {"ps-0", "loader", "worker-1"}) {
     const std::string name = absl::StrCat("cut-", host);
-    const Outcome cut = Run(Job(name), [&](const std::function<bool()>& running) {
+    const Outcome cut = Run(Job(name), [&](Roles* roles) {
       // A third of the way in (the checkpoint of step 100 of 300), so that the cut falls inside
       // the job on a machine of any speed.
-      const std::string checkpoints = dir_ + "/" + name + "-ckpt";
-      const absl::Time deadline = absl::Now() + absl::Seconds(300);
-      while (!HasCheckpointOfStep(checkpoints, 100) && running() && absl::Now() < deadline) {
-        absl::SleepFor(absl::Milliseconds(20));
-      }
-      ASSERT_TRUE(running()) << "the job ended before its partition";
+      ASSERT_TRUE(AwaitCheckpoint(name, 100, roles)) << "the job ended before its partition";
       ASSERT_TRUE(cluster_->SetLink(host, false).ok());
       absl::SleepFor(absl::Seconds(3));
       ASSERT_TRUE(cluster_->SetLink(host, true).ok());
@@ -210,6 +300,156 @@ TEST_F(PartitionTest, AHostCutOffBelowTheTimeoutsCostsTimeNotTheJob) {
     ExpectFinishedWhole(cut, absl::StrCat(host, " cut off for 3 s"));
     std::printf("%s cut off for 3 s: %.1f s (%+.1f s)\n", host.c_str(), cut.seconds, cut.seconds - calm.seconds);
   }
+}
+
+// Worker 1 cut off for 10 s, longer than the job's timeouts (the collectives' and the PS calls',
+// 5 s here): the step's collective fails on both sides and each waits for the other to join the
+// group's next generation (train.heal_timeout_seconds). When the link comes back worker 1 joins,
+// heals from worker 0 and the job finishes whole. Should worker 1 fail instead, it is started
+// again on its host with the same flags (as a kubelet restarts a failed container in place) and
+// heals the same way.
+TEST_F(PartitionTest, AWorkerCutOffBeyondTheTimeoutsHeals) {
+  const std::string job = Job("worker-cut", ", sync_timeout_seconds: 5", ", recovery_timeout_seconds: 5");
+  bool restarted = false;
+  const Outcome r = Run(job, [&](Roles* roles) {
+    ASSERT_TRUE(AwaitCheckpoint("worker-cut", 100, roles)) << "the job ended before its partition";
+    ASSERT_TRUE(cluster_->SetLink("worker-1", false).ok());
+    const absl::Time up = absl::Now() + absl::Seconds(10);
+    bool linked = false;
+    while (!roles->Done("worker-0")) {
+      if (!linked && absl::Now() >= up) {
+        ASSERT_TRUE(cluster_->SetLink("worker-1", true).ok());
+        linked = true;
+      }
+      if (!restarted && roles->Failed("worker-1")) {
+        restarted = true;
+        roles->Start(*cluster_, "worker-1 again", "worker-1",
+                     {HYREC_BINARY, "worker", "--config=" + job, "--rank=1", "--progress=none", "--plot="});
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (!linked) ASSERT_TRUE(cluster_->SetLink("worker-1", true).ok());
+  });
+  ExpectFinishedWhole(r, "worker-1 cut off for 10 s",
+                      {"ps-0", "ps-1", "loader", "worker-0", restarted ? "worker-1 again" : "worker-1"});
+  std::printf("worker-1 cut off for 10 s%s: %.1f s\n", restarted ? " and restarted" : "", r.seconds);
+}
+
+// Every host's link limited to 100 Mbit/s (a token bucket on its egress): the job finishes whole,
+// and what each kind of host sent (its link's byte counter, headers and acknowledgements
+// included) is what `hyrec plan`'s network model says a step sends, within 15%: the shards' rows,
+// the workers' ids and gradients (and the dense allreduce), the loader's batches. The rate the
+// links allow is a benchmark (docs/capacity.md), not a verdict here.
+TEST_F(PartitionTest, TheLinksCarryWhatThePlannerModels) {
+  const std::string job = Job("slow");
+  {  // No held-out evaluation: its lookups are not steps'.
+    std::ifstream in(job);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    text.replace(text.find("eval: {samples: 5000}"), 21, "eval: {samples: 0}");
+    std::ofstream(job, std::ios::trunc) << text;
+  }
+  for (const std::string& host : kRoles) ASSERT_TRUE(cluster_->Limit(host, 100).ok()) << host;
+  const Outcome r = Run(job, nullptr);
+  ExpectFinishedWhole(r, "every link at 100 Mbit/s");
+
+  const testing::CommandResult plan = testing::RunCommand({HYREC_BINARY, "plan", "--config=" + job, "--json"});
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  const auto field = [&](const std::string& key) {
+    const size_t at = plan.out.find("\"" + key + "\":");
+    double value = -1;
+    if (at != std::string::npos) {
+      const std::string rest = plan.out.substr(at + key.size() + 3);
+      (void)absl::SimpleAtod(rest.substr(0, rest.find_first_of(",}")), &value);
+    }
+    return value;
+  };
+  double dense_parameters = -1;
+  std::ifstream report(job + ".report");
+  for (std::string line; std::getline(report, line);) {
+    if (absl::StartsWith(line, "dense_parameters: ")) (void)absl::SimpleAtod(line.substr(18), &dense_parameters);
+  }
+  ASSERT_GT(dense_parameters, 0);
+  const double steps = kSamples / (256.0 * 2);
+  // Each worker sends its half of the dense gradients' ring allreduce: 2 (w - 1) / w of them.
+  const double allreduce = 2 * 4 * dense_parameters;
+  const std::map<std::string, std::pair<std::vector<std::string>, double>> links = {
+      {"PS -> workers (rows)", {{"ps-0", "ps-1"}, steps * field("row_bytes_fp32")}},
+      {"workers -> PS (ids, gradients) and each other (dense)",
+       {{"worker-0", "worker-1"}, steps * (field("id_bytes") + field("gradient_bytes_fp32") + allreduce)}},
+      {"loader -> workers (batches)", {{"loader"}, steps * field("loader_bytes")}},
+  };
+  for (const auto& [what, link] : links) {
+    double sent = 0;
+    for (const std::string& host : link.first) {
+      absl::StatusOr<uint64_t> bytes = cluster_->SentBytes(host);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      sent += static_cast<double>(*bytes);
+    }
+    ASSERT_GT(link.second, 0) << what << ": " << plan.out;
+    std::printf("%s: sent %.0f bytes, modelled %.0f (%.3f)\n", what.c_str(), sent, link.second, sent / link.second);
+    EXPECT_NEAR(sent / link.second, 1.0, 0.15) << what << "\n" << plan.out;
+  }
+  std::printf("every link at 100 Mbit/s: %.1f s, %.0f samples/s\n", r.seconds, kSamples / r.seconds);
+}
+
+// A host cut off from the network and from the volume the job's state is on (its link down, its
+// process frozen: a network volume is out of reach with the link) is replaced on another host, as
+// Kubernetes recreates a lost pod on another node: its role started on the spare host, its name
+// now resolving there, on a volume whose locks do not reach the old host. The workers'
+// connections to the old host close (keepalive) and reach the new one by name. When the old
+// host's link comes back, the old process must stop (exit 2, saying it was replaced) without
+// having written to the shared state or answered as the role, and the job must finish whole.
+class ReplacedTest : public PartitionTest {
+ protected:
+  // Replaces `host`'s role (`argv` on the spare host) once the job cut the checkpoint of step
+  // 100; `before` runs just before the replacement starts (the old one cut off and frozen).
+  Outcome RunReplacing(const std::string& name, const std::string& host, const std::vector<std::string>& argv,
+                       const std::function<void()>& before) {
+    return Run(Job(name), [&](Roles* roles) {
+      ASSERT_TRUE(AwaitCheckpoint(name, 100, roles)) << "the job ended before its partition";
+      ASSERT_TRUE(cluster_->SetLink(host, false).ok());
+      roles->Signal(host, SIGSTOP);
+      if (before) before();
+      ASSERT_TRUE(cluster_->MoveName(host, "spare").ok());
+      roles->Start(*cluster_, host + " on spare", "spare", argv);
+      // Long enough for the workers to have gone on with the new one.
+      const absl::Time until = absl::Now() + absl::Seconds(8);
+      while (absl::Now() < until && !roles->Done("worker-0")) absl::SleepFor(absl::Milliseconds(100));
+      ASSERT_TRUE(cluster_->SetLink(host, true).ok());
+      roles->Signal(host, SIGCONT);
+    });
+  }
+
+  void ExpectReplaced(const Outcome& r, const std::string& host, const std::string& message) {
+    std::vector<std::string> exit0 = {host + " on spare"};
+    for (const std::string& role : kRoles) {
+      if (role != host) exit0.push_back(role);
+    }
+    ExpectFinishedWhole(r, host + " replaced while cut off", exit0);
+    EXPECT_EQ(r.codes.at(host), 2) << r.log;
+    EXPECT_TRUE(absl::StrContains(r.log, host + ": " + message)) << r.log;
+    std::printf("%s replaced while cut off: %.1f s\n", host.c_str(), r.seconds);
+  }
+};
+
+// The shard's replacement recovers from the update log (its old LOCK file gone: the volume's
+// locks do not reach the old host).
+TEST_F(ReplacedTest, AShardStopsWhenItsLinkComesBack) {
+  const std::string job = dir_ + "/shard.yaml";
+  const Outcome r =
+      RunReplacing("shard", "ps-0", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=0", "--recover"},
+                   [&] { std::filesystem::remove(dir_ + "/shard-ckpt/update-log/ps-0/LOCK"); });
+  ExpectReplaced(r, "ps-0",
+                 "hyrec ps: the update log " + dir_ + "/shard-ckpt/update-log/ps-0 was taken over by another process");
+}
+
+// The new loader resumes each worker from where its stream stands.
+TEST_F(ReplacedTest, ALoaderStopsWhenItsLinkComesBack) {
+  const std::string job = dir_ + "/loader.yaml";
+  const Outcome r = RunReplacing("loader", "loader", {HYREC_BINARY, "loader", "--config=" + job}, nullptr);
+  ExpectReplaced(
+      r, "loader",
+      "hyrec loader: the job's loader (" + dir_ + "/loader-ckpt/loader/EPOCH) was taken over by another process");
 }
 
 }  // namespace

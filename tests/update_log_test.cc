@@ -190,7 +190,8 @@ TEST(UpdateLog, AnOwnerReplacedWhereLocksDoNotReachStopsAtItsNextWrite) {
 
   const absl::Status stale = (*old)->Append(Record(1, 2).view());
   EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
-  EXPECT_NE(stale.message().find("was taken over by another process for this shard (its epoch is 2, this process's 1)"),
+  EXPECT_NE(stale.message().find("was taken over by another process (its epoch is 2, this process's 1): this process "
+                                 "no longer owns the shard"),
             std::string::npos)
       << stale;
   EXPECT_EQ(calls, 1);

@@ -14,11 +14,14 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
+#include "hyrec/common/keepalive.h"
 #include "hyrec/common/metrics_server.h"
+#include "hyrec/common/ownership.h"
 #include "hyrec/common/signals.h"
 #include "hyrec/common/status_macros.h"
 #include "hyrec/data_loader/config.h"
@@ -30,6 +33,7 @@
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/job_flags.h"
+#include "src/cli/lease_watch.h"
 #include "src/cli/logging.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
@@ -39,6 +43,28 @@ namespace hyrec::cli {
 namespace {
 
 using data_loader::ReaderPosition;
+
+// The job's loader, held as an epoch in checkpoint.dir (`loader/EPOCH`): a loader replaced while
+// it was frozen or cut off (a new one started on another host, the workers' streams moved to it by
+// name) stops with exit 2 once it sees the raised epoch, and serves nothing after the new one
+// began. Null without a checkpoint.dir (no volume the loaders share).
+absl::StatusOr<std::shared_ptr<OwnershipEpoch>> ClaimLoader(const job::JobPlan& plan) {
+  if (plan.spec.checkpoint.dir.empty()) return std::shared_ptr<OwnershipEpoch>();
+  const std::string dir = JoinPath(plan.spec.checkpoint.dir, "loader");
+  HYREC_RETURN_IF_ERROR(Annotate(Env::Default()->CreateDirs(dir), "the loader's EPOCH (checkpoint.dir)"));
+  OwnershipOptions options;
+  options.path = JoinPath(dir, "EPOCH");
+  options.what = absl::StrCat("the job's loader (", options.path, ")");
+  options.lease = kOwnershipLease;
+  options.on_lost = [](const absl::Status& lost) {
+    const std::string message = absl::StrCat(lost.message(), ": this process no longer serves the job's batches");
+    spdlog::critical("{}", message);
+    std::cerr << "hyrec loader: " << message << std::endl;
+    std::_Exit(kExitInvalidInput);
+  };
+  HYREC_ASSIGN_OR_RETURN(std::unique_ptr<OwnershipEpoch> claim, OwnershipEpoch::Take(options));
+  return std::shared_ptr<OwnershipEpoch>(std::move(claim));
+}
 
 struct LoaderFlags {
   std::string config;
@@ -108,6 +134,7 @@ absl::Status WaitForStopOrFailure(const data_loader::DataServer& loader, absl::D
 absl::Status Serve(const LoaderFlags& f) {
   if (f.config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
+  SetKeepalive(absl::Seconds(plan.endpoints.keepalive_seconds));
   const data_loader::LoaderOptions& options = plan.loader.options;
   HYREC_ASSIGN_OR_RETURN(auto health, MaybeServeHealth(f.health, "hyrec loader"));
   HYREC_ASSIGN_OR_RETURN(std::vector<ReaderPosition> resume, ReadPositions(f.resume, plan));
@@ -124,7 +151,19 @@ absl::Status Serve(const LoaderFlags& f) {
   // once every worker opened its stream, from where the workers stand if they all say so.
   HYREC_RETURN_IF_ERROR(options.Validate());
   HYREC_RETURN_IF_ERROR(data_loader::CheckSourceFiles(options.source).status());
+  HYREC_ASSIGN_OR_RETURN(std::shared_ptr<OwnershipEpoch> claim, ClaimLoader(plan));
   data_loader::DataServerOptions server_options;
+  if (claim != nullptr) {
+    // A former loader's lease runs out before this one answers.
+    server_options.check_owner = [claim]() -> absl::Status {
+      if (const absl::Duration wait = claim->UntilServeable(); wait > absl::ZeroDuration()) {
+        return absl::UnavailableError(absl::StrCat("the loader serves in ", absl::FormatDuration(wait),
+                                                   ", once a former loader's lease has run out"));
+      }
+      return claim->CheckLease();
+    };
+  }
+  LeaseWatch ownership(claim == nullptr ? std::function<void()>() : [claim] { (void)claim->CheckLease(); });
   server_options.host = f.host.empty() ? host : f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;

@@ -14,10 +14,12 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
+#include "hyrec/common/keepalive.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/signals.h"
 #include "hyrec/common/status_macros.h"
@@ -29,6 +31,7 @@
 #include "src/cli/health_flags.h"
 #include "src/cli/heartbeat.h"
 #include "src/cli/job_flags.h"
+#include "src/cli/lease_watch.h"
 #include "src/cli/logging.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
@@ -120,6 +123,7 @@ absl::Status PlannedShard(FlagSet& flags, const PsFlags& f, embedding_ps::StoreO
     }
   }
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(f.config, f.overrides));
+  SetKeepalive(absl::Seconds(plan.endpoints.keepalive_seconds));
   server->on_job_done = OnJobDone(plan.spec.cluster.services_exit_when_done);
   if (f.shard_index >= static_cast<int>(plan.ps.size())) {
     return absl::InvalidArgumentError(
@@ -162,6 +166,7 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
   options.sync_interval = absl::Seconds(shard.update_log_sync_interval_seconds);
   // Replaced by another process for this shard while frozen or cut off: it serves the shard now,
   // so this one stops at once rather than answering from rows it can no longer log.
+  options.ownership_lease = kOwnershipLease;
   options.on_fenced = [](const absl::Status& fenced) {
     spdlog::critical("{}", std::string(fenced.message()));
     std::cerr << "hyrec ps: " << fenced.message() << std::endl;
@@ -325,6 +330,8 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f, planned));
   HYREC_RETURN_IF_ERROR(StartingState(f, planned, shard_log, server_options, store.get()));
   server_options.update_log = shard_log.log;
+  LeaseWatch ownership(shard_log.log == nullptr ? std::function<void()>()
+                                                : [log = shard_log.log] { (void)log->CheckLease(); });
 
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
   const std::string port_setting =

@@ -23,6 +23,7 @@
 #include "hyrec/common/env.h"
 #include "hyrec/common/exit_codes.h"
 #include "hyrec/common/flags.h"
+#include "hyrec/common/keepalive.h"
 #include "hyrec/common/metrics_server.h"
 #include "hyrec/common/program.h"
 #include "hyrec/common/status_macros.h"
@@ -169,6 +170,7 @@ absl::StatusOr<job::JobPlan> PlanForTraining(const TrainingFlags& f) {
   const std::string& config = f.config;
   if (config.empty()) return absl::InvalidArgumentError("--config=JOB.yaml is required");
   HYREC_ASSIGN_OR_RETURN(job::JobPlan plan, job::PlanJobFile(config, f.overrides));
+  SetKeepalive(absl::Seconds(plan.endpoints.keepalive_seconds));
   if (!dense_worker::IsRegisteredModel(plan.spec.model.kind)) {
     return absl::InvalidArgumentError(absl::StrCat(config, ": model.kind '", plan.spec.model.kind,
                                                    "' is not a registered model (",
@@ -297,8 +299,11 @@ absl::StatusOr<T> WaitForPeer(const std::string& who, const std::string& what, a
   for (;;) {
     absl::StatusOr<T> connected = connect();
     // A peer that refuses this worker's certificate (another job's CA) is up: waiting cannot help.
+    // A TCP connection that never came up ("tcp handshaker shutdown": the peer's host is cut off)
+    // is not a refusal.
     const absl::string_view message = connected.status().message();
-    const bool refused = absl::StrContains(message, "andshake") || absl::StrContains(message, "ertificate");
+    const bool refused = (absl::StrContains(message, "andshake") && !absl::StrContains(message, "tcp handshaker")) ||
+                         absl::StrContains(message, "ertificate");
     const bool waiting = !connected.ok() && !refused &&
                          (absl::IsUnavailable(connected.status()) || absl::IsDeadlineExceeded(connected.status()));
     if (!waiting) return connected;

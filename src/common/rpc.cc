@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -222,6 +223,44 @@ void SetServerName(const SecurityOptions& security, const Identity& server, grpc
   if (security.enabled) args->SetSslTargetNameOverride(IdentityName(server));
 }
 
+namespace {
+std::atomic<int64_t> keepalive_ms{absl::ToInt64Milliseconds(kDefaultKeepalive)};
+}  // namespace
+
+}  // namespace hyrec::rpc
+
+namespace hyrec {
+
+void SetKeepalive(absl::Duration timeout) {
+  rpc::keepalive_ms.store(std::max<int64_t>(0, absl::ToInt64Milliseconds(timeout)));
+}
+
+absl::Duration Keepalive() { return absl::Milliseconds(rpc::keepalive_ms.load()); }
+
+}  // namespace hyrec
+
+namespace hyrec::rpc {
+
+grpc::ChannelArguments ChannelArgumentsFor(const SecurityOptions& security, const Identity& server) {
+  grpc::ChannelArguments args;
+  SetServerName(security, server, &args);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  // A name is resolved again at most once a second (not gRPC's 30 s) when its connection fails.
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, 1000);
+  const int64_t keepalive = keepalive_ms.load();
+  if (keepalive > 0) {
+    const int half = static_cast<int>(std::max<int64_t>(1, keepalive / 2));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, half);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, half);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    // Pings go on while a stream sends nothing (a paused batch stream), not two and then none.
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  return args;
+}
+
 Authorizer::Authorizer(const SecurityOptions& security)
     : enabled_(security.enabled), secret_(security.enabled ? SecretFile(security) : nullptr) {}
 
@@ -401,6 +440,18 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
                              static_cast<int>(absl::ToInt64Milliseconds(config.handshake_timeout)));
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
                              static_cast<int>(absl::ToInt64Milliseconds(config.max_connection_idle)));
+  if (const int64_t keepalive = keepalive_ms.load(); keepalive > 0) {
+    // The server pings its clients as they ping it (a worker lost while it holds a batch stream
+    // is noticed), and takes their pings at any rate and without calls: a client's keepalive is
+    // never answered with GOAWAY "too many pings".
+    const int half = static_cast<int>(std::max<int64_t>(1, keepalive / 2));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, half);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, half);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 0);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  }
   const int threads = config.threads > 0 ? config.threads : kDefaultServerThreads;
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);

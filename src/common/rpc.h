@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
+#include "hyrec/common/keepalive.h"
 #include "hyrec/common/security.h"
 
 namespace hyrec::rpc {
@@ -48,6 +49,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 // "ps-1"); with a token file, the token is sent on every call.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const SecurityOptions& security);
 void SetServerName(const SecurityOptions& security, const Identity& server, grpc::ChannelArguments* args);
+
+// Arguments for a channel to `server`: its name for TLS (SetServerName), the process's
+// keepalive (hyrec/common/keepalive.h), reconnection attempts and the name resolved again at
+// least once a second, so that a peer back from a partition (or replaced at its name, on
+// another address) is reached within a second of answering.
+grpc::ChannelArguments ChannelArgumentsFor(const SecurityOptions& security, const Identity& server);
 
 class ReloadingFile;
 

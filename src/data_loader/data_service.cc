@@ -35,6 +35,7 @@ class DataServiceImpl final : public proto::DataService::Service {
         replay_bytes_(server_options.replay_bytes),
         arrival_grace_(server_options.arrival_grace),
         on_job_done_(server_options.on_job_done),
+        check_owner_(server_options.check_owner),
         workers_(loader_options.num_workers),
         starts_(std::move(starts)),
         loader_(std::move(loader)) {
@@ -77,6 +78,7 @@ class DataServiceImpl final : public proto::DataService::Service {
                     proto::LoaderInfoResponse* out) override {
     absl::Status allowed = authorizer_.Allow(*context, {Role::kWorker, Role::kPs, Role::kLoader, Role::kAdmin}, "Info");
     if (!allowed.ok()) return Refused("Info", allowed);
+    if (grpc::Status owned = CheckOwner(); !owned.ok()) return owned;
     out->set_num_workers(options_.num_workers);
     out->set_num_slots(options_.num_batch_slots());
     out->set_num_dense(options_.source.num_dense());
@@ -113,6 +115,7 @@ class DataServiceImpl final : public proto::DataService::Service {
     if (!allowed.ok()) {
       return Refused("StreamBatches", allowed);
     }
+    if (grpc::Status owned = CheckOwner(); !owned.ok()) return owned;
     if (request->worker() >= static_cast<uint32_t>(options_.num_workers)) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("worker ", request->worker(), " is not in [0, ", options_.num_workers, ")"));
@@ -156,6 +159,15 @@ class DataServiceImpl final : public proto::DataService::Service {
       next_start = batch.next_position;
     }
   };
+
+  // UNAVAILABLE once this process is no longer the job's loader (DataServerOptions::check_owner):
+  // the worker reconnects and reaches the one that is.
+  grpc::Status CheckOwner() const {
+    if (!check_owner_) return grpc::Status::OK;
+    const absl::Status owned = check_owner_();
+    if (owned.ok()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, std::string(owned.message()));
+  }
 
   grpc::Status Refused(absl::string_view method, const absl::Status& status) {
     if (log_limit_.Admit()) spdlog::warn("{} refused: {}", std::string(method), status.ToString());
@@ -300,6 +312,7 @@ class DataServiceImpl final : public proto::DataService::Service {
     }
     for (const auto& [id, message] : worker.sent) {
       if (id < next) continue;
+      if (grpc::Status owned = CheckOwner(); !owned.ok()) return owned;
       if (!writer->Write(message)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
     }
     for (;;) {
@@ -320,6 +333,7 @@ class DataServiceImpl final : public proto::DataService::Service {
         worker.sent_bytes -= worker.sent.front().second.ByteSizeLong();
         worker.sent.pop_front();
       }
+      if (grpc::Status owned = CheckOwner(); !owned.ok()) return owned;
       if (!writer->Write(worker.sent.back().second)) {
         return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
       }
@@ -334,6 +348,7 @@ class DataServiceImpl final : public proto::DataService::Service {
   const size_t replay_bytes_;
   const absl::Duration arrival_grace_;
   const std::function<void()> on_job_done_;
+  const std::function<absl::Status()> check_owner_;
   std::vector<Worker> workers_;
   mutable absl::Mutex mu_;
   // Each worker's first stream: unset until it came; then the position it reported, if any,
@@ -575,9 +590,8 @@ namespace {
 // One stream: the loader's Info checked against what the worker expects, then StreamBatches.
 absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string& address, int worker,
                                                                const StreamClientOptions& options) {
-  grpc::ChannelArguments args;
+  grpc::ChannelArguments args = rpc::ChannelArgumentsFor(options.security, Identity{Role::kLoader, 0});
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
-  rpc::SetServerName(options.security, Identity{Role::kLoader, 0}, &args);
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                          rpc::ChannelCredentials(options.security));
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(address, credentials, args);
@@ -635,8 +649,7 @@ absl::StatusOr<std::unique_ptr<RemoteBatchStream>> ConnectOnce(const std::string
 }  // namespace
 
 absl::Status TellLoaderJobDone(const std::string& address, const SecurityOptions& security, absl::Duration timeout) {
-  grpc::ChannelArguments args;
-  rpc::SetServerName(security, Identity{Role::kLoader, 0}, &args);
+  grpc::ChannelArguments args = rpc::ChannelArgumentsFor(security, Identity{Role::kLoader, 0});
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, rpc::ChannelCredentials(security));
   auto stub = proto::DataService::NewStub(grpc::CreateCustomChannel(address, credentials, args));
   grpc::ClientContext context;

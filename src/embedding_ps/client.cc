@@ -819,10 +819,9 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
                          rpc::ChannelCredentials(options.security));
   std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
   for (size_t s = 0; s < addresses.size(); ++s) {
-    grpc::ChannelArguments args;
+    grpc::ChannelArguments args = rpc::ChannelArgumentsFor(options.security, Identity{Role::kPs, static_cast<int>(s)});
     args.SetMaxReceiveMessageSize(options.max_message_bytes);
     args.SetMaxSendMessageSize(options.max_message_bytes);
-    rpc::SetServerName(options.security, Identity{Role::kPs, static_cast<int>(s)}, &args);
     stubs.push_back(proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(addresses[s], credentials, args)));
   }
   std::vector<std::pair<std::string, int>> tables;

@@ -14,8 +14,7 @@ absl::Status TellShardsJobDone(const std::vector<std::string>& addresses, const 
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials, rpc::ChannelCredentials(security));
   absl::Status first;
   for (size_t s = 0; s < addresses.size(); ++s) {
-    grpc::ChannelArguments args;
-    rpc::SetServerName(security, Identity{Role::kPs, static_cast<int>(s)}, &args);
+    grpc::ChannelArguments args = rpc::ChannelArgumentsFor(security, Identity{Role::kPs, static_cast<int>(s)});
     auto stub = proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(addresses[s], credentials, args));
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));

@@ -86,6 +86,22 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
 
+  // With an update log: a shard answers from its rows only once its former owner's lease has run
+  // out (UpdateLog::UntilServeable) and while its own lease holds (UpdateLog::CheckLease);
+  // otherwise UNAVAILABLE, so that the caller retries (and reaches the new owner, for one that
+  // lost the shard to another process: a role's on_fenced stops that process).
+  absl::Status CheckOwnerLease() const {
+    if (options_.update_log == nullptr) return absl::OkStatus();
+    if (const absl::Duration wait = options_.update_log->UntilServeable(); wait > absl::ZeroDuration()) {
+      return absl::UnavailableError(absl::StrCat("PS shard ", options_.shard_index, " serves in ",
+                                                 absl::FormatDuration(wait),
+                                                 ", once a former owner's lease on its update log has run out"));
+    }
+    absl::Status owned = options_.update_log->CheckLease();
+    if (owned.ok()) return owned;
+    return absl::UnavailableError(absl::StrCat("PS shard ", options_.shard_index, ": ", owned.message()));
+  }
+
   grpc::Status BeginCut(grpc::ServerContext* context, const proto::BeginCutRequest* request,
                         proto::BeginCutResponse*) override {
     if (absl::Status allowed = AllowCut(*context, "BeginCut"); !allowed.ok()) return Refused("BeginCut", allowed);
@@ -135,6 +151,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status Lookup(grpc::ServerContext* context, const proto::LookupRequest* request,
                       proto::LookupResponse* response) override {
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "Lookup");
+    if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleLookup(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("Lookup", status);
     response->set_incarnation(incarnation_);
@@ -144,6 +161,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status LookupTables(grpc::ServerContext* context, const proto::LookupTablesRequest* request,
                             proto::LookupTablesResponse* response) override {
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "LookupTables");
+    if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleLookupTables(*store_, Limits(), *request, response);
     if (!status.ok()) return Refused("LookupTables", status);
     response->set_incarnation(incarnation_);
@@ -154,6 +172,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
                       proto::UpdateResponse* response) override {
     // A worker updates rows under its own id only: no one else can fill its dedup window.
     absl::Status status = authorizer_.AllowWorker(*context, request->worker_id(), /*or_admin=*/false, "Update");
+    if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleUpdate(*store_, Limits(), *request, response, options_.update_log.get());
     if (!status.ok()) return Refused("Update", status);
     response->set_incarnation(incarnation_);
@@ -170,6 +189,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
       status = authorizer_.AllowWorker(*context, worker, /*or_admin=*/false, "UpdateTables");
       checked = worker;
     }
+    if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleUpdateTables(*store_, Limits(), *request, response, options_.update_log.get());
     if (!status.ok()) return Refused("UpdateTables", status);
     response->set_incarnation(incarnation_);
@@ -187,6 +207,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest*,
                       proto::HealthResponse* response) override {
     if (absl::Status allowed = AllowAnyone(*context, "Health"); !allowed.ok()) return Refused("Health", allowed);
+    if (absl::Status owned = CheckOwnerLease(); !owned.ok()) return Refused("Health", owned);
     response->set_serving(true);
     response->set_incarnation(incarnation_);
     response->set_lineage(options_.update_log != nullptr ? options_.update_log->lineage() : incarnation_);

@@ -297,19 +297,6 @@ namespace {
 
 constexpr char kEpochFile[] = "EPOCH";
 
-// The epoch in `dir`'s EPOCH file (0 when there is none).
-absl::StatusOr<uint64_t> ReadEpoch(Env* env, const std::string& dir) {
-  const std::string path = JoinPath(dir, kEpochFile);
-  absl::StatusOr<std::string> text = ReadFileToString(env, path, 64);
-  if (absl::IsNotFound(text.status())) return 0;
-  HYREC_RETURN_IF_ERROR(text.status());
-  uint64_t epoch = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &epoch)) {
-    return absl::DataLossError(absl::StrCat(path, " does not hold an epoch"));
-  }
-  return epoch;
-}
-
 // The directory's LOCK, waiting up to options.lock_wait for another holder to go.
 absl::StatusOr<std::unique_ptr<FileLock>> LockLogDir(Env* env, const UpdateLogOptions& options) {
   absl::StatusOr<std::unique_ptr<FileLock>> lock =
@@ -338,11 +325,14 @@ absl::StatusOr<std::unique_ptr<UpdateLog>> UpdateLog::Open(const UpdateLogOption
     // Ownership is also an epoch in the directory, raised by every owner before it reads or
     // writes the log and checked before each write or deletion: on a file system that does not
     // carry locks between hosts, the owner that a newer one replaced stops at its next write.
-    HYREC_ASSIGN_OR_RETURN(const uint64_t epoch, ReadEpoch(log->env_, options.dir));
-    log->epoch_ = epoch + 1;
-    HYREC_RETURN_IF_ERROR(
-        Annotate(WriteFileAtomically(log->env_, JoinPath(options.dir, kEpochFile), absl::StrCat(log->epoch_, "\n")),
-                 "the update log's EPOCH"));
+    OwnershipOptions owner;
+    owner.path = JoinPath(options.dir, kEpochFile);
+    owner.what = absl::StrCat("the update log ", options.dir);
+    owner.lease = options.ownership_lease;
+    owner.env = log->env_;
+    absl::StatusOr<std::unique_ptr<OwnershipEpoch>> taken = OwnershipEpoch::Take(owner);
+    if (!taken.ok()) return Annotate(taken.status(), "the update log's EPOCH");
+    log->owner_ = std::move(*taken);
   }
   HYREC_ASSIGN_OR_RETURN(std::vector<Segment> segments, log->Segments());
   log->lineage_ = segments.empty() ? RandomId() : segments.back().lineage;
@@ -484,14 +474,22 @@ absl::Status UpdateLog::CheckOwned() const {
         absl::StrCat("the update log ", options_.dir, options_.read_only ? " is open read-only" : " was closed"));
   }
   if (!fenced_.ok()) return fenced_;
-  const absl::StatusOr<uint64_t> epoch = ReadEpoch(env_, options_.dir);
-  if (epoch.ok() && *epoch == epoch_) return absl::OkStatus();
+  const absl::Status owned = owner_->Check();
+  if (owned.ok() || !absl::IsFailedPrecondition(owned)) return owned;
   fenced_ = absl::FailedPreconditionError(
-      absl::StrCat("the update log ", options_.dir, " was taken over by another process for this shard (its epoch is ",
-                   epoch.ok() ? absl::StrCat(*epoch) : std::string(epoch.status().message()), ", this process's ",
-                   epoch_, "): this process no longer owns the shard and stops writing to it"));
+      absl::StrCat(owned.message(), ": this process no longer owns the shard and stops writing to it"));
   if (options_.on_fenced) options_.on_fenced(fenced_);
   return fenced_;
+}
+
+absl::Status UpdateLog::CheckLease() const {
+  if (owner_ != nullptr && owner_->CheckLease().ok()) return absl::OkStatus();
+  absl::MutexLock lock(&file_mu_);
+  return CheckOwned();
+}
+
+absl::Duration UpdateLog::UntilServeable() const {
+  return owner_ != nullptr ? owner_->UntilServeable() : absl::ZeroDuration();
 }
 
 absl::Status UpdateLog::OpenSegment(uint64_t number, uint32_t kind, const std::string& checkpoint, uint64_t prev_end) {

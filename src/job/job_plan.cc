@@ -323,6 +323,7 @@ absl::StatusOr<Endpoints> PlanEndpoints(const JobSpec& spec) {
   }
   e.loader = spec.cluster.loader;
   e.startup_timeout_seconds = spec.cluster.startup_timeout_seconds;
+  e.keepalive_seconds = spec.cluster.keepalive_seconds;
   std::string host;
   int port = 0;
   for (size_t i = 0; i < e.ps.size(); ++i) {

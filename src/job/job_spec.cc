@@ -311,7 +311,8 @@ absl::Status ReadEval(const YAML::Node& node, EvalSpec* eval) {
 
 absl::Status ReadCluster(const YAML::Node& node, ClusterSpec* cluster) {
   HYREC_RETURN_IF_ERROR(
-      CheckKeys(node, "cluster", {"ps", "loader", "master", "startup_timeout_seconds", "services_exit_when_done"}));
+      CheckKeys(node, "cluster",
+                {"ps", "loader", "master", "startup_timeout_seconds", "keepalive_seconds", "services_exit_when_done"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "services_exit_when_done", "cluster", &cluster->services_exit_when_done));
   HYREC_RETURN_IF_ERROR(ReadStringList(node, "ps", "cluster", &cluster->ps));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "loader", "cluster", &cluster->loader));
@@ -319,6 +320,10 @@ absl::Status ReadCluster(const YAML::Node& node, ClusterSpec* cluster) {
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "startup_timeout_seconds", "cluster", &cluster->startup_timeout_seconds));
   if (!(cluster->startup_timeout_seconds > 0 && cluster->startup_timeout_seconds <= 86400)) {
     return Invalid("cluster.startup_timeout_seconds", node["startup_timeout_seconds"], "must be in (0, 86400]");
+  }
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "keepalive_seconds", "cluster", &cluster->keepalive_seconds));
+  if (!(cluster->keepalive_seconds == 0 || (cluster->keepalive_seconds >= 1 && cluster->keepalive_seconds <= 3600))) {
+    return Invalid("cluster.keepalive_seconds", node["keepalive_seconds"], "must be 0 (off) or in [1, 3600]");
   }
   return absl::OkStatus();
 }

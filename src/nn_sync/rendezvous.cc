@@ -435,14 +435,11 @@ absl::StatusOr<std::unique_ptr<Rendezvous>> JoinRendezvous(const RendezvousOptio
   HYREC_RETURN_IF_ERROR(rpc::CheckSecurityFiles(options.security));
   HYREC_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                          rpc::ChannelCredentials(options.security));
-  grpc::ChannelArguments args;
+  // Ranks may start well before worker 0 (pods scheduled apart): the channel retries the
+  // connection at least every second, as TCPStore's clients do (ChannelArgumentsFor), not on
+  // gRPC's backoff that grows to two minutes.
+  grpc::ChannelArguments args = rpc::ChannelArgumentsFor(options.security, Identity{Role::kWorker, 0});
   args.SetMaxReceiveMessageSize(MaxMessageBytes(options.limits));
-  // Ranks may start well before worker 0 (pods scheduled apart): retry the connection at least
-  // every second, as TCPStore's clients do, not on gRPC's backoff that grows to two minutes.
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  rpc::SetServerName(options.security, Identity{Role::kWorker, 0}, &args);
   auto stub = proto::Rendezvous::NewStub(grpc::CreateCustomChannel(Address(options), credentials, args));
   return std::unique_ptr<Rendezvous>(new RemoteRendezvous(options, std::move(stub)));
 }

@@ -466,10 +466,15 @@ class Planner {
     return absl::OkStatus();
   }
 
-  // What one batch on every worker moves.
+  // What one batch on every worker moves. A batch as the loader sends it (proto/data.proto's
+  // BatchProto): labels and dense features (4 bytes each), each slot's offsets (4 bytes a sample,
+  // and one) and ids (8 bytes each), and each table's unique ids (8 bytes each) with their shard
+  // offsets and each slot id's index into them (4 bytes each); weighted slots' weights are not
+  // counted.
   void CountStepBytes() {
     const WorkerPlan& w = plan_.workers[0];
     double ids_per_sample_total = 0;
+    double unique_per_batch = 0;
     for (size_t lt = 0; lt < w.table_names.size(); ++lt) {
       ids_per_sample_total += ids_.ids_per_sample[lt];
       for (CapacityPlan::Table& table : c_.tables) {
@@ -477,13 +482,18 @@ class Planner {
         table.ids_per_sample = ids_.ids_per_sample[lt];
         table.dedup_ratio = ids_.dedup[lt];
         const double unique = table.ids_per_sample * c_.batch_size * table.dedup_ratio * c_.workers;
+        unique_per_batch += unique / c_.workers;
         c_.id_bytes_per_step += unique * 8;
         c_.row_bytes_per_step_fp32 += unique * 4 * table.dim;
         c_.gradient_bytes_per_step_fp32 += unique * (8 + 4 * table.dim);
       }
     }
+    const double batch = c_.batch_size;
+    const double slots = static_cast<double>(w.slot_tables.size());
+    const double tables = static_cast<double>(w.table_names.size());
     c_.loader_bytes_per_step =
-        static_cast<double>(c_.workers) * c_.batch_size * (4.0 * (w.num_dense + 1) + 8.0 * ids_per_sample_total);
+        c_.workers * (batch * 4.0 * (w.num_dense + 1) + slots * (batch + 1) * 4 + batch * ids_per_sample_total * 12 +
+                      unique_per_batch * 8 + tables * (shards_ + 1) * 4);
   }
 
   const JobPlan& plan_;

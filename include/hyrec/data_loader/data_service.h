@@ -70,6 +70,10 @@ struct DataServerOptions {
   // and admin only), before it is answered; a callback that stops the process must let
   // Shutdown's grace finish the answer. Empty: JobDone is answered and nothing else.
   std::function<void()> on_job_done;
+  // Asked before Info is answered and before each batch is sent: an error (this process is no
+  // longer the job's loader: OwnershipEpoch::CheckLease) answers UNAVAILABLE with its message, so
+  // that the worker reconnects to the loader that is. Empty: always the job's loader.
+  std::function<absl::Status()> check_owner;
 };
 
 // Makes the loader once the workers' starting positions are known (Loader::Start's `resume`).

@@ -19,6 +19,9 @@
 // checks that the epoch is still its own: where locks do not reach (two hosts sharing a volume
 // that does not carry flock), an owner that was replaced while it was frozen or cut off stops at
 // its next write (on_fenced), rather than appending to a log that another process now owns.
+// Reads are fenced by the epoch's lease (hyrec/common/ownership.h): an owner answers from its
+// rows only while it found the epoch its own within `ownership_lease` (CheckLease), and a new
+// owner answers only `ownership_lease` after it raised the epoch (UntilServeable).
 //
 // Layout: the directory holds segments "log-<20 digits>.wal", numbered from 1. Each begins with a
 // header (magic "HYRECWAL", version, its number, what it starts from, the log's lineage, the index
@@ -63,6 +66,7 @@
 #include "absl/types/span.h"
 #include "hyrec/common/enum_names.h"
 #include "hyrec/common/env.h"
+#include "hyrec/common/ownership.h"
 
 namespace hyrec::embedding_ps {
 
@@ -97,6 +101,9 @@ struct UpdateLogOptions {
   // another process raised the directory's epoch: it owns the shard now. Every later write
   // fails. Empty: only the writes fail.
   std::function<void(const absl::Status&)> on_fenced;
+  // See "Reads are fenced by a lease" above. Longer: fewer reads of EPOCH (one a lease while the
+  // shard takes no writes), and a longer wait for a new owner before it serves.
+  absl::Duration ownership_lease = absl::Seconds(1);
 };
 
 // One logged Update, as the request carried it (the gradients in their wire precision). Its
@@ -176,6 +183,15 @@ class UpdateLog {
   // Deletes the segments before the newest one that starts from a checkpoint `committed` accepts.
   absl::Status Truncate(const std::function<bool(const std::string&)>& committed);
 
+  // OK while this log owns its directory as of at most options.ownership_lease ago (a write or an
+  // earlier check found the epoch its own); otherwise reads the EPOCH again, which, once another
+  // process raised it, fails (FAILED_PRECONDITION naming both epochs) and calls on_fenced, as a
+  // write would. A shard checks it before it answers from its rows.
+  absl::Status CheckLease() const;
+  // How long this new owner must still wait before it answers: until options.ownership_lease has
+  // passed since Open raised the epoch, so that its former owner's lease has run out.
+  absl::Duration UntilServeable() const;
+
   // Syncs and closes the current segment and gives the directory up (its LOCK): afterwards the
   // log reads (Segments, Replay) but no longer writes or deletes.
   absl::Status Close();
@@ -227,7 +243,8 @@ class UpdateLog {
   absl::Time last_sync_ ABSL_GUARDED_BY(file_mu_);
   uint64_t lineage_ = 0;
   std::atomic<uint64_t> bytes_since_cut_{0};
-  uint64_t epoch_ = 0;                                     // Raised in EPOCH when this log took the directory.
+  // Raised in EPOCH when this log took the directory; null for a read-only log.
+  std::unique_ptr<OwnershipEpoch> owner_;
   mutable absl::Status fenced_ ABSL_GUARDED_BY(file_mu_);  // Another process took the directory.
 };
 

@@ -39,6 +39,7 @@ struct Endpoints {
   std::string master_addr;      // Worker 0's c10d rendezvous.
   int master_port = 29500;
   double startup_timeout_seconds = 600;  // cluster.startup_timeout_seconds
+  double keepalive_seconds = 20;         // cluster.keepalive_seconds
 };
 
 struct PsShardPlan {

@@ -182,6 +182,10 @@ struct ClusterSpec {
   // How long a worker waits at its start for the PS shards and the loader to answer (they may
   // still be starting or restoring), logging what it waits for every 10 s.
   double startup_timeout_seconds = 600;
+  // Every connection between the job's roles is closed once its peer has been silent this long
+  // (gRPC keepalive, rpc::SetKeepalive), so that a cut-off or frozen host is noticed in bounded
+  // time and its calls retried elsewhere. 0: off (the kernel's TCP timeouts, minutes).
+  double keepalive_seconds = 20;
   // Hand-started (and Kubernetes) PS shards and the loader exit 0 once the job's workers have
   // finished: when worker 0 says so at the end of a run that was not interrupted (JobDone).
   // false: they serve until stopped.

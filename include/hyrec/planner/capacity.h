@@ -153,7 +153,10 @@ struct CapacityPlan {
   int ps_machines = 0;         // placement.machines.
   // One training step (a batch on every worker), between the workers and the PS: the ids sent,
   // the rows that come back, and the gradients (with their ids) sent after, in fp32 and with fp16
-  // rows; and the loader's batches to the workers (ids 8 bytes each, dense features and label 4).
+  // rows; and the loader's batches to the workers as the loader encodes them (each id as the slot's,
+  // 8 bytes, and as an index among its table's unique ids, 4, with the unique ids; dense features,
+  // labels and offsets 4 bytes each). Payload only: the wire adds its framing (a few percent:
+  // docs/capacity.md).
   double id_bytes_per_step = 0;
   double row_bytes_per_step_fp32 = 0;
   double gradient_bytes_per_step_fp32 = 0;
