@@ -86,17 +86,23 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   void set_listener(const rpc::RpcServer* listener) { listener_.store(listener); }
 
-  // With an update log: a shard answers from its rows only once its former owner's lease has run
-  // out (UpdateLog::UntilServeable) and while its own lease holds (UpdateLog::CheckLease);
-  // otherwise UNAVAILABLE, so that the caller retries (and reaches the new owner, for one that
-  // lost the shard to another process: a role's on_fenced stops that process).
+  // With an update log, a new owner of the shard answers only once its former owner's lease has
+  // run out (UpdateLog::UntilServeable): until then every call is UNAVAILABLE (retried by the
+  // caller; not logged, a start's first second).
+  grpc::Status NotYetServing() const {
+    if (options_.update_log == nullptr) return grpc::Status::OK;
+    const absl::Duration wait = options_.update_log->UntilServeable();
+    if (wait <= absl::ZeroDuration()) return grpc::Status::OK;
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        absl::StrCat("PS shard ", options_.shard_index, " serves in ", absl::FormatDuration(wait),
+                                     ", once a former owner's lease on its update log has run out"));
+  }
+
+  // With an update log: a shard answers from its rows only while its lease on the log's ownership
+  // holds (UpdateLog::CheckLease); otherwise UNAVAILABLE, so that the caller retries and reaches
+  // the new owner (a role's on_fenced stops this process).
   absl::Status CheckOwnerLease() const {
     if (options_.update_log == nullptr) return absl::OkStatus();
-    if (const absl::Duration wait = options_.update_log->UntilServeable(); wait > absl::ZeroDuration()) {
-      return absl::UnavailableError(absl::StrCat("PS shard ", options_.shard_index, " serves in ",
-                                                 absl::FormatDuration(wait),
-                                                 ", once a former owner's lease on its update log has run out"));
-    }
     absl::Status owned = options_.update_log->CheckLease();
     if (owned.ok()) return owned;
     return absl::UnavailableError(absl::StrCat("PS shard ", options_.shard_index, ": ", owned.message()));
@@ -150,6 +156,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status Lookup(grpc::ServerContext* context, const proto::LookupRequest* request,
                       proto::LookupResponse* response) override {
+    if (grpc::Status waiting = NotYetServing(); !waiting.ok()) return waiting;
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "Lookup");
     if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleLookup(*store_, Limits(), *request, response);
@@ -160,6 +167,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status LookupTables(grpc::ServerContext* context, const proto::LookupTablesRequest* request,
                             proto::LookupTablesResponse* response) override {
+    if (grpc::Status waiting = NotYetServing(); !waiting.ok()) return waiting;
     absl::Status status = authorizer_.Allow(*context, {Role::kWorker, Role::kAdmin}, "LookupTables");
     if (status.ok()) status = CheckOwnerLease();
     if (status.ok()) status = HandleLookupTables(*store_, Limits(), *request, response);
@@ -170,6 +178,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status Update(grpc::ServerContext* context, const proto::UpdateRequest* request,
                       proto::UpdateResponse* response) override {
+    if (grpc::Status waiting = NotYetServing(); !waiting.ok()) return waiting;
     // A worker updates rows under its own id only: no one else can fill its dedup window.
     absl::Status status = authorizer_.AllowWorker(*context, request->worker_id(), /*or_admin=*/false, "Update");
     if (status.ok()) status = CheckOwnerLease();
@@ -181,6 +190,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status UpdateTables(grpc::ServerContext* context, const proto::UpdateTablesRequest* request,
                             proto::UpdateTablesResponse* response) override {
+    if (grpc::Status waiting = NotYetServing(); !waiting.ok()) return waiting;
     absl::Status status;
     uint32_t checked = 0;
     for (int k = 0; k < request->updates_size() && status.ok(); ++k) {
@@ -206,6 +216,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   grpc::Status Health(grpc::ServerContext* context, const proto::HealthRequest*,
                       proto::HealthResponse* response) override {
+    if (grpc::Status waiting = NotYetServing(); !waiting.ok()) return waiting;
     if (absl::Status allowed = AllowAnyone(*context, "Health"); !allowed.ok()) return Refused("Health", allowed);
     if (absl::Status owned = CheckOwnerLease(); !owned.ok()) return Refused("Health", owned);
     response->set_serving(true);
