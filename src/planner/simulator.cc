@@ -196,7 +196,7 @@ class Simulation {
     if (link >= 0 && o_.network_gbps > 0) {
       Link& l = links_[link];
       const double start = std::max(now_, l.free_at);
-      const double ms = bytes * 8 / (o_.network_gbps * 1e9) * 1e3;
+      const double ms = bytes * kLinkFraming * 8 / (o_.network_gbps * 1e9) * 1e3;
       l.free_at = start + ms;
       if (timing_) l.busy_ms += ms;
       arrive = l.free_at;

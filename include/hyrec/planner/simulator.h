@@ -75,6 +75,10 @@ struct StepCosts {
   double samples_per_second = 0;  // The rate of the run they were measured in.
 };
 
+// What a message's bytes take on a link: TCP/IP (with timestamps) and Ethernet headers, 66 bytes
+// for each full segment of 1,448 bytes of payload.
+inline constexpr double kLinkFraming = (1448.0 + 66.0) / 1448.0;
+
 struct SimulationOptions {
   int workers = 1;
   int shards = 1;
@@ -88,7 +92,7 @@ struct SimulationOptions {
   // --processes runs). Otherwise each worker has a machine of worker_cores, the shards share
   // ps_machines machines of ps_cores (shards spread evenly), the loader has loader_machines of
   // loader_cores (each worker's stream on one of them), and each machine's egress link carries
-  // network_gbps (0: unbounded).
+  // network_gbps (0: unbounded), each message's bytes with their framing (kLinkFraming).
   bool one_machine = true;
   int machine_cores = 2;
   // Of machine_cores, what the job's threads can keep busy together (0: all of them): below the
