@@ -451,6 +451,23 @@ TEST(JobSpec, ErrorsNameTheKeyAndLine) {
             std::string::npos);
 }
 
+// ps.wire_precision reaches every worker's plan, with or without update logs; another value is
+// refused naming the key.
+TEST(JobPlan, WirePrecisionReachesEveryWorker) {
+  const std::string base = "loader: {source: {format: synthetic, synthetic: {num_slots: 2}}}\ntrain: {workers: 2}\n";
+  for (const std::string checkpoint : {"", "checkpoint: {dir: /c}\n"}) {
+    auto plan = Plan(*ParseJobSpecText(base + checkpoint + "ps: {wire_precision: fp16}\n", "job.yaml"));
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (const auto& worker : plan->workers) EXPECT_TRUE(worker.ps_wire_fp16) << checkpoint;
+  }
+  auto plan = Plan(*ParseJobSpecText(base, "job.yaml"));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_FALSE(plan->workers[1].ps_wire_fp16);
+  const absl::StatusOr<JobSpec> bad = ParseJobSpecText(base + "ps: {wire_precision: int8}\n", "job.yaml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("ps.wire_precision"), std::string::npos) << bad.status();
+}
+
 // Each shard's update log is its own directory under the checkpoints; without checkpoints (nothing
 // to truncate it at) or with ps.update_log false there is none.
 TEST(JobPlan, UpdateLogsGoUnderTheCheckpointsOnePerShard) {

@@ -53,13 +53,13 @@ std::unique_ptr<EmbeddingClient> Connect(const PsCluster& cluster, ClientOptions
   return client.ok() ? std::move(*client) : nullptr;
 }
 
-std::unique_ptr<EmbeddingClient> InProcess(int shards) {
+std::unique_ptr<EmbeddingClient> InProcess(int shards, Precision wire = Precision::kFp32) {
   StoreOptions options;
   options.tables = *ParseTableSpecs(kTables);
   options.capacity_rows = 100000;
   std::vector<std::shared_ptr<EmbeddingShardStore>> stores;
   for (int s = 0; s < shards; ++s) stores.push_back(*EmbeddingShardStore::Create(options));
-  return *NewInProcessEmbeddingClient(stores);
+  return *NewInProcessEmbeddingClient(stores, {}, wire);
 }
 
 // Runs the same lookups and updates (with duplicate ids) on both clients; rows must agree.
@@ -197,6 +197,21 @@ TEST(PsService, Fp16TransportStaysWithinHalfPrecision) {
   auto local = InProcess(2);
   // Half precision keeps ~3 decimal digits of rows and gradients; rows move by ~0.1 per step.
   ExpectSameBehaviour(*remote, *local, 2e-3f);
+}
+
+// The embedded job's in-process shards with ps.wire_precision fp16 round rows and gradients as
+// the wire does: the same rows, bit for bit, as a remote client's over fp16.
+TEST(PsService, Fp16TransportMatchesTheInProcessClientsRounding) {
+  auto cluster = Launch(2);
+  ASSERT_NE(cluster, nullptr);
+  ClientOptions options;
+  options.precision = Precision::kFp16;
+  auto remote = Connect(*cluster, options);
+  ASSERT_NE(remote, nullptr);
+  auto local = InProcess(2, Precision::kFp16);
+  ExpectSameBehaviour(*remote, *local, 0.0f);
+  ExpectSameMultiTableBehaviour(*remote, *local, 0.0f);
+  EXPECT_TRUE(cluster->Stop().ok());
 }
 
 TEST(PsService, ConnectChecksShardOrderAndTables) {

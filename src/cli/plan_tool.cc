@@ -119,7 +119,8 @@ absl::Status RunPlan(PlanFlags& f) {
   HYREC_RETURN_IF_ERROR(planner::FindMachineType(types, f.throughput.loader_machine, "--loader_machine").status());
   HYREC_ASSIGN_OR_RETURN(const job::JobSpec spec, job::LoadJobSpec(f.config, f.overrides));
   HYREC_ASSIGN_OR_RETURN(const job::JobPlan plan, job::Plan(spec));
-  if (f.calibrate) {                           // What a batch of this job costs here, at the job's own scale.
+  if (spec.ps.wire_fp16) f.throughput.fp16 = true;  // The job's own wire (ps.wire_precision).
+  if (f.calibrate) {                                // What a batch of this job costs here, at the job's own scale.
     planner::CapacityOptions own = f.options;  // The tables' sizes as given; the job's own workers, batch and shards.
     own.workers = own.batch_size = own.ps_shards = 0;
     HYREC_ASSIGN_OR_RETURN(const planner::CapacityPlan at_own_scale, planner::PlanCapacity(plan, own));
@@ -181,7 +182,9 @@ int PlanMain(int argc, char** argv) {
   flags.Double("dense_step_ms", &t.dense_step_ms,
                "A batch's dense step on the workers' machines (default: as calibrated on this one).", 0, 1e6);
   flags.Int("staleness", &t.staleness, "train.embedding_staleness for the prediction (default: the job's).", -1, 1000);
-  flags.Bool("fp16", &t.fp16, "Predict with rows and gradients in fp16 on the wire (half their bytes).");
+  flags.Bool("fp16", &t.fp16,
+             "Predict with rows and gradients in fp16 on the wire (half their bytes); the default for a job whose "
+             "ps.wire_precision is fp16.");
   flags.Bool("scaling", &f.scaling,
              "Also predict weak and strong scaling over 1-64 workers (with step costs from --calibrate --config).");
   flags.Double("added_rtt_ms", &t.added_rtt_ms, "The network's round trip between workers and PS machines.", 0, 1e4);

@@ -368,6 +368,8 @@ absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> ConnectPs(const j
   const absl::Duration startup = absl::Seconds(plan.endpoints.startup_timeout_seconds);
   embedding_ps::ClientOptions ps_options;
   ps_options.security = security;
+  ps_options.precision =
+      plan.workers[rank].ps_wire_fp16 ? embedding_ps::Precision::kFp16 : embedding_ps::Precision::kFp32;
   if (const double recovery = plan.workers[rank].ps_recovery_timeout_seconds; recovery > 0) {
     // The shards log their updates: a lost shard comes back with all of them (restarted by the
     // launcher or the cluster), so calls wait for it, retrying, rather than fail the worker.

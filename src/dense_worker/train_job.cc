@@ -73,7 +73,9 @@ absl::StatusOr<std::unique_ptr<embedding_ps::EmbeddingClient>> InProcessShards(c
   roots.checkpoint_root = plan.ps[0].checkpoint_root;
   roots.export_root = plan.ps[0].export_root;
   roots.env = env;
-  return embedding_ps::NewInProcessEmbeddingClient(std::move(stores), roots);
+  return embedding_ps::NewInProcessEmbeddingClient(
+      std::move(stores), roots,
+      plan.workers[0].ps_wire_fp16 ? embedding_ps::Precision::kFp16 : embedding_ps::Precision::kFp32);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "hyrec/common/allocator.h"
 #include "hyrec/common/finite.h"
+#include "hyrec/common/fp16.h"
 #include "hyrec/common/grpc_status.h"
 #include "hyrec/common/hash.h"
 #include "hyrec/common/status_macros.h"
@@ -244,11 +245,13 @@ class ShardedClient : public EmbeddingClient {
 
 class InProcessClient final : public ShardedClient {
  public:
+  // `fp16`: rows read and gradients applied are rounded to fp16, as on a remote client's wire.
   InProcessClient(std::vector<std::shared_ptr<EmbeddingShardStore>> stores,
-                  std::vector<std::pair<std::string, int>> tables, CutRoots roots)
+                  std::vector<std::pair<std::string, int>> tables, CutRoots roots, bool fp16)
       : ShardedClient(static_cast<int>(stores.size()), std::move(tables)),
         stores_(std::move(stores)),
-        roots_(std::move(roots)) {
+        roots_(std::move(roots)),
+        fp16_(fp16) {
     for (size_t s = 0; s < stores_.size(); ++s) {
       cutters_.push_back(std::make_unique<ShardCheckpointer>(stores_[s], static_cast<int>(s), num_shards_,
                                                              roots_.env != nullptr ? roots_.env : Env::Default()));
@@ -305,16 +308,26 @@ class InProcessClient final : public ShardedClient {
       }
     }
     HYREC_RETURN_IF_ERROR(ReadBackParts(calls));
-    return ForEachPart(calls, [](EmbeddingShardStore& store, int t, ShardPart& part) {
-      return store.Lookup(t, part.ids, part.out, nullptr);
+    return ForEachPart(calls, [this](EmbeddingShardStore& store, int t, ShardPart& part) {
+      HYREC_RETURN_IF_ERROR(store.Lookup(t, part.ids, part.out, nullptr));
+      if (fp16_) RoundToFp16(part.out);
+      return absl::OkStatus();
     });
   }
 
   absl::Status UpdateParts(absl::Span<TableCall> calls, UpdateId update_id) override {
     HYREC_RETURN_IF_ERROR(ReadBackParts(calls));
-    return ForEachPart(calls, [update_id](EmbeddingShardStore& store, int t, ShardPart& part) {
-      return store.Update(t, part.ids, part.grads, update_id, nullptr);
+    return ForEachPart(calls, [this, update_id](EmbeddingShardStore& store, int t, ShardPart& part) {
+      if (!fp16_) return store.Update(t, part.ids, part.grads, update_id, nullptr);
+      std::vector<float> grads(part.grads.begin(), part.grads.end());
+      RoundToFp16(absl::MakeSpan(grads));
+      return store.Update(t, part.ids, grads, update_id, nullptr);
     });
+  }
+
+  // Each value to the fp16 nearest it, as wire::EncodeValues and DecodeValues give it.
+  static void RoundToFp16(absl::Span<float> values) {
+    for (float& v : values) v = HalfToFloat(FloatToHalf(v));
   }
 
   // Reads every table's rows of the calls that a shard's disk tier holds back into DRAM, the
@@ -374,6 +387,7 @@ class InProcessClient final : public ShardedClient {
 
   const std::vector<std::shared_ptr<EmbeddingShardStore>> stores_;
   const CutRoots roots_;
+  const bool fp16_;
   std::vector<std::unique_ptr<ShardCheckpointer>> cutters_;
 };
 
@@ -779,7 +793,7 @@ class GrpcClient final : public ShardedClient {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
-    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots) {
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots, Precision wire) {
   if (stores.empty()) return absl::InvalidArgumentError("no stores given");
   std::vector<std::pair<std::string, int>> tables;
   for (int t = 0; t < stores[0]->num_tables(); ++t) {
@@ -795,7 +809,8 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
       return absl::InvalidArgumentError(absl::StrCat("store ", s, " holds different tables from store 0"));
     }
   }
-  return std::unique_ptr<EmbeddingClient>(new InProcessClient(std::move(stores), std::move(tables), std::move(roots)));
+  return std::unique_ptr<EmbeddingClient>(
+      new InProcessClient(std::move(stores), std::move(tables), std::move(roots), wire == Precision::kFp16));
 }
 
 absl::StatusOr<std::string> CutDirectory(const CutRoots& roots, CutKind kind, const std::string& name) {

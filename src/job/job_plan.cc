@@ -289,6 +289,7 @@ absl::StatusOr<WorkerPlan> PlanWorker(const JobSpec& spec, const SlotLayout& lay
   worker.sync_timeout_seconds = spec.train.sync_timeout_seconds;
   worker.batch_timeout_seconds = spec.train.batch_timeout_seconds;
   worker.heal_timeout_seconds = spec.train.workers > 1 ? spec.train.heal_timeout_seconds : 0;
+  worker.ps_wire_fp16 = spec.ps.wire_fp16;
   if (spec.ps.update_log && !spec.checkpoint.dir.empty()) {
     worker.ps_recovery_timeout_seconds = spec.ps.recovery_timeout_seconds;
     worker.update_log_max_bytes = spec.ps.update_log_max_bytes;

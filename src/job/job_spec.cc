@@ -127,7 +127,7 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
       CheckKeys(node, "ps",
                 {"shards", "capacity_rows", "capacity_bytes", "num_stripes", "admission_sketch_counters",
                  "max_ids_per_request", "threads", "optimizer", "learning_rate", "init_stddev", "precision",
-                 "update_log", "recovery_timeout_seconds", "disk"}));
+                 "update_log", "recovery_timeout_seconds", "wire_precision", "disk"}));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "shards", "ps", &ps->shards));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_rows", "ps", &ps->capacity_rows));
   HYREC_RETURN_IF_ERROR(ReadScalar(node, "capacity_bytes", "ps", &ps->capacity_bytes));
@@ -139,6 +139,12 @@ absl::Status ReadPs(const YAML::Node& node, PsSpec* ps, TableDefaults* defaults)
   if (!(ps->recovery_timeout_seconds > 0 && ps->recovery_timeout_seconds <= 86400)) {
     return Invalid("ps.recovery_timeout_seconds", node["recovery_timeout_seconds"], "must be in (0, 86400]");
   }
+  std::string wire = ps->wire_fp16 ? "fp16" : "fp32";
+  HYREC_RETURN_IF_ERROR(ReadScalar(node, "wire_precision", "ps", &wire));
+  if (wire != "fp32" && wire != "fp16") {
+    return Invalid("ps.wire_precision", node["wire_precision"], "must be fp32 or fp16");
+  }
+  ps->wire_fp16 = wire == "fp16";
   if (const YAML::Node log = node["update_log"]; log && log.IsMap()) {
     HYREC_RETURN_IF_ERROR(ReadUpdateLog(log, ps));
   } else {

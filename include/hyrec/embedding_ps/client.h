@@ -52,7 +52,7 @@ struct ClientOptions {
   int max_attempts = 4;
   absl::Duration initial_backoff = absl::Milliseconds(20);
   absl::Duration max_backoff = absl::Seconds(1);
-  // Encoding of rows and gradients on the wire (the in-process client ignores it).
+  // Encoding of rows and gradients on the wire (NewInProcessEmbeddingClient takes its own).
   Precision precision = Precision::kFp32;
   // Largest gRPC message accepted or sent.
   int max_message_bytes = 256 << 20;
@@ -178,9 +178,10 @@ absl::StatusOr<std::unique_ptr<EmbeddingClient>> ConnectEmbeddingClient(const st
                                                                         const ClientOptions& options);
 
 // A client over stores in this process; shard k is stores[k]. All stores must hold the same
-// tables with the same dims.
+// tables with the same dims. With `wire` kFp16 the rows it reads and the gradients it applies
+// are rounded to fp16 (to nearest, ties to even) as a remote client's would be on the wire.
 absl::StatusOr<std::unique_ptr<EmbeddingClient>> NewInProcessEmbeddingClient(
-    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots = {});
+    std::vector<std::shared_ptr<EmbeddingShardStore>> stores, CutRoots roots = {}, Precision wire = Precision::kFp32);
 
 }  // namespace hyrec::embedding_ps
 

@@ -94,6 +94,8 @@ struct WorkerPlan {
   // With the shards' update logs: how long a PS call waits for a shard to come back (0: the
   // client's default deadline; a lost shard then fails the worker at once).
   double ps_recovery_timeout_seconds = 0;
+  // Rows and gradients in fp16 between this worker and the shards (ps.wire_precision).
+  bool ps_wire_fp16 = false;
   // With the shards' update logs, worker 0 cuts a checkpoint once one passes this many bytes
   // (ps.update_log.max_bytes); 0: no bound.
   uint64_t update_log_max_bytes = 0;

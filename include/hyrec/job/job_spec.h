@@ -152,6 +152,10 @@ struct PsSpec {
   // How long a worker's call waits for a shard that is down before it fails: a restarted shard
   // recovers within it (used only when the shards have update logs).
   double recovery_timeout_seconds = 120;
+  // How rows and gradients travel between the workers and the shards: false fp32; true fp16
+  // (half the bytes, each value rounded to the nearest fp16; the embedded job's in-process
+  // shards round alike).
+  bool wire_fp16 = false;
   // A disk tier under each shard's DRAM rows (StoreOptions::disk): shard i's file is
   // <disk_dir>/ps-<i>.tier, at most disk_capacity_bytes. Empty dir: none.
   std::string disk_dir;
