@@ -3,7 +3,9 @@
 // reaching the others by host name through a bridge, on connections that notice 2 s of silence.
 // - One host's link is taken down for 3 s (beyond the keepalive, below the job's other timeouts)
 //   and brought back, once for each kind of role, a worker included.
-// - A PS host is cut off for longer and its shard replaced on a spare host, by name.
+// - Worker 1's host is cut off for longer than the job's timeouts.
+// - A PS host, and the loader's, is cut off and its role replaced on a spare host, by name.
+// - Every link is narrowed (tc tbf), and what each host sent is held against the planner's model.
 // The job must finish by itself: every role exits 0 (a replaced one 2), worker 0 trained exactly
 // the data's samples, and every shard applied each worker's update of every step once (the
 // checkpoint's counts, as in the chaos test). It prints what each partition cost against the
