@@ -330,7 +330,9 @@ TEST_F(PartitionTest, AWorkerCutOffBeyondTheTimeoutsHeals) {
       }
       absl::SleepFor(absl::Milliseconds(100));
     }
-    if (!linked) ASSERT_TRUE(cluster_->SetLink("worker-1", true).ok());
+    if (!linked) {
+      ASSERT_TRUE(cluster_->SetLink("worker-1", true).ok());
+    }
   });
   ExpectFinishedWhole(r, "worker-1 cut off for 10 s",
                       {"ps-0", "ps-1", "loader", "worker-0", restarted ? "worker-1 again" : "worker-1"});
