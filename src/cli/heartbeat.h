@@ -8,17 +8,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 
+#include <functional>
 #include <string>
-#include <thread>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "hyrec/common/flags.h"
+#include "src/cli/periodic_task.h"
 
 namespace hyrec::cli {
 
@@ -29,16 +30,11 @@ inline void AddHeartbeatFlag(FlagSet& flags, std::string* path) {
 
 class Heartbeat {
  public:
-  explicit Heartbeat(std::string path) : path_(std::move(path)) {
-    if (path_.empty()) return;
-    Touch();
-    thread_ = std::thread([this] {
-      while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1))) Touch();
-    });
-  }
-  ~Heartbeat() {
-    stop_.Notify();
-    if (thread_.joinable()) thread_.join();
+  explicit Heartbeat(std::string path)
+      : path_(std::move(path)),
+        beat_(
+            absl::Seconds(1), path_.empty() ? std::function<void()>() : [this] { Touch(); }) {
+    if (!path_.empty()) Touch();
   }
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
@@ -57,17 +53,15 @@ class Heartbeat {
       }
       error = errno;
     }
-    if (!warned_) {
-      warned_ = true;
+    if (!warned_.exchange(true)) {
       std::fprintf(stderr, "cannot touch the heartbeat file %s: %s (the launcher's watchdog will see it stale)\n",
                    path_.c_str(), std::strerror(error));
     }
   }
 
   const std::string path_;
-  bool warned_ = false;  // Only the heartbeat thread touches.
-  absl::Notification stop_;
-  std::thread thread_;
+  std::atomic<bool> warned_{false};  // The constructor's touch may overlap the first beat.
+  PeriodicTask beat_;                // Last: it stops before the members it touches go.
 };
 
 // Seconds since `path` was last touched; a negative number when it cannot be read.

@@ -35,6 +35,7 @@
 #include "src/cli/job_flags.h"
 #include "src/cli/lease_watch.h"
 #include "src/cli/logging.h"
+#include "src/cli/periodic_task.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
@@ -163,7 +164,8 @@ absl::Status Serve(const LoaderFlags& f) {
       return claim->CheckLease();
     };
   }
-  LeaseWatch ownership(claim == nullptr ? std::function<void()>() : [claim] { (void)claim->CheckLease(); });
+  PeriodicTask ownership(
+      kOwnershipCheckPeriod, claim == nullptr ? std::function<void()>() : [claim] { (void)claim->CheckLease(); });
   server_options.host = f.host.empty() ? host : f.host;
   server_options.port = f.port >= 0 ? f.port : planned_port;
   server_options.replay_batches = f.replay_batches;

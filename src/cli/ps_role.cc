@@ -33,6 +33,7 @@
 #include "src/cli/job_flags.h"
 #include "src/cli/lease_watch.h"
 #include "src/cli/logging.h"
+#include "src/cli/periodic_task.h"
 #include "src/cli/port_setting.h"
 #include "src/cli/roles.h"
 #include "src/cli/security_flags.h"
@@ -330,8 +331,9 @@ absl::Status Serve(FlagSet& flags, const PsFlags& f) {
   HYREC_ASSIGN_OR_RETURN(ShardLog shard_log, OpenShardLog(f, planned));
   HYREC_RETURN_IF_ERROR(StartingState(f, planned, shard_log, server_options, store.get()));
   server_options.update_log = shard_log.log;
-  LeaseWatch ownership(shard_log.log == nullptr ? std::function<void()>()
-                                                : [log = shard_log.log] { (void)log->CheckLease(); });
+  PeriodicTask ownership(
+      kOwnershipCheckPeriod,
+      shard_log.log == nullptr ? std::function<void()>() : [log = shard_log.log] { (void)log->CheckLease(); });
 
   std::shared_ptr<embedding_ps::EmbeddingShardStore> shared_store(std::move(store));
   const std::string port_setting =
