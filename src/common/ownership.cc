@@ -62,10 +62,9 @@ absl::Status OwnershipEpoch::Check() const {
   return lost_;
 }
 
-absl::Status OwnershipEpoch::CheckLease() const {
+bool OwnershipEpoch::LeaseHeld() const {
   const int64_t as_of = owned_as_of_ns_.load(std::memory_order_acquire);
-  if (as_of != 0 && SteadyNanos() - as_of < absl::ToInt64Nanoseconds(options_.lease)) return absl::OkStatus();
-  return Check();
+  return as_of != 0 && SteadyNanos() - as_of < absl::ToInt64Nanoseconds(options_.lease);
 }
 
 absl::Duration OwnershipEpoch::UntilServeable() const {

@@ -483,7 +483,7 @@ absl::Status UpdateLog::CheckOwned() const {
 }
 
 absl::Status UpdateLog::CheckLease() const {
-  if (owner_ != nullptr && owner_->CheckLease().ok()) return absl::OkStatus();
+  if (owner_ != nullptr && owner_->LeaseHeld()) return absl::OkStatus();
   absl::MutexLock lock(&file_mu_);
   return CheckOwned();
 }

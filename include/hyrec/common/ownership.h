@@ -55,9 +55,11 @@ class OwnershipEpoch {
   // over by another process (its epoch is N, this process's M)" once it does not (on_lost is
   // called then, once); every later call fails the same.
   absl::Status Check() const;
-  // OK when a Check that began at most options.lease ago succeeded and none found the epoch lost
-  // since; otherwise Check.
-  absl::Status CheckLease() const;
+  // Whether a Check that began at most options.lease ago succeeded and none found the epoch lost
+  // since (reads nothing).
+  bool LeaseHeld() const;
+  // OK when LeaseHeld; otherwise Check.
+  absl::Status CheckLease() const { return LeaseHeld() ? absl::OkStatus() : Check(); }
   // How long this new holder must wait before it answers: until options.lease has passed since
   // Take raised the epoch (the former holder's lease has then run out).
   absl::Duration UntilServeable() const;
