@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hyrec/common/subprocess.h"
+#include "json_fields.h"
 #include "netns_cluster.h"
 #include "run_command.h"
 
@@ -36,22 +37,8 @@ using namespace hyrec;
 
 const std::vector<std::string> kHosts = {"ps-0", "ps-1", "loader", "worker-0", "worker-1"};
 
-// The first number after "\"key\":" at or after `from` in `json`; -1 when there is none.
-double JsonNumber(const std::string& json, const std::string& key, size_t from = 0) {
-  const size_t at = json.find("\"" + key + "\":", from);
-  double value = -1;
-  if (at == std::string::npos) return value;
-  const std::string rest = json.substr(at + key.size() + 3);
-  (void)absl::SimpleAtod(rest.substr(0, rest.find_first_of(",}")), &value);
-  return value;
-}
-
-std::string JsonString(const std::string& json, const std::string& key, size_t from = 0) {
-  const size_t at = json.find("\"" + key + "\":\"", from);
-  if (at == std::string::npos) return "";
-  const size_t start = at + key.size() + 4;
-  return json.substr(start, json.find('"', start) - start);
-}
+using testing::JsonNumber;
+using testing::JsonString;
 
 // Runs the job's roles on their hosts to the end; worker 0's steady samples/s, or -1.
 double RunAcross(testing::NetnsCluster& cluster, const std::string& job, const std::string& report) {

@@ -37,6 +37,7 @@
 #include "applied_counts.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/subprocess.h"
+#include "json_fields.h"
 #include "netns_cluster.h"
 #include "run_command.h"
 
@@ -358,15 +359,7 @@ TEST_F(PartitionTest, TheLinksCarryWhatThePlannerModels) {
 
   const testing::CommandResult plan = testing::RunCommand({HYREC_BINARY, "plan", "--config=" + job, "--json"});
   ASSERT_EQ(plan.code, 0) << plan.err;
-  const auto field = [&](const std::string& key) {
-    const size_t at = plan.out.find("\"" + key + "\":");
-    double value = -1;
-    if (at != std::string::npos) {
-      const std::string rest = plan.out.substr(at + key.size() + 3);
-      (void)absl::SimpleAtod(rest.substr(0, rest.find_first_of(",}")), &value);
-    }
-    return value;
-  };
+  const auto field = [&](const std::string& key) { return testing::JsonNumber(plan.out, key); };
   double dense_parameters = -1;
   std::ifstream report(job + ".report");
   for (std::string line; std::getline(report, line);) {
