@@ -449,6 +449,11 @@ TEST(JobSpec, ErrorsNameTheKeyAndLine) {
   EXPECT_NE(Error(base + "ps: {recovery_timeout_seconds: 0}\n").find("ps.recovery_timeout_seconds"), std::string::npos);
   EXPECT_NE(Error(base + "cluster: {startup_timeout_seconds: -1}\n").find("cluster.startup_timeout_seconds"),
             std::string::npos);
+  for (const char* keepalive : {"0.5", "-1", "3601", "often"}) {
+    EXPECT_NE(Error(base + "cluster: {keepalive_seconds: " + keepalive + "}\n").find("cluster.keepalive_seconds"),
+              std::string::npos)
+        << keepalive;
+  }
 }
 
 // ps.wire_precision reaches every worker's plan, with or without update logs; another value is
