@@ -58,10 +58,8 @@ absl::StatusOr<std::shared_ptr<OwnershipEpoch>> ClaimLoader(const job::JobPlan& 
   options.what = absl::StrCat("the job's loader (", options.path, ")");
   options.lease = kOwnershipLease;
   options.on_lost = [](const absl::Status& lost) {
-    const std::string message = absl::StrCat(lost.message(), ": this process no longer serves the job's batches");
-    spdlog::critical("{}", message);
-    std::cerr << "hyrec loader: " << message << std::endl;
-    std::_Exit(kExitInvalidInput);
+    StopAtOnce("loader", absl::StrCat(lost.message(), ": this process no longer serves the job's batches"),
+               kExitInvalidInput);
   };
   HYREC_ASSIGN_OR_RETURN(std::unique_ptr<OwnershipEpoch> claim, OwnershipEpoch::Take(options));
   return std::shared_ptr<OwnershipEpoch>(std::move(claim));

@@ -7,6 +7,8 @@
 #ifndef HYREC_SRC_CLI_LOGGING_H_
 #define HYREC_SRC_CLI_LOGGING_H_
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -14,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -72,6 +75,16 @@ inline int FinishLogging(int code, absl::Duration grace = absl::Seconds(2)) {
     return code;
   }
   flusher.detach();
+  std::_Exit(code);
+}
+
+// Stops a role that must not go on (it lost what it held to another process): logs `message` as
+// critical, writes "hyrec <role>: <message>" to stderr in one write, which no log line written
+// beside it can split, and exits with `code` at once, without unwinding.
+[[noreturn]] inline void StopAtOnce(const std::string& role, const std::string& message, int code) {
+  spdlog::critical("{}", message);
+  const std::string line = absl::StrCat("hyrec ", role, ": ", message, "\n");
+  (void)!::write(STDERR_FILENO, line.data(), line.size());
   std::_Exit(code);
 }
 

@@ -169,9 +169,7 @@ absl::StatusOr<ShardLog> OpenShardLog(const PsFlags& f, const job::PsShardPlan& 
   // so this one stops at once rather than answering from rows it can no longer log.
   options.ownership_lease = kOwnershipLease;
   options.on_fenced = [](const absl::Status& fenced) {
-    spdlog::critical("{}", std::string(fenced.message()));
-    std::cerr << "hyrec ps: " << fenced.message() << std::endl;
-    std::_Exit(kExitInvalidInput);
+    StopAtOnce("ps", std::string(fenced.message()), kExitInvalidInput);
   };
   HYREC_ASSIGN_OR_RETURN(auto log, embedding_ps::UpdateLog::Open(options));
   return ShardLog{std::shared_ptr<embedding_ps::UpdateLog>(std::move(log)), shard.checkpoint_root};
