@@ -161,12 +161,7 @@ class C10dSync final : public DenseSync {
 
   absl::Status Regroup(absl::Duration timeout) override {
     std::lock_guard<std::mutex> lock(mu_);
-    for (Bucket& b : buckets_) {  // Their work belongs to the old group.
-      b.work.reset();
-      b.buffer.zero_();
-      b.ready = 0;
-    }
-    next_launch_ = 0;
+    ClearBucketsLocked(/*collectives_done=*/false);  // Their collectives belong to the old group.
     group_.reset();  // Its collectives failed or time out within the timeout; then it is gone.
     const int next = generation_ + 1;
     // The other ranks reach worker 0's rendezvous through calls bounded by `timeout`: when
@@ -335,13 +330,7 @@ class C10dSync final : public DenseSync {
         }
       }
     }
-    // Ready for the next backward: empty buckets, nothing launched.
-    for (Bucket& b : buckets_) {
-      b.buffer.zero_();
-      b.ready = 0;
-      b.work.reset();
-    }
-    next_launch_ = 0;
+    ClearBucketsLocked(/*collectives_done=*/status.ok());
     return status;
   }
 
@@ -391,6 +380,23 @@ class C10dSync final : public DenseSync {
     } catch (const std::exception&) {
       // Reported by FinishGradientSync, which waits on the same group.
     }
+  }
+
+  // Ready for the next backward: empty buckets, nothing launched. A collective of a failed sync
+  // (`collectives_done` false) may still be running on the old group and write into its bucket's
+  // buffer (Gloo's ring adds what a live neighbour sent, in place): the buckets get fresh buffers,
+  // and the old ones are left to it.
+  void ClearBucketsLocked(bool collectives_done) {
+    for (Bucket& b : buckets_) {
+      if (collectives_done) {
+        b.buffer.zero_();
+      } else {
+        b.buffer = torch::zeros_like(b.buffer);
+      }
+      b.ready = 0;
+      b.work.reset();
+    }
+    next_launch_ = 0;
   }
 
   void LaunchLocked(size_t b) {
