@@ -40,11 +40,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "applied_counts.h"
 #include "child_processes.h"
+#include "fault_costs.h"
 #include "gtest/gtest.h"
 #include "hyrec/common/checkpoint_dir.h"
 #include "hyrec/common/subprocess.h"
@@ -72,48 +71,11 @@ struct Outcome {
   int heals = 0;       // Worker 0's regroups (its report).
   std::string checkpoint;
   std::string tail;
-  std::vector<std::pair<double, uint64_t>> progress;  // Of each progress line: (seconds in, samples).
+  testing::Progress progress;
 };
 
 constexpr int kFaultKinds = 5;
 constexpr const char* kFaultNames[kFaultKinds] = {"PS kill", "PS stop", "loader kill", "worker kill", "broker errors"};
-
-struct Fault {
-  double at = 0;  // Seconds into the run.
-  int kind = 0;
-};
-
-// Samples trained `t` seconds into a run: interpolated between its progress lines.
-double SamplesAt(const Outcome& run, double t) {
-  const auto& p = run.progress;
-  if (p.empty()) return 0;
-  if (t <= p.front().first) return static_cast<double>(p.front().second);
-  for (size_t i = 1; i < p.size(); ++i) {
-    if (t <= p[i].first) {
-      const double f = (t - p[i - 1].first) / std::max(1e-9, p[i].first - p[i - 1].first);
-      return static_cast<double>(p[i - 1].second) + f * static_cast<double>(p[i].second - p[i - 1].second);
-    }
-  }
-  return static_cast<double>(p.back().second);
-}
-
-// The training time each kind of fault cost, in all: each fault is charged the interval from it
-// to the next fault (or the run's last progress line), less what the calm run's training rate
-// needs for the samples trained in that interval.
-std::vector<double> TimeLost(const Outcome& calm, const Outcome& chaos, const std::vector<Fault>& faults) {
-  std::vector<double> lost(kFaultKinds, 0.0);
-  if (calm.progress.size() < 2 || chaos.progress.empty()) return lost;
-  const double rate = static_cast<double>(calm.progress.back().second - calm.progress.front().second) /
-                      std::max(1e-9, calm.progress.back().first - calm.progress.front().first);
-  const double end = chaos.progress.back().first;
-  for (size_t i = 0; i < faults.size(); ++i) {
-    const double from = faults[i].at;
-    const double to = std::min(end, i + 1 < faults.size() ? faults[i + 1].at : end);
-    if (to <= from) continue;
-    lost[faults[i].kind] += (to - from) - (SamplesAt(chaos, to) - SamplesAt(chaos, from)) / rate;
-  }
-  return lost;
-}
 
 // Runs `argv` and returns its standard output.
 std::string Output(const std::vector<std::string>& argv) {
@@ -215,13 +177,9 @@ class ChaosTest : public ::testing::Test {
       if (!line.ok()) break;
       keep(*line);
       r.tail = *line;
-      if (absl::StartsWith(*line, "samples ")) {
+      if (uint64_t n = 0; testing::ProgressSamples(*line, &n)) {
         training_ = true;
-        const absl::string_view count = absl::string_view(*line).substr(8);
-        uint64_t n = 0;
-        if (absl::SimpleAtoi(count.substr(0, count.find_first_of(" /")), &n)) {
-          r.progress.emplace_back(absl::ToDoubleSeconds(absl::Now() - start), n);
-        }
+        r.progress.emplace_back(absl::ToDoubleSeconds(absl::Now() - start), n);
       }
       // One per server kill: the role serves again, or was lost again while it started (that
       // kill's restart is begun again), or the workers finished while its restart waited out its
@@ -326,9 +284,9 @@ class ChaosTest : public ::testing::Test {
         "recoveries, %d worker heals; %.1f s against %.1f s without faults (%.1f s lost); AUC %.5f against %.5f\n",
         static_cast<unsigned long long>(seed), n.kills, n.stops, n.loader_kills, n.worker_kills, n.broker_errors,
         chaos.recoveries, chaos.heals, chaos.seconds, calm.seconds, chaos.seconds - calm.seconds, chaos.auc, calm.auc);
-    const std::vector<double> lost = TimeLost(calm, chaos, faults_);
+    const std::vector<double> lost = testing::TimeLost(calm.progress, chaos.progress, faults_, kFaultKinds);
     std::vector<int> counts(kFaultKinds, 0);
-    for (const Fault& f : faults_) ++counts[f.kind];
+    for (const testing::Fault& f : faults_) ++counts[f.kind];
     std::printf("time lost, at the calm run's training rate:");
     for (int k = 0; k < kFaultKinds; ++k) {
       if (counts[k] == 0) continue;
@@ -347,8 +305,8 @@ class ChaosTest : public ::testing::Test {
   void Injected(int kind) { faults_.push_back({absl::ToDoubleSeconds(absl::Now() - start_), kind}); }
 
   std::string dir_;
-  absl::Time start_;           // Of the run under way.
-  std::vector<Fault> faults_;  // The injector's; read once it has ended.
+  absl::Time start_;                    // Of the run under way.
+  std::vector<testing::Fault> faults_;  // The injector's; read once it has ended.
   std::atomic<int> joins_{0};
   std::atomic<bool> training_{false};  // The job printed its first progress line.
 };

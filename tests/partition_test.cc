@@ -1,6 +1,7 @@
-// A job across hosts: two PS shards with update logs, a loader and two workers, each started by
-// hand on a host of its own (a network namespace, tests/netns_cluster.h) as on a cluster, each
-// reaching the others by host name through a bridge, on connections that notice 2 s of silence.
+// A job across hosts (tests/hosts_job.h): two PS shards with update logs, a loader and two
+// workers, each started by hand on a host of its own (a network namespace, tests/netns_cluster.h)
+// as on a cluster, each reaching the others by host name through a bridge, on connections that
+// notice 2 s of silence.
 // - One host's link is taken down for 3 s (beyond the keepalive, below the job's other timeouts)
 //   and brought back, once for each kind of role, a worker included.
 // - Worker 1's host is cut off for longer than the job's timeouts.
@@ -13,13 +14,12 @@
 //
 // Needs root for the namespaces; where they cannot be made, it says so and skips.
 #include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <thread>
@@ -28,198 +28,37 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "applied_counts.h"
 #include "gtest/gtest.h"
-#include "hyrec/common/subprocess.h"
+#include "hosts_job.h"
 #include "json_fields.h"
-#include "netns_cluster.h"
 #include "run_command.h"
 
 namespace hyrec {
 namespace {
 
+using testing::HostsOutcome;
+using testing::kJobRoles;
+using testing::Roles;
+
 constexpr uint64_t kSamples = 256 * 2 * 300;  // 300 steps of two workers' batches of 256.
-// The job's roles, a host each, and a spare host a lost role may be started on again.
-const std::vector<std::string> kRoles = {"ps-0", "ps-1", "loader", "worker-0", "worker-1"};
-const std::vector<std::string> kHosts = {"ps-0", "ps-1", "loader", "worker-0", "worker-1", "spare"};
 
-struct Outcome {
-  std::map<std::string, int> codes;  // Per role (a host, or a replacement's name): its exit code.
-  double seconds = 0;
-  uint64_t samples = 0;
-  std::string checkpoint;
-  std::string log;  // Every role's stderr, for a failure's message.
-};
-
-// The processes of one run, each started, read to its end (so that it never blocks on a full
-// pipe) and waited for by a thread of its own, which lives as long as its process: a child is
-// killed when the thread that started it ends (Subprocess's parent-death signal). Start may be
-// called while others run.
-class Roles {
- public:
-  ~Roles() { JoinAll(); }
-
-  void Start(const testing::NetnsCluster& cluster, const std::string& name, const std::string& host,
-             const std::vector<std::string>& argv) {
-    const std::vector<std::string> command = cluster.On(host, argv);
-    absl::Notification spawned;
-    {
-      absl::MutexLock lock(&mu_);
-      roles_[name];
-      waiters_.emplace_back([this, name, command, &spawned] {
-        SpawnOptions spawn;
-        spawn.capture_stderr = true;
-        auto p = Subprocess::Spawn(command, spawn);
-        Subprocess* process = nullptr;
-        {
-          absl::MutexLock lock(&mu_);
-          Role& role = roles_.at(name);
-          if (p.ok()) {
-            role.process = std::move(*p);
-            process = role.process.get();
-          } else {
-            role.log = absl::StrCat(name, ": cannot start: ", p.status().ToString(), "\n");
-            role.done = true;
-          }
-        }
-        spawned.Notify();
-        if (process == nullptr) return;
-        std::string log;
-        for (;;) {
-          absl::StatusOr<std::string> line = process->ReadErrorLine(absl::Seconds(600));
-          if (!line.ok()) break;
-          absl::StrAppend(&log, name, ": ", *line, "\n");
-        }
-        absl::StatusOr<int> code = process->Wait(absl::Seconds(600));
-        absl::MutexLock lock(&mu_);
-        Role& r = roles_.at(name);
-        r.log += log;
-        r.code = code.ok() ? *code : -1;
-        r.done = true;
-      });
-    }
-    spawned.WaitForNotification();
-  }
-
-  // Whether `name` ended with a code other than 0.
-  bool Failed(const std::string& name) {
-    absl::MutexLock lock(&mu_);
-    return roles_.count(name) != 0 && roles_.at(name).done && roles_.at(name).code != 0;
-  }
-  bool Done(const std::string& name) {
-    absl::MutexLock lock(&mu_);
-    return roles_.count(name) == 0 || roles_.at(name).done;
-  }
-  std::vector<std::string> Names() {
-    absl::MutexLock lock(&mu_);
-    std::vector<std::string> names;
-    for (const auto& [name, role] : roles_) names.push_back(name);
-    return names;
-  }
-  void Signal(const std::string& name, int signal) {
-    absl::MutexLock lock(&mu_);
-    Role& role = roles_.at(name);
-    if (!role.done && role.process != nullptr) role.process->Signal(signal);
-  }
-  // Waits for every process to end (after Signal, for any still running), then gives each one's
-  // exit code and log.
-  void Finish(Outcome* r) {
-    JoinAll();
-    absl::MutexLock lock(&mu_);
-    for (const auto& [name, role] : roles_) {
-      r->codes[name] = role.code;
-      r->log += role.log;
-    }
-  }
-
- private:
-  struct Role {
-    std::unique_ptr<Subprocess> process;
-    std::string log;
-    int code = -1;
-    bool done = false;
-  };
-  void JoinAll() {
-    std::vector<std::thread> waiters;
-    {
-      absl::MutexLock lock(&mu_);
-      waiters.swap(waiters_);
-    }
-    for (std::thread& t : waiters) t.join();
-  }
-
-  absl::Mutex mu_;
-  std::map<std::string, Role> roles_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::thread> waiters_ ABSL_GUARDED_BY(mu_);
-};
-
-class PartitionTest : public ::testing::Test {
+class PartitionTest : public testing::HostsJobTest {
  protected:
-  void SetUp() override {
-    auto cluster = testing::NetnsCluster::Create(absl::StrCat("part", getpid()), 1, kHosts);
-    if (!cluster.ok()) GTEST_SKIP() << "no hosts to run across: " << cluster.status();
-    cluster_ = std::move(*cluster);
-    dir_ = ::testing::TempDir() + "/partition_" + std::to_string(getpid());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
+  // The job's hosts and a spare one a lost role may be started on again.
+  PartitionTest() : HostsJobTest(1, {"spare"}) {}
 
-  // The roles reach each other by host name (each host's /etc/hosts, as a cluster's DNS), on
-  // connections that notice 2 s of silence (cluster.keepalive_seconds).
   // `train` and `ps` add keys to those sections.
   std::string Job(const std::string& name, const std::string& train = "", const std::string& ps = "") {
-    const std::string path = dir_ + "/" + name + ".yaml";
-    std::ofstream(path) << "loader:\n  source:\n    format: synthetic\n"
-                        << "    synthetic: {num_samples: " << kSamples
-                        << ", num_slots: 4, num_dense: 4, vocabulary: 2000, ids_per_sample: 2, seed: 11}\n"
-                        << "  batch_size: 256\n  threads: 1\n"
-                        << "eval: {samples: 5000}\n"
-                        << "model: {embedding_dim: 8, bottom: [16], top: [16]}\n"
-                        << "ps: {shards: 2" << ps << "}\n"
-                        << "train: {workers: 2, embedding_staleness: 0, seed: 3, log_every_batches: 20" << train
-                        << "}\n"
-                        << "checkpoint: {dir: " << dir_ << "/" << name << "-ckpt, every_steps: 100}\n"
-                        << "security: {mode: none}\n"
-                        << "cluster:\n  ps: [ps-0:7000, ps-1:7000]\n  loader: loader:7100\n"
-                        << "  master: worker-0:29500\n  keepalive_seconds: 2\n"
-                        << "  services_exit_when_done: true\n";
-    return path;
-  }
-
-  // Waits until the job has cut the checkpoint of `step`, or worker 0 ended; false if it ended.
-  bool AwaitCheckpoint(const std::string& job_name, uint64_t step, Roles* roles) {
-    const std::string checkpoints = dir_ + "/" + job_name + "-ckpt";
-    const absl::Time deadline = absl::Now() + absl::Seconds(300);
-    while (!HasCheckpointOfStep(checkpoints, step) && !roles->Done("worker-0") && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return !roles->Done("worker-0");
+    return HostsJobTest::Job(name, {kSamples, 5000, train, ps});
   }
 
   // Runs the job's roles on their hosts; `fault` runs beside them (and may start more roles).
-  Outcome Run(const std::string& job, const std::function<void(Roles*)>& fault) {
-    Outcome r;
-    const std::string report = job + ".report";
-    const std::map<std::string, std::vector<std::string>> argv = {
-        {"ps-0", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=0"}},
-        {"ps-1", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=1"}},
-        {"loader", {HYREC_BINARY, "loader", "--config=" + job}},
-        {"worker-0",
-         {HYREC_BINARY, "worker", "--config=" + job, "--rank=0", "--progress=none", "--plot=", "--report=" + report}},
-        {"worker-1", {HYREC_BINARY, "worker", "--config=" + job, "--rank=1", "--progress=none", "--plot="}},
-    };
+  HostsOutcome Run(const std::string& job, const std::function<void(Roles*)>& fault) {
+    HostsOutcome r;
     const absl::Time start = absl::Now();
     Roles roles;
-    for (const std::string& host : kRoles) roles.Start(*cluster_, host, host, argv.at(host));
+    for (const std::string& host : kJobRoles) roles.Start(*cluster_, host, host, testing::RoleArgv(host, job));
     std::thread faults([&] {
       if (fault) fault(&roles);
     });
@@ -245,54 +84,26 @@ class PartitionTest : public ::testing::Test {
       absl::StrAppend(&r.log, name, ": killed by the test, still running after the workers ended\n");
     }
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    std::ifstream in(report);
-    for (std::string line; std::getline(in, line);) {
-      if (absl::StartsWith(line, "samples: ")) (void)absl::SimpleAtoi(line.substr(9), &r.samples);
-      if (absl::StartsWith(line, "checkpoint: \"")) r.checkpoint = line.substr(13, line.size() - 14);
-    }
+    ReadReport(job, &r);
     return r;
   }
 
-  // Of a checkpoint: every "applied" line's count, per "<shard file> worker <w> table <t>".
-  static std::map<std::string, uint64_t> AppliedCounts(const std::string& checkpoint) {
-    return testing::AppliedCounts(testing::RunCommand({HYREC_BINARY, "checkpoint", "inspect", checkpoint}).out);
-  }
-
-  static bool HasCheckpointOfStep(const std::string& dir, uint64_t step) {
-    std::error_code error;
-    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-      if (absl::StartsWith(entry.path().filename().string(), absl::StrFormat("ckpt-%012d-", step))) return true;
-    }
-    return false;
-  }
-
   // Every role in `exit0` exited 0, and the job trained its samples and applied its updates once.
-  void ExpectFinishedWhole(const Outcome& r, const std::string& what, const std::vector<std::string>& exit0 = kRoles) {
-    for (const std::string& name : exit0) {
-      EXPECT_EQ(r.codes.count(name) ? r.codes.at(name) : -1, 0) << what << ": " << name << "\n" << r.log;
-    }
-    EXPECT_EQ(r.samples, kSamples) << what << ": samples lost or trained twice";
-    const uint64_t steps = kSamples / (256 * 2);
-    EXPECT_TRUE(absl::StrContains(r.checkpoint, absl::StrFormat("/ckpt-%012d-", steps)))
-        << what << ": " << r.checkpoint;
-    const std::map<std::string, uint64_t> applied = AppliedCounts(r.checkpoint);
-    EXPECT_EQ(applied.size(), 2u * 2u * 4u) << what << ": " << r.checkpoint;
-    for (const auto& [which, count] : applied) EXPECT_EQ(count, steps) << what << ": " << which;
+  static void ExpectFinishedWhole(const HostsOutcome& r, const std::string& what,
+                                  const std::vector<std::string>& exit0 = kJobRoles) {
+    HostsJobTest::ExpectFinishedWhole(r, what, exit0, kSamples);
   }
-
-  std::unique_ptr<testing::NetnsCluster> cluster_;
-  std::string dir_;
 };
 
 TEST_F(PartitionTest, AHostCutOffBelowTheTimeoutsCostsTimeNotTheJob) {
-  const Outcome calm = Run(Job("calm"), nullptr);
+  const HostsOutcome calm = Run(Job("calm"), nullptr);
   ExpectFinishedWhole(calm, "no partition");
   std::printf("no partition: %.1f s\n", calm.seconds);
   // 3 s: beyond the keepalive (the connections to the host are closed and made again), within
   // every other timeout.
   for (const std::string host : {"ps-0", "loader", "worker-1"}) {
     const std::string name = absl::StrCat("cut-", host);
-    const Outcome cut = Run(Job(name), [&](Roles* roles) {
+    const HostsOutcome cut = Run(Job(name), [&](Roles* roles) {
       // A third of the way in (the checkpoint of step 100 of 300), so that the cut falls inside
       // the job on a machine of any speed.
       ASSERT_TRUE(AwaitCheckpoint(name, 100, roles)) << "the job ended before its partition";
@@ -314,7 +125,7 @@ TEST_F(PartitionTest, AHostCutOffBelowTheTimeoutsCostsTimeNotTheJob) {
 TEST_F(PartitionTest, AWorkerCutOffBeyondTheTimeoutsHeals) {
   const std::string job = Job("worker-cut", ", sync_timeout_seconds: 5", ", recovery_timeout_seconds: 5");
   bool restarted = false;
-  const Outcome r = Run(job, [&](Roles* roles) {
+  const HostsOutcome r = Run(job, [&](Roles* roles) {
     ASSERT_TRUE(AwaitCheckpoint("worker-cut", 100, roles)) << "the job ended before its partition";
     ASSERT_TRUE(cluster_->SetLink("worker-1", false).ok());
     const absl::Time up = absl::Now() + absl::Seconds(10);
@@ -353,8 +164,8 @@ TEST_F(PartitionTest, TheLinksCarryWhatThePlannerModels) {
     text.replace(text.find("eval: {samples: 5000}"), 21, "eval: {samples: 0}");
     std::ofstream(job, std::ios::trunc) << text;
   }
-  for (const std::string& host : kRoles) ASSERT_TRUE(cluster_->Limit(host, 100).ok()) << host;
-  const Outcome r = Run(job, nullptr);
+  for (const std::string& host : kJobRoles) ASSERT_TRUE(cluster_->Limit(host, 100).ok()) << host;
+  const HostsOutcome r = Run(job, nullptr);
   ExpectFinishedWhole(r, "every link at 100 Mbit/s");
 
   const testing::CommandResult plan = testing::RunCommand({HYREC_BINARY, "plan", "--config=" + job, "--json"});
@@ -400,8 +211,8 @@ class ReplacedTest : public PartitionTest {
  protected:
   // Replaces `host`'s role (`argv` on the spare host) once the job cut the checkpoint of step
   // 100; `before` runs just before the replacement starts (the old one cut off and frozen).
-  Outcome RunReplacing(const std::string& name, const std::string& host, const std::vector<std::string>& argv,
-                       const std::function<void()>& before) {
+  HostsOutcome RunReplacing(const std::string& name, const std::string& host, const std::vector<std::string>& argv,
+                            const std::function<void()>& before) {
     return Run(Job(name), [&](Roles* roles) {
       ASSERT_TRUE(AwaitCheckpoint(name, 100, roles)) << "the job ended before its partition";
       ASSERT_TRUE(cluster_->SetLink(host, false).ok());
@@ -417,9 +228,9 @@ class ReplacedTest : public PartitionTest {
     });
   }
 
-  void ExpectReplaced(const Outcome& r, const std::string& host, const std::string& message) {
+  void ExpectReplaced(const HostsOutcome& r, const std::string& host, const std::string& message) {
     std::vector<std::string> exit0 = {host + " on spare"};
-    for (const std::string& role : kRoles) {
+    for (const std::string& role : kJobRoles) {
       if (role != host) exit0.push_back(role);
     }
     ExpectFinishedWhole(r, host + " replaced while cut off", exit0);
@@ -433,7 +244,7 @@ class ReplacedTest : public PartitionTest {
 // locks do not reach the old host).
 TEST_F(ReplacedTest, AShardStopsWhenItsLinkComesBack) {
   const std::string job = dir_ + "/shard.yaml";
-  const Outcome r =
+  const HostsOutcome r =
       RunReplacing("shard", "ps-0", {HYREC_BINARY, "ps", "--config=" + job, "--shard_index=0", "--recover"},
                    [&] { std::filesystem::remove(dir_ + "/shard-ckpt/update-log/ps-0/LOCK"); });
   ExpectReplaced(r, "ps-0",
@@ -443,7 +254,7 @@ TEST_F(ReplacedTest, AShardStopsWhenItsLinkComesBack) {
 // The new loader resumes each worker from where its stream stands.
 TEST_F(ReplacedTest, ALoaderStopsWhenItsLinkComesBack) {
   const std::string job = dir_ + "/loader.yaml";
-  const Outcome r = RunReplacing("loader", "loader", {HYREC_BINARY, "loader", "--config=" + job}, nullptr);
+  const HostsOutcome r = RunReplacing("loader", "loader", {HYREC_BINARY, "loader", "--config=" + job}, nullptr);
   ExpectReplaced(
       r, "loader",
       "hyrec loader: the job's loader (" + dir_ + "/loader-ckpt/loader/EPOCH) was taken over by another process");
