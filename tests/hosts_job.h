@@ -66,6 +66,16 @@ struct HostsOutcome {
   std::string log;  // Every process's stderr, each line under its name, for a failure's message.
 };
 
+// Reads worker 0's report of `job` into `r`.
+inline void ReadReport(const std::string& job, HostsOutcome* r) {
+  std::ifstream in(job + ".report");
+  for (std::string line; std::getline(in, line);) {
+    if (absl::StartsWith(line, "samples: ")) (void)absl::SimpleAtoi(line.substr(9), &r->samples);
+    if (absl::StartsWith(line, "auc: ")) (void)absl::SimpleAtod(line.substr(5), &r->auc);
+    if (absl::StartsWith(line, "checkpoint: \"")) r->checkpoint = line.substr(13, line.size() - 14);
+  }
+}
+
 // The processes of one run, each started, read to its end (so that it never blocks on a full
 // pipe) and waited for by a thread of its own, which lives as long as its process: a child is
 // killed when the thread that started it ends (Subprocess's parent-death signal). Start may be
@@ -251,16 +261,6 @@ class HostsJobTest : public ::testing::Test {
                         << "  master: worker-0:29500\n  keepalive_seconds: 2\n"
                         << "  services_exit_when_done: true\n";
     return path;
-  }
-
-  // Reads worker 0's report of `job` into `r`.
-  static void ReadReport(const std::string& job, HostsOutcome* r) {
-    std::ifstream in(job + ".report");
-    for (std::string line; std::getline(in, line);) {
-      if (absl::StartsWith(line, "samples: ")) (void)absl::SimpleAtoi(line.substr(9), &r->samples);
-      if (absl::StartsWith(line, "auc: ")) (void)absl::SimpleAtod(line.substr(5), &r->auc);
-      if (absl::StartsWith(line, "checkpoint: \"")) r->checkpoint = line.substr(13, line.size() - 14);
-    }
   }
 
   // Waits until the job has cut the checkpoint of `step`, or `worker0` ended; false if it ended.

@@ -4,7 +4,8 @@
 // notice 2 s of silence.
 // - One host's link is taken down for 3 s (beyond the keepalive, below the job's other timeouts)
 //   and brought back, once for each kind of role, a worker included.
-// - Worker 1's host is cut off for longer than the job's timeouts.
+// - Worker 1's host is cut off for longer than the job's timeouts, and so is a PS host and the
+//   loader's (the job then run as Kubernetes runs it, tests/jobset_controller.h).
 // - A PS host, and the loader's, is cut off and its role replaced on a spare host, by name.
 // - Every link is narrowed (tc tbf), and what each host sent is held against the planner's model.
 // The job must finish by itself: every role exits 0 (a replaced one 2), worker 0 trained exactly
@@ -31,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "hosts_job.h"
+#include "jobset_controller.h"
 #include "json_fields.h"
 #include "run_command.h"
 
@@ -84,7 +86,7 @@ class PartitionTest : public testing::HostsJobTest {
       absl::StrAppend(&r.log, name, ": killed by the test, still running after the workers ended\n");
     }
     r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    ReadReport(job, &r);
+    testing::ReadReport(job, &r);
     return r;
   }
 
@@ -149,6 +151,31 @@ TEST_F(PartitionTest, AWorkerCutOffBeyondTheTimeoutsHeals) {
   ExpectFinishedWhole(r, "worker-1 cut off for 10 s",
                       {"ps-0", "ps-1", "loader", "worker-0", restarted ? "worker-1 again" : "worker-1"});
   std::printf("worker-1 cut off for 10 s%s: %.1f s\n", restarted ? " and restarted" : "", r.seconds);
+}
+
+// A PS host, and then the loader's, cut off for 8 s: longer than the job's timeouts (5 s here),
+// so that the workers' calls to it run out and fail them. The job runs as Kubernetes runs it
+// (tests/jobset_controller.h): a failed worker 1 is started again alone and heals, a failed
+// worker 0 restarts every role from the latest checkpoint in the next attempt; which of them
+// comes first is a race, and either way the job must finish whole.
+TEST_F(PartitionTest, AServerCutOffBeyondTheTimeoutsCostsTimeNotTheJob) {
+  for (const std::string host : {"ps-0", "loader"}) {
+    const std::string job = Job(absl::StrCat("long-", host), ", sync_timeout_seconds: 5, batch_timeout_seconds: 5",
+                                ", recovery_timeout_seconds: 5");
+    const testing::ControlledOutcome r =
+        testing::RunUnderJobSet(*cluster_, job, absl::Seconds(400), [&](testing::JobSetController* c) {
+          // A third of the way in, as the shorter cuts.
+          while (c->Samples() < kSamples / 3 && !c->Finished()) absl::SleepFor(absl::Milliseconds(20));
+          ASSERT_FALSE(c->Finished()) << "the job ended before its partition";
+          ASSERT_TRUE(cluster_->SetLink(host, false).ok());
+          absl::SleepFor(absl::Seconds(8));
+          ASSERT_TRUE(cluster_->SetLink(host, true).ok());
+        });
+    ASSERT_TRUE(r.finished) << r.log;
+    ExpectFinishedWhole(r, host + " cut off for 8 s", r.last);
+    std::printf("%s cut off for 8 s: %.1f s, %d attempt(s), %d process(es) started again alone\n", host.c_str(),
+                r.seconds, r.attempts, r.restarted_alone);
+  }
 }
 
 // Every host's link limited to 100 Mbit/s (a token bucket on its egress): the job finishes whole,
