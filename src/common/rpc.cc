@@ -451,6 +451,7 @@ absl::StatusOr<std::unique_ptr<RpcServer>> RpcServer::Start(const ServerConfig& 
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 0);
     builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+    server->unacked_timeout_ms_ = half;
   }
   const int threads = config.threads > 0 ? config.threads : kDefaultServerThreads;
   builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::NUM_CQS, 1);
@@ -498,6 +499,14 @@ void RpcServer::AcceptLoop() {
     }
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    // gRPC gives the sockets it accepts itself TCP_USER_TIMEOUT at the keepalive's timeout; these
+    // come from this listener. Without it a reply blocked on a peer that stopped acknowledging (its
+    // host cut off) holds the connection's writes, the keepalive's ping among them, until the
+    // kernel's retransmissions give up (minutes): a batch stream to a worker lost during a cut
+    // would stay open, and its replacement would be refused as a second stream.
+    if (unacked_timeout_ms_ > 0) {
+      ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &unacked_timeout_ms_, sizeof(unacked_timeout_ms_));
+    }
     grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
     connection.listener_fd = listen_fd_;
     connection.fd = fd;

@@ -157,6 +157,7 @@ class RpcServer {
   int wake_fds_[2] = {-1, -1};
   int port_ = 0;
   int fd_limit_ = 0;
+  int unacked_timeout_ms_ = 0;  // TCP_USER_TIMEOUT of accepted connections; 0: the kernel's.
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> stopping_{false};
